@@ -1,0 +1,52 @@
+"""Map a table's columns onto the schema: one array of value indices per attribute.
+
+A row with a missing value or a value outside the domain on any attribute is outside the domain: it is
+counted (and reported to the data owner) but lies outside every query's coverage, including a query
+with no conditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from overlapdp.errors import DataError
+from overlapdp.schema import Schema
+
+
+@dataclass(frozen=True)
+class EncodedTable:
+    """Value indices per attribute (``codes[:, j]``, -1 outside the domain) and the in-domain mask."""
+
+    schema: Schema
+    codes: npt.NDArray[np.int64]
+    in_domain: npt.NDArray[np.bool_]
+    out_of_domain_by_attribute: dict[str, int]
+
+    @property
+    def rows(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def out_of_domain(self) -> int:
+        return int((~self.in_domain).sum())
+
+
+def encode_frame(schema: Schema, frame: pd.DataFrame) -> EncodedTable:
+    """Encode ``frame`` against ``schema``; a schema attribute missing from the frame is an error."""
+    missing = [a.name for a in schema if a.name not in frame.columns]
+    if missing:
+        raise DataError(
+            f"column(s) {', '.join(repr(m) for m in missing)} named in the schema are missing from the data"
+        )
+    codes = np.empty((len(frame), len(schema)), dtype=np.int64)
+    per_attr: dict[str, int] = {}
+    for j, attr in enumerate(schema):
+        col = attr.encode(frame[attr.name])
+        codes[:, j] = col
+        per_attr[attr.name] = int((col < 0).sum())
+    in_domain: npt.NDArray[np.bool_] = np.asarray((codes >= 0).all(axis=1), dtype=bool)
+    return EncodedTable(schema, codes, in_domain, per_attr)

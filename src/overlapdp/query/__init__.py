@@ -1,0 +1,35 @@
+"""Predicates, predicate queries and workloads (DESIGN.md data flow, step 2)."""
+
+from overlapdp.query.conjunction import PredicateQuery, joint_coverage
+from overlapdp.query.jsonform import parse_conditions
+from overlapdp.query.predicates import (
+    AnyOf,
+    Compare,
+    Contradiction,
+    Equals,
+    InSet,
+    Not,
+    Predicate,
+    Range,
+    Tautology,
+)
+from overlapdp.query.sql import parse_where
+from overlapdp.query.workload import Workload, parse_query
+
+__all__ = [
+    "AnyOf",
+    "Compare",
+    "Contradiction",
+    "Equals",
+    "InSet",
+    "Not",
+    "Predicate",
+    "PredicateQuery",
+    "Range",
+    "Tautology",
+    "Workload",
+    "joint_coverage",
+    "parse_conditions",
+    "parse_query",
+    "parse_where",
+]

@@ -1,0 +1,122 @@
+"""Workloads: ordered lists of predicate queries with ids and weights, read from JSON Lines.
+
+Each line is ``{"where": "..."}`` or ``{"conditions": {...}}``, with optional ``"id"`` (default: the
+line number) and ``"weight"`` (default 1, finite and non-negative). Blank lines and lines starting with
+``#`` are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+from overlapdp.errors import OverlapDPError, QueryError, WorkloadError
+from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.query.jsonform import parse_conditions
+from overlapdp.query.sql import parse_where
+from overlapdp.schema import Schema
+
+
+def parse_query(
+    schema: Schema, spec: str | Mapping[str, Any], *, id: str | None = None, weight: float | None = None
+) -> PredicateQuery:
+    """A query from SQL text, ``{"where": ...}`` or ``{"conditions": ...}`` (plus ``id`` / ``weight``)."""
+    if isinstance(spec, str):
+        return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
+    if not isinstance(spec, Mapping):
+        raise QueryError(f"query {id!r}: expected a condition string or an object")
+    qid = spec.get("id", id)
+    if qid is not None and not isinstance(qid, str | int):
+        raise QueryError(f"query {id!r}: 'id' must be a string or an integer")
+    qid = None if qid is None else str(qid)
+    w = spec.get("weight", 1.0) if weight is None else weight
+    has_where, has_cond = "where" in spec, "conditions" in spec
+    if has_where == has_cond:
+        raise QueryError(f"query {qid!r}: give exactly one of 'where' or 'conditions'")
+    if has_where:
+        return parse_where(schema, spec["where"], id=qid, weight=w)
+    return parse_conditions(schema, spec["conditions"], id=qid, weight=w)
+
+
+@dataclass(frozen=True)
+class Workload(Sequence[PredicateQuery]):
+    """An ordered list of predicate queries with unique ids."""
+
+    schema: Schema
+    queries: tuple[PredicateQuery, ...]
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for q in self.queries:
+            if q.id is None:
+                raise WorkloadError("every query of a workload needs an id")
+            if q.id in seen:
+                raise WorkloadError(f"duplicate query id {q.id!r}")
+            seen.add(q.id)
+
+    @staticmethod
+    def of(schema: Schema, specs: Iterable[str | Mapping[str, Any] | PredicateQuery]) -> Workload:
+        """Build from condition strings, JSON objects or queries; missing ids become ``q1, q2, ...``."""
+        queries = []
+        for i, spec in enumerate(specs, start=1):
+            q = spec if isinstance(spec, PredicateQuery) else parse_query(schema, spec)
+            queries.append(q if q.id is not None else q.with_id(f"q{i}"))
+        return Workload(schema, tuple(queries))
+
+    @staticmethod
+    def read_jsonl(schema: Schema, path: str | Path) -> Workload:
+        p = Path(path)
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise WorkloadError(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
+        return Workload.from_lines(schema, lines, source=str(p))
+
+    @staticmethod
+    def from_lines(schema: Schema, lines: Iterable[str], *, source: str = "<workload>") -> Workload:
+        queries = []
+        for n, line in enumerate(lines, start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{source} line {n}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"{source} line {n}: expected a JSON object")
+            try:
+                q = parse_query(schema, obj, id=f"line{n}" if "id" not in obj else None)
+            except OverlapDPError as exc:
+                raise type(exc)(f"{source} line {n}: {exc}") from None
+            queries.append(q)
+        return Workload(schema, tuple(queries))
+
+    def write_jsonl(self, path: str | Path) -> None:
+        with Path(path).open("w", encoding="utf-8") as fh:
+            for q in self.queries:
+                fh.write(json.dumps(q.to_json()) + "\n")
+
+    @property
+    def ids(self) -> list[str]:
+        return [q.id or "" for q in self.queries]
+
+    @property
+    def weights(self) -> list[float]:
+        return [q.weight for q in self.queries]
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    @overload
+    def __getitem__(self, i: int) -> PredicateQuery: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[PredicateQuery]: ...
+    def __getitem__(self, i: int | slice) -> PredicateQuery | Sequence[PredicateQuery]:
+        return self.queries[i]
+
+    def __iter__(self) -> Iterator[PredicateQuery]:
+        return iter(self.queries)

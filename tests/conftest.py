@@ -1,0 +1,48 @@
+"""Shared fixtures: the real Adult data from ../shared/data when present (skipped with a reason if not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
+
+
+def _shared(path: str) -> Path:
+    p = SHARED_DATA / path
+    if not p.exists():
+        pytest.skip(f"{p} is absent (the shared data folder sits beside the repository only in CI and dev)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def adult_csv() -> Path:
+    return _shared("adult/adult.csv")
+
+
+@pytest.fixture(scope="session")
+def adult_domain_json() -> Path:
+    return _shared("adult/adult-domain.json")
+
+
+@pytest.fixture(scope="session")
+def adult_frame(adult_csv: Path) -> pd.DataFrame:
+    return pd.read_csv(adult_csv)
+
+
+@pytest.fixture(scope="session")
+def adult_raw_csv() -> Path:
+    return _shared("adult-raw/adult.csv")
+
+
+@pytest.fixture(scope="session")
+def adult_raw_frame(adult_raw_csv: Path) -> pd.DataFrame:
+    return pd.read_csv(adult_raw_csv, skipinitialspace=True)

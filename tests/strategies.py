@@ -1,0 +1,105 @@
+"""Hypothesis strategies: random small schemas and random predicate queries over them, as SQL text."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hypothesis import strategies as st
+
+from overlapdp.schema import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute, Schema
+
+CATS = ["a", "b", "c", "d", "e"]
+
+
+@st.composite
+def attributes(draw: st.DrawFn, name: str) -> Attribute:
+    kind = draw(st.sampled_from(["int", "categorical", "binned"]))
+    if kind == "int":
+        lo = draw(st.integers(-3, 5))
+        return IntAttribute(name, lo, lo + draw(st.integers(0, 5)))
+    if kind == "categorical":
+        return CategoricalAttribute(name, tuple(CATS[: draw(st.integers(1, 5))]))
+    n = draw(st.integers(1, 4))
+    edges = sorted(draw(st.sets(st.integers(0, 40), min_size=n + 1, max_size=n + 1)))
+    return BinnedAttribute(name, tuple(edges))
+
+
+@st.composite
+def schemas(draw: st.DrawFn, max_attributes: int = 3) -> Schema:
+    m = draw(st.integers(1, max_attributes))
+    return Schema(tuple(draw(attributes(f"x{j}")) for j in range(m)))
+
+
+def representative(attr: Attribute, index: int) -> Any:
+    """A raw value in domain point ``index`` (the lower edge for bins)."""
+    if isinstance(attr, BinnedAttribute):
+        return attr.edges[index]
+    return attr.value_at(index)
+
+
+def all_rows(schema: Schema) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(a.size) for a in schema)))
+
+
+def _lit(v: Any) -> str:
+    return f"'{v}'" if isinstance(v, str) else str(v)
+
+
+@st.composite
+def atom_condition(draw: st.DrawFn, attr: Attribute) -> str:
+    """A condition on one attribute using values in and just outside the domain."""
+    name = attr.name
+    if isinstance(attr, CategoricalAttribute):
+        pool = [*CATS, "zz"]
+        op = draw(st.sampled_from(["=", "!=", "IN", "NOT IN"]))
+        if op in ("IN", "NOT IN"):
+            vals = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
+            return f"{name} {op} ({', '.join(_lit(v) for v in vals)})"
+        return f"{name} {op} {_lit(draw(st.sampled_from(pool)))}"
+    if isinstance(attr, BinnedAttribute):
+        # Only bin-aligned conditions: comparisons at edges, equality at lower edges.
+        pool_e = [*attr.edges, attr.edges[-1] + 7]
+        op = draw(st.sampled_from(["<", ">=", "=", "!=", "IN", "BETWEEN"]))
+        if op == "IN":
+            vals = draw(st.lists(st.sampled_from(list(attr.edges[:-1])), min_size=1, max_size=3))
+            return f"{name} IN ({', '.join(str(v) for v in vals)})"
+        if op in ("=", "!="):
+            return f"{name} {op} {draw(st.sampled_from(list(attr.edges[:-1])))}"
+        if op == "BETWEEN":
+            # x >= e1 AND x < e2 is the aligned form of a bin range.
+            e1, e2 = sorted(draw(st.lists(st.sampled_from(pool_e), min_size=2, max_size=2)))
+            return f"({name} >= {e1} AND {name} < {e2})"
+        return f"{name} {op} {draw(st.sampled_from(pool_e))}"
+    assert isinstance(attr, IntAttribute)
+    pool_i = st.integers(attr.min - 2, attr.max + 2)
+    op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "BETWEEN", "IN", "NOT IN"]))
+    if op == "BETWEEN":
+        return f"{name} BETWEEN {draw(pool_i)} AND {draw(pool_i)}"
+    if op in ("IN", "NOT IN"):
+        vals = draw(st.lists(pool_i, min_size=1, max_size=3))
+        return f"{name} {op} ({', '.join(str(v) for v in vals)})"
+    return f"{name} {op} {draw(pool_i)}"
+
+
+@st.composite
+def attribute_condition(draw: st.DrawFn, attr: Attribute) -> str:
+    """Atoms combined with NOT and same-attribute OR."""
+    base = draw(atom_condition(attr))
+    shape = draw(st.sampled_from(["plain", "not", "or", "not-or"]))
+    if shape == "not":
+        return f"NOT ({base})"
+    if shape in ("or", "not-or"):
+        other = draw(atom_condition(attr))
+        text = f"({base} OR {other})"
+        return f"NOT {text}" if shape == "not-or" else text
+    return base
+
+
+@st.composite
+def where_clauses(draw: st.DrawFn, schema: Schema) -> str:
+    """A conjunction over a random subset of attributes (possibly none: TRUE)."""
+    chosen = draw(st.lists(st.sampled_from(list(schema.attributes)), max_size=len(schema) + 1))
+    if not chosen:
+        return "TRUE"
+    return " AND ".join(draw(attribute_condition(a)) for a in chosen)
