@@ -1,15 +1,16 @@
 """The embedded default: Adult's schema and a synthetic table with Adult's shape.
 
 The schema is the integer-coded domain of UCI Adult as used by private-pgm (``data/adult-domain.json``,
-every attribute ``0..size-1``). The synthetic table is drawn from hand-set marginals with a few
-dependencies (income rises with education and hours); it is for demonstrations and benchmarks only and
-carries no information about real people.
+every attribute ``0..size-1``). The synthetic table is sampled from a Chow-Liu
+tree fitted on the public UCI Adult data; it is for demonstrations and benchmarks.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,39 +31,47 @@ def adult_raw_schema() -> Schema:
 
 
 def synthetic_adult(rows: int = 48_842, seed: int | None = 0) -> pd.DataFrame:
-    """A synthetic table over :func:`adult_schema` (not private data; a seed makes it reproducible)."""
+    """A synthetic table over :func:`adult_schema` sampled from a Chow-Liu tree fitted on public UCI Adult.
+
+    Each attribute is drawn given its parent in the tree (``data/adult-synthetic-model.json``, made by
+    ``tools/fit_synthetic_model.py``), so one-way marginals and the strongest pairwise dependencies
+    (income-relationship, age-marital status, ...) look like Adult's. Not private data about anyone;
+    a seed makes it reproducible (``seed=None`` draws fresh).
+    """
     rng = np.random.default_rng(seed)
-    sizes = dict(zip(adult_schema().names, adult_schema().sizes, strict=True))
+    schema = adult_schema()
+    model = _synthetic_model()
+    columns: dict[str, np.ndarray] = {}
+    for name in model["order"]:
+        size = schema.attribute(name).size
+        parent = model["parents"][name]
+        table = np.asarray(model["tables"][name], dtype=np.int64)
+        if parent is None:
+            counts = np.bincount(table[:, 1], weights=table[:, 2], minlength=size)
+            columns[name] = rng.choice(size, size=rows, p=counts / counts.sum())
+            continue
+        psize = schema.attribute(parent).size
+        cond = np.zeros((psize, size))
+        np.add.at(cond, (table[:, 0], table[:, 1]), table[:, 2])
+        marginal = cond.sum(axis=0)
+        # A parent value never seen in Adult: fall back to the child's marginal.
+        cond[cond.sum(axis=1) == 0] = marginal
+        cdf = np.cumsum(cond / cond.sum(axis=1, keepdims=True), axis=1)
+        u = rng.random(rows)
+        pv = columns[parent]
+        out = np.empty(rows, dtype=np.int64)
+        for value in range(psize):
+            sel = pv == value
+            if sel.any():
+                out[sel] = np.searchsorted(cdf[value], u[sel], side="right")
+        columns[name] = np.minimum(out, size - 1)
+    return pd.DataFrame({name: columns[name].astype(np.int64) for name in schema.names})
 
-    def skewed(name: str, weights: list[float]) -> np.ndarray:
-        p = np.asarray(weights, dtype=float)
-        p = np.concatenate([p, np.full(sizes[name] - len(p), p.min() / 4)]) if len(p) < sizes[name] else p
-        return rng.choice(sizes[name], size=rows, p=p / p.sum())
 
-    age = np.clip(rng.gamma(5.5, 4.0, rows) + 4, 0, sizes["age"] - 1).astype(int)
-    education = np.clip(rng.normal(9.5, 2.5, rows), 0, sizes["education-num"] - 1).astype(int)
-    hours = np.clip(rng.normal(39, 11, rows), 0, sizes["hours-per-week"] - 1).astype(int)
-    sex = (rng.random(rows) < 0.67).astype(int)
-    score = 0.35 * (education - 9) + 0.05 * (hours - 40) + 0.04 * (np.minimum(age, 45) - 25) + 0.6 * sex - 2.2
-    income = (rng.random(rows) < 1 / (1 + np.exp(-score))).astype(int)
-    gain = np.where(rng.random(rows) < 0.08, rng.integers(1, sizes["capital-gain"], rows), 0)
-    loss = np.where(rng.random(rows) < 0.05, rng.integers(1, sizes["capital-loss"], rows), 0)
-    frame = pd.DataFrame(
-        {
-            "age": age,
-            "workclass": skewed("workclass", [70, 8, 6, 4, 3, 3, 1, 1, 4]),
-            "fnlwgt": np.clip(rng.normal(35, 15, rows), 0, sizes["fnlwgt"] - 1).astype(int),
-            "education-num": education,
-            "marital-status": skewed("marital-status", [46, 33, 14, 3, 3, 1, 0.5]),
-            "occupation": skewed("occupation", [13, 12, 12, 12, 11, 10, 6, 6, 5, 4, 3, 3, 2, 1, 0.5]),
-            "relationship": skewed("relationship", [40, 26, 16, 10, 5, 3]),
-            "race": skewed("race", [85, 10, 3, 1, 1]),
-            "sex": sex,
-            "capital-gain": gain,
-            "capital-loss": loss,
-            "hours-per-week": hours,
-            "native-country": skewed("native-country", [90, 2, 1, 1, 1, 0.5, 0.5]),
-            "income>50K": income,
-        }
+@cache
+def _synthetic_model() -> dict[str, Any]:
+    text = (
+        resources.files("overlapdp").joinpath("data/adult-synthetic-model.json").read_text(encoding="utf-8")
     )
-    return frame
+    model: dict[str, Any] = json.loads(text)
+    return model
