@@ -31,6 +31,7 @@ from overlapdp.mechanisms.randomness import (
     SeededRandomSource,
     SystemRandomSource,
     resolve_source,
+    system_source,
 )
 from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
 
@@ -65,4 +66,5 @@ __all__ = [
     "noisy_counts",
     "optimal_split",
     "resolve_source",
+    "system_source",
 ]
