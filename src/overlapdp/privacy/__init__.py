@@ -22,7 +22,13 @@ from overlapdp.privacy.mechanisms import (
     OpaqueApproxDP,
     RandomizedResponse,
 )
-from overlapdp.privacy.optimal import Composition, advanced_composition, compose_approx, kov_delta, kov_epsilon
+from overlapdp.privacy.optimal import (
+    Composition,
+    advanced_composition,
+    compose_approx,
+    kov_delta,
+    kov_epsilon,
+)
 from overlapdp.privacy.pld import PLD, compose_all
 from overlapdp.privacy.utility import UtilityGain, utility_gain
 
