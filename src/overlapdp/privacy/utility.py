@@ -79,7 +79,7 @@ def utility_gain(
     effort: Any = None,
 ) -> UtilityGain:
     """Per-query budget and expected absolute noise under both accountings, and U (MATH.md 2)."""
-    from overlapdp.overlap import max_overlap  # type: ignore[attr-defined]  # lands with the overlap index
+    from overlapdp.overlap import max_overlap
 
     b = _positive("budget", budget, allow_zero=False)
     qs = list(queries)
