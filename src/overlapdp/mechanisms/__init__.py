@@ -14,6 +14,7 @@ from overlapdp.mechanisms.calibration import (
     laplace_for,
     noise_for,
 )
+from overlapdp.mechanisms.concurrent import Child, ConcurrentComposition
 from overlapdp.mechanisms.counting import Counter
 from overlapdp.mechanisms.errors import (
     BudgetExceededError,
@@ -38,6 +39,8 @@ from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_
 __all__ = [
     "WHOLE_DOMAIN",
     "BudgetExceededError",
+    "Child",
+    "ConcurrentComposition",
     "Counter",
     "Coverage",
     "CoverageError",
