@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from overlapdp.cli import count_cmd, demo_cmd, schema_cmd  # noqa: F401  (registers the commands)
+from overlapdp.cli import count_cmd, demo_cmd, overlap_cmd, schema_cmd  # noqa: F401  (registers the commands)
 from overlapdp.cli.app import app, err_console
 from overlapdp.errors import OverlapDPError
 
