@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-from overlapdp.cli import account_cmd, count_cmd, demo_cmd, schema_cmd  # noqa: F401  (registers the commands)
+# Each import registers its command on the app (one per line, so branches merge cleanly).
+from overlapdp.cli import account_cmd  # noqa: F401
+from overlapdp.cli import count_cmd  # noqa: F401
+from overlapdp.cli import demo_cmd  # noqa: F401
+from overlapdp.cli import overlap_cmd  # noqa: F401
+from overlapdp.cli import schema_cmd  # noqa: F401
 from overlapdp.cli.app import app, err_console
 from overlapdp.errors import OverlapDPError
 
