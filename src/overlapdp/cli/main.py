@@ -6,11 +6,13 @@ import os
 import sys
 
 # Each import registers its command on the app (one per line, so branches merge cleanly).
-from overlapdp.cli import account_cmd  # noqa: F401
-from overlapdp.cli import count_cmd  # noqa: F401
-from overlapdp.cli import demo_cmd  # noqa: F401
-from overlapdp.cli import overlap_cmd  # noqa: F401
-from overlapdp.cli import schema_cmd  # noqa: F401
+from overlapdp.cli import (
+    account_cmd,  # noqa: F401
+    count_cmd,  # noqa: F401
+    demo_cmd,  # noqa: F401
+    overlap_cmd,  # noqa: F401
+    schema_cmd,  # noqa: F401
+)
 from overlapdp.cli.app import app, err_console
 from overlapdp.errors import OverlapDPError
 
