@@ -236,8 +236,11 @@ class PolarsEngine(Engine):
         for start in range(0, len(queries), _CHUNK):
             exprs = []
             for i, q in enumerate(queries[start : start + _CHUNK]):
-                cond: pl.Expr = pl.lit(True)
-                for pos, cov in q.constraints:
+                if not q.constraints:
+                    exprs.append(pl.len().alias(f"q{i}"))
+                    continue
+                cond = _condition(pl.col(f"c{q.constraints[0][0]}"), q.constraints[0][1])
+                for pos, cov in q.constraints[1:]:
                     cond = cond & _condition(pl.col(f"c{pos}"), cov)
                 exprs.append(cond.sum().alias(f"q{i}"))
             out.extend(int(v or 0) for v in self._inside.select(exprs).row(0))
