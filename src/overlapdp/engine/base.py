@@ -109,9 +109,7 @@ class Engine(ABC):
         """Row count and per-attribute missing / out-of-domain counts."""
 
     @abstractmethod
-    def _histogram(
-        self, atoms: Atoms
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """In-domain rows grouped by atom tuple over ``atoms.attributes`` (in that order).
 
         Returns ``(cells, weights)``: ``cells[h, k]`` is the atom of attribute ``atoms.attributes[k]`` in
@@ -124,6 +122,7 @@ class Engine(ABC):
 
     def close(self) -> None:
         """Release engine resources (connections, cached tables); the engine is unusable afterwards."""
+        return None
 
     # -- the public interface ------------------------------------------------------------------------
     @property

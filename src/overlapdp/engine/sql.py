@@ -170,7 +170,7 @@ def _categorical(dialect: Dialect, attr: CategoricalAttribute, q: str, kind: Col
                 whens.append(f"WHEN {q} = {literal(value)} THEN {i}")
     else:
         text = dialect.to_text(q)
-        numbers = {}
+        numbers: dict[object, int] = {}
         for i, value in enumerate(attr.values):
             if isinstance(value, str):
                 whens.append(f"WHEN {text} = {literal(value)} THEN {i}")
@@ -185,9 +185,7 @@ def _categorical(dialect: Dialect, attr: CategoricalAttribute, q: str, kind: Col
     return f"CASE WHEN {missing} THEN {MISSING} {body} ELSE {OUTSIDE} END"
 
 
-def encoded_select(
-    dialect: Dialect, schema: Schema, kinds: Sequence[ColumnKind], source: str
-) -> str:
+def encoded_select(dialect: Dialect, schema: Schema, kinds: Sequence[ColumnKind], source: str) -> str:
     """``SELECT c0, ..., c{m-1}, ok FROM source``: value indices and the in-domain flag."""
     codes = ", ".join(
         f"{code_expression(dialect, a, a.name, k)} AS c{j}"
