@@ -211,7 +211,7 @@ def run_tumult(frame: pd.DataFrame, texts: list[str]) -> dict | None:  # type: i
         conds = Path(tmp) / "conditions.json"
         conds.write_text(json.dumps(texts))
         # Spark's Python workers must run the peer's interpreter too, where tmlt is installed.
-        env = {**os.environ, "PYSPARK_PYTHON": str(TMLT_PYTHON), "PYSPARK_DRIVER_PYTHON": str(TMLT_PYTHON)}
+        env = {**os.environ, "PYSPARK_PYTHON": str(TMLT_PYTHON)}
         proc = subprocess.run(
             [str(TMLT_PYTHON), str(PEER_SCRIPT), str(data), str(conds)],
             capture_output=True,
