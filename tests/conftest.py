@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +10,21 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _find_shared_data() -> Path:
+    """../shared/data beside the checkout; for a git worktree deeper down, the nearest ancestor's."""
+    env = os.environ.get("OVERLAPDP_SHARED_DATA")
+    if env:
+        return Path(env)
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "data"
+
+
+SHARED_DATA = _find_shared_data()
 
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
