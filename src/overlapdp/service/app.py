@@ -7,7 +7,6 @@
 - CORS is off unless origins are given.
 """
 
-
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping

@@ -282,11 +282,12 @@ class QueryService:
         return info
 
     def _catch_up(self, state: _DatasetState) -> None:
-        rows = self.store.charges(dataset=state.record.name, after=state.last_seq)
+        """Bring the filters up to the ledger's committed rows (rebuilding them if a commit failed)."""
         with state.admit_lock:
-            for row in rows:
-                if row.seq > state.last_seq:
-                    state.apply(row)
+            if state.stale:
+                state.reset()
+            for row in self.store.charges(dataset=state.record.name, after=state.last_seq):
+                state.apply(row)
 
     # -- analysts ---------------------------------------------------------------------------------
     def create_analyst(self, name: str, quotas: Mapping[str, float]) -> dict[str, Any]:
