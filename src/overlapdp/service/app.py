@@ -233,7 +233,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         _: Admin,
         dataset: str | None = None,
         analyst: str | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> list[dict[str, Any]]:
         """The full ledger in order (page with ``after`` = the last ``seq`` seen)."""
@@ -300,7 +300,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     def my_ledger(
         who: Analyst,
         dataset: str | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> list[dict[str, Any]]:
         """Own charges and the answers released to this analyst, in ledger order."""
