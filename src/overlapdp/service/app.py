@@ -175,10 +175,11 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return JSONResponse({"error": "InternalError", "detail": "internal error"}, status_code=500)
 
     # -- authentication -------------------------------------------------------------------------------
-    def require_admin(creds: Credentials) -> None:
+    # Async so that authentication does not cost a thread hop; a cache miss is one indexed read.
+    async def require_admin(creds: Credentials) -> None:
         admin.check(creds.credentials if creds else None)
 
-    def require_analyst(creds: Credentials) -> AnalystRecord:
+    async def require_analyst(creds: Credentials) -> AnalystRecord:
         return service.authenticate(creds.credentials if creds else None)
 
     Admin = Annotated[None, Depends(require_admin)]

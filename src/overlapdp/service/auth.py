@@ -15,6 +15,7 @@ import threading
 import time
 
 from overlapdp.errors import OverlapDPError
+from overlapdp.service.ledger.base import AnalystRecord
 
 #: Environment variable holding the admin token (otherwise one is generated and printed once).
 ADMIN_TOKEN_ENV = "OVERLAPDP_ADMIN_TOKEN"
@@ -60,7 +61,7 @@ class AdminKey:
 
 
 class TokenCache:
-    """A short-lived map from token hash to analyst name, so that not every request reads the ledger.
+    """A short-lived map from token hash to the analyst's record, so that not every request reads the ledger.
 
     A revocation in this process drops the entry at once; one made by another service instance is seen
     within ``ttl`` seconds by reads, and at once by admission, which re-reads the analyst in its
@@ -69,17 +70,17 @@ class TokenCache:
 
     def __init__(self, ttl: float = 2.0) -> None:
         self.ttl = ttl
-        self._entries: dict[str, tuple[str, float]] = {}
+        self._entries: dict[str, tuple[AnalystRecord, float]] = {}
         self._lock = threading.Lock()
 
-    def get(self, token_hash: str) -> str | None:
+    def get(self, token_hash: str) -> AnalystRecord | None:
         with self._lock:
             hit = self._entries.get(token_hash)
         if hit is None or hit[1] < time.monotonic():
             return None
         return hit[0]
 
-    def put(self, token_hash: str, analyst: str) -> None:
+    def put(self, token_hash: str, analyst: AnalystRecord) -> None:
         with self._lock:
             if len(self._entries) > 10_000:
                 self._entries.clear()
@@ -87,5 +88,9 @@ class TokenCache:
 
     def drop_analyst(self, analyst: str) -> None:
         with self._lock:
-            for key in [k for k, (name, _) in self._entries.items() if name == analyst]:
+            for key in [k for k, (rec, _) in self._entries.items() if rec.name == analyst]:
                 del self._entries[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

@@ -311,6 +311,7 @@ class QueryService:
             self.store.set_quota(analyst, dataset, float(quota))
         except LedgerError as exc:
             raise NotFound(str(exc)) from None
+        self._tokens.drop_analyst(analyst)
         return self.analyst_info(self._analyst(analyst))
 
     def revoke(self, analyst: str) -> None:
@@ -343,11 +344,12 @@ class QueryService:
         if not token or len(token) > 200:
             raise AuthError("a valid analyst token is required")
         token_hash = hash_token(token)
-        cached = self._tokens.get(token_hash)
-        rec = self.store.get_analyst(cached) if cached else self.store.analyst_by_token_hash(token_hash)
-        if rec is None or rec.revoked or not same_hash(rec.token_hash, token_hash):
-            raise AuthError("a valid analyst token is required")
-        self._tokens.put(token_hash, rec.name)
+        rec = self._tokens.get(token_hash)
+        if rec is None:
+            rec = self.store.analyst_by_token_hash(token_hash)
+            if rec is None or rec.revoked or not same_hash(rec.token_hash, token_hash):
+                raise AuthError("a valid analyst token is required")
+            self._tokens.put(token_hash, rec)
         return rec
 
     def analyst_info(self, analyst: AnalystRecord) -> dict[str, Any]:
