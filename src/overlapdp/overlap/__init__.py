@@ -1,5 +1,43 @@
-"""The maximum (weighted) overlap engine (DESIGN.md data flow, step 3; MATH.md sections 1, 2 and 7)."""
+"""The maximum (weighted) overlap engine (DESIGN.md data flow, step 3; MATH.md sections 1, 2 and 7).
+
+- :func:`max_overlap`: the worst row of a workload, the value there, the queries covering it;
+- :class:`OverlapIndex`: the same kept up to date under add / peek / remove (the accountant's filter);
+- references: :func:`brute_force_overlap`, :func:`subset_overlap`, :func:`graph_overlap`.
+"""
 
 from overlapdp.overlap.atoms import Atoms, AttributeAtoms, compute_atoms
+from overlapdp.overlap.engine import max_overlap
+from overlapdp.overlap.index import OverlapIndex
+from overlapdp.overlap.reference import brute_force_overlap, graph_overlap, overlap_graph, subset_overlap
+from overlapdp.overlap.result import (
+    CompError,
+    DomainTooLargeError,
+    DuplicateQueryError,
+    OverlapInputError,
+    OverlapResult,
+    SchemaMismatchError,
+    SetComp,
+    UnknownQueryError,
+    WeightError,
+)
 
-__all__ = ["Atoms", "AttributeAtoms", "compute_atoms"]
+__all__ = [
+    "Atoms",
+    "AttributeAtoms",
+    "CompError",
+    "DomainTooLargeError",
+    "DuplicateQueryError",
+    "OverlapIndex",
+    "OverlapInputError",
+    "OverlapResult",
+    "SchemaMismatchError",
+    "SetComp",
+    "UnknownQueryError",
+    "WeightError",
+    "brute_force_overlap",
+    "compute_atoms",
+    "graph_overlap",
+    "max_overlap",
+    "overlap_graph",
+    "subset_overlap",
+]

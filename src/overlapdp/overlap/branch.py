@@ -1,0 +1,231 @@
+"""Exact branch and bound over attributes (MATH.md section 7, general subsets).
+
+A row is one atom per active attribute; the queries covering it are the intersection over attributes
+of the queries covering the chosen atom. The search fixes attributes one at a time, keeping the set
+``C`` of queries still compatible with the atoms fixed so far (a boolean vector, numpy-vectorised).
+
+- Atoms: segments with identical membership merge; an atom whose queries are a subset of another
+  atom's queries is dominated (choosing the other never lowers a monotone comp) and is dropped.
+- Bound: any row below a node is covered by a subset of ``C`` and, for every unfixed attribute ``j``,
+  by a subset of ``C`` intersected with the queries of the atom it takes on ``j``; so
+  $\\min_j \\max_a \\mathrm{comp}(C\\cap S_j(a))$ is an upper bound (it is never below the true value).
+- Leaf: when, for every unfixed attribute, some atom is covered by every query of ``C`` that carries
+  load, the row taking those atoms attains ``comp(C)`` exactly, so the node is solved.
+- Best-first: the node with the largest bound is expanded next, so the first solved node whose value
+  is at least every open bound is optimal. Past the time limit the largest open bound is a SAFE upper
+  bound (every unexplored row lies below some open node).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapdp.overlap.compiled import BoolArray, Compiled, IntArray
+from overlapdp.overlap.result import FloatArray
+
+# Relative slack when comparing float bounds with the incumbent (sums of loads in different orders).
+_REL = 1e-12
+
+
+@dataclass(frozen=True)
+class AtomTable:
+    """Atoms of one attribute restricted to the live queries.
+
+    ``member[a, c]`` says whether live query ``c`` covers atom ``a``; ``segment[a]`` is a segment in it.
+    """
+
+    member: BoolArray
+    segment: IntArray
+    as_float: FloatArray
+
+    @property
+    def size(self) -> int:
+        return int(self.member.shape[0])
+
+
+def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
+    """Merge alike segments and drop dominated atoms, per active attribute."""
+    out = []
+    for a in c.attributes:
+        seg_member = a.membership(c.live)
+        packed = np.packbits(seg_member, axis=1)
+        _, first = np.unique(packed, axis=0, return_index=True)
+        first = np.sort(first)
+        member = seg_member[first]
+        segment = first.astype(np.int64)
+        n = member.shape[0]
+        if n > 1 and float(n) * n * max(1, member.shape[1]) <= dominance_budget:
+            mf = member.astype(np.float32)
+            inter = mf @ mf.T
+            size = mf.sum(axis=1)
+            np.fill_diagonal(inter, -1.0)
+            # Distinct atoms: containment of a in b means |a & b| == |a| (and b is strictly larger).
+            dominated = (inter >= size[:, None] - 0.5).any(axis=1)
+            if dominated.all():  # cannot happen for distinct rows; keep one to stay safe
+                dominated[int(np.argmax(size))] = False
+            member = member[~dominated]
+            segment = segment[~dominated]
+        out.append(AtomTable(member, segment, member.astype(np.float64)))
+    return out
+
+
+@dataclass
+class BranchOutcome:
+    """Best row found (segments per active attribute), its load total, and the safe bound."""
+
+    cell: tuple[int, ...] | None
+    best: float
+    upper: float
+    exact: bool
+    nodes: int
+
+
+Bounder = Callable[[BoolArray], float]
+
+
+def branch_and_bound(
+    c: Compiled,
+    tables: Sequence[AtomTable],
+    loads: FloatArray | None,
+    *,
+    set_value: Callable[[IntArray], float] | None = None,
+    set_upper: Callable[[IntArray], float] | None = None,
+    deadline: float | None = None,
+    node_limit: int | None = None,
+) -> BranchOutcome:
+    """Maximise the total load (or ``set_value``) over rows; see the module docstring.
+
+    ``loads`` (one per live query, non-negative) selects the additive form; otherwise ``set_value`` and
+    ``set_upper`` take arrays of live positions. Stops at ``deadline`` (``time.monotonic()``) or after
+    ``node_limit`` expansions with ``exact=False`` and the largest open bound as ``upper``.
+    """
+    d = len(tables)
+    n_live = c.live.shape[0]
+    additive = loads is not None
+    if additive:
+        assert loads is not None
+        w = loads
+        positive = w > 0
+    else:
+        assert set_value is not None and set_upper is not None
+        w = np.ones(n_live, dtype=np.float64)
+        positive = np.ones(n_live, dtype=bool)
+
+    def value_of(mask: BoolArray) -> float:
+        if additive:
+            return float(w[mask].sum())
+        assert set_value is not None
+        return float(set_value(np.flatnonzero(mask)))
+
+    def upper_of(mask: BoolArray) -> float:
+        if additive:
+            return float(w[mask].sum())
+        assert set_upper is not None
+        return float(set_upper(np.flatnonzero(mask)))
+
+    counter = itertools.count()
+    best = -1.0
+    best_cell: tuple[int, ...] | None = None
+    nodes = 0
+
+    def expand(
+        mask: BoolArray, fixed: tuple[int, ...]
+    ) -> tuple[float, list[tuple[float, BoolArray, tuple[int, ...]]] | None, tuple[int, ...] | None]:
+        """Refined bound; children (bound, mask, fixed) or, when solved, None and the full cell."""
+        free = [j for j in range(d) if fixed[j] < 0]
+        pos = mask & positive
+        idx = np.flatnonzero(pos)
+        need = idx.shape[0]
+        col_w = w[idx]
+        best_j, best_max, best_loads = -1, np.inf, None
+        completion = list(fixed)
+        solved = True
+        for j in free:
+            sub = tables[j].as_float[:, idx] if need < n_live else tables[j].as_float
+            cnt = sub.sum(axis=1) if need < n_live else sub @ pos.astype(np.float64)
+            top = int(np.argmax(cnt))
+            if cnt[top] >= need - 0.5:
+                completion[j] = top
+                continue
+            solved = False
+            ld = sub @ col_w if need < n_live else sub @ (w * pos)
+            m = float(ld.max())
+            if m < best_max or (m == best_max and tables[j].size < tables[best_j].size):
+                best_j, best_max, best_loads = j, m, ld
+        if solved:
+            return value_of(mask), None, tuple(completion)
+        assert best_loads is not None
+        children = []
+        member = tables[best_j].member
+        seen: set[bytes] = set()
+        for a in np.argsort(-best_loads, kind="stable"):
+            child = mask & member[a]
+            key = np.packbits(child).tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            b = float(best_loads[a]) if additive else upper_of(child)
+            nf = list(fixed)
+            nf[best_j] = int(a)
+            children.append((b, child, tuple(nf)))
+        bound = best_max if additive else upper_of(mask)
+        return bound, children, None
+
+    root = np.ones(n_live, dtype=bool)
+    root_fixed = tuple([-1] * d)
+    heap: list[tuple[float, int, BoolArray, tuple[int, ...]]] = [
+        (-upper_of(root), next(counter), root, root_fixed)
+    ]
+    # A greedy dive first gives an incumbent (a lower bound with a witness) quickly.
+    dive: tuple[BoolArray, tuple[int, ...]] | None = (root, root_fixed)
+    while dive is not None:
+        mask, fixed = dive
+        nodes += 1
+        _, children, cell = expand(mask, fixed)
+        if cell is not None:
+            v = value_of(mask)
+            if v > best:
+                best, best_cell = v, cell
+            dive = None
+        else:
+            assert children
+            top = max(children, key=lambda ch: ch[0])
+            dive = (top[1], top[2])
+        if deadline is not None and time.monotonic() > deadline:
+            break
+
+    def slack(v: float) -> float:
+        return v + _REL * max(abs(v), 1e-300)
+
+    while heap:
+        negb, _, mask, fixed = heap[0]
+        if -negb <= slack(best):
+            heap.clear()
+            break
+        if (deadline is not None and time.monotonic() > deadline) or (
+            node_limit is not None and nodes >= node_limit
+        ):
+            break
+        heapq.heappop(heap)
+        nodes += 1
+        bound, children, cell = expand(mask, fixed)
+        if cell is not None:
+            if bound > best:
+                best, best_cell = bound, cell
+            continue
+        if bound <= slack(best):
+            continue
+        assert children is not None
+        for b, child, nf in children:
+            if b > slack(best):
+                heapq.heappush(heap, (-b, next(counter), child, nf))
+    if heap:
+        upper = max(best, -heap[0][0])
+        return BranchOutcome(best_cell, best, upper, False, nodes)
+    return BranchOutcome(best_cell, best, best, True, nodes)

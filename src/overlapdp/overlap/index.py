@@ -1,0 +1,559 @@
+"""``OverlapIndex``: the maximum (weighted) overlap kept up to date as queries are added and removed.
+
+The accountant's admission test (MATH.md section 2, adaptive use as a per-row filter) asks "what would
+the maximum be if this query were added?". With the per-row view (MATH.md section 1) the answer is
+$\\max(\\gamma_w(Q),\\ f(w_q)+\\max_{x\\in C_q}\\mathrm{load}_Q(x))$ under the outer $g$, because only rows
+inside $C_q$ change. So ``peek`` needs the largest load inside the new query's coverage only.
+
+Dense mode (the usual one): a numpy array of loads over the raw values of the attributes queried so far
+(grown when a query touches a new attribute, as long as it has at most ``dense_limit`` cells); add and
+remove are box-slice updates, peek is a max over the query's box. Removing a query that does not cover
+the current witness cannot change the maximum (every other row only loses load); removing one that does
+rescans the array.
+
+Generic mode (when the dense array would be too large): ``peek`` solves the workload restricted to the
+new query's coverage with :func:`max_overlap`; ``remove`` of a witness query recomputes from scratch.
+Exact unless the engine's effort limit stops it, in which case the index reports a safe upper bound with
+``exact=False``.
+
+Values are recomputed from the witness: the reported ``lower`` is the exact comp (``math.fsum``) of the
+queries covering the witness row. The location of the maximum is found on float sums, so with real
+weights it is exact up to floating-point rounding (about 1e-12 relative). Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from overlapdp.overlap.engine import max_overlap
+from overlapdp.overlap.result import (
+    CompError,
+    DuplicateQueryError,
+    FloatArray,
+    OverlapResult,
+    SchemaMismatchError,
+    UnknownQueryError,
+    WeightError,
+    check_weight,
+    comp_name,
+)
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import IndexSet, Schema
+
+# Cells (times components) of the dense load array: 4M float64 values = 32 MB.
+DENSE_LIMIT = 1 << 22
+# A query with more boxes than this (product of its interval counts) is indexed with np.ix_.
+_MAX_BOXES = 16
+
+Region = tuple[Any, ...]
+
+
+@dataclass
+class _Entry:
+    query: PredicateQuery
+    weight: float | FloatArray
+    load: FloatArray  # f(w) per component, shape (k,)
+    slot: int
+
+
+class OverlapIndex:
+    """Incremental maximum (weighted) overlap over a growing set of queries (see the module docstring).
+
+    ``comp`` is ``"count"``, ``"sum"``, ``"l2"`` or ``"vector"`` (weights are vectors of one length,
+    each component maximised on its own); a :class:`SetComp` is accepted and answered by recomputation.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        comp: Any = "sum",
+        *,
+        dense_limit: int = DENSE_LIMIT,
+        effort: float | None = None,
+    ) -> None:
+        self._name = comp_name(comp)
+        self._comp = comp
+        self._schema = schema
+        self._dense_limit = int(dense_limit)
+        self._effort = effort
+        self._entries: dict[str, _Entry] = {}
+        self._k: int | None = None if self._name == "vector" else 1
+        self._reset_dense()
+        self._generic_result: OverlapResult | None = None
+        self._cached: OverlapResult | None = None
+
+    # -- public ------------------------------------------------------------------------------------
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, id: object) -> bool:
+        return id in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    @property
+    def value(self) -> float | FloatArray:
+        return self.result().value
+
+    @property
+    def witness(self) -> dict[str, Any] | None:
+        return self.result().witness
+
+    @property
+    def dense(self) -> bool:
+        """Whether the dense load array is in use (else peek solves a restricted workload)."""
+        return self._dense
+
+    def result(self) -> OverlapResult:
+        """The current maximum with its witness."""
+        if self._cached is None:
+            self._cached = self._compute_result()
+        return self._cached
+
+    def add(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
+        """Add ``query`` (its ``id`` must be set and new) with ``weight`` (default ``query.weight``)."""
+        if query.id is None:
+            raise DuplicateQueryError("a query added to an OverlapIndex needs an id")
+        if query.id in self._entries:
+            raise DuplicateQueryError(f"the index already holds a query with id {query.id!r}")
+        w, load = self._check(query, weight)
+        if self._k is None:
+            self._k = int(load.size)
+            self._reset_dense()
+        if self._name == "set":
+            self._store(query, w, load, slot=-1)
+            self._cached = None
+            return self.result()
+        if self._dense and not self._ensure_axes(query):
+            self._to_generic()
+        if self._dense:
+            slot = self._alloc_slot(query, load)
+            self._store(query, w, load, slot)
+            regions = self._regions(query)
+            for region in regions:
+                self._load[region] += load
+            covers_best = any(self._best_cell[c] is not None and self._in(query, c) for c in range(self._kk))
+            if self._improve(regions) or covers_best:
+                self._cached = None
+        else:
+            new = self._generic_peek(query, load)
+            self._store(query, w, load, slot=-1)
+            self._generic_result = new
+            self._cached = None
+        return self.result()
+
+    def peek(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
+        """The result ``add(query, weight)`` would give, without adding (no id needed)."""
+        w, load = self._check(query, weight)
+        if self._name == "set" or self._k is None:
+            return self._recompute(extra=(query, w))
+        if self._dense and self._fits(query):
+            return self._dense_peek(query, load)
+        return self._generic_peek(query, load)
+
+    def remove(self, id: str) -> None:
+        """Remove the query with this id (for example to roll back a reservation)."""
+        entry = self._entries.pop(id, None)
+        if entry is None:
+            raise UnknownQueryError(f"the index holds no query with id {id!r}")
+        if not self._entries:
+            self._reset_dense()
+            self._generic_result = None
+            self._cached = None
+            return
+        if self._name == "set":
+            self._cached = None
+            return
+        if self._dense:
+            regions = self._regions(entry.query)
+            for region in regions:
+                self._load[region] -= entry.load
+            self._used[entry.slot] = False
+            self._slot_load[entry.slot] = 0.0
+            self._free.append(entry.slot)
+            stale = [
+                c for c in range(self._kk) if self._best_cell[c] is not None and self._in(entry.query, c)
+            ]
+            for c in stale:
+                self._rescan(c)
+            if stale:
+                self._cached = None
+        else:
+            current = self._generic_result
+            if current is None or not current.witness_row or entry.query.covers(current.witness_row):
+                self._generic_result = self._recompute()
+                self._cached = None
+
+    # -- validation --------------------------------------------------------------------------------
+    def _check(self, query: PredicateQuery, weight: Any) -> tuple[float | FloatArray, FloatArray]:
+        if not isinstance(query, PredicateQuery):
+            raise SchemaMismatchError("only predicate queries can be added to an OverlapIndex")
+        if query.schema is not self._schema and query.schema != self._schema:
+            raise SchemaMismatchError(f"query {query.id!r} is over another schema than the index")
+        what = f"query {query.id!r}"
+        if self._name == "vector":
+            if weight is None:
+                raise CompError(f"{what}: the vector comp needs a weight vector")
+            try:
+                vec = np.asarray(weight, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise WeightError(f"{what}: a vector weight must hold numbers") from None
+            if vec.ndim != 1 or vec.size == 0:
+                raise WeightError(f"{what}: a vector weight must be a non-empty list of numbers")
+            if self._k is not None and vec.size != self._k:
+                raise WeightError(f"{what}: weight vector has length {vec.size}, the index uses {self._k}")
+            bad = np.flatnonzero(~np.isfinite(vec) | (vec < 0))
+            if bad.size:
+                raise WeightError(
+                    f"{what}: component {int(bad[0])} of the weight must be a finite non-negative number"
+                )
+            return vec.copy(), vec.copy()
+        w = check_weight(query.weight if weight is None else weight, what)
+        if self._name == "count":
+            return w, np.ones(1)
+        return w, np.array([w * w if self._name == "l2" else w])
+
+    def _store(self, query: PredicateQuery, w: float | FloatArray, load: FloatArray, slot: int) -> None:
+        assert query.id is not None
+        self._entries[query.id] = _Entry(query, w, load, slot)
+
+    # -- dense mode --------------------------------------------------------------------------------
+    @property
+    def _kk(self) -> int:
+        return self._k if self._k is not None else 1
+
+    def _reset_dense(self) -> None:
+        k = self._kk
+        self._dense = True
+        self._axes: list[int] = []
+        self._sizes: list[int] = []
+        self._load: FloatArray = np.zeros((k,), dtype=np.float64)
+        self._best = np.zeros(k)
+        self._best_cell: list[tuple[int, ...] | None] = [None] * k
+        self._member: list[np.ndarray] = []
+        cap = 64
+        self._used = np.zeros(cap, dtype=bool)
+        self._slot_load = np.zeros((cap, k), dtype=np.float64)
+        self._slot_id: list[str | None] = [None] * cap
+        self._free: list[int] = list(range(cap - 1, -1, -1))
+
+    def _fits(self, query: PredicateQuery) -> bool:
+        cells = self._load.size
+        for p in query.active:
+            if p not in self._axes:
+                cells *= self._schema.attributes[p].size
+        return cells <= self._dense_limit
+
+    def _ensure_axes(self, query: PredicateQuery) -> bool:
+        """Grow the dense array to the query's attributes; False if it would exceed the limit."""
+        if not self._fits(query):
+            return False
+        for p in query.active:
+            if p in self._axes:
+                continue
+            n = self._schema.attributes[p].size
+            self._load = np.repeat(self._load[..., None, :], n, axis=-2)
+            self._axes.append(p)
+            self._sizes.append(n)
+            self._best_cell = [None if c is None else (*c, 0) for c in self._best_cell]
+            self._member.append(np.ones((self._used.shape[0], n), dtype=bool))
+        return True
+
+    def _to_generic(self) -> None:
+        current = self.result()
+        self._dense = False
+        self._generic_result = current
+        self._load = np.zeros((self._kk,))
+        self._member = []
+
+    def _alloc_slot(self, query: PredicateQuery, load: FloatArray) -> int:
+        if not self._free:
+            cap = self._used.shape[0]
+            self._used = np.concatenate([self._used, np.zeros(cap, dtype=bool)])
+            self._slot_load = np.concatenate([self._slot_load, np.zeros((cap, self._kk))])
+            self._slot_id.extend([None] * cap)
+            self._member = [np.concatenate([m, np.ones((cap, m.shape[1]), dtype=bool)]) for m in self._member]
+            self._free = list(range(2 * cap - 1, cap - 1, -1))
+        slot = self._free.pop()
+        self._used[slot] = True
+        self._slot_load[slot] = load
+        self._slot_id[slot] = query.id
+        for ax, p in enumerate(self._axes):
+            self._member[ax][slot] = query.coverage(p).mask(self._sizes[ax])
+        return slot
+
+    def _regions(self, query: PredicateQuery) -> list[Region]:
+        """Index tuples (basic slices, or one np.ix_) that together cover the query's coverage once."""
+        covs: list[IndexSet] = [query.coverage(p) for p in self._axes]
+        if any(not c for c in covs) or query.is_contradiction:
+            return []
+        n_boxes = math.prod(len(c.intervals) for c in covs)
+        if n_boxes <= _MAX_BOXES:
+            lists = [[slice(lo, hi) for lo, hi in c.intervals] for c in covs]
+            out: list[Region] = [()]
+            for options in lists:
+                out = [(*r, s) for r in out for s in options]
+            return out
+        return [np.ix_(*(c.to_array() for c in covs))]
+
+    def _region_max(self, region: Region) -> tuple[FloatArray, list[tuple[int, ...]]]:
+        """Largest load per component inside ``region`` and where (global cell coordinates)."""
+        sub = self._load[region]
+        k = self._kk
+        shape = sub.shape[:-1]
+        flat = sub.reshape(-1, k)
+        arg = flat.argmax(axis=0)
+        vals = flat[arg, np.arange(k)]
+        cells = []
+        for c in range(k):
+            local = np.unravel_index(int(arg[c]), shape) if shape else ()
+            cell = []
+            for ax, part in enumerate(region):
+                if isinstance(part, slice):
+                    cell.append(int(part.start) + int(local[ax]))
+                else:
+                    cell.append(int(part.reshape(-1)[int(local[ax])]))
+            cells.append(tuple(cell))
+        return vals, cells
+
+    def _improve(self, regions: list[Region]) -> bool:
+        changed = False
+        for region in regions:
+            vals, cells = self._region_max(region)
+            for c in range(self._kk):
+                if self._best_cell[c] is None or vals[c] > self._best[c]:
+                    self._best[c], self._best_cell[c] = vals[c], cells[c]
+                    changed = True
+        if not regions:
+            for c in range(self._kk):
+                if self._best_cell[c] is None:
+                    self._rescan(c)
+                    changed = True
+        return changed
+
+    def _rescan(self, c: int) -> None:
+        g = self._load[..., c]
+        flat = int(np.argmax(g))
+        self._best[c] = float(g.reshape(-1)[flat])
+        self._best_cell[c] = tuple(int(v) for v in np.unravel_index(flat, g.shape)) if g.ndim else ()
+
+    def _in(self, query: PredicateQuery, c: int) -> bool:
+        cell = self._best_cell[c]
+        assert cell is not None
+        return all(v in query.coverage(p) for p, v in zip(self._axes, cell, strict=True))
+
+    def _dense_peek(self, query: PredicateQuery, load: FloatArray) -> OverlapResult:
+        # Attributes the query constrains but no stored query does: loads are constant along them,
+        # so the best row inside C_q takes the best cell over the known axes and any value of C_q there.
+        if query.is_contradiction:
+            return self.result() if self._entries else self._generic_peek(query, load)
+        regions = self._regions(query)
+        k = self._kk
+        best_new = np.full(k, -np.inf)
+        cells: list[tuple[int, ...] | None] = [None] * k
+        for region in regions:
+            vals, where = self._region_max(region)
+            for c in range(k):
+                if vals[c] > best_new[c]:
+                    best_new[c], cells[c] = vals[c], where[c]
+        new_total = best_new + load
+        wins = [
+            c
+            for c in range(k)
+            if self._best_cell[c] is None
+            or new_total[c] > self._best[c]
+            or (new_total[c] == self._best[c] and self._in(query, c))
+        ]
+        if not wins:
+            return self.result()
+        parts = self._parts(self.result())
+        for c in wins:
+            cell = cells[c]
+            assert cell is not None
+            row = self._row(cell, query)
+            parts[c] = self._result_at(row, c, query, load)
+        if k > 1 or self._name == "vector":
+            return _combine(parts)
+        return parts[0]
+
+    def _parts(self, result: OverlapResult) -> list[OverlapResult]:
+        """One scalar result per component (an empty index has none stored)."""
+        if self._name != "vector":
+            return [result]
+        if result.components:
+            return list(result.components)
+        return [OverlapResult(0.0, True, 0.0, 0.0, None, None, (), "empty")] * self._kk
+
+    def _row(self, cell: tuple[int, ...], query: PredicateQuery | None = None) -> tuple[int, ...]:
+        row = [0] * len(self._schema)
+        for p, v in zip(self._axes, cell, strict=True):
+            row[p] = v
+        if query is not None:
+            for p, cov in query.constraints:
+                if p not in self._axes and cov:
+                    row[p] = cov.min()
+        return tuple(row)
+
+    def _covering_slots(self, row: tuple[int, ...]) -> np.ndarray:
+        mask = self._used.copy()
+        for ax, p in enumerate(self._axes):
+            mask &= self._member[ax][:, row[p]]
+        return np.flatnonzero(mask)
+
+    def _result_at(
+        self, row: tuple[int, ...], c: int, extra: PredicateQuery | None = None, extra_load: Any = None
+    ) -> OverlapResult:
+        """The exact result at ``row`` for component ``c`` (plus a peeked query, when given)."""
+        if self._dense:
+            slots = self._covering_slots(row)
+            ids = [self._slot_id[s] for s in slots.tolist()]
+            loads = self._slot_load[slots, c].tolist()
+        else:
+            ids, loads = [], []
+            for qid, e in self._entries.items():
+                if e.query.covers(row):
+                    ids.append(qid)
+                    loads.append(float(e.load[c]))
+        if extra is not None and extra.covers(row):
+            ids.append(extra.id if extra.id is not None else "#new")
+            loads.append(float(extra_load[c]))
+        total = math.fsum(loads)
+        value = math.sqrt(total) if self._name == "l2" else total
+        name = "index" if self._dense else "index-generic"
+        return OverlapResult(
+            value=value,
+            exact=True,
+            upper=value,
+            lower=value,
+            witness=self._schema.row(row),
+            witness_row=row,
+            queries=tuple(str(i) for i in ids),
+            algorithm=name,
+        )
+
+    def _compute_result(self) -> OverlapResult:
+        if not self._entries:
+            k = self._kk
+            if self._name == "vector":
+                z = np.zeros(k if self._k is not None else 0)
+                return OverlapResult(z, True, z, z, None, None, (), "empty")
+            return OverlapResult(0.0, True, 0.0, 0.0, None, None, (), "empty")
+        if self._name == "set" or not self._dense:
+            if self._generic_result is None:
+                self._generic_result = self._recompute()
+            return self._generic_result
+        parts = []
+        for c in range(self._kk):
+            cell = self._best_cell[c]
+            if cell is None:
+                self._rescan(c)
+                cell = self._best_cell[c]
+            assert cell is not None
+            parts.append(self._result_at(self._row(cell), c))
+        if self._name == "vector":
+            return _combine(parts)
+        return parts[0]
+
+    # -- generic mode ------------------------------------------------------------------------------
+    def _weights_of(self, entries: list[_Entry]) -> Any:
+        if self._name == "vector":
+            return [np.asarray(e.weight) for e in entries]
+        return [float(e.weight) for e in entries]
+
+    def _recompute(self, extra: tuple[PredicateQuery, Any] | None = None) -> OverlapResult:
+        entries = list(self._entries.values())
+        queries = [e.query for e in entries]
+        weights = self._weights_of(entries)
+        if extra is not None:
+            queries.append(extra[0])
+            weights.append(extra[1])
+        return max_overlap(queries, weights, self._comp, effort=self._effort, schema=self._schema)
+
+    def _generic_peek(self, query: PredicateQuery, load: FloatArray) -> OverlapResult:
+        """max(current, f(w_q) + max load inside C_q), the second from the restricted workload."""
+        current = self.result()
+        if query.is_contradiction:
+            if self._entries:
+                return current
+            zero = self._result_at(tuple(0 for _ in self._schema.attributes), 0)
+            return _combine([zero] * self._kk) if self._name == "vector" else zero
+        restricted: list[PredicateQuery] = []
+        rloads: list[FloatArray] = []
+        for e in self._entries.values():
+            if e.query.disjoint(query):
+                continue
+            covs = dict(e.query.constraints)
+            for p, cov in query.constraints:
+                covs[p] = covs[p] & cov if p in covs else cov
+            restricted.append(PredicateQuery.from_coverages(self._schema, covs))
+            rloads.append(e.load)
+        k = self._kk
+        parts = self._parts(current)
+        changed = False
+        for c in range(k):
+            inside = max_overlap(
+                restricted,
+                [float(v[c]) for v in rloads],
+                "sum",
+                effort=self._effort,
+                schema=self._schema,
+            )
+            cur = parts[c]
+            cur_upper = float(cur.upper) ** 2 if self._name == "l2" else float(cur.upper)
+            cand_upper = float(inside.upper) + float(load[c])
+            row = inside.witness_row
+            if row is None or not query.covers(row):
+                # No stored query carries load inside C_q there: any point of C_q is as good.
+                row = tuple(query.coverage(p).min() for p in range(len(self._schema)))
+            covers_current = cur.witness_row is not None and query.covers(cur.witness_row)
+            if cand_upper <= cur_upper and self._entries and not covers_current:
+                continue
+            changed = True
+            # The best attained row: the candidate inside C_q, or the current witness (now with q).
+            options = [self._result_at(row, c, query, load)]
+            if cur.witness_row is not None and self._entries:
+                options.append(self._result_at(cur.witness_row, c, query, load))
+            best = max(options, key=lambda r: float(r.lower))
+            if inside.exact and cur.exact:
+                parts[c] = best
+                continue
+            up = max(cur_upper, cand_upper)
+            up_v = max(math.sqrt(up) if self._name == "l2" else up, float(best.lower))
+            parts[c] = OverlapResult(
+                value=up_v,
+                exact=False,
+                upper=up_v,
+                lower=best.lower,
+                witness=best.witness,
+                witness_row=best.witness_row,
+                queries=best.queries,
+                algorithm="index-generic",
+            )
+        if not changed:
+            return current
+        return _combine(parts) if self._name == "vector" else parts[0]
+
+
+def _combine(parts: list[OverlapResult]) -> OverlapResult:
+    value = np.array([float(p.value) for p in parts])
+    return OverlapResult(
+        value=value,
+        exact=all(p.exact for p in parts),
+        upper=np.array([float(p.upper) for p in parts]),
+        lower=np.array([float(p.lower) for p in parts]),
+        witness=None,
+        witness_row=None,
+        queries=(),
+        algorithm="vector:" + "/".join(sorted({p.algorithm for p in parts})),
+        components=tuple(parts),
+    )

@@ -1,0 +1,222 @@
+"""The answer of the overlap engine, the composition functions it maximises and its input errors.
+
+MATH.md section 1: $\\gamma_w(Q)=\\max_{x\\in\\mathbb D}\\mathrm{comp}(\\{q : x\\in C_q\\})$ for a monotone
+``comp``. Section 7: the closed forms ``count``, ``sum`` and ``l2`` are $g(\\sum_q f(w_q))$ with an
+increasing $g$, so they reduce to a maximum weighted depth with per-query loads $f(w_q)$:
+
+- ``count``: $f=1$, $g=\\mathrm{id}$ (the plain maximum overlap $\\gamma$);
+- ``sum``: $f(w)=w$, $g=\\mathrm{id}$ (pure DP epsilon, zCDP rho, RDP at one order);
+- ``l2``: $f(w)=w^2$, $g=\\sqrt{\\cdot}$ (Gaussian DP mu);
+- ``vector``: one ``sum`` per component of the weight vectors, each maximised on its own (RDP orders);
+- :class:`SetComp`: any monotone set function with a cheap upper bound (approximate DP through PLDs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from overlapdp.errors import OverlapDPError, QueryError, WorkloadError
+
+FloatArray = npt.NDArray[np.float64]
+CompName = Literal["count", "sum", "l2", "vector"]
+
+
+class OverlapInputError(OverlapDPError):
+    """Bad input to the overlap engine (base class of the errors below)."""
+
+
+class WeightError(OverlapInputError, WorkloadError):
+    """A weight is negative, NaN, infinite, not a number, or vectors differ in length."""
+
+
+class CompError(OverlapInputError):
+    """An unknown composition function, or weights that do not fit it."""
+
+
+class SchemaMismatchError(OverlapInputError, QueryError):
+    """A query is over another schema than the workload's."""
+
+
+class DuplicateQueryError(OverlapInputError, WorkloadError):
+    """An :class:`OverlapIndex` already holds a query with this id (or the id is missing)."""
+
+
+class UnknownQueryError(OverlapInputError, WorkloadError):
+    """An :class:`OverlapIndex` holds no query with this id."""
+
+
+class DomainTooLargeError(OverlapInputError):
+    """A reference algorithm (brute force, subset enumeration) was asked to do too much work."""
+
+
+@dataclass(frozen=True)
+class SetComp:
+    """A user-supplied monotone composition over sets of queries.
+
+    ``value(indices)`` is the composed loss of the queries at those indices (of the list given to
+    :func:`max_overlap`); ``upper(indices)`` must be a cheap upper bound of ``value`` over EVERY subset of
+    ``indices`` (for a monotone ``value``, ``value`` itself is one). Both must be monotone: adding a
+    query never lowers them (MATH.md section 2: only maximal overlapping sets matter).
+    """
+
+    value: Callable[[Sequence[int]], float]
+    upper: Callable[[Sequence[int]], float]
+
+
+Comp = CompName | SetComp
+
+
+@dataclass(frozen=True)
+class OverlapResult:
+    """The maximum (weighted) overlap of a workload and the row that attains it.
+
+    ``lower`` is attained: the witness row is covered by exactly the queries in ``queries`` and their
+    composed weight is ``lower``. ``upper`` is a safe upper bound of the true maximum. When ``exact``
+    they are equal (up to floating-point rounding) and ``value`` is that maximum; otherwise ``value`` is
+    the SAFE UPPER BOUND ``upper`` (DESIGN.md: never under-report privacy loss). For the vector comp
+    ``value``, ``upper`` and ``lower`` are arrays, ``components`` holds one result per component (each
+    with its own witness), and the top-level witness is None.
+    """
+
+    value: float | FloatArray
+    exact: bool
+    upper: float | FloatArray
+    lower: float | FloatArray
+    witness: dict[str, Any] | None
+    witness_row: tuple[int, ...] | None
+    queries: tuple[str, ...]
+    algorithm: str
+    components: tuple[OverlapResult, ...] = ()
+    query_indices: tuple[int, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON form: value, exact, upper, lower, witness, queries, algorithm."""
+
+        def num(x: float | FloatArray) -> float | list[float]:
+            if isinstance(x, np.ndarray):
+                return [float(v) for v in x]
+            return float(x)
+
+        out: dict[str, Any] = {
+            "value": num(self.value),
+            "exact": self.exact,
+            "upper": num(self.upper),
+            "lower": num(self.lower),
+            "witness": self.witness,
+            "queries": list(self.queries),
+            "algorithm": self.algorithm,
+        }
+        if self.components:
+            out["components"] = [c.to_json() for c in self.components]
+        return out
+
+
+@dataclass(frozen=True)
+class Loads:
+    """``comp = g(sum of loads)``: per-query loads ``f(w)`` and the outer function ``g``."""
+
+    name: Literal["count", "sum", "l2"]
+    loads: FloatArray
+
+    def outer(self, total: float) -> float:
+        total = max(total, 0.0)
+        return math.sqrt(total) if self.name == "l2" else total
+
+    def compose(self, indices: Sequence[int] | npt.NDArray[np.int64]) -> float:
+        """``comp`` of the queries at ``indices``, summed exactly (math.fsum)."""
+        if len(indices) == 0:
+            return 0.0
+        return self.outer(math.fsum(self.loads[np.asarray(indices, dtype=np.int64)].tolist()))
+
+
+def load_of(name: str, weight: float) -> float:
+    """``f(w)`` of one weight for a scalar comp."""
+    if name == "count":
+        return 1.0
+    if name == "l2":
+        return weight * weight
+    return weight
+
+
+def check_weight(weight: Any, what: str) -> float:
+    """A finite non-negative float, or :class:`WeightError` naming ``what``."""
+    if isinstance(weight, bool | str):
+        raise WeightError(f"{what}: weight must be a number, got {weight!r}")
+    try:
+        w = float(weight)
+    except (TypeError, ValueError):
+        raise WeightError(f"{what}: weight must be a number, got {type(weight).__name__}") from None
+    if not math.isfinite(w) or w < 0:
+        raise WeightError(f"{what}: weight must be a finite non-negative number, got {w!r}")
+    return w
+
+
+def check_weights(values: Any, t: int, ids: Sequence[str | None]) -> FloatArray:
+    """``t`` finite non-negative weights as an array; the first bad one is named by its query."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        items = list(values)
+        for i, v in enumerate(items):
+            check_weight(v, f"query {ids[i] if i < len(ids) else None!r} (#{i})")
+        raise WeightError("weights must be numbers") from None
+    if arr.ndim != 1 or arr.shape[0] != t:
+        raise WeightError(f"expected one weight per query ({t}), got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise WeightError(
+            f"query {ids[i]!r} (#{i}): weight must be a finite non-negative number, got {float(arr[i])!r}"
+        )
+    return arr
+
+
+def check_vectors(values: Any, t: int, ids: Sequence[str | None]) -> FloatArray:
+    """``t`` weight vectors of one common length as a ``(t, k)`` array."""
+    if values is None:
+        raise CompError("the vector comp needs weights: one vector per query")
+    rows = list(values)
+    if len(rows) != t:
+        raise WeightError(f"expected one weight vector per query ({t}), got {len(rows)}")
+    if t == 0:
+        return np.zeros((0, 0), dtype=np.float64)
+    lengths = []
+    for i, r in enumerate(rows):
+        try:
+            lengths.append(len(r))
+        except TypeError:
+            raise WeightError(f"query {ids[i]!r} (#{i}): a vector weight must be a sequence") from None
+    if len(set(lengths)) != 1:
+        i = next(i for i, n in enumerate(lengths) if n != lengths[0])
+        raise WeightError(
+            f"query {ids[i]!r} (#{i}): weight vector has length {lengths[i]}, the first has {lengths[0]}"
+        )
+    if lengths[0] == 0:
+        raise WeightError("weight vectors must have at least one component")
+    try:
+        arr = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise WeightError("weight vectors must hold numbers") from None
+    bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i, k = (int(v) for v in bad[0])
+        raise WeightError(
+            f"query {ids[i]!r} (#{i}): component {k} of the weight must be a finite non-negative "
+            f"number, got {float(arr[i, k])!r}"
+        )
+    return arr
+
+
+def comp_name(comp: Any) -> str:
+    """Validate ``comp``: one of the names or a :class:`SetComp`."""
+    if isinstance(comp, SetComp):
+        return "set"
+    if comp in ("count", "sum", "l2", "vector"):
+        return str(comp)
+    raise CompError(f"unknown comp {comp!r}: use 'count', 'sum', 'l2', 'vector' or a SetComp")

@@ -1,0 +1,310 @@
+"""max_overlap against independent truth: brute force over every row of small random schemas, and the
+definition by subset enumeration. Witnesses are checked row by row with PredicateQuery.covers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from overlapdp.overlap import (
+    CompError,
+    OverlapResult,
+    SchemaMismatchError,
+    SetComp,
+    WeightError,
+    brute_force_overlap,
+    graph_overlap,
+    max_overlap,
+    subset_overlap,
+)
+from overlapdp.overlap.bounds import colouring_bound
+from overlapdp.overlap.branch import atom_tables
+from overlapdp.overlap.compiled import compile_workload
+from overlapdp.query import PredicateQuery, parse_where
+from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+from strategies import schemas, where_clauses
+
+weights_st = st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False), st.integers(0, 4).map(float))
+
+
+@st.composite
+def workloads(draw: st.DrawFn, max_queries: int = 7) -> tuple[Schema, list[PredicateQuery], list[float]]:
+    schema = draw(schemas())
+    n = draw(st.integers(1, max_queries))
+    queries = [parse_where(schema, draw(where_clauses(schema)), id=f"q{i}") for i in range(n)]
+    weights = [draw(weights_st) for _ in range(n)]
+    return schema, queries, weights
+
+
+def compose(values: Sequence[float], comp: str) -> float:
+    if comp == "count":
+        return float(len(values))
+    if comp == "l2":
+        return math.sqrt(math.fsum(v * v for v in values))
+    return math.fsum(values)
+
+
+def check_witness(
+    queries: Sequence[PredicateQuery], weights: Sequence[float], r: OverlapResult, comp: str
+) -> None:
+    """The witness is a domain point covered by exactly the reported queries, whose comp is ``lower``."""
+    assert r.witness_row is not None and r.witness is not None
+    schema = queries[0].schema
+    assert len(r.witness_row) == len(schema)
+    assert all(0 <= v < a.size for v, a in zip(r.witness_row, schema, strict=True))
+    assert r.witness == schema.row(r.witness_row)
+    covering = [i for i, q in enumerate(queries) if q.covers(r.witness_row)]
+    assert list(r.query_indices) == covering
+    assert list(r.queries) == [queries[i].id for i in covering]
+    assert float(r.lower) == pytest.approx(compose([weights[i] for i in covering], comp), rel=1e-9, abs=1e-12)
+
+
+ALGORITHMS = ["auto", "grid", "branch", "milp"]
+
+
+@given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.sampled_from(ALGORITHMS))
+def test_value_equals_brute_force(
+    wl: tuple[Schema, list[PredicateQuery], list[float]], comp: str, algorithm: Any
+) -> None:
+    _schema, queries, weights = wl
+    r = max_overlap(queries, weights, comp, algorithm=algorithm)  # type: ignore[arg-type]
+    truth = brute_force_overlap(queries, weights, comp)  # type: ignore[arg-type]
+    assert r.exact
+    assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9, abs=1e-12)
+    assert r.upper == r.lower == r.value
+    check_witness(queries, [1.0] * len(queries) if comp == "count" else weights, r, comp)
+
+
+@given(workloads(max_queries=6), st.sampled_from(["count", "sum", "l2"]))
+def test_value_equals_subset_definition(
+    wl: tuple[Schema, list[PredicateQuery], list[float]], comp: str
+) -> None:
+    _, queries, weights = wl
+    r = max_overlap(queries, weights, comp)  # type: ignore[arg-type]
+    assert float(r.value) == pytest.approx(subset_overlap(queries, weights, comp), rel=1e-9, abs=1e-12)  # type: ignore[arg-type]
+
+
+@given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.sampled_from(["auto", "branch", "milp"]))
+def test_tiny_effort_gives_safe_upper_bound(
+    wl: tuple[Schema, list[PredicateQuery], list[float]], comp: str, algorithm: Any
+) -> None:
+    """With no time at all the answer may be inexact, but never below the truth, and lower is attained."""
+    _, queries, weights = wl
+    truth = float(brute_force_overlap(queries, weights, comp).value)  # type: ignore[arg-type]
+    r = max_overlap(queries, weights, comp, effort=0.0, algorithm=algorithm)  # type: ignore[arg-type]
+    assert float(r.upper) >= truth * (1 - 1e-12) - 1e-12
+    assert float(r.value) == float(r.upper)
+    assert float(r.lower) <= truth * (1 + 1e-12) + 1e-12
+    if r.exact:
+        assert float(r.value) == pytest.approx(truth, rel=1e-9, abs=1e-12)
+    check_witness(queries, [1.0] * len(queries) if comp == "count" else weights, r, comp)
+
+
+def test_effort_limit_path_is_exercised() -> None:
+    """A workload the search cannot finish in zero seconds: the result says so and stays safe."""
+    schema = Schema(tuple(CategoricalAttribute(f"x{j}", ("a", "b", "c")) for j in range(6)))
+    rng = np.random.default_rng(1)
+    queries = []
+    for i in range(40):
+        covs = {f"x{j}": IndexSet.from_indices(rng.choice(3, size=2, replace=False)) for j in range(6)}
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    truth = float(brute_force_overlap(queries).value)
+    r = max_overlap(queries, effort=0.0, algorithm="branch")
+    assert not r.exact
+    assert float(r.upper) >= truth
+    assert float(r.lower) <= truth
+    exact = max_overlap(queries)
+    assert exact.exact and float(exact.value) == truth
+
+
+@given(workloads())
+def test_colouring_bound_is_safe(wl: tuple[Schema, list[PredicateQuery], list[float]]) -> None:
+    _, queries, weights = wl
+    c = compile_workload(queries, queries[0].schema)
+    if not c.attributes or c.live.size == 0:
+        return
+    bound = colouring_bound(atom_tables(c), np.asarray(weights)[c.live])
+    assert bound is not None
+    assert bound >= float(brute_force_overlap(queries, weights, "sum").value) - 1e-9
+
+
+@given(workloads(), st.integers(1, 3), st.data())
+def test_vector_components_each_equal_brute_force(
+    wl: tuple[Schema, list[PredicateQuery], list[float]], k: int, data: st.DataObject
+) -> None:
+    _, queries, _ = wl
+    vectors = [[data.draw(weights_st) for _ in range(k)] for _ in queries]
+    r = max_overlap(queries, vectors, "vector")
+    assert isinstance(r.value, np.ndarray) and r.value.shape == (k,)
+    assert len(r.components) == k
+    for j, part in enumerate(r.components):
+        col = [v[j] for v in vectors]
+        truth = float(brute_force_overlap(queries, col, "sum").value)
+        assert float(part.value) == pytest.approx(truth, rel=1e-9, abs=1e-12)
+        assert float(r.value[j]) == float(part.value)
+        check_witness(queries, col, part, "sum")
+
+
+@given(workloads(max_queries=6))
+def test_set_comp_equals_brute_force(wl: tuple[Schema, list[PredicateQuery], list[float]]) -> None:
+    """A non-additive monotone comp: sqrt of the sum plus half the largest weight."""
+    _, queries, weights = wl
+    calls: list[int] = []
+
+    def value(idx: Sequence[int]) -> float:
+        calls.append(len(idx))
+        ws = [weights[i] for i in idx]
+        return math.sqrt(math.fsum(ws)) + 0.5 * max(ws, default=0.0)
+
+    comp = SetComp(value=value, upper=value)
+    r = max_overlap(queries, comp=comp)
+    truth = brute_force_overlap(queries, comp=comp)
+    assert r.exact
+    assert float(r.value) == pytest.approx(float(truth.value), rel=1e-12, abs=1e-12)
+    assert r.witness_row is not None
+    covering = [i for i, q in enumerate(queries) if q.covers(r.witness_row)]
+    assert list(r.query_indices) == covering
+    assert float(r.lower) == pytest.approx(value(covering))
+
+
+@given(workloads(max_queries=6))
+def test_set_comp_tiny_effort_is_safe(wl: tuple[Schema, list[PredicateQuery], list[float]]) -> None:
+    _, queries, weights = wl
+    comp = SetComp(
+        value=lambda idx: math.fsum(weights[i] for i in idx),
+        upper=lambda idx: math.fsum(weights[i] for i in idx),
+    )
+    r = max_overlap(queries, comp=comp, effort=0.0)
+    assert float(r.upper) >= float(brute_force_overlap(queries, weights, "sum").value) - 1e-12
+
+
+# -- two active attributes: the sweep with a segment tree -------------------------------------------
+
+
+@given(st.data())
+def test_sweep2d_equals_brute_force(data: st.DataObject) -> None:
+    n1, n2 = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    schema = Schema((IntAttribute("a", 0, n1 - 1), IntAttribute("b", 0, n2 - 1), IntAttribute("c", 0, 1)))
+    queries = []
+    for i in range(data.draw(st.integers(1, 10))):
+        covs: dict[str, IndexSet] = {}
+        for name, n in (("a", n1), ("b", n2)):
+            if data.draw(st.booleans()):
+                lo = data.draw(st.integers(0, n - 1))
+                covs[name] = IndexSet.interval(lo, data.draw(st.integers(lo + 1, n)))
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    weights = [data.draw(weights_st) for _ in queries]
+    c = compile_workload(queries, schema)
+    truth = float(brute_force_overlap(queries, weights, "sum").value)
+    if len(c.attributes) == 2:
+        r = max_overlap(queries, weights, "sum", algorithm="sweep2d")
+        assert r.algorithm == "sweep2d"
+        assert float(r.value) == pytest.approx(truth, rel=1e-9, abs=1e-12)
+        check_witness(queries, weights, r, "sum")
+
+
+# -- the paper's graph route ----------------------------------------------------------------------
+
+
+@given(st.data())
+def test_graph_route_agrees_on_ranges(data: st.DataObject) -> None:
+    """Boxes have Helly number 2: the maximum clique of the pairwise-overlap graph is the answer."""
+    schema = Schema((IntAttribute("a", 0, 5), IntAttribute("b", 0, 4)))
+    queries = []
+    for i in range(data.draw(st.integers(1, 8))):
+        covs = {}
+        for name, n in (("a", 6), ("b", 5)):
+            lo = data.draw(st.integers(0, n - 1))
+            covs[name] = IndexSet.interval(lo, data.draw(st.integers(lo + 1, n)))
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    weights = [data.draw(weights_st) for _ in queries]
+    for comp in ("count", "sum"):
+        g = graph_overlap(queries, weights, comp)
+        truth = float(brute_force_overlap(queries, weights, comp).value)
+        assert g.exact
+        assert float(g.value) == pytest.approx(truth)
+        assert float(max_overlap(queries, weights, comp).value) == pytest.approx(truth)
+
+
+def test_graph_route_is_only_an_upper_bound_on_sets() -> None:
+    """{a,b}, {b,c}, {a,c} overlap in pairs (a triangle) but share no value: gamma is 2, not 3."""
+    schema = Schema((CategoricalAttribute("x", ("a", "b", "c")),))
+    queries = [
+        parse_where(schema, "x IN ('a', 'b')", id="ab"),
+        parse_where(schema, "x IN ('b', 'c')", id="bc"),
+        parse_where(schema, "x IN ('a', 'c')", id="ac"),
+    ]
+    g = graph_overlap(queries)
+    assert g.value == 3.0 and not g.exact
+    assert g.lower == 2.0
+    r = max_overlap(queries)
+    assert r.value == 2.0 and r.exact
+    assert float(brute_force_overlap(queries).value) == 2.0
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def small_workload() -> tuple[Schema, list[PredicateQuery]]:
+    schema = Schema((IntAttribute("age", 0, 9), CategoricalAttribute("sex", ("f", "m"))))
+    return schema, [parse_where(schema, "age < 5", id="a"), parse_where(schema, "sex = 'f'", id="b")]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "x"])
+def test_bad_weights_are_refused(bad: Any) -> None:
+    _, queries = small_workload()
+    with pytest.raises(WeightError, match="'b'"):
+        max_overlap(queries, [1.0, bad], "sum")
+
+
+def test_wrong_number_of_weights() -> None:
+    _, queries = small_workload()
+    with pytest.raises(WeightError, match="one weight per query"):
+        max_overlap(queries, [1.0], "sum")
+
+
+def test_vector_lengths_must_agree() -> None:
+    _, queries = small_workload()
+    with pytest.raises(WeightError, match="length 3"):
+        max_overlap(queries, [[1.0, 2.0], [1.0, 2.0, 3.0]], "vector")
+    with pytest.raises(CompError):
+        max_overlap(queries, None, "vector")
+
+
+def test_query_over_another_schema() -> None:
+    _, queries = small_workload()
+    other = Schema((IntAttribute("age", 0, 20),))
+    with pytest.raises(SchemaMismatchError, match="'z'"):
+        max_overlap([*queries, parse_where(other, "age < 3", id="z")])
+
+
+def test_unknown_comp_and_effort() -> None:
+    _, queries = small_workload()
+    with pytest.raises(CompError):
+        max_overlap(queries, comp="max")  # type: ignore[arg-type]
+    with pytest.raises(CompError):
+        max_overlap(queries, effort=-1.0)
+
+
+def test_empty_workload_is_zero() -> None:
+    r = max_overlap([])
+    assert r.value == 0.0 and r.exact and r.witness is None and r.queries == ()
+    v = max_overlap([], [], "vector")
+    assert v.exact and v.witness is None
+
+
+def test_contradictions_and_tautologies() -> None:
+    schema, queries = small_workload()
+    never = parse_where(schema, "age > 100", id="never")
+    always = parse_where(schema, "TRUE", id="always")
+    r = max_overlap([never, always, *queries], [9.0, 1.0, 2.0, 3.0], "sum")
+    assert r.value == 6.0
+    assert r.queries == ("always", "a", "b")
+    r0 = max_overlap([never], [4.0], "sum")
+    assert r0.value == 0.0 and r0.queries == () and r0.witness is not None

@@ -1,0 +1,136 @@
+"""OverlapIndex after any random sequence of add / peek / remove equals a fresh brute-force computation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from overlapdp.overlap import (
+    CompError,
+    DuplicateQueryError,
+    OverlapIndex,
+    SchemaMismatchError,
+    UnknownQueryError,
+    WeightError,
+    brute_force_overlap,
+)
+from overlapdp.query import PredicateQuery, parse_where
+from overlapdp.schema import IntAttribute, Schema
+from strategies import schemas, where_clauses
+
+weights_st = st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False), st.integers(0, 4).map(float))
+
+
+def truth(queries: list[PredicateQuery], weights: list[Any], comp: str) -> Any:
+    return brute_force_overlap(queries, weights, comp).value  # type: ignore[arg-type]
+
+
+def check_result(
+    index: OverlapIndex, queries: list[PredicateQuery], weights: list[Any], comp: str, r: Any
+) -> None:
+    expected = (
+        truth(queries, weights, comp)
+        if queries
+        else (np.zeros(len(weights[0])) if comp == "vector" and weights else 0.0)
+    )
+    np.testing.assert_allclose(
+        np.asarray(r.value, dtype=float), np.asarray(expected, dtype=float), rtol=1e-9, atol=1e-12
+    )
+    assert r.exact
+    parts = r.components if comp == "vector" else (r,)
+    for j, part in enumerate(parts):
+        if not queries:
+            continue
+        assert part.witness_row is not None
+        covering = [q.id for q in queries if q.covers(part.witness_row)]
+        assert sorted(part.queries) == sorted(covering)
+        ws = [
+            w[j] if comp == "vector" else w for q, w in zip(queries, weights, strict=True) if q.id in covering
+        ]
+        if comp == "count":
+            ws = [1.0] * len(ws)
+        lower = math.sqrt(math.fsum(x * x for x in ws)) if comp == "l2" else math.fsum(ws)
+        assert float(part.lower) == pytest.approx(lower, rel=1e-9, abs=1e-12)
+
+
+@given(
+    st.data(),
+    st.sampled_from(["count", "sum", "l2", "vector"]),
+    st.sampled_from([1 << 22, 1]),
+)
+def test_index_matches_fresh_computation(data: st.DataObject, comp: str, dense_limit: int) -> None:
+    """dense_limit=1 forces the generic mode (restricted recomputation) from the first attribute on."""
+    schema = data.draw(schemas())
+    k = data.draw(st.integers(1, 3))
+    index = OverlapIndex(schema, comp, dense_limit=dense_limit)
+    held: dict[str, tuple[PredicateQuery, Any]] = {}
+    counter = 0
+    for _ in range(data.draw(st.integers(1, 12))):
+        op = data.draw(st.sampled_from(["add", "add", "peek", "remove"]))
+        if op == "remove" and held:
+            qid = data.draw(st.sampled_from(sorted(held)))
+            index.remove(qid)
+            del held[qid]
+        elif op in ("add", "peek"):
+            q = parse_where(schema, data.draw(where_clauses(schema)), id=f"q{counter}")
+            counter += 1
+            w: Any = [data.draw(weights_st) for _ in range(k)] if comp == "vector" else data.draw(weights_st)
+            queries = [p for p, _ in held.values()] + [q]
+            weights = [v for _, v in held.values()] + [w]
+            r = index.add(q, w) if op == "add" else index.peek(q, w)
+            check_result(index, queries, weights, comp, r)
+            if op == "add":
+                held[q.id] = (q, w)  # type: ignore[index]
+        queries = [p for p, _ in held.values()]
+        weights = [v for _, v in held.values()]
+        assert len(index) == len(held)
+        assert all(qid in index for qid in held)
+        check_result(index, queries, weights, comp, index.result())
+
+
+def test_index_bad_input() -> None:
+    schema = Schema((IntAttribute("a", 0, 9),))
+    index = OverlapIndex(schema, "sum")
+    q = parse_where(schema, "a < 5", id="x")
+    index.add(q, 1.0)
+    with pytest.raises(DuplicateQueryError):
+        index.add(q, 1.0)
+    with pytest.raises(DuplicateQueryError):
+        index.add(parse_where(schema, "a < 5"), 1.0)
+    with pytest.raises(UnknownQueryError):
+        index.remove("nope")
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(WeightError):
+            index.peek(parse_where(schema, "a > 2", id="y"), bad)
+    with pytest.raises(SchemaMismatchError):
+        index.add(parse_where(Schema((IntAttribute("a", 0, 3),)), "a < 2", id="z"))
+    vec = OverlapIndex(schema, "vector")
+    vec.add(q, [1.0, 2.0])
+    with pytest.raises(WeightError, match="length 3"):
+        vec.add(parse_where(schema, "a > 2", id="y"), [1.0, 2.0, 3.0])
+    with pytest.raises(CompError):
+        vec.add(parse_where(schema, "a > 2", id="y"))
+    with pytest.raises(CompError):
+        OverlapIndex(schema, "median")
+
+
+def test_index_empty_and_rollback() -> None:
+    schema = Schema((IntAttribute("a", 0, 9), IntAttribute("b", 0, 9)))
+    index = OverlapIndex(schema, "sum")
+    assert index.value == 0.0 and index.witness is None and len(index) == 0
+    a = parse_where(schema, "a < 5", id="a", weight=1.0)
+    b = parse_where(schema, "a > 3 AND b < 2", id="b", weight=2.0)
+    assert index.add(a).value == 1.0
+    assert index.peek(b).value == 3.0
+    assert index.value == 1.0
+    index.add(b)
+    assert index.value == 3.0 and set(index.result().queries) == {"a", "b"}
+    index.remove("b")
+    assert index.value == 1.0 and index.result().queries == ("a",)
+    index.remove("a")
+    assert index.value == 0.0 and index.witness is None
