@@ -1,20 +1,43 @@
 """Privacy definitions as small immutable values (MATH.md sections 2 and 5).
 
-Each value is the guarantee of one mechanism (or of a composition). Composition, conversion to
-(epsilon, delta) and mechanism costs are added by the accounting modules; the constructors here only
-validate: every parameter must be a finite number in its range, or :class:`BudgetError` is raised.
+Each value is the guarantee of one mechanism (or of a composition). The constructors validate: every
+parameter must be a finite number in its range, or :class:`BudgetError` is raised. Each value knows its
+own sequential composition (``a + b`` or ``Cls.compose(values)``) and its conversion to (epsilon, delta)
+(``epsilon_at(delta)``, ``delta_at(epsilon)``) by the best known SAFE formula of MATH.md section 5;
+mechanism costs live in :mod:`overlapdp.privacy.mechanisms`, tight (epsilon, delta) composition in
+:mod:`overlapdp.privacy.optimal` and :mod:`overlapdp.privacy.pld`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from overlapdp.errors import OverlapDPError
+from overlapdp.privacy import conversions as conv
 
 
 class BudgetError(OverlapDPError):
     """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
+
+
+@runtime_checkable
+class Guarantee(Protocol):
+    """Anything that can state its privacy profile: epsilon at a delta and delta at an epsilon (safe)."""
+
+    def epsilon_at(self, delta: float) -> float: ...
+
+    def delta_at(self, epsilon: float) -> float: ...
+
+
+def check_delta(delta: float) -> float:
+    """A target delta must lie in (0, 1)."""
+    d = _positive("delta", delta)
+    if not 0 < d < 1:
+        raise BudgetError(f"delta must lie in (0, 1), got {delta!r}")
+    return d
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = True) -> float:
@@ -45,6 +68,30 @@ class PureDP:
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _positive("epsilon", self.epsilon))
 
+    @staticmethod
+    def compose(items: Iterable[PureDP]) -> PureDP:
+        """Basic composition: epsilons add (Dwork et al. 2006; MATH.md 2, pure DP comp)."""
+        return PureDP(math.fsum(p.epsilon for p in items))
+
+    def __add__(self, other: PureDP) -> PureDP:
+        return PureDP.compose((self, other))
+
+    def epsilon_at(self, delta: float) -> float:
+        """epsilon-DP is (epsilon, delta)-DP for every delta; for delta > 0 a smaller epsilon may hold
+        (the profile of the randomized-response pair, which dominates every epsilon-DP mechanism)."""
+        return ApproxDP(self.epsilon, 0.0).epsilon_at(delta)
+
+    def delta_at(self, epsilon: float) -> float:
+        return conv.approx_delta(self.epsilon, 0.0, epsilon)
+
+    def to_zcdp(self) -> ZCDP:
+        """epsilon-DP implies (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3; MATH.md 5)."""
+        return ZCDP(self.epsilon**2 / 2)
+
+    def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
+        """RDP curve min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3; Bun-Steinke 2016)."""
+        return RDP(tuple(orders), conv.pure_rdp(self.epsilon, orders))
+
 
 @dataclass(frozen=True)
 class ApproxDP:
@@ -57,6 +104,26 @@ class ApproxDP:
         object.__setattr__(self, "epsilon", _positive("epsilon", self.epsilon))
         object.__setattr__(self, "delta", _probability("delta", self.delta))
 
+    @staticmethod
+    def compose(items: Iterable[ApproxDP]) -> ApproxDP:
+        """Basic composition (epsilons and deltas add). For the tight optimal composition use
+        :func:`overlapdp.privacy.optimal.compose_approx` (MATH.md 5)."""
+        xs = list(items)
+        return ApproxDP(math.fsum(p.epsilon for p in xs), math.fsum(p.delta for p in xs))
+
+    def __add__(self, other: ApproxDP) -> ApproxDP:
+        return ApproxDP.compose((self, other))
+
+    def delta_at(self, epsilon: float) -> float:
+        """Profile of the (epsilon, delta) dominating pair (Kairouz-Oh-Viswanath 2015; MATH.md 5)."""
+        return conv.approx_delta(self.epsilon, self.delta, epsilon)
+
+    def epsilon_at(self, delta: float) -> float:
+        """Smallest epsilon' with delta_at(epsilon') <= delta; infinite when delta < self.delta."""
+        if delta < self.delta:
+            return math.inf
+        return conv.invert_decreasing(self.delta_at, delta, 0.0, self.epsilon)
+
 
 @dataclass(frozen=True)
 class ZCDP:
@@ -67,6 +134,25 @@ class ZCDP:
     def __post_init__(self) -> None:
         object.__setattr__(self, "rho", _positive("rho", self.rho))
 
+    @staticmethod
+    def compose(items: Iterable[ZCDP]) -> ZCDP:
+        """rho adds (Bun-Steinke 2016 Lemma 2.3; concurrently too, Lyu 2022 Cor. 1; MATH.md 2-3)."""
+        return ZCDP(math.fsum(p.rho for p in items))
+
+    def __add__(self, other: ZCDP) -> ZCDP:
+        return ZCDP.compose((self, other))
+
+    def epsilon_at(self, delta: float) -> float:
+        """Canonne-Kamath-Steinke 2020 conversion, minimised over alpha (MATH.md 5)."""
+        return conv.zcdp_epsilon(self.rho, check_delta(delta))
+
+    def delta_at(self, epsilon: float) -> float:
+        return conv.zcdp_delta(self.rho, epsilon)
+
+    def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
+        """rho-zCDP is (alpha, alpha rho)-RDP for every alpha > 1 (Bun-Steinke 2016, Def. 1.1)."""
+        return RDP(tuple(orders), tuple(a * self.rho for a in orders))
+
 
 @dataclass(frozen=True)
 class GDP:
@@ -76,6 +162,27 @@ class GDP:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mu", _positive("mu", self.mu))
+
+    @staticmethod
+    def compose(items: Iterable[GDP]) -> GDP:
+        r"""mu composes in l2: $\sqrt{\sum\mu_i^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2)."""
+        return GDP(math.sqrt(math.fsum(p.mu**2 for p in items)))
+
+    def __add__(self, other: GDP) -> GDP:
+        return GDP.compose((self, other))
+
+    def delta_at(self, epsilon: float) -> float:
+        """Exact GDP profile (MATH.md 5)."""
+        return conv.gdp_delta(self.mu, epsilon)
+
+    def epsilon_at(self, delta: float) -> float:
+        return conv.gdp_epsilon(self.mu, check_delta(delta))
+
+    def to_zcdp(self) -> ZCDP:
+        """mu-GDP implies (mu^2/2)-zCDP: a mu-GDP pair is a post-processing of N(0,1) vs N(mu,1), whose
+        Rényi divergence of order alpha is alpha mu^2/2 (Dong-Roth-Su 2022, Prop. 2.10 with data
+        processing for Rényi divergences)."""
+        return ZCDP(self.mu**2 / 2)
 
 
 @dataclass(frozen=True)
@@ -95,3 +202,24 @@ class RDP:
             raise BudgetError("RDP orders must be > 1")
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "epsilons", tuple(_positive("RDP epsilon", e) for e in self.epsilons))
+
+    @staticmethod
+    def compose(items: Iterable[RDP]) -> RDP:
+        """Epsilons add order by order (Mironov 2017 Prop. 1; concurrently too, Lyu 2022 Thm. 2)."""
+        xs = list(items)
+        if not xs:
+            raise BudgetError("cannot compose an empty list of RDP guarantees")
+        orders = xs[0].orders
+        if any(x.orders != orders for x in xs):
+            raise BudgetError("RDP guarantees on different order grids cannot be composed")
+        return RDP(orders, tuple(math.fsum(col) for col in zip(*(x.epsilons for x in xs), strict=True)))
+
+    def __add__(self, other: RDP) -> RDP:
+        return RDP.compose((self, other))
+
+    def epsilon_at(self, delta: float) -> float:
+        """Improved conversion (Balle et al. 2020 Thm. 21), minimised over the orders (MATH.md 5)."""
+        return conv.rdp_epsilon(self.orders, self.epsilons, check_delta(delta))
+
+    def delta_at(self, epsilon: float) -> float:
+        return conv.rdp_delta(self.orders, self.epsilons, epsilon)

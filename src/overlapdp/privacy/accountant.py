@@ -1,0 +1,732 @@
+"""The overlap-aware accountant: a ledger of charges, an odometer and a filter (MATH.md sections 1, 2, 5).
+
+A charge is a mechanism's cost plus the coverage of the predicate query it touched (a mechanism run on
+all data covers the whole domain: a query with no constraints). A row only pays for the charges whose
+coverage holds it (MATH.md 1, per-row view), so for every definition the overlap-aware guarantee is the
+maximum over rows of the composition of that row's charges (MATH.md 2):
+
+======== ========================================== =============================================
+pure     $\\max_x\\sum_{q\\ni x}\\varepsilon_q$              OverlapIndex / max_overlap, comp ``sum``
+zCDP     $\\max_x\\sum_{q\\ni x}\\rho_q$                     comp ``sum``
+GDP      $\\max_x\\sqrt{\\sum_{q\\ni x}\\mu_q^2}$             comp ``l2``
+RDP      per order $\\max_x\\sum_{q\\ni x}\\varepsilon_q(\\alpha)$ comp ``vector`` (maxima may sit at different rows)
+(ε, δ)   $\\max$ over maximal overlapping sets of ε(δ)  max_overlap with a SetComp of PLD compositions
+======== ========================================== =============================================
+
+Sequential accounting (what every peer library does) composes all charges regardless of coverage.
+
+Neighbouring relation (MATH.md 1; issue item 5): add/remove one row by default. ``"replace"`` moves one
+row from x to x'; the charges that see a difference are those covering exactly one of x, x' (a count
+moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
+exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
+(additive loads over a symmetric difference are at most twice the largest per-row load; for GDP the
+factor is sqrt 2 on mu); the :class:`PrivacyFilter` always uses the doubling bound.
+
+Adaptivity. The ODOMETER reports the guarantee of the ledger as if its charges had been fixed in advance.
+The FILTER is what makes adaptive use safe; admitting a charge iff the overlap-aware guarantee with it
+stays within budget is a per-row (individual) filter, valid when the costs are chosen adaptively:
+
+- pure DP: Rogers, Roth, Ullman, Vadhan 2016 (the pure-DP filter: the realised sum of epsilons of each
+  row stays within budget; a charge not covering x costs x nothing);
+- zCDP and RDP: Feldman and Zrnic 2021 (arXiv 2008.11193), individual Rényi filter: for each order the
+  per-row sum of RDP losses stays within budget; zCDP is RDP with epsilon(alpha) = alpha rho at every order;
+- GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
+- (epsilon, delta): the optimal composition needs the parameters fixed in advance, so with
+  ``adaptive=True`` a ``composition="optimal"`` filter is REFUSED (:class:`AdaptivityError`); the default
+  is the advanced-composition filter of Whitehouse, Ramdas, Rogers, Wu 2023 (arXiv 2203.05481), applied
+  per row: admit while $\\sqrt{2\\ln(1/\\delta')\\sum\\varepsilon_t^2}+\\frac12\\sum\\varepsilon_t^2\\le\\varepsilon_g$
+  and $\\sum\\delta_t\\le\\delta_g-\\delta'$, giving $(\\varepsilon_g,\\delta_g)$-DP.
+
+Concurrent analysts sharing one filter stay covered too (Haney et al. 2023: every valid filter extends to
+concurrent composition; MATH.md 3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from overlapdp.overlap import OverlapIndex, OverlapResult, SetComp, max_overlap
+from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
+from overlapdp.privacy.optimal import compose_approx
+from overlapdp.privacy.patterns import row_patterns
+from overlapdp.privacy.pld import DEFAULT_H
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+Neighbouring = Literal["add_remove", "replace"]
+DEFINITIONS = ("pure", "zcdp", "gdp", "rdp", "approx")
+# Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
+_PAIR_WORK_LIMIT = 50_000_000
+_PAIR_PLD_LIMIT = 40
+
+
+class AdaptivityError(BudgetError):
+    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2)."""
+
+
+def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
+    """The coverage of a mechanism that touches all data: a query with no constraints."""
+    return PredicateQuery.from_coverages(schema, {}, id=id)
+
+
+def _check_neighbouring(value: str) -> Neighbouring:
+    if value not in ("add_remove", "replace"):
+        raise BudgetError(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
+    return "replace" if value == "replace" else "add_remove"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One mechanism run on the rows covered by ``query``."""
+
+    id: str
+    mechanism: Mechanism
+    query: PredicateQuery = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DefinitionGuarantee:
+    """One definition's guarantee, sequential and overlap-aware, and both converted to epsilon at delta.
+
+    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
+    delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+    """
+
+    definition: str
+    sequential: float | tuple[float, ...]
+    overlap: float | tuple[float, ...]
+    sequential_epsilon: float
+    overlap_epsilon: float
+    witness: dict[str, Any] | None
+    exact: bool
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequential": _num(self.sequential),
+            "overlap": _num(self.overlap),
+            "sequential_epsilon": _num(self.sequential_epsilon),
+            "overlap_epsilon": _num(self.overlap_epsilon),
+            "witness": self.witness,
+            "exact": self.exact,
+            "method": self.method,
+        }
+
+
+@dataclass(frozen=True)
+class OdometerReport:
+    """Everything charged so far: per definition, and the tightest epsilon at ``delta`` either way."""
+
+    delta: float
+    charges: int
+    neighbouring: str
+    definitions: dict[str, DefinitionGuarantee]
+    sequential_epsilon: float
+    sequential_method: str
+    overlap_epsilon: float
+    overlap_method: str
+    witness: dict[str, Any] | None
+    pure_epsilon: tuple[float, float] | None  # (sequential, overlap) for all-pure ledgers
+
+    def to_json(self) -> dict[str, Any]:
+        seq: dict[str, Any] = {"epsilon": _num(self.sequential_epsilon), "method": self.sequential_method}
+        ovl: dict[str, Any] = {
+            "epsilon": _num(self.overlap_epsilon),
+            "witness": self.witness,
+            "method": self.overlap_method,
+        }
+        if self.pure_epsilon is not None:
+            seq["pure_epsilon"], ovl["pure_epsilon"] = self.pure_epsilon
+        return {
+            "delta": self.delta,
+            "charges": self.charges,
+            "neighbouring": self.neighbouring,
+            "sequential": seq,
+            "overlap": ovl,
+            "definitions": {k: v.to_json() for k, v in self.definitions.items()},
+        }
+
+
+def _num(x: float | tuple[float, ...]) -> Any:
+    if isinstance(x, tuple):
+        return [_num(v) for v in x]
+    return None if math.isinf(x) else float(x)
+
+
+# -- the ledger and odometer ----------------------------------------------------------------------------
+class Odometer:
+    """A ledger of charges answering, for every definition that applies, the guarantee of everything
+    charged so far, sequentially and overlap-aware (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        schema: Schema,
+        *,
+        orders: Sequence[float] = conv.DEFAULT_ORDERS,
+        neighbouring: str = "add_remove",
+        h: float = DEFAULT_H,
+        effort: float | None = None,
+    ) -> None:
+        self.schema = schema
+        self.orders = RDP(tuple(orders), tuple(0.0 for _ in orders)).orders  # validated
+        self.neighbouring = _check_neighbouring(neighbouring)
+        self.h = h
+        self.effort = effort
+        self._charges: list[Charge] = []
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[object, ...], float] = {}
+
+    @property
+    def charges(self) -> tuple[Charge, ...]:
+        with self._lock:
+            return tuple(self._charges)
+
+    def __len__(self) -> int:
+        return len(self._charges)
+
+    def charge(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Charge:
+        """Record a charge (no budget check: see :class:`PrivacyFilter`)."""
+        c = _make_charge(self.schema, mechanism, query, id, len(self._charges))
+        with self._lock:
+            if any(x.id == c.id for x in self._charges):
+                raise BudgetError(f"a charge with id {c.id!r} is already in the ledger")
+            self._charges.append(c)
+        return c
+
+    def extend(self, charges: Sequence[Charge]) -> None:
+        with self._lock:
+            self._charges.extend(charges)
+
+    # -- report ---------------------------------------------------------------------------------------
+    def report(self, delta: float) -> OdometerReport:
+        """Per-definition guarantees and the tightest certified epsilon at ``delta`` (MATH.md 2, 5)."""
+        d = check_delta(delta)
+        charges = self.charges
+        if not charges:
+            raise BudgetError("the ledger is empty")
+        mechs = [c.mechanism for c in charges]
+        queries = [c.query for c in charges]
+        defs: dict[str, DefinitionGuarantee] = {}
+        pures = [m.pure() for m in mechs]
+        if all(p is not None for p in pures):
+            w = [p.epsilon for p in pures if p is not None]
+            defs["pure"] = self._additive("pure", queries, np.array(w)[:, None], "sum", d)
+        zs = [m.zcdp() for m in mechs]
+        if all(z is not None for z in zs):
+            w = [z.rho for z in zs if z is not None]
+            defs["zcdp"] = self._additive("zcdp", queries, np.array(w)[:, None], "sum", d)
+        gs = [m.gdp() for m in mechs]
+        if all(g is not None for g in gs):
+            w = [g.mu**2 for g in gs if g is not None]
+            defs["gdp"] = self._additive("gdp", queries, np.array(w)[:, None], "l2", d)
+        rs = [m.rdp(self.orders) for m in mechs]
+        if all(r is not None for r in rs):
+            w2 = np.array([r.epsilons for r in rs if r is not None])
+            defs["rdp"] = self._additive("rdp", queries, w2, "vector", d)
+        defs["approx"] = self._approx(mechs, queries, d, defs)
+        seq_def = min(defs.values(), key=lambda g: g.sequential_epsilon)
+        ovl_def = min(defs.values(), key=lambda g: g.overlap_epsilon)
+        pure = defs.get("pure")
+        return OdometerReport(
+            delta=d,
+            charges=len(charges),
+            neighbouring=self.neighbouring,
+            definitions=defs,
+            sequential_epsilon=seq_def.sequential_epsilon,
+            sequential_method=seq_def.definition,
+            overlap_epsilon=ovl_def.overlap_epsilon,
+            overlap_method=ovl_def.definition,
+            witness=ovl_def.witness,
+            pure_epsilon=(float(pure.sequential), float(pure.overlap))  # type: ignore[arg-type]
+            if pure is not None
+            else None,
+        )
+
+    def _additive(
+        self, name: str, queries: list[PredicateQuery], loads: np.ndarray, comp: str, delta: float
+    ) -> DefinitionGuarantee:
+        """Definitions whose per-row loss is an additive load (``loads``: t x K; GDP loads are mu^2)."""
+        seq_load = loads.sum(axis=0)
+        exact = True
+        witness: dict[str, Any] | None
+        if self.neighbouring == "add_remove":
+            if comp == "vector":
+                res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
+                ovl_load = np.asarray(res.value, dtype=float)
+            else:
+                res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                ovl_load = np.array([float(res.value)])
+            exact = bool(res.exact)
+            witness = _witness(res, self._best_component(name, ovl_load, delta))
+            method = res.algorithm
+        else:
+            pair = _replace_pairs(queries, self.schema, loads)
+            if pair is not None:
+                ovl_load, rows = pair
+                k = self._best_component(name, ovl_load, delta)
+                witness = _row_witness(self.schema, rows[k])
+                method = "pairs"
+            else:
+                if comp == "vector":
+                    res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
+                    base = np.asarray(res.value, dtype=float)
+                else:
+                    res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                    base = np.array([float(res.value)])
+                ovl_load = 2 * base
+                exact = False
+                witness = _witness(res, self._best_component(name, ovl_load, delta))
+                method = "doubling"
+        seq_v, ovl_v = _native(name, seq_load), _native(name, ovl_load)
+        return DefinitionGuarantee(
+            definition=name,
+            sequential=seq_v,
+            overlap=ovl_v,
+            sequential_epsilon=self._to_epsilon(name, seq_v, delta),
+            overlap_epsilon=self._to_epsilon(name, ovl_v, delta),
+            witness=witness,
+            exact=exact,
+            method=method,
+        )
+
+    def _best_component(self, name: str, load: np.ndarray, delta: float) -> int:
+        if name != "rdp":
+            return 0
+        a = np.asarray(self.orders)
+        vals = load + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
+        return int(np.argmin(vals))
+
+    def _to_epsilon(self, name: str, value: float | tuple[float, ...], delta: float) -> float:
+        if name == "pure":
+            assert isinstance(value, float)
+            return PureDP(value).epsilon_at(delta)
+        if name == "zcdp":
+            assert isinstance(value, float)
+            return ZCDP(value).epsilon_at(delta)
+        if name == "gdp":
+            assert isinstance(value, float)
+            return GDP(value).epsilon_at(delta)
+        assert isinstance(value, tuple)
+        return RDP(self.orders, value).epsilon_at(delta)
+
+    # -- approximate DP ----------------------------------------------------------------------------
+    def overlap_approx(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str]:
+        """Add/remove overlap-aware epsilon(delta): the maximum over maximal overlapping sets of the PLD
+        (or KOV) composition of their mechanisms (MATH.md 2), by max_overlap with a SetComp whose cheap
+        upper bound is the best closed-form conversion of the set. Returns (epsilon, exact, witness,
+        method); when not exact the epsilon is a safe upper bound."""
+
+        def value(idx: Sequence[int]) -> float:
+            return self._compose_eps([mechs[i] for i in idx], delta)
+
+        def upper(idx: Sequence[int]) -> float:
+            return _cheap_upper([mechs[i] for i in idx], delta, self.h)
+
+        res = max_overlap(list(queries), comp=SetComp(value=value, upper=upper), effort=self.effort)
+        return float(res.value), bool(res.exact), res.witness, f"pld/{res.algorithm}"
+
+    def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
+        key = (delta, *sorted(repr(m.key) for m in mechs))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta) if mechs else 0.0
+            self._cache[key] = hit
+        return hit
+
+    def _approx(
+        self,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        defs: dict[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee:
+        """Sequential: the PLD / KOV composition of all charges. Overlap-aware: the maximum over maximal
+        overlapping sets of epsilon(delta) of their composition (MATH.md 2), by max_overlap with a SetComp
+        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack)."""
+        seq = self._compose_eps(mechs, delta)
+
+        def value(idx: Sequence[int]) -> float:
+            return self._compose_eps([mechs[i] for i in idx], delta)
+
+        exact = True
+        witness: dict[str, Any] | None = None
+        if self.neighbouring == "add_remove":
+            ovl, exact, witness, method = self.overlap_approx(mechs, queries, delta)
+        else:
+            pats = row_patterns(queries, self.schema)
+            if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
+                ovl, best = 0.0, pats.rows[0]
+                m = pats.members
+                for a, b in itertools.combinations_with_replacement(range(m.shape[0]), 2):
+                    diff = np.flatnonzero(m[a] ^ m[b])
+                    v = value(diff.tolist())
+                    if v > ovl:
+                        ovl, best = v, pats.rows[a]
+                witness = _row_witness(self.schema, best)
+                method = "pld/pairs"
+            else:
+                # doubling through the additive definitions that apply (each a valid bound)
+                ovl = min((g.overlap_epsilon for g in defs.values()), default=math.inf)
+                ovl = min(ovl, _doubled_basic(mechs, queries, delta, self.effort))
+                exact = False
+                method = "doubling"
+        return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method)
+
+
+def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
+    """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
+    basic composition (pure / (eps, delta) with the deltas within budget) and the zCDP conversion, plus
+    h per mechanism for the PLD's upward grid rounding (connect-the-dots is dominated by rounding every
+    loss up by at most h), and a relative margin for round-off."""
+    if not mechs:
+        return 0.0
+    best = math.inf
+    eps_sum, delta_keep = 0.0, 1.0
+    basic_ok = True
+    for m in mechs:
+        p = m.pure()
+        if p is not None:
+            eps_sum += p.epsilon
+        elif isinstance(m, OpaqueApproxDP):
+            eps_sum += m.epsilon
+            delta_keep *= 1 - m.delta
+        else:
+            basic_ok = False
+            break
+    if basic_ok and 1 - delta_keep <= delta:
+        best = eps_sum
+    zs = [m.zcdp() for m in mechs]
+    if all(z is not None for z in zs):
+        best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+    return best * (1 + 1e-6) + h * len(mechs) + 1e-9
+
+
+def _doubled_basic(
+    mechs: list[Mechanism], queries: list[PredicateQuery], delta: float, effort: float | None
+) -> float:
+    """Replace-one-row bound for (eps, delta) mechanisms by basic composition: per-row sums of eps and of
+    delta, doubled (a pair of rows pays at most both rows' charges)."""
+    eps, dels = [], []
+    for m in mechs:
+        p = m.pure()
+        if p is not None:
+            eps.append(p.epsilon)
+            dels.append(0.0)
+        elif isinstance(m, OpaqueApproxDP):
+            eps.append(m.epsilon)
+            dels.append(m.delta)
+        else:
+            return math.inf
+    e = float(max_overlap(queries, weights=eps, comp="sum", effort=effort).value)
+    dd = float(max_overlap(queries, weights=dels, comp="sum", effort=effort).value)
+    return 2 * e if 2 * dd <= delta else math.inf
+
+
+def _replace_pairs(
+    queries: list[PredicateQuery], schema: Schema, loads: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, ...]]] | None:
+    """Exact maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them,
+    per component; None when the pattern enumeration is too large."""
+    pats = row_patterns(queries, schema)
+    if pats is None:
+        return None
+    m = pats.members.astype(float)
+    p = m.shape[0]
+    if p * p * max(1, m.shape[1]) * loads.shape[1] > _PAIR_WORK_LIMIT:
+        return None
+    per_row = m @ loads  # P x K
+    out = np.zeros(loads.shape[1])
+    rows: list[tuple[int, ...]] = [pats.rows[0]] * loads.shape[1]
+    for k in range(loads.shape[1]):
+        both = m @ (loads[:, k : k + 1] * m.T)  # P x P: load of charges covering both rows
+        sym = per_row[:, k : k + 1] + per_row[:, k][None, :] - 2 * both
+        i = int(np.argmax(sym))
+        out[k] = max(0.0, float(sym.flat[i]))
+        rows[k] = pats.rows[i // p]
+    return out, rows
+
+
+def _native(name: str, load: np.ndarray) -> float | tuple[float, ...]:
+    if name == "gdp":
+        return math.sqrt(max(0.0, float(load[0])))
+    if name == "rdp":
+        return tuple(float(v) for v in load)
+    return float(load[0])
+
+
+def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:
+    if res.components:
+        return res.components[component].witness
+    return res.witness
+
+
+def _row_witness(schema: Schema, row: tuple[int, ...]) -> dict[str, Any]:
+    return {a.name: a.value_at(v) for a, v in zip(schema.attributes, row, strict=True)}
+
+
+def _make_charge(
+    schema: Schema, mechanism: Mechanism, query: PredicateQuery | None, id: str | None, n: int
+) -> Charge:
+    if not isinstance(mechanism, Mechanism):
+        raise BudgetError(f"a charge needs a Mechanism, got {type(mechanism).__name__}")
+    q = whole_domain(schema) if query is None else query
+    if q.schema is not schema and q.schema != schema:
+        raise BudgetError("the charged query is over another schema than the accountant's")
+    cid = id if id is not None else (q.id if q.id is not None else f"c{n}")
+    return Charge(cid, mechanism, q)
+
+
+# -- the filter -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Admission:
+    """The filter's answer: admitted or not, and the overlap-aware value with the charge included."""
+
+    admitted: bool
+    charge: Charge | None
+    value: float | tuple[float, ...]
+    budget: float | tuple[float, ...]
+    witness: dict[str, Any] | None
+    reason: str = ""
+
+
+@dataclass
+class _Track:
+    """One overlap index of the filter and how a mechanism loads it."""
+
+    index: OverlapIndex
+    load: Callable[[Mechanism], Any]
+
+
+class PrivacyFilter:
+    """Admits a charge only if the overlap-aware guarantee stays within ``budget`` (see the module
+    docstring for why each definition's filter is valid under adaptive choice). Admission is atomic:
+    peek and add happen under one lock, so concurrent callers cannot overspend. Every admitted charge is
+    also recorded in ``odometer`` for reports under all definitions.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        budget: PureDP | ZCDP | GDP | RDP | ApproxDP,
+        *,
+        neighbouring: str = "add_remove",
+        composition: str = "advanced",
+        adaptive: bool = True,
+        delta_slack: float | None = None,
+        per_mechanism_delta: float | None = None,
+    ) -> None:
+        self.schema = schema
+        self.budget = budget
+        self.neighbouring = _check_neighbouring(neighbouring)
+        self._factor = 2.0 if self.neighbouring == "replace" else 1.0  # doubling (module docstring)
+        self._lock = threading.Lock()
+        self.odometer = Odometer(schema, neighbouring=self.neighbouring)
+        self._n = 0
+        self._ids: set[str] = set()
+        self._per_mech_delta = per_mechanism_delta
+        self._tracks: list[_Track] = []
+        self._optimal = False
+        self._check: Callable[[list[Any]], tuple[bool, Any]]
+        if isinstance(budget, PureDP):
+            self._tracks = [
+                _Track(OverlapIndex(schema, "sum"), lambda m: _need(m.pure(), m, "pure DP").epsilon)
+            ]
+            self._check = self._scalar_check(budget.epsilon)
+        elif isinstance(budget, ZCDP):
+            self._tracks = [_Track(OverlapIndex(schema, "sum"), lambda m: _need(m.zcdp(), m, "zCDP").rho)]
+            self._check = self._scalar_check(budget.rho)
+        elif isinstance(budget, GDP):
+            self._tracks = [
+                _Track(OverlapIndex(schema, "sum"), lambda m: _need(m.gdp(), m, "Gaussian DP").mu ** 2)
+            ]
+            self._check = self._gdp_check(budget.mu)
+        elif isinstance(budget, RDP):
+            orders = budget.orders
+            self._tracks = [
+                _Track(
+                    OverlapIndex(schema, "vector"),
+                    lambda m: list(_need(m.rdp(orders), m, "Rényi DP").epsilons),
+                )
+            ]
+            self._check = self._vector_check(np.array(budget.epsilons))
+        elif isinstance(budget, ApproxDP):
+            if composition == "optimal" and adaptive:
+                raise AdaptivityError(
+                    "optimal (epsilon, delta) composition needs the parameters fixed in advance; for "
+                    "adaptively chosen charges use composition='advanced' (Whitehouse et al. 2023 filter)"
+                )
+            if composition not in ("advanced", "optimal"):
+                raise BudgetError(f"composition must be 'advanced' or 'optimal', got {composition!r}")
+            if budget.delta <= 0:
+                raise BudgetError(
+                    "an (epsilon, delta) filter needs delta > 0; use a PureDP budget for delta = 0"
+                )
+            slack = budget.delta / 2 if delta_slack is None else float(delta_slack)
+            if not 0 < slack <= budget.delta:
+                raise BudgetError(f"delta_slack must lie in (0, {budget.delta}], got {delta_slack!r}")
+            self._optimal = composition == "optimal"
+            if self._optimal and self.neighbouring == "replace":
+                raise BudgetError("the optimal (epsilon, delta) filter supports add/remove neighbours only")
+            self._slack = slack
+            self._tracks = [
+                _Track(OverlapIndex(schema, "sum"), lambda m: self._eps_delta(m)[0] ** 2),
+                _Track(OverlapIndex(schema, "sum"), lambda m: self._eps_delta(m)[1]),
+            ]
+            self._check = self._advanced_check(budget.epsilon, budget.delta - slack, slack)
+        else:
+            raise BudgetError(f"unsupported budget type {type(budget).__name__}")
+
+    # -- checks ---------------------------------------------------------------------------------------
+    def _scalar_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
+        def check(values: list[Any]) -> tuple[bool, Any]:
+            v = self._factor * float(values[0])
+            return v <= b, v
+
+        return check
+
+    def _gdp_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
+        def check(values: list[Any]) -> tuple[bool, Any]:
+            v = math.sqrt(self._factor * float(values[0]))
+            return v <= b, v
+
+        return check
+
+    def _vector_check(self, b: np.ndarray) -> Callable[[list[Any]], tuple[bool, Any]]:
+        def check(values: list[Any]) -> tuple[bool, Any]:
+            v = self._factor * np.asarray(values[0], dtype=float)
+            return bool(np.all(v <= b)), tuple(float(x) for x in v)
+
+        return check
+
+    def _advanced_check(
+        self, eps_g: float, delta_g: float, slack: float
+    ) -> Callable[[list[Any]], tuple[bool, Any]]:
+        log_term = 2 * math.log(1 / slack)
+
+        def check(values: list[Any]) -> tuple[bool, Any]:
+            s2 = self._factor * float(values[0])
+            sd = self._factor * float(values[1])
+            e = math.sqrt(log_term * s2) + s2 / 2
+            return (e <= eps_g and sd <= delta_g), e
+
+        return check
+
+    def _eps_delta(self, m: Mechanism) -> tuple[float, float]:
+        p = m.pure()
+        if p is not None:
+            return p.epsilon, 0.0
+        if isinstance(m, OpaqueApproxDP):
+            return m.epsilon, m.delta
+        if self._per_mech_delta is None:
+            raise BudgetError(
+                f"{m.name} has no pure-DP guarantee: give per_mechanism_delta to charge it as (epsilon, delta)"
+            )
+        g = m.approx(self._per_mech_delta)
+        return g.epsilon, g.delta
+
+    # -- admission ------------------------------------------------------------------------------------
+    def try_charge(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Admission:
+        """Admit and record the charge iff the overlap-aware guarantee with it stays within budget."""
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            if charge.id in self._ids:
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            q = charge.query.with_id(charge.id)
+            if self._optimal:
+                return self._try_optimal(charge)
+            loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
+            peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
+            ok, value = self._check([r.value for r in peeks])
+            witness = peeks[0].witness if peeks[0].witness is not None else None
+            budget_v = _budget_value(self.budget)
+            if not ok:
+                return Admission(False, None, value, budget_v, witness, "over budget")
+            added: list[_Track] = []
+            try:
+                for t, w in zip(self._tracks, loads, strict=True):
+                    t.index.add(q, w)
+                    added.append(t)
+            except BaseException:
+                for t in added:
+                    t.index.remove(charge.id)
+                raise
+            self._ids.add(charge.id)
+            self._n += 1
+            self.odometer.extend([charge])
+            return Admission(True, charge, value, budget_v, witness)
+
+    def _try_optimal(self, charge: Charge) -> Admission:
+        """Non-adaptive (epsilon, delta) filter: the optimal / PLD composition of the overlap-aware
+        maximum, recomputed on each attempt (valid only because the caller declared the whole sequence of
+        charges fixed in advance, ``adaptive=False``; MATH.md 2)."""
+        assert isinstance(self.budget, ApproxDP)
+        ledger = [*self.odometer.charges, charge]
+        eps, _, witness, _ = self.odometer.overlap_approx(
+            [c.mechanism for c in ledger], [c.query for c in ledger], self.budget.delta
+        )
+        if eps > self.budget.epsilon:
+            return Admission(False, None, eps, self.budget.epsilon, witness, "over budget")
+        self._ids.add(charge.id)
+        self._n += 1
+        self.odometer.extend([charge])
+        return Admission(True, charge, eps, self.budget.epsilon, witness)
+
+    def value(self) -> float | tuple[float, ...]:
+        """The overlap-aware value the filter compares with its budget, for what is admitted so far."""
+        with self._lock:
+            if not self._ids:
+                return 0.0
+            if self._optimal:
+                assert isinstance(self.budget, ApproxDP)
+                ledger = self.odometer.charges
+                return self.odometer.overlap_approx(
+                    [c.mechanism for c in ledger], [c.query for c in ledger], self.budget.delta
+                )[0]
+            return self._check([t.index.value for t in self._tracks])[1]  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _need(g: Any, m: Mechanism, what: str) -> Any:
+    if g is None:
+        raise BudgetError(f"{m.name} has no {what} guarantee; it cannot be charged to a {what} budget")
+    return g
+
+
+def _budget_value(b: PureDP | ZCDP | GDP | RDP | ApproxDP) -> float | tuple[float, ...]:
+    if isinstance(b, PureDP | ApproxDP):
+        return b.epsilon
+    if isinstance(b, ZCDP):
+        return b.rho
+    if isinstance(b, GDP):
+        return b.mu
+    return b.epsilons
+
+
+__all__ = [
+    "DEFINITIONS",
+    "AdaptivityError",
+    "Admission",
+    "Charge",
+    "DefinitionGuarantee",
+    "Odometer",
+    "OdometerReport",
+    "PrivacyFilter",
+    "whole_domain",
+]

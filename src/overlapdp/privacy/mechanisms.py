@@ -1,0 +1,364 @@
+"""The privacy cost of the common mechanisms under every definition (MATH.md sections 2, 5 and 6).
+
+Each mechanism is an immutable, validated description (not a sampler; samplers live in
+``overlapdp.mechanisms``). It states its cost as pure DP, zCDP, GDP and RDP where such a guarantee exists,
+its exact privacy profile ``delta_at(epsilon)`` under add/remove neighbours, its trade-off function and a
+pessimistic PLD for tight numerical composition. All noise mechanisms here are symmetric (the two
+neighbouring directions have the same PLD), so their PLDs carry a single direction.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.pld import DEFAULT_H, PLD
+
+if TYPE_CHECKING:
+    from overlapdp.privacy.fdp import TradeOff
+
+
+def _pos(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise BudgetError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def _pos_int(name: str, value: float) -> int:
+    v = _pos(name, value)
+    if v != int(v):
+        raise BudgetError(f"{name} must be a positive integer for a discrete mechanism, got {value!r}")
+    return int(v)
+
+
+class Mechanism(ABC):
+    """A mechanism's privacy cost. Subclasses are frozen dataclasses with validated parameters."""
+
+    name: str = "mechanism"
+
+    def pure(self) -> PureDP | None:
+        """Its pure-DP guarantee, or None when it has none."""
+        return None
+
+    def zcdp(self) -> ZCDP | None:
+        """Its zCDP guarantee, or None when it has none."""
+        return None
+
+    def gdp(self) -> GDP | None:
+        """Its Gaussian-DP guarantee (exact for Gaussian noise), or None."""
+        return None
+
+    def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP | None:
+        """Its Rényi-DP curve on ``orders``, or None when it has none (approximate DP)."""
+        z = self.zcdp()
+        p = self.pure()
+        if z is None and p is None:
+            return None
+        eps = [math.inf] * len(orders)
+        if z is not None:
+            eps = [min(e, a * z.rho) for e, a in zip(eps, orders, strict=True)]
+        if p is not None:
+            eps = [min(e, r) for e, r in zip(eps, conv.pure_rdp(p.epsilon, orders), strict=True)]
+        return RDP(tuple(orders), tuple(eps))
+
+    @abstractmethod
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        """Exact privacy profile delta(epsilon) (worse direction) at each epsilon (any real)."""
+
+    @abstractmethod
+    def loss_range(self) -> tuple[float, float]:
+        """An interval holding (all but a negligible, safely handled part of) the privacy loss."""
+
+    def delta_at(self, epsilon: float) -> float:
+        return float(self.profile(np.array([float(epsilon)]))[0])
+
+    def epsilon_at(self, delta: float) -> float:
+        check_delta(delta)
+        _, hi = self.loss_range()
+        if self.delta_at(hi) > delta:
+            return math.inf
+        return conv.invert_decreasing(self.delta_at, delta, 0.0, max(hi, 0.0))
+
+    def approx(self, delta: float) -> ApproxDP:
+        """The (epsilon, delta)-DP guarantee at a target delta."""
+        return ApproxDP(self.epsilon_at(delta), delta)
+
+    def pld(self, h: float = DEFAULT_H) -> PLD:
+        """A pessimistic PLD (connect-the-dots from the exact profile)."""
+        lo, hi = self.loss_range()
+        return PLD.from_profile(self.profile, lo, hi, h)
+
+    def tradeoff(self) -> TradeOff:
+        """Its trade-off function (f-DP)."""
+        from overlapdp.privacy.fdp import ProfileTradeOff
+
+        return ProfileTradeOff.from_mechanism(self)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Identical mechanisms (same key) are grouped in compositions."""
+        return (type(self).__name__, *vars(self).values())
+
+
+@dataclass(frozen=True)
+class Laplace(Mechanism):
+    """Laplace noise of scale b on a query of L1 sensitivity Delta: (Delta/b)-DP (Dwork et al. 2006)."""
+
+    scale: float
+    sensitivity: float = 1.0
+    name = "laplace"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", _pos("Laplace scale", self.scale))
+        object.__setattr__(self, "sensitivity", _pos("sensitivity", self.sensitivity))
+
+    @property
+    def eps0(self) -> float:
+        return self.sensitivity / self.scale
+
+    def pure(self) -> PureDP:
+        return PureDP(self.eps0)
+
+    def zcdp(self) -> ZCDP:
+        return ZCDP(self.eps0**2 / 2)
+
+    def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
+        """Exact Laplace RDP (Mironov 2017, Table II):
+        $\\frac{1}{\\alpha-1}\\ln(\\frac{\\alpha}{2\\alpha-1}e^{(\\alpha-1)\\varepsilon_0}+\\frac{\\alpha-1}{2\\alpha-1}e^{-\\alpha\\varepsilon_0})$."""
+        e = self.eps0
+        out = []
+        for a in orders:
+            la = math.log(a / (2 * a - 1)) + (a - 1) * e
+            lb = math.log((a - 1) / (2 * a - 1)) - a * e
+            m = max(la, lb)
+            out.append(min(e, (m + math.log(math.exp(la - m) + math.exp(lb - m))) / (a - 1)))
+        return RDP(tuple(orders), tuple(out))
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        """$1-e^{(\\varepsilon-\\varepsilon_0)/2}$ on $[-\\varepsilon_0,\\varepsilon_0]$, 0 above, $1-e^\\varepsilon$ below
+        (integrating the loss of Lap(0,b) against Lap(Delta,b))."""
+        e = np.asarray(epsilons, dtype=float)
+        e0 = self.eps0
+        mid = -np.expm1((np.minimum(e, e0) - e0) / 2)
+        low = -np.expm1(np.minimum(e, 0.0))
+        return np.where(e >= e0, 0.0, np.where(e < -e0, low, mid))
+
+    def loss_range(self) -> tuple[float, float]:
+        return (-self.eps0, self.eps0)
+
+    def tradeoff(self) -> TradeOff:
+        from overlapdp.privacy.fdp import LaplaceTradeOff
+
+        return LaplaceTradeOff(self.eps0)
+
+
+@dataclass(frozen=True)
+class Gaussian(Mechanism):
+    """Gaussian noise N(0, sigma^2) on a query of L2 sensitivity Delta: exactly (Delta/sigma)-GDP
+    (Dong-Roth-Su 2022 Thm. 2.7) and Delta^2/(2 sigma^2)-zCDP (Bun-Steinke 2016)."""
+
+    sigma: float
+    sensitivity: float = 1.0
+    name = "gaussian"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", _pos("Gaussian sigma", self.sigma))
+        object.__setattr__(self, "sensitivity", _pos("sensitivity", self.sensitivity))
+
+    @property
+    def mu(self) -> float:
+        return self.sensitivity / self.sigma
+
+    def gdp(self) -> GDP:
+        return GDP(self.mu)
+
+    def zcdp(self) -> ZCDP:
+        return ZCDP(self.mu**2 / 2)
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        e = np.asarray(epsilons, dtype=float)
+        mu = self.mu
+        la = log_ndtr(-e / mu + mu / 2)
+        lb = log_ndtr(-e / mu - mu / 2) + e
+        return np.asarray(np.where(lb >= la, 0.0, np.exp(la) * -np.expm1(np.minimum(lb - la, 0.0))))
+
+    def delta_at(self, epsilon: float) -> float:
+        return conv.gdp_delta(self.mu, epsilon)
+
+    def epsilon_at(self, delta: float) -> float:
+        return conv.gdp_epsilon(self.mu, check_delta(delta))
+
+    def loss_range(self) -> tuple[float, float]:
+        # loss ~ N(mu^2/2, mu^2) under P; beyond 9 sd the mass (< 1.2e-19) is handled safely by the PLD
+        mu = self.mu
+        return (mu * mu / 2 - 9 * mu, mu * mu / 2 + 9 * mu)
+
+    def tradeoff(self) -> TradeOff:
+        from overlapdp.privacy.fdp import GaussianTradeOff
+
+        return GaussianTradeOff(self.mu)
+
+
+class _Atomic(Mechanism):
+    """A mechanism whose privacy loss takes finitely many values (known exactly)."""
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(losses, probabilities under P, mass at +infinity), one direction (symmetric mechanisms)."""
+        raise NotImplementedError
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        ls, ps, inf = self.atoms()
+        e = np.asarray(epsilons, dtype=float)[:, None]
+        vals = np.where(ls[None, :] > e, ps[None, :] * -np.expm1(np.minimum(e - ls[None, :], 0.0)), 0.0)
+        return np.asarray(np.minimum(1.0, inf + vals.sum(axis=1)))
+
+    def delta_at(self, epsilon: float) -> float:
+        ls, ps, inf = self.atoms()
+        sel = ls > epsilon
+        return min(1.0, inf + float(np.sum(ps[sel] * -np.expm1(epsilon - ls[sel]))))
+
+    def loss_range(self) -> tuple[float, float]:
+        ls, _, _ = self.atoms()
+        return (float(ls.min()), float(ls.max()))
+
+    def pld(self, h: float = DEFAULT_H) -> PLD:
+        """Atoms rounded UP to the grid (pessimistic)."""
+        ls, ps, inf = self.atoms()
+        return PLD.from_atoms(ls, ps, inf, h)
+
+
+@dataclass(frozen=True)
+class RandomizedResponse(_Atomic):
+    """k-ary randomized response with parameter epsilon: report the true value with probability
+    $e^\\varepsilon/(e^\\varepsilon+k-1)$, else a uniformly random other value (Warner 1965); epsilon-DP,
+    and for k = 2 exactly the dominating pair of every epsilon-DP mechanism (Kairouz-Oh-Viswanath 2015)."""
+
+    epsilon: float
+    categories: int = 2
+    name = "randomized_response"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _pos("epsilon", self.epsilon))
+        k = _pos_int("categories", self.categories)
+        if k < 2:
+            raise BudgetError("randomized response needs at least 2 categories")
+        object.__setattr__(self, "categories", k)
+
+    def pure(self) -> PureDP:
+        return PureDP(self.epsilon)
+
+    def zcdp(self) -> ZCDP:
+        return ZCDP(self.epsilon**2 / 2)
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        e, k = self.epsilon, self.categories
+        z = math.exp(e) + k - 1
+        losses = [e, -e] + ([0.0] if k > 2 else [])
+        probs = [math.exp(e) / z, 1 / z] + ([(k - 2) / z] if k > 2 else [])
+        return np.array(losses), np.array(probs), 0.0
+
+
+@dataclass(frozen=True)
+class OpaqueApproxDP(_Atomic):
+    """A mechanism known only to be (epsilon, delta)-DP: charged as its dominating pair (MATH.md 5:
+    mass delta at +infinity, $(1-\\delta)\\frac{e^\\varepsilon}{1+e^\\varepsilon}$ at epsilon, the rest at -epsilon)."""
+
+    epsilon: float
+    delta: float = 0.0
+    name = "approx"
+
+    def __post_init__(self) -> None:
+        g = ApproxDP(self.epsilon, self.delta)
+        object.__setattr__(self, "epsilon", g.epsilon)
+        object.__setattr__(self, "delta", g.delta)
+
+    def pure(self) -> PureDP | None:
+        return PureDP(self.epsilon) if self.delta == 0 else None
+
+    def zcdp(self) -> ZCDP | None:
+        return ZCDP(self.epsilon**2 / 2) if self.delta == 0 else None
+
+    def guarantee(self) -> ApproxDP:
+        return ApproxDP(self.epsilon, self.delta)
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        e, d = self.epsilon, self.delta
+        return (
+            np.array([e, -e]),
+            np.array([(1 - d) / (1 + math.exp(-e)), (1 - d) / (1 + math.exp(e))]),
+            d,
+        )
+
+
+@dataclass(frozen=True)
+class DiscreteLaplace(_Atomic):
+    """Discrete Laplace of scale t on an integer query of sensitivity Delta: pmf $\\propto e^{-|x|/t}$,
+    (Delta/t)-DP (Canonne-Kamath-Steinke 2020; MATH.md 6). Its loss takes the values (Delta-2x)/t."""
+
+    scale: float
+    sensitivity: int = 1
+    name = "discrete_laplace"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", _pos("discrete Laplace scale", self.scale))
+        object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
+
+    def pure(self) -> PureDP:
+        return PureDP(self.sensitivity / self.scale)
+
+    def zcdp(self) -> ZCDP:
+        return ZCDP((self.sensitivity / self.scale) ** 2 / 2)
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        t, d = self.scale, self.sensitivity
+        r = math.exp(-1 / t)
+        c = (1 - r) / (1 + r)
+        xs = np.arange(1, d)  # the outputs strictly between 0 and Delta
+        losses = np.concatenate([[d / t], (d - 2 * xs) / t, [-d / t]])
+        probs = np.concatenate([[1 / (1 + r)], c * np.exp(-xs / t), [r**d / (1 + r)]])
+        return losses, probs, 0.0
+
+
+@dataclass(frozen=True)
+class DiscreteGaussian(_Atomic):
+    """Discrete Gaussian N_Z(0, sigma^2) on an integer query of sensitivity Delta: Delta^2/(2 sigma^2)-zCDP
+    with the exact delta of MATH.md 6, $\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}-\\frac\\Delta2]-e^\\varepsilon\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}+\\frac\\Delta2]$
+    (Canonne-Kamath-Steinke 2020, Thm. 7), here as the loss atoms $(\\Delta^2-2y\\Delta)/(2\\sigma^2)$ of each
+    output y. The pmf is summed over $|y|\\le 12\\sigma+\\Delta$; the mass beyond (< 1e-32) is charged to
+    the infinity atom."""
+
+    sigma: float
+    sensitivity: int = 1
+    name = "discrete_gaussian"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", _pos("discrete Gaussian sigma", self.sigma))
+        object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
+        if self.sigma > 1e5:
+            raise BudgetError("discrete Gaussian sigma above 1e5 is not supported by the exact accountant")
+
+    def zcdp(self) -> ZCDP:
+        return ZCDP(self.sensitivity**2 / (2 * self.sigma**2))
+
+    def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
+        s, d = self.sigma, self.sensitivity
+        k = math.ceil(12 * s) + d
+        ys = np.arange(-k, k + 1, dtype=float)
+        w = np.exp(-(ys * ys) / (2 * s * s))
+        z = float(w.sum())  # a lower bound on the normaliser: the pmf below is over-estimated (safe)
+        # tail beyond k on either side: sum_{y>k} e^{-y^2/2s^2} <= s sqrt(2 pi) Phi(-k/s)
+        tail = s * math.sqrt(2 * math.pi) * math.exp(float(log_ndtr(-k / s))) / z
+        losses = (d * d - 2 * ys * d) / (2 * s * s)
+        return losses, w / z, min(1.0, 2 * tail)
