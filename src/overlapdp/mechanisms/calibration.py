@@ -1,0 +1,136 @@
+"""From a per-query budget to a noise distribution, and from a noise distribution back to the
+guarantee it gives (MATH.md section 6).
+
+- pure DP ``epsilon``: discrete Laplace of scale ``t = Delta/epsilon`` is ``(Delta/t)``-DP;
+- zCDP ``rho``: discrete Gaussian with ``sigma^2 = Delta^2/(2 rho)`` is ``Delta^2/(2 sigma^2)``-zCDP
+  (CKS 2020, Theorem 4);
+- GDP ``mu``: the discrete Gaussian with ``sigma = Delta/mu`` is calibrated as asked, and DECLARED as
+  ``mu^2/2``-zCDP, the guarantee CKS prove for it (a proof that the discrete Gaussian is exactly
+  ``mu``-GDP is not known to us, and a guarantee is never claimed without one).
+
+Parameters are rounded towards MORE noise (:mod:`overlapdp.mechanisms.rationals`), so the noise's
+true guarantee is never weaker than the declared one, which is computed from the requested budget.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import TypeAlias
+
+from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace, Noise
+from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+
+PrivacyDefinition: TypeAlias = PureDP | ApproxDP | ZCDP | GDP | RDP
+#: Budgets a noisy count can be calibrated to.
+CountBudget: TypeAlias = PureDP | ZCDP | GDP | ApproxDP
+
+# Keep the discrete Gaussian's integers within the vectorised sampler's 64-bit range when possible.
+_GAUSS_DEN_BUDGET = 2.0**54
+_GAUSS_NUM_BUDGET = 2.0**30
+
+
+def check_sensitivity(sensitivity: int) -> int:
+    """Counts move by whole rows: the sensitivity must be a positive integer (exact samplers need it)."""
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
+        raise MechanismError(f"sensitivity must be a positive integer, got {sensitivity!r}")
+    return sensitivity
+
+
+def positive_epsilon(value: float, name: str = "epsilon") -> float:
+    """A budget that must be a positive finite number (BudgetError otherwise)."""
+    return PureDP(_nonzero(name, value)).epsilon
+
+
+def _nonzero(name: str, value: float) -> float:
+    if isinstance(value, bool):
+        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise BudgetError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def laplace_scale(epsilon: float, sensitivity: int = 1) -> Fraction:
+    """``t >= Delta/epsilon`` as a short rational (rounded up)."""
+    eps = _nonzero("epsilon", epsilon)
+    return round_up(Fraction(check_sensitivity(sensitivity)) / Fraction(eps))
+
+
+def gaussian_sigma2(sigma2: Fraction) -> Fraction:
+    """``sigma^2`` rounded UP to a rational whose integers suit the vectorised sampler."""
+    s2 = float(sigma2)
+    t = math.sqrt(s2) + 1
+    limit = min(math.sqrt(_GAUSS_DEN_BUDGET / (2 * s2 * t * t)), _GAUSS_NUM_BUDGET / s2)
+    return round_up(sigma2, max_denominator=max(1, min(MAX_DENOMINATOR, int(limit))), name="sigma^2")
+
+
+def laplace_for(epsilon: float, sensitivity: int = 1) -> DiscreteLaplace:
+    """Discrete Laplace noise that makes a sensitivity-``Delta`` count ``epsilon``-DP."""
+    return DiscreteLaplace(laplace_scale(epsilon, sensitivity))
+
+
+def gaussian_for_rho(rho: float, sensitivity: int = 1) -> DiscreteGaussian:
+    """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP."""
+    r = _nonzero("rho", rho)
+    delta = check_sensitivity(sensitivity)
+    return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (2 * Fraction(r))))
+
+
+def gaussian_for_mu(mu: float, sensitivity: int = 1) -> DiscreteGaussian:
+    """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc)."""
+    m = _nonzero("mu", mu)
+    delta = check_sensitivity(sensitivity)
+    return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (Fraction(m) * Fraction(m))))
+
+
+def noise_for(budget: CountBudget, sensitivity: int = 1) -> Noise:
+    """The noise a per-query ``budget`` buys for a count of the given sensitivity."""
+    if isinstance(budget, PureDP):
+        return laplace_for(budget.epsilon, sensitivity)
+    if isinstance(budget, ApproxDP):
+        if budget.delta != 0:
+            raise MechanismError(
+                "noisy counts are calibrated to PureDP, ZCDP or GDP budgets; "
+                "an ApproxDP budget with delta > 0 is not supported (convert it first)"
+            )
+        return laplace_for(budget.epsilon, sensitivity)
+    if isinstance(budget, ZCDP):
+        return gaussian_for_rho(budget.rho, sensitivity)
+    if isinstance(budget, GDP):
+        return gaussian_for_mu(budget.mu, sensitivity)
+    raise MechanismError(f"cannot calibrate noise to a {type(budget).__name__} budget")
+
+
+def guarantee_of(noise: Noise, sensitivity: int = 1) -> PureDP | ZCDP:
+    """The guarantee the noise itself gives a sensitivity-``Delta`` count (floats rounded UP).
+
+    Discrete Laplace of scale ``t``: ``(Delta/t)``-DP; discrete Gaussian: ``Delta^2/(2 sigma^2)``-zCDP
+    (MATH.md section 6).
+    """
+    delta = check_sensitivity(sensitivity)
+    if isinstance(noise, DiscreteLaplace):
+        return PureDP(float_up(delta / noise.scale))
+    return ZCDP(float_up(Fraction(delta * delta) / (2 * noise.sigma2)))
+
+
+def declared_guarantee(budget: CountBudget) -> PureDP | ZCDP:
+    """What a count calibrated to ``budget`` is declared (and charged) as.
+
+    The requested value itself (the noise was rounded towards more noise), except GDP ``mu``, declared
+    as ``mu^2/2``-zCDP (see the module doc).
+    """
+    if isinstance(budget, PureDP):
+        return budget
+    if isinstance(budget, ApproxDP):
+        return PureDP(budget.epsilon)
+    if isinstance(budget, ZCDP):
+        return budget
+    if isinstance(budget, GDP):
+        return ZCDP(float_up(Fraction(budget.mu) * Fraction(budget.mu) / 2))
+    raise MechanismError(f"cannot calibrate noise to a {type(budget).__name__} budget")

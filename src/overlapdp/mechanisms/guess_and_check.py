@@ -1,0 +1,178 @@
+"""Guess-and-Check (Lyu, "Composition Theorems for Interactive Differential Privacy", NeurIPS 2022,
+Appendix B; MATH.md section 4).
+
+The analyst sends ``(query, guess)``. A sparse vector with one noisy threshold tests whether
+``|q(D) - g|`` exceeds the tolerance ``E``: threshold noise ``rho ~ Lap(s_1)``, query noise
+``nu_i ~ Lap(s_2)``, "wrong" iff ``|q_i(D) - g_i| + nu_i >= E + rho``. A guess within tolerance is
+"confirmed" and costs nothing more; a wrong one gets a FRESH noisy estimate ``q_i(D) + Lap(b)``, at
+most ``c`` of them; after ``c`` wrong guesses the mechanism answers "exhausted".
+
+Privacy, by concurrent composition of the two parts each analysed alone (Lyu 2022, Theorem 1 for pure
+DP; Vadhan and Wang 2021): the SVT part is ``Delta/s_1 + 2 c Delta/s_2``-DP (Lyu, Su, Li 2017,
+Algorithm 1 with ``epsilon_1 = Delta/s_1``, ``epsilon_2 = 2c Delta/s_2``; ``|q - g|`` is not monotonic
+between neighbours, hence the ``2c``), the Laplace part answers at most ``c`` queries and is
+``c Delta/b``-DP; together ``epsilon_SVT + c Delta/b``. The guarantee is computed from the noise scales
+(the constructor's parameters); :meth:`GuessAndCheck.from_budget` picks scales for a total epsilon.
+All noise is the exact discrete Laplace (see :mod:`overlapdp.mechanisms.sparse_vector` for why the
+SVT proof carries over).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
+from overlapdp.mechanisms.counting import Counter, DataLike
+from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
+from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
+from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.randomness import RngLike, resolve_source
+from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
+from overlapdp.mechanisms.sparse_vector import _finite, check_c, optimal_split
+from overlapdp.privacy.definitions import PureDP
+from overlapdp.query import PredicateQuery
+
+GuessOutcome = Literal["confirmed", "estimate", "exhausted"]
+
+
+@dataclass(frozen=True)
+class GuessAnswer:
+    """``confirmed`` (the guess is within tolerance, as far as the noisy test can tell), ``estimate``
+    (the guess failed: ``estimate`` holds a fresh noisy count with its error bar) or ``exhausted``."""
+
+    outcome: GuessOutcome
+    index: int
+    estimates_left: int
+    estimate: NoisyAnswer | None = None
+
+
+class GuessAndCheck:
+    """Interactive Guess-and-Check over predicate counting queries (see the module doc)."""
+
+    def __init__(
+        self,
+        data: DataLike,
+        *,
+        tolerance: float,
+        c: int,
+        threshold_scale: RationalLike,
+        query_scale: RationalLike,
+        estimate_scale: RationalLike,
+        sensitivity: int = 1,
+        coverage: Coverage = WHOLE_DOMAIN,
+        level: float = 0.95,
+        rng: RngLike = None,
+        served: bool = False,
+    ) -> None:
+        tol = _finite("tolerance", tolerance)
+        if tol <= 0:
+            raise MechanismError(f"tolerance E must be positive, got {tolerance!r}")
+        self.tolerance = tol
+        self._c = check_c(c)
+        self._delta = check_sensitivity(sensitivity)
+        self.threshold_noise = DiscreteLaplace(round_up(threshold_scale, name="threshold_scale"))
+        self.query_noise = DiscreteLaplace(round_up(query_scale, name="query_scale"))
+        self.estimate_noise = DiscreteLaplace(round_up(estimate_scale, name="estimate_scale"))
+        self._coverage = check_coverage(coverage)
+        self._level = _check_level(level)
+        self._source = resolve_source(rng, served=served)
+        self._counter = Counter.of(data)
+        self._guarantee = PureDP(float_up(self.epsilon_exact))
+        self._rho = self.threshold_noise.sample(self._source)
+        self._failures = 0
+        self._asked = 0
+
+    @classmethod
+    def from_budget(
+        cls,
+        data: DataLike,
+        *,
+        epsilon: float,
+        tolerance: float,
+        c: int,
+        estimate_fraction: float = 0.5,
+        sensitivity: int = 1,
+        coverage: Coverage = WHOLE_DOMAIN,
+        level: float = 0.95,
+        rng: RngLike = None,
+        served: bool = False,
+    ) -> GuessAndCheck:
+        """Scales for a total ``epsilon``: ``estimate_fraction`` of it to the estimates
+        (``b = c Delta/epsilon_est``), the rest to the SVT with the variance-optimal split."""
+        eps = positive_epsilon(epsilon)
+        if not 0 < estimate_fraction < 1:
+            raise MechanismError(f"estimate_fraction must lie in (0, 1), got {estimate_fraction!r}")
+        delta = check_sensitivity(sensitivity)
+        cc = check_c(c)
+        eps_est = eps * estimate_fraction
+        eps1, eps2 = optimal_split(eps - eps_est, cc)
+        return cls(
+            data,
+            tolerance=tolerance,
+            c=cc,
+            threshold_scale=Fraction(delta) / Fraction(eps1),
+            query_scale=Fraction(2 * cc * delta) / Fraction(eps2),
+            estimate_scale=Fraction(cc * delta) / Fraction(eps_est),
+            sensitivity=delta,
+            coverage=coverage,
+            level=level,
+            rng=rng,
+            served=served,
+        )
+
+    # -- privacy ----------------------------------------------------------------------------------------
+    @property
+    def svt_epsilon_exact(self) -> Fraction:
+        """``Delta/s_1 + 2 c Delta/s_2`` (Lyu, Su, Li 2017, Algorithm 1)."""
+        d = self._delta
+        return d / self.threshold_noise.scale + 2 * self._c * d / self.query_noise.scale
+
+    @property
+    def estimate_epsilon_exact(self) -> Fraction:
+        """``c Delta/b``: at most ``c`` Laplace estimates of scale ``b``."""
+        return self._c * self._delta / self.estimate_noise.scale
+
+    @property
+    def epsilon_exact(self) -> Fraction:
+        """``epsilon_SVT + c Delta/b`` by concurrent composition (Lyu 2022, Theorem 1 and App. B)."""
+        return self.svt_epsilon_exact + self.estimate_epsilon_exact
+
+    @property
+    def guarantee(self) -> PureDP:
+        return self._guarantee
+
+    @property
+    def coverage(self) -> Coverage:
+        return self._coverage
+
+    @property
+    def exhausted(self) -> bool:
+        return self._failures >= self._c
+
+    @property
+    def estimates_left(self) -> int:
+        return self._c - self._failures
+
+    def query(self, request: tuple[PredicateQuery, float]) -> GuessAnswer:
+        query, guess = request
+        return self.check(query, guess)
+
+    def check(self, query: PredicateQuery, guess: float) -> GuessAnswer:
+        index = self._asked
+        if self.exhausted:
+            return GuessAnswer("exhausted", index, 0)
+        g = _finite("guess", guess)
+        require_within(query, self._coverage, "this guess-and-check")
+        self._asked += 1
+        value = self._counter.count(query)
+        nu = self.query_noise.sample(self._source)
+        if abs(value - g) + nu < self.tolerance + self._rho:
+            return GuessAnswer("confirmed", index, self.estimates_left)
+        self._failures += 1
+        v = value + self.estimate_noise.sample(self._source)
+        w = self.estimate_noise.half_width(self._level)
+        est = NoisyAnswer(v, v - w, v + w, self._level, self.estimate_noise, self._guarantee, query.id)
+        return GuessAnswer("estimate", index, self.estimates_left, est)

@@ -1,0 +1,81 @@
+"""NoisyCounts: an interactive session that answers predicate counting queries one by one, charging
+each answer's per-query guarantee to the session's own budget (MATH.md sections 2 and 6).
+
+The session declares its total budget as its guarantee (pure DP or zCDP; a GDP total is declared as
+``mu^2/2``-zCDP, see :mod:`overlapdp.mechanisms.calibration`). Each query is admitted by a filter that
+keeps the composed cost within that budget; a query that does not fit raises
+:class:`~overlapdp.mechanisms.errors.BudgetExceededError` and reads no data and charges nothing. By
+default the filter sums costs (sequential composition, always safe); an overlap-aware filter can be
+passed instead (it must never admit beyond the declared total).
+"""
+
+from __future__ import annotations
+
+from overlapdp.mechanisms.calibration import CountBudget, check_sensitivity, declared_guarantee, noise_for
+from overlapdp.mechanisms.counting import Counter, DataLike
+from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.filters import BudgetFilter, SequentialFilter
+from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
+from overlapdp.mechanisms.noise import _check_level
+from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.randomness import RngLike, resolve_source
+from overlapdp.privacy.definitions import ZCDP, PureDP
+from overlapdp.query import PredicateQuery
+
+
+class NoisyCounts:
+    """Answers ``query -> NoisyAnswer`` with noise calibrated to ``per_query``, within ``budget``."""
+
+    def __init__(
+        self,
+        data: DataLike,
+        *,
+        budget: CountBudget,
+        per_query: CountBudget,
+        sensitivity: int = 1,
+        coverage: Coverage = WHOLE_DOMAIN,
+        level: float = 0.95,
+        rng: RngLike = None,
+        served: bool = False,
+        budget_filter: BudgetFilter | None = None,
+    ) -> None:
+        self._guarantee = declared_guarantee(budget)
+        self._cost = declared_guarantee(per_query)
+        if type(self._cost) is not type(self._guarantee):
+            raise MechanismError(
+                f"per-query budget {per_query} and session budget {budget} must be of the same kind"
+            )
+        self._sensitivity = check_sensitivity(sensitivity)
+        self.noise = noise_for(per_query, self._sensitivity)
+        self._coverage = check_coverage(coverage)
+        self._level = _check_level(level)
+        self._half_width = self.noise.half_width(self._level)
+        self._source = resolve_source(rng, served=served)
+        self._counter = Counter.of(data)
+        self._filter: BudgetFilter = budget_filter or SequentialFilter(self._guarantee)
+        self.answered = 0
+
+    @property
+    def guarantee(self) -> PureDP | ZCDP:
+        return self._guarantee
+
+    @property
+    def per_query(self) -> PureDP | ZCDP:
+        return self._cost
+
+    @property
+    def coverage(self) -> Coverage:
+        return self._coverage
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._filter.can_charge(self._cost)
+
+    def query(self, request: PredicateQuery) -> NoisyAnswer:
+        """One noisy count; charged before the noisy value leaves (refused: nothing read or charged)."""
+        require_within(request, self._coverage, "this noisy-count session")
+        self._filter.charge(self._cost)
+        value = self._counter.count(request) + self.noise.sample(self._source)
+        self.answered += 1
+        w = self._half_width
+        return NoisyAnswer(value, value - w, value + w, self._level, self.noise, self._cost, request.id)

@@ -1,0 +1,177 @@
+"""Where the noise's randomness comes from (MATH.md section 6; DESIGN.md "Rules that keep it sound").
+
+Every sampler draws uniform 64-bit words from a :class:`RandomSource`:
+
+- :class:`SystemRandomSource` (the default) reads the operating system's CSPRNG (``os.urandom``, i.e.
+  ``getrandom(2)``), the same source as :mod:`secrets`;
+- :class:`SeededRandomSource` is a reproducible PCG64 stream for tests and simulations only.
+
+:func:`resolve_source` turns what a caller passed into a source and REFUSES anything but the CSPRNG when
+the caller declares a served (production) context, or when the environment variable
+``OVERLAPDP_SERVED`` is set to ``1`` (so a deployment can forbid seeded generators globally).
+
+Words are buffered for speed; the buffer is dropped in a forked child (``os.register_at_fork``) so two
+processes never reuse the same random words.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from abc import ABC, abstractmethod
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from overlapdp.mechanisms.errors import InsecureRandomnessError
+
+_BUFFER_WORDS = 2048
+_MASK64 = (1 << 64) - 1
+
+
+class RandomSource(ABC):
+    """A stream of independent uniform 64-bit words, drawn one at a time or as numpy arrays."""
+
+    #: True only for the operating system's CSPRNG.
+    secure: bool = False
+
+    def __init__(self) -> None:
+        self._buffer: list[int] = []
+        _LIVE_SOURCES.add(self)
+
+    @abstractmethod
+    def _fresh_words(self, n: int) -> npt.NDArray[np.uint64]:
+        """``n`` fresh uniform words from the underlying generator."""
+
+    def words(self, n: int) -> npt.NDArray[np.uint64]:
+        """``n`` uniform 64-bit words as a numpy array (for the vectorised samplers)."""
+        return self._fresh_words(n)
+
+    def word(self) -> int:
+        """One uniform 64-bit word as a Python int."""
+        buf = self._buffer
+        if not buf:
+            buf.extend(self._fresh_words(_BUFFER_WORDS).tolist())
+        return buf.pop()
+
+    def randbelow(self, m: int) -> int:
+        """A uniform integer in ``[0, m)``, exactly (rejection, no modulo bias), for any ``m >= 1``."""
+        if m <= 0:
+            raise ValueError("randbelow needs m >= 1")
+        if m <= _MASK64:
+            # Accept w >= 2^64 mod m: the accepted range has a multiple of m values.
+            floor = ((1 << 64) - m) % m
+            while True:
+                w = self.word()
+                if w >= floor:
+                    return w % m
+        bits = m.bit_length()
+        nwords = (bits + 63) // 64
+        while True:
+            v = 0
+            for _ in range(nwords):
+                v = (v << 64) | self.word()
+            v >>= nwords * 64 - bits
+            if v < m:
+                return v
+
+    def below(self, m: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """Independent uniform integers in ``[0, m_i)`` for each entry (every ``1 <= m_i < 2^64``), exactly."""
+        m = np.asarray(m, dtype=np.uint64)
+        out = np.empty(m.shape, dtype=np.uint64)
+        floor = (np.uint64(0) - m) % m  # 2^64 mod m, in wrapping uint64 arithmetic
+        todo = np.arange(m.size)
+        while todo.size:
+            w = self.words(todo.size)
+            ok = w >= floor[todo]
+            idx = todo[ok]
+            out[idx] = w[ok] % m[idx]
+            todo = todo[~ok]
+        return out
+
+    def _drop_buffer(self) -> None:
+        self._buffer.clear()
+
+
+class SystemRandomSource(RandomSource):
+    """The operating system's CSPRNG (``os.urandom``): the default and the only source a served context
+    accepts."""
+
+    secure = True
+
+    def _fresh_words(self, n: int) -> npt.NDArray[np.uint64]:
+        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+
+    def __repr__(self) -> str:
+        return "SystemRandomSource()"
+
+
+class SeededRandomSource(RandomSource):
+    """A reproducible PCG64 stream: for tests and simulations ONLY (its output is predictable)."""
+
+    secure = False
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__()
+        self.seed = seed
+        self._bits = np.random.PCG64(seed)
+
+    def _fresh_words(self, n: int) -> npt.NDArray[np.uint64]:
+        return np.asarray(self._bits.random_raw(n), dtype=np.uint64)
+
+    def __repr__(self) -> str:
+        return f"SeededRandomSource(seed={self.seed!r})"
+
+
+_LIVE_SOURCES: weakref.WeakSet[RandomSource] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for source in list(_LIVE_SOURCES):
+        source._drop_buffer()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+#: What callers may pass as ``rng``: nothing (the CSPRNG), a source, a seed, or a numpy Generator
+#: (seeded sources are for tests and simulations).
+RngLike: TypeAlias = RandomSource | int | np.random.Generator | None
+
+_SYSTEM = SystemRandomSource()
+
+
+def served_by_environment() -> bool:
+    """True when ``OVERLAPDP_SERVED=1`` declares this process a served deployment."""
+    return os.environ.get("OVERLAPDP_SERVED", "").strip().lower() in {"1", "true", "yes"}
+
+
+def resolve_source(rng: RngLike = None, *, served: bool = False) -> RandomSource:
+    """The :class:`RandomSource` for ``rng``; the shared CSPRNG source when ``rng`` is None.
+
+    Raises :class:`InsecureRandomnessError` when ``served`` is true (or ``OVERLAPDP_SERVED=1``) and
+    ``rng`` is anything but the operating system's CSPRNG.
+    """
+    if rng is None:
+        source: RandomSource = _SYSTEM
+    elif isinstance(rng, RandomSource):
+        source = rng
+    elif isinstance(rng, np.random.Generator):
+        source = SeededRandomSource(int(rng.integers(0, 2**63)))
+    elif isinstance(rng, int) and not isinstance(rng, bool):
+        source = SeededRandomSource(rng)
+    else:
+        raise InsecureRandomnessError(
+            f"rng must be None (the OS CSPRNG), a RandomSource, a seed or a numpy Generator, got {type(rng).__name__}"
+        )
+    if (served or served_by_environment()) and not source.secure:
+        raise InsecureRandomnessError(
+            f"a served context only accepts the operating system's CSPRNG, not {source!r} "
+            "(seeded generators are for tests and simulations)"
+        )
+    return source
+
+
+def system_source() -> RandomSource:
+    """The shared operating-system CSPRNG source."""
+    return _SYSTEM

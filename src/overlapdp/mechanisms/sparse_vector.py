@@ -1,0 +1,194 @@
+"""The sparse vector technique with one noisy threshold (Lyu, Su, Li, "Understanding the Sparse Vector
+Technique for Differential Privacy", PVLDB 2017, Algorithm 1 and its monotonic variant; MATH.md
+section 4).
+
+One threshold noise ``rho ~ Lap(Delta/epsilon_1)`` is drawn once. Query ``i`` gets fresh noise
+``nu_i ~ Lap(2 c Delta/epsilon_2)`` (``c Delta/epsilon_2`` when every query moves in the same direction
+between neighbours, e.g. counts under add/remove) and the answer is "above" iff
+``q_i(D) + nu_i >= T_i + rho``. After ``c`` "above" answers the mechanism stops: further queries get an
+"exhausted" answer, read no data and spend nothing. The whole interaction is
+``(epsilon_1 + epsilon_2)``-DP. Optionally each "above" answer also releases ``q_i(D) + Lap(c Delta /
+epsilon_3)`` with FRESH noise (never ``nu_i``, which would break privacy, Lyu et al. Section 4), for
+``(epsilon_1 + epsilon_2 + epsilon_3)``-DP in total.
+
+Noise is the exact discrete Laplace: the proof of Lyu et al. shifts ``rho`` by ``Delta`` and ``nu_i`` by
+``2 Delta`` (``Delta``), which are integer shifts when the sensitivity ``Delta`` is an integer, and the
+discrete Laplace of scale ``t`` changes by at most ``e^{k/t}`` under a shift by ``k``, so the same
+argument holds; noise scales are rounded up (more noise), so the declared guarantee holds.
+
+The default split minimises the variance of ``nu_i - rho``: ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}``
+(``1 : c^{2/3}`` monotonic), Lyu et al. Section 4.2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Literal
+
+from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
+from overlapdp.mechanisms.counting import Counter, DataLike
+from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
+from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
+from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.randomness import RngLike, resolve_source
+from overlapdp.mechanisms.rationals import float_up, round_up
+from overlapdp.privacy.definitions import PureDP
+from overlapdp.query import PredicateQuery
+
+Outcome = Literal["above", "below", "exhausted"]
+
+
+def check_c(c: int) -> int:
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        raise MechanismError(f"c (the number of positive answers) must be an integer >= 1, got {c!r}")
+    return c
+
+
+def optimal_split(epsilon: float, c: int, *, monotonic: bool = False) -> tuple[float, float]:
+    """``(epsilon_1, epsilon_2)`` with ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}`` (``1 : c^{2/3}``
+    monotonic), the split that minimises the variance of the comparison noise (Lyu et al. 4.2)."""
+    eps = positive_epsilon(epsilon)
+    ratio = float(check_c(c) if monotonic else 2 * c) ** (2.0 / 3.0)
+    eps1 = eps / (1.0 + ratio)
+    return eps1, eps - eps1
+
+
+@dataclass(frozen=True)
+class SVTAnswer:
+    """One sparse-vector answer: "above" / "below" the noisy threshold, or "exhausted" (nothing read,
+    nothing spent). ``released`` holds the fresh noisy count on "above" when release is on."""
+
+    outcome: Outcome
+    index: int
+    positives_left: int
+    released: NoisyAnswer | None = None
+
+    @property
+    def above(self) -> bool:
+        return self.outcome == "above"
+
+
+class SparseVector:
+    """An interactive sparse vector mechanism over predicate counting queries (see the module doc).
+
+    ``epsilon`` is the SVT's budget ``epsilon_1 + epsilon_2``; ``release_epsilon`` (``epsilon_3``) is spent
+    on top when "above" answers also release a noisy count. ``threshold`` is the default ``T_i``.
+    """
+
+    def __init__(
+        self,
+        data: DataLike,
+        *,
+        epsilon: float,
+        c: int = 1,
+        threshold: float | None = None,
+        monotonic: bool = False,
+        threshold_epsilon: float | None = None,
+        release_epsilon: float | None = None,
+        sensitivity: int = 1,
+        coverage: Coverage = WHOLE_DOMAIN,
+        level: float = 0.95,
+        rng: RngLike = None,
+        served: bool = False,
+    ) -> None:
+        self._c = check_c(c)
+        eps = positive_epsilon(epsilon)
+        delta = check_sensitivity(sensitivity)
+        if threshold_epsilon is None:
+            eps1, eps2 = optimal_split(eps, self._c, monotonic=monotonic)
+        else:
+            eps1 = positive_epsilon(threshold_epsilon, "threshold_epsilon")
+            if eps1 >= eps:
+                raise MechanismError("threshold_epsilon must be smaller than epsilon")
+            eps2 = eps - eps1
+        self._eps3 = None if release_epsilon is None else positive_epsilon(release_epsilon, "release_epsilon")
+        self._threshold = None if threshold is None else _finite("threshold", threshold)
+        self._coverage = check_coverage(coverage)
+        self._level = _check_level(level)
+        self._source = resolve_source(rng, served=served)
+        self._counter = Counter.of(data)
+        self.monotonic = monotonic
+        scales = _svt_noise(eps1, eps2, self._c, monotonic, delta, self._eps3, eps)
+        self.threshold_noise, self.query_noise, self.release_noise, self._guarantee = scales
+        self._rho = self.threshold_noise.sample(self._source)
+        self._positives = 0
+        self._asked = 0
+
+    # -- the protocol ---------------------------------------------------------------------------------
+    @property
+    def guarantee(self) -> PureDP:
+        """``epsilon_1 + epsilon_2 (+ epsilon_3)``-DP (Lyu, Su, Li 2017; MATH.md section 4)."""
+        return self._guarantee
+
+    @property
+    def coverage(self) -> Coverage:
+        return self._coverage
+
+    @property
+    def exhausted(self) -> bool:
+        return self._positives >= self._c
+
+    @property
+    def c(self) -> int:
+        return self._c
+
+    @property
+    def positives_left(self) -> int:
+        return self._c - self._positives
+
+    def query(self, request: PredicateQuery | tuple[PredicateQuery, float]) -> SVTAnswer:
+        """Compare ``q(D)`` with the (noisy) threshold; ``request`` is a query or ``(query, T_i)``."""
+        if isinstance(request, tuple):
+            query, threshold = request
+            return self.ask(query, threshold)
+        return self.ask(request)
+
+    def ask(self, query: PredicateQuery, threshold: float | None = None) -> SVTAnswer:
+        index = self._asked
+        if self.exhausted:
+            return SVTAnswer("exhausted", index, 0)
+        t = self._threshold if threshold is None else _finite("threshold", threshold)
+        if t is None:
+            raise MechanismError("no threshold: pass one to SparseVector(...) or with the query")
+        require_within(query, self._coverage, "this sparse vector")
+        self._asked += 1
+        value = self._counter.count(query)
+        return self._compare(value, t, index)
+
+    def _compare(self, value: int, threshold: float, index: int) -> SVTAnswer:
+        nu = self.query_noise.sample(self._source)
+        if value + nu < threshold + self._rho:
+            return SVTAnswer("below", index, self.positives_left)
+        self._positives += 1
+        released = None
+        if self.release_noise is not None:
+            v = value + self.release_noise.sample(self._source)
+            w = self.release_noise.half_width(self._level)
+            released = NoisyAnswer(v, v - w, v + w, self._level, self.release_noise, self._guarantee)
+        return SVTAnswer("above", index, self.positives_left, released)
+
+
+@lru_cache(maxsize=256)
+def _svt_noise(
+    eps1: float, eps2: float, c: int, monotonic: bool, delta: int, eps3: float | None, eps: float
+) -> tuple[DiscreteLaplace, DiscreteLaplace, DiscreteLaplace | None, PureDP]:
+    """Noise scales (rounded up) and the declared guarantee; cached, mechanisms are spawned often."""
+    spread = c if monotonic else 2 * c
+    threshold_noise = DiscreteLaplace(round_up(Fraction(delta) / Fraction(eps1)))
+    query_noise = DiscreteLaplace(round_up(Fraction(spread * delta) / Fraction(eps2)))
+    release_noise = None if eps3 is None else DiscreteLaplace(round_up(Fraction(c * delta) / Fraction(eps3)))
+    total = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
+    return threshold_noise, query_noise, release_noise, PureDP(float_up(total))
+
+
+def _finite(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise MechanismError(f"{name} must be a finite number, got {value!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise MechanismError(f"{name} must be a finite number, got {value!r}")
+    return v
