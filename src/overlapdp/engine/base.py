@@ -1,0 +1,186 @@
+"""The engine interface: a table mapped onto a schema, answering exact counts of many predicate queries.
+
+Every engine (DuckDB, pandas, Polars, Spark) maps each column onto its attribute's value indices
+(categorical values to indices, numbers to bins, integers to ``value - min``). A row whose value is
+missing or outside the domain on ANY attribute stays in the row count but lies outside every query's
+coverage (also a query with no conditions), exactly as in :mod:`overlapdp.engine.encoding`; how many such
+rows there are, per attribute, is reported to the data owner in a :class:`DomainReport`.
+
+Exact counts are NOT private: they are the inputs of the mechanisms, or the data owner's own view.
+
+The batch path (:meth:`Engine.counts`) reads the data once per workload: it groups the in-domain rows by
+the workload's per-attribute atoms (MATH.md section 7; a query covers a value iff it covers the value's
+atom) into a histogram inside the engine, then answers every query from the histogram in numpy
+(:mod:`overlapdp.engine.batch`). When the histogram could be too large (more cells than
+``histogram_limit``), it falls back to conditional sums evaluated by the engine in chunks. Both paths
+give the same exact integers.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from overlapdp.engine.batch import answer_from_histogram, histogram_columns
+from overlapdp.errors import DataError
+from overlapdp.overlap.atoms import Atoms, compute_atoms
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+Method = Literal["auto", "histogram", "conditional"]
+
+#: Above this many possible histogram cells (min of the atom grid and the in-domain rows), counts
+#: fall back to conditional sums.
+DEFAULT_HISTOGRAM_LIMIT = 2_000_000
+
+
+@dataclass(frozen=True)
+class DomainReport:
+    """What the data owner must know about rows that do not fit the schema.
+
+    ``missing[a]`` counts rows whose value on attribute ``a`` is missing (NULL / NaN / empty cell);
+    ``outside[a]`` counts rows whose value is present but not in the attribute's domain (an unknown
+    category, a number outside the bins or the integer range, a non-integral number in an int attribute).
+    ``rows_outside`` counts rows with at least one such value: they are in ``rows`` but match no query.
+    """
+
+    rows: int
+    rows_outside: int
+    missing: dict[str, int] = field(default_factory=dict)
+    outside: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows_inside(self) -> int:
+        return self.rows - self.rows_outside
+
+    def problems(self) -> dict[str, dict[str, int]]:
+        """Attributes with missing or out-of-domain values only: ``{name: {"missing": m, "outside": o}}``."""
+        return {
+            name: {"missing": self.missing.get(name, 0), "outside": self.outside.get(name, 0)}
+            for name in self.missing
+            if self.missing.get(name, 0) or self.outside.get(name, 0)
+        }
+
+    def describe(self) -> str:
+        """One line for the data owner (counts and attribute names only, never data values)."""
+        if not self.rows_outside:
+            return f"all {self.rows} rows lie inside the schema's domain"
+        parts = [
+            f"{name}: {p['missing']} missing, {p['outside']} outside the domain"
+            for name, p in self.problems().items()
+        ]
+        return (
+            f"{self.rows_outside} of {self.rows} rows lie outside the schema's domain and match no query "
+            f"({'; '.join(parts)})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "rows_outside": self.rows_outside,
+            "missing": dict(self.missing),
+            "outside": dict(self.outside),
+        }
+
+
+class Engine(ABC):
+    """A table mapped onto ``schema``; exact counts of predicate queries over it.
+
+    Subclasses provide the mapping report, a grouped histogram of atom tuples and conditional counts;
+    this class plans a workload and answers it.
+    """
+
+    #: Short name used by the CLI (``--engine``).
+    name: str = "engine"
+
+    def __init__(self, schema: Schema, *, histogram_limit: int = DEFAULT_HISTOGRAM_LIMIT) -> None:
+        self.schema = schema
+        self.histogram_limit = histogram_limit
+        self._report: DomainReport | None = None
+
+    # -- what subclasses implement -------------------------------------------------------------------
+    @abstractmethod
+    def _compute_report(self) -> DomainReport:
+        """Row count and per-attribute missing / out-of-domain counts."""
+
+    @abstractmethod
+    def _histogram(
+        self, atoms: Atoms
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """In-domain rows grouped by atom tuple over ``atoms.attributes`` (in that order).
+
+        Returns ``(cells, weights)``: ``cells[h, k]`` is the atom of attribute ``atoms.attributes[k]`` in
+        cell ``h`` and ``weights[h]`` its number of rows; with no active attribute, one cell (or none).
+        """
+
+    @abstractmethod
+    def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
+        """Exact counts of non-contradictory queries by conditional sums over the in-domain rows."""
+
+    def close(self) -> None:
+        """Release engine resources (connections, cached tables); the engine is unusable afterwards."""
+
+    # -- the public interface ------------------------------------------------------------------------
+    @property
+    def report(self) -> DomainReport:
+        """Rows, and rows outside the domain per attribute (computed once)."""
+        if self._report is None:
+            self._report = self._compute_report()
+        return self._report
+
+    @property
+    def rows(self) -> int:
+        """Total number of rows, including those outside the domain."""
+        return self.report.rows
+
+    def counts(self, queries: Sequence[PredicateQuery], *, method: Method = "auto") -> list[int]:
+        """Exact count of each query: in-domain rows whose values lie in the query's coverage.
+
+        ``method="auto"`` groups by atoms when the histogram is small enough and falls back to
+        conditional sums otherwise; ``"histogram"`` / ``"conditional"`` force a path (for tests).
+        """
+        qs = list(queries)
+        if not qs:
+            return []
+        for q in qs:
+            if q.schema is not self.schema and q.schema != self.schema:
+                raise DataError(
+                    f"query {q.id or q.describe()!r} was built on another schema than the engine's data"
+                )
+        if method not in ("auto", "histogram", "conditional"):
+            raise ValueError(f"unknown counting method {method!r}")
+        if method == "conditional":
+            return self._counts_conditional(qs)
+        atoms = compute_atoms(qs, self.schema)
+        if method == "auto" and not self._histogram_fits(atoms):
+            return self._counts_conditional(qs)
+        cells, weights = self._histogram(atoms)
+        answers = answer_from_histogram(atoms, cells, weights, histogram_columns(atoms, qs))
+        return [int(a) for a in answers]
+
+    def _histogram_fits(self, atoms: Atoms) -> bool:
+        grid = atoms.grid_size
+        return min(grid, self.report.rows_inside) <= self.histogram_limit
+
+    def _counts_conditional(self, qs: list[PredicateQuery]) -> list[int]:
+        out = [0] * len(qs)
+        live = [i for i, q in enumerate(qs) if not q.is_contradiction]
+        if live:
+            got = self._conditional_counts([qs[i] for i in live])
+            for i, c in zip(live, got, strict=True):
+                out[i] = int(c)
+        return out
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} over {len(self.schema)} attributes>"

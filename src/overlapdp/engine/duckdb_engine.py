@@ -1,0 +1,174 @@
+"""DuckDB, the embedded default: CSV / Parquet files, DataFrames, or a table in a DuckDB database file.
+
+The schema mapping is pushed into SQL (CASE expressions, a balanced comparison tree for bins) and, by
+default, materialised once into a compact temporary table of value indices, so a workload reads the
+data once and later workloads read only the small encoded table. With ``materialize=False`` the mapping
+is a view evaluated by every query (for a database table too large to copy).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from overlapdp.engine import sql
+from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT
+from overlapdp.engine.sql_engine import SqlEngine
+from overlapdp.errors import DataError
+from overlapdp.schema import Schema
+
+_serial = itertools.count()
+
+
+def _check_file(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"data file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise DataError(f"data file {str(p)!r} is a directory")
+    if p.stat().st_size == 0:
+        raise DataError(f"data file {str(p)!r} is empty")
+    return p
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class DuckDBEngine(SqlEngine):
+    """Exact counts with DuckDB over any relation DuckDB can read.
+
+    ``source`` is a SQL table expression (``read_parquet('x.parquet')``, ``db.main.t``, a registered
+    view); prefer the constructors :meth:`from_csv`, :meth:`from_parquet`, :meth:`from_frame`,
+    :meth:`from_database` and :meth:`from_path`.
+    """
+
+    name = "duckdb"
+    dialect = sql.DUCKDB
+
+    def __init__(
+        self,
+        schema: Schema,
+        source: str,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        materialize: bool = True,
+        histogram_limit: int = DEFAULT_HISTOGRAM_LIMIT,
+        label: str = "the data",
+        csv_retry: str | None = None,
+    ) -> None:
+        super().__init__(schema, histogram_limit=histogram_limit)
+        self._own = connection is None
+        self.con = duckdb.connect() if connection is None else connection
+        self._label = label
+        try:
+            self._setup(source, materialize)
+        except DataError:
+            self.close()
+            raise
+        except (duckdb.ConversionException, duckdb.InvalidInputException):
+            if csv_retry is None:
+                self.close()
+                raise DataError(f"cannot read {label}: a value does not fit its column's type") from None
+            # The CSV sniffer typed a column from a sample; read it again with every row sniffed, so
+            # that a text value in a numeric column is reported by name below.
+            self._setup(csv_retry, materialize)
+        except duckdb.Error as exc:
+            self.close()
+            # DuckDB's messages can quote data lines: report only the kind of failure.
+            raise DataError(f"cannot read {label} ({type(exc).__name__})") from None
+
+    def _setup(self, source: str, materialize: bool) -> None:
+        rel = self.con.sql(f"SELECT * FROM {source}")
+        columns = [(c, str(t)) for c, t in zip(rel.columns, rel.types, strict=True)]
+        kinds = self._kinds(columns, self._label)
+        self._check_numbers(kinds, source)
+        table = f"overlapdp_encoded_{next(_serial)}"
+        select = sql.encoded_select(self.dialect, self.schema, kinds, source)
+        kind = "TABLE" if materialize else "VIEW"
+        self.con.execute(f"CREATE OR REPLACE TEMP {kind} {table} AS {select}")
+        self._table = table
+        self._materialized = materialize
+
+    # -- constructors --------------------------------------------------------------------------------
+    @classmethod
+    def from_csv(cls, schema: Schema, path: str | Path, **kwargs: Any) -> DuckDBEngine:
+        p = _check_file(path)
+        lit = _sql_string(str(p))
+        return cls(
+            schema,
+            f"read_csv({lit}, header = true)",
+            label=f"data file {str(p)!r}",
+            csv_retry=f"read_csv({lit}, header = true, sample_size = -1)",
+            **kwargs,
+        )
+
+    @classmethod
+    def from_parquet(cls, schema: Schema, path: str | Path, **kwargs: Any) -> DuckDBEngine:
+        p = _check_file(path)
+        return cls(schema, f"read_parquet({_sql_string(str(p))})", label=f"data file {str(p)!r}", **kwargs)
+
+    @classmethod
+    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> DuckDBEngine:
+        """CSV or Parquet by the file's suffix (``.parquet`` / ``.pq``; anything else is read as CSV)."""
+        if Path(path).suffix.lower() in {".parquet", ".pq"}:
+            return cls.from_parquet(schema, path, **kwargs)
+        return cls.from_csv(schema, path, **kwargs)
+
+    @classmethod
+    def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> DuckDBEngine:
+        """A pandas or Polars DataFrame or an Arrow table (scanned in place by DuckDB)."""
+        connection = kwargs.pop("connection", None) or duckdb.connect()
+        view = f"overlapdp_frame_{next(_serial)}"
+        try:
+            connection.register(view, frame)
+        except Exception as exc:
+            raise DataError(f"cannot scan a {type(frame).__name__} with DuckDB ({type(exc).__name__})") from None
+        return cls(schema, view, connection=connection, label="the DataFrame", **kwargs)
+
+    @classmethod
+    def from_database(
+        cls, schema: Schema, database: str | Path, table: str, **kwargs: Any
+    ) -> DuckDBEngine:
+        """A table in an existing DuckDB database file, attached read-only."""
+        p = _check_file(database)
+        connection = kwargs.pop("connection", None) or duckdb.connect()
+        alias = f"overlapdp_db_{next(_serial)}"
+        try:
+            connection.execute(f"ATTACH {_sql_string(str(p))} AS {alias} (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise DataError(f"cannot open DuckDB database {str(p)!r} ({type(exc).__name__})") from None
+        found = connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+            [alias, table],
+        ).fetchone()
+        views = connection.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND view_name = ?",
+            [alias, table],
+        ).fetchone()
+        if not (found and found[0]) and not (views and views[0]):
+            raise DataError(f"DuckDB database {str(p)!r} has no table {table!r}")
+        source = f'{alias}.main."{table.replace(chr(34), chr(34) * 2)}"'
+        return cls(
+            schema, source, connection=connection, label=f"table {table!r} of {str(p)!r}", **kwargs
+        )
+
+    # -- SqlEngine -----------------------------------------------------------------------------------
+    def _rows(self, query: str) -> list[tuple[Any, ...]]:
+        return self.con.execute(query).fetchall()
+
+    def _arrays(self, query: str, columns: int) -> list[npt.NDArray[np.int64]]:
+        got = self.con.execute(query).fetchnumpy()
+        return [np.asarray(v, dtype=np.int64) for v in got.values()][:columns]
+
+    def close(self) -> None:
+        if self._own:
+            self.con.close()
+        elif self._table:
+            kind = "TABLE" if self._materialized else "VIEW"
+            self.con.execute(f"DROP {kind} IF EXISTS {self._table}")

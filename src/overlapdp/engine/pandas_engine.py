@@ -1,0 +1,79 @@
+"""pandas in memory: the reference mapping (:func:`overlapdp.engine.encoding.encode_frame`) and numpy counts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
+from overlapdp.engine.encoding import encode_frame
+from overlapdp.engine.exact import exact_counts
+from overlapdp.overlap.atoms import Atoms
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema, read_table
+
+
+def group_atom_rows(
+    codes: npt.NDArray[np.int64], atoms: Atoms
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Histogram of in-domain rows (``codes`` already filtered) over the atom tuples of ``atoms``."""
+    k = len(atoms.attributes)
+    if k == 0:
+        return np.zeros((1, 0), dtype=np.int64), np.asarray([codes.shape[0]], dtype=np.int64)
+    cols = [a.value_atom[codes[:, a.position]] for a in atoms.attributes]
+    sizes = [a.size for a in atoms.attributes]
+    if math.prod(sizes) < (1 << 62):
+        key = np.ravel_multi_index(tuple(cols), sizes)
+        uniq, counts = np.unique(key, return_counts=True)
+        cells = np.stack(np.unravel_index(uniq, sizes), axis=1).astype(np.int64)
+    else:
+        rows, counts = np.unique(np.stack(cols, axis=1), axis=0, return_counts=True)
+        cells = rows.astype(np.int64)
+    return cells, counts.astype(np.int64)
+
+
+class PandasEngine(Engine):
+    """Exact counts over a pandas DataFrame, encoded once with the schema's own mapping."""
+
+    name = "pandas"
+
+    def __init__(
+        self, schema: Schema, frame: pd.DataFrame, *, histogram_limit: int = DEFAULT_HISTOGRAM_LIMIT
+    ) -> None:
+        super().__init__(schema, histogram_limit=histogram_limit)
+        self.table = encode_frame(schema, frame)
+        self._missing = {a.name: int(frame[a.name].isna().sum()) for a in schema}
+        self._ok_codes = self.table.codes[self.table.in_domain]
+
+    @classmethod
+    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PandasEngine:
+        """CSV (initial spaces skipped) or Parquet, by suffix, with clear errors naming the file."""
+        return cls(schema, read_table(path), **kwargs)
+
+    @classmethod
+    def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> PandasEngine:
+        """A pandas or Polars DataFrame or an Arrow table (converted to pandas)."""
+        if not isinstance(frame, pd.DataFrame):
+            frame = frame.to_pandas()
+        return cls(schema, frame, **kwargs)
+
+    def _compute_report(self) -> DomainReport:
+        t = self.table
+        return DomainReport(
+            rows=t.rows,
+            rows_outside=t.out_of_domain,
+            missing=dict(self._missing),
+            outside={n: t.out_of_domain_by_attribute[n] - self._missing[n] for n in self.schema.names},
+        )
+
+    def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        return group_atom_rows(self._ok_codes, atoms)
+
+    def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
+        return exact_counts(queries, self.table)

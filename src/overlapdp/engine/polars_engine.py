@@ -1,0 +1,247 @@
+"""Polars in memory: the schema mapping as Polars expressions, grouping and sums in Polars.
+
+The mapping follows :meth:`overlapdp.schema.Attribute.encode` (see :mod:`overlapdp.engine.sql` for the
+rules): ``-2`` missing, ``-1`` outside the domain, else the value index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
+from overlapdp.engine.sql import MISSING, OUTSIDE
+from overlapdp.errors import DataError
+from overlapdp.overlap.atoms import Atoms
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import (
+    Attribute,
+    BinnedAttribute,
+    CategoricalAttribute,
+    IndexSet,
+    IntAttribute,
+    Schema,
+)
+
+_CHUNK = 500
+
+
+def _kind(dtype: pl.DataType) -> str:
+    if dtype == pl.Boolean:
+        return "bool"
+    if dtype.is_integer():
+        return "int"
+    if dtype.is_float() or dtype.is_decimal():
+        return "float"
+    if dtype in (pl.Utf8, pl.Categorical) or isinstance(dtype, pl.Enum):
+        return "string"
+    return "other"
+
+
+def _bin_tree(v: pl.Expr, edges: list[float], lo: int, hi: int) -> pl.Expr:
+    if hi - lo == 1:
+        return pl.lit(lo, dtype=pl.Int64)
+    mid = (lo + hi) // 2
+    return (
+        pl.when(v < edges[mid])
+        .then(_bin_tree(v, edges, lo, mid))
+        .otherwise(_bin_tree(v, edges, mid, hi))
+    )
+
+
+def _code(attr: Attribute, col: pl.Expr, kind: str) -> pl.Expr:
+    if isinstance(attr, CategoricalAttribute):
+        missing = col.is_null() | col.is_nan() if kind == "float" else col.is_null()
+        if kind == "string":
+            pairs = [(v, i) for i, v in enumerate(attr.values) if isinstance(v, str)]
+            mapped = col.cast(pl.Utf8).replace_strict(
+                [p[0] for p in pairs], [p[1] for p in pairs], default=OUTSIDE, return_dtype=pl.Int64
+            )
+        else:
+            numbers: dict[Any, int] = {}
+            texts: list[tuple[str, int]] = []
+            for i, v in enumerate(attr.values):
+                if isinstance(v, str):
+                    texts.append((v, i))
+                elif isinstance(v, bool) == (kind == "bool"):
+                    numbers.setdefault(v, i)
+            by_text = col.cast(pl.Utf8).replace_strict(
+                [t[0] for t in texts], [t[1] for t in texts], default=OUTSIDE, return_dtype=pl.Int64
+            )
+            mapped = by_text
+            # Numbers first: pandas looks a value up as itself before trying its text.
+            for value, i in reversed(list(numbers.items())):
+                mapped = pl.when(col == value).then(pl.lit(i, dtype=pl.Int64)).otherwise(mapped)
+        return pl.when(missing).then(pl.lit(MISSING, dtype=pl.Int64)).otherwise(mapped)
+    if kind == "bool":
+        col, kind = col.cast(pl.Int64), "int"
+    v = col if kind == "int" else col.cast(pl.Float64, strict=False)
+    missing = v.is_null() if kind == "int" else v.is_null() | v.is_nan()
+    if isinstance(attr, IntAttribute):
+        fits = v.is_between(attr.min, attr.max)
+        if kind != "int":
+            fits = fits & v.is_finite() & (v == v.floor())
+        mapped = pl.when(fits).then(v.cast(pl.Int64) - attr.min).otherwise(pl.lit(OUTSIDE, dtype=pl.Int64))
+    else:
+        assert isinstance(attr, BinnedAttribute)
+        edges = [float(e) for e in attr.edges]
+        inside = (v >= edges[0]) & (v < edges[-1])
+        mapped = (
+            pl.when(inside)
+            .then(_bin_tree(v, edges, 0, len(edges) - 1))
+            .otherwise(pl.lit(OUTSIDE, dtype=pl.Int64))
+        )
+    return pl.when(missing).then(pl.lit(MISSING, dtype=pl.Int64)).otherwise(mapped)
+
+
+def _condition(code: pl.Expr, values: IndexSet) -> pl.Expr:
+    parts: list[pl.Expr] = []
+    singles: list[int] = []
+    for lo, hi in values.intervals:
+        if hi - lo <= 2:
+            singles.extend(range(lo, hi))
+        else:
+            parts.append(code.is_between(lo, hi - 1))
+    if singles:
+        parts.append(code.is_in(singles))
+    if not parts:
+        return pl.lit(False)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out | p
+    return out
+
+
+class PolarsEngine(Engine):
+    """Exact counts over a Polars DataFrame (a LazyFrame is collected once, encoded)."""
+
+    name = "polars"
+
+    def __init__(
+        self,
+        schema: Schema,
+        frame: pl.DataFrame | pl.LazyFrame,
+        *,
+        histogram_limit: int = DEFAULT_HISTOGRAM_LIMIT,
+    ) -> None:
+        super().__init__(schema, histogram_limit=histogram_limit)
+        lazy = frame.lazy()
+        try:
+            types = lazy.collect_schema()
+        except pl.exceptions.PolarsError as exc:
+            raise DataError(f"cannot read the data with Polars ({type(exc).__name__})") from None
+        missing = [a.name for a in schema if a.name not in types]
+        if missing:
+            raise DataError(
+                f"column(s) {', '.join(repr(m) for m in missing)} named in the schema are missing from the data"
+            )
+        kinds = []
+        for a in schema:
+            kind = _kind(types[a.name])
+            if kind == "other":
+                raise DataError(
+                    f"column {a.name!r} has type {types[a.name]}, which cannot be mapped onto the "
+                    f"{a.kind} attribute {a.name!r}"
+                )
+            kinds.append(kind)
+        self._check_numbers(lazy, kinds)
+        codes = [_code(a, pl.col(a.name), k).alias(f"c{j}") for j, (a, k) in enumerate(zip(schema, kinds, strict=True))]
+        try:
+            enc = lazy.select(codes).collect()
+        except pl.exceptions.PolarsError as exc:
+            raise DataError(f"cannot read the data with Polars ({type(exc).__name__})") from None
+        ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(schema))])
+        self.encoded = enc.with_columns(ok.alias("ok"))
+        self._inside = self.encoded.filter(pl.col("ok"))
+
+    def _check_numbers(self, lazy: pl.LazyFrame, kinds: list[str]) -> None:
+        checks = [
+            (a.name, (pl.col(a.name).is_not_null() & pl.col(a.name).cast(pl.Float64, strict=False).is_null()).sum())
+            for a, k in zip(self.schema, kinds, strict=True)
+            if k == "string" and not isinstance(a, CategoricalAttribute)
+        ]
+        if not checks:
+            return
+        row = lazy.select([e.alias(f"b{i}") for i, (_, e) in enumerate(checks)]).collect().row(0)
+        for (name, _), bad in zip(checks, row, strict=True):
+            if bad:
+                raise DataError(
+                    f"column {name!r}: {bad} value(s) are not numbers, but the schema declares it "
+                    f"{self.schema.attribute(name).kind}"
+                )
+
+    @classmethod
+    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PolarsEngine:
+        """CSV or Parquet by suffix, scanned by Polars."""
+        p = Path(path)
+        if not p.exists():
+            raise DataError(f"data file {str(p)!r} does not exist")
+        if p.stat().st_size == 0:
+            raise DataError(f"data file {str(p)!r} is empty")
+        try:
+            if p.suffix.lower() in {".parquet", ".pq"}:
+                frame = pl.read_parquet(p)
+            else:
+                frame = pl.read_csv(p, infer_schema_length=None)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise DataError(f"cannot read data file {str(p)!r} ({type(exc).__name__})") from None
+        return cls(schema, frame, **kwargs)
+
+    @classmethod
+    def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> PolarsEngine:
+        """A Polars, pandas or Arrow frame (converted to Polars)."""
+        if not isinstance(frame, pl.DataFrame | pl.LazyFrame):
+            out = pl.from_pandas(frame) if hasattr(frame, "iloc") else pl.from_arrow(frame)
+            assert isinstance(out, pl.DataFrame)
+            frame = out
+        return cls(schema, frame, **kwargs)
+
+    def _compute_report(self) -> DomainReport:
+        m = len(self.schema)
+        exprs = [pl.len().alias("rows"), (~pl.col("ok")).sum().alias("outside")]
+        for j in range(m):
+            exprs.append((pl.col(f"c{j}") == MISSING).sum().alias(f"m{j}"))
+            exprs.append((pl.col(f"c{j}") == OUTSIDE).sum().alias(f"o{j}"))
+        row = [int(v or 0) for v in self.encoded.select(exprs).row(0)]
+        names = self.schema.names
+        return DomainReport(
+            rows=row[0],
+            rows_outside=row[1],
+            missing={n: row[2 + 2 * j] for j, n in enumerate(names)},
+            outside={n: row[3 + 2 * j] for j, n in enumerate(names)},
+        )
+
+    def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        k = len(atoms.attributes)
+        if k == 0:
+            return np.zeros((1, 0), dtype=np.int64), np.asarray([self._inside.height], dtype=np.int64)
+        exprs = [
+            pl.col(f"c{a.position}")
+            .replace_strict(list(range(a.value_atom.shape[0])), a.value_atom.tolist(), return_dtype=pl.Int64)
+            .alias(f"a{i}")
+            for i, a in enumerate(atoms.attributes)
+        ]
+        names = [f"a{i}" for i in range(k)]
+        hist = self._inside.select(exprs).group_by(names).len()
+        cells = hist.select(names).to_numpy().astype(np.int64).reshape(-1, k)
+        return cells, hist["len"].to_numpy().astype(np.int64)
+
+    def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(queries), _CHUNK):
+            exprs = []
+            for i, q in enumerate(queries[start : start + _CHUNK]):
+                if not q.constraints:
+                    exprs.append(pl.len().alias(f"q{i}"))
+                    continue
+                cond = _condition(pl.col(f"c{q.constraints[0][0]}"), q.constraints[0][1])
+                for pos, cov in q.constraints[1:]:
+                    cond = cond & _condition(pl.col(f"c{pos}"), cov)
+                exprs.append(cond.sum().alias(f"q{i}"))
+            out.extend(int(v or 0) for v in self._inside.select(exprs).row(0))
+        return out
