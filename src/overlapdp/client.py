@@ -279,7 +279,7 @@ class AdminClient(Client):
         *,
         budget: float,
         definition: str = "pure",
-        engine: str = "pandas",
+        engine: str = "duckdb",
     ) -> dict[str, Any]:
         body = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
         body.update(definition=definition, engine=engine)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -32,7 +33,7 @@ def serve(
     definition: Annotated[
         str, typer.Option(help="Privacy definition of the --data set: pure or zcdp.")
     ] = "pure",
-    engine: Annotated[str, typer.Option(help="Engine counting the --data set.")] = "pandas",
+    engine: Annotated[str, typer.Option(help="Engine counting the --data set.")] = "duckdb",
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(help="Allow browser requests from this origin (CORS is off by default)."),
@@ -46,6 +47,9 @@ def serve(
     The admin token comes from $OVERLAPDP_ADMIN_TOKEN or is generated and printed once on stderr.
     """
     import uvicorn
+
+    # A served process refuses seeded noise generators (overlapdp.mechanisms.randomness).
+    os.environ["OVERLAPDP_SERVED"] = "1"
 
     from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 

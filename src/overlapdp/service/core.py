@@ -454,27 +454,17 @@ class QueryService:
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
-        self._loaded(state)
-        if kind == "sparse_vector":
-            eps = runtime.check_amount("epsilon", params.get("epsilon"))
-            c = _positive_int("max_positives", params.get("max_positives", 1))
-            public, secret = runtime.open_sparse_vector(eps, c, bool(params.get("monotonic", False)))
-        elif kind == "guess_and_check":
-            eps = runtime.check_amount("epsilon", params.get("epsilon"))
-            eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
-            tol = params.get("tolerance")
-            if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol < 0:
-                raise QueryError("tolerance must be a finite non-negative number")
-            c = _positive_int("max_failures", params.get("max_failures", 1))
-            public, secret = runtime.open_guess_and_check(eps, eps_est, float(tol), c)
-        else:
+        loaded = self._loaded(state)
+        if kind not in ("sparse_vector", "guess_and_check"):
             raise QueryError(f"unknown session kind {kind!r}; use 'sparse_vector' or 'guess_and_check'")
-        cost = runtime.pure_to_definition(state.record.definition, float(public["epsilon"]))
+        clean = _session_params(kind, params)
+        public, secret, epsilon = runtime.open_session(kind, clean, loaded.count)
+        cost = runtime.pure_to_definition(state.record.definition, epsilon)
         pending = _Pending(
             analyst=analyst.name,
             kind="session",
             request_key=_check_key(request_key),
-            request_hash=_fingerprint("session", dataset, kind, dict(params)),
+            request_hash=_fingerprint("session", dataset, kind, clean),
             queries=[None],
             query_json=[None],
             loads=[runtime.load_of(state.record.definition, cost)],
@@ -501,7 +491,7 @@ class QueryService:
         if not isinstance(arg, int | float) or isinstance(arg, bool) or not math.isfinite(arg):
             raise QueryError("the threshold or guess must be a finite number")
         state = self._state(session.dataset)
-        loaded = self._loaded(state)
+        self._loaded(state)
         (query,) = self._parse(state, [spec])
         pending = _Pending(
             analyst=analyst.name,
@@ -510,7 +500,6 @@ class QueryService:
             request_hash=_fingerprint("step", session_id, query.to_json(), arg),
             queries=[query],
             query_json=[_recorded_query(spec, query)],
-            true_counts=loaded.counts([query]),
             loads=[0.0],
             session_id=session_id,
             step_arg=float(arg),
@@ -625,8 +614,8 @@ class QueryService:
         answers = []
         seqs = []
         now = time.time()
-        for i, (q, qjson, true) in enumerate(zip(p.queries, p.query_json, p.true_counts, strict=True)):
-            answer = runtime.noisy_count(true, p.mechanism).to_json()
+        noisy = runtime.noisy_counts(p.true_counts, p.mechanism)
+        for i, (q, qjson, answer) in enumerate(zip(p.queries, p.query_json, noisy, strict=True)):
             row = tx.insert(
                 NewCharge(
                     dataset=state.record.name,
@@ -706,18 +695,16 @@ class QueryService:
             raise NotFound("unknown session")
         if session.closed:
             raise Conflict("the session is exhausted; open a new one")
-        true = p.true_counts[0]
-        if session.kind == "sparse_vector":
-            above, new_state = runtime.sparse_vector_step(session.params, session.state, true, p.step_arg)
-            answer: dict[str, Any] = {"above": above}
-            limit = int(session.params["max_positives"])
-        else:
-            answer, new_state = runtime.guess_and_check_step(session.params, session.state, true, p.step_arg)
-            limit = int(session.params["max_failures"])
+        loaded = self._loaded(state)
+        query = p.queries[0]
+        assert query is not None
+        answer, new_state, closed = runtime.session_step(
+            session.kind, session.params, session.state, loaded.count, query, p.step_arg
+        )
         session.state = new_state
-        session.closed = int(new_state["positives"]) >= limit
+        session.closed = closed
         tx.update_session(session)
-        answer = {**answer, "positives": new_state["positives"], "closed": session.closed}
+        answer = {**answer, "closed": session.closed}
         row = tx.insert(
             NewCharge(
                 dataset=state.record.name,
@@ -755,7 +742,7 @@ class QueryService:
 
 
 def _rows(state: _DatasetState) -> int | None:
-    return None if state.loaded is None else state.loaded.table.rows
+    return None if state.loaded is None else state.loaded.rows
 
 
 def _unavailable(exc: BaseException) -> ServiceError:
@@ -788,6 +775,26 @@ def _session_json(session: SessionRecord) -> dict[str, Any]:
         "positives": session.state.get("positives", 0),
         "queries": session.state.get("queries", 0),
         "closed": session.closed,
+    }
+
+
+def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The validated parameters a session is rebuilt from (they go into the ledger)."""
+    eps = runtime.check_amount("epsilon", params.get("epsilon"))
+    if kind == "sparse_vector":
+        return {
+            "epsilon": eps,
+            "max_positives": _positive_int("max_positives", params.get("max_positives", 1)),
+            "monotonic": bool(params.get("monotonic", False)),
+        }
+    tol = params.get("tolerance")
+    if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
+        raise QueryError("tolerance must be a positive finite number")
+    return {
+        "epsilon": eps,
+        "epsilon_estimates": runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps)),
+        "tolerance": float(tol),
+        "max_failures": _positive_int("max_failures", params.get("max_failures", 1)),
     }
 
 

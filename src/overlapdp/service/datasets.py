@@ -1,19 +1,23 @@
-"""Registered data sets held in memory: schema, encoded rows and the engine that counts them."""
+"""Registered data sets held open: schema and the engine that counts them (``overlapdp.engine``).
+
+Engines are not promised to be safe for concurrent use (DuckDB's connection is not), so each data set's
+engine is used under its own lock. Exact counts never leave the service without noise.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from overlapdp.engine import EncodedTable, encode_frame, exact_counts
-from overlapdp.errors import DataError
+from overlapdp.engine import ENGINES, Engine, open_engine
+from overlapdp.errors import DataError, OverlapDPError
 from overlapdp.query import PredicateQuery
-from overlapdp.schema import Schema, read_table
+from overlapdp.schema import Schema
 
-#: Engines the service can count with.
-ENGINES = ("pandas",)
+#: The engine a data set is registered with unless another is named.
+DEFAULT_ENGINE = "duckdb"
 
 
 def check_engine(engine: str) -> str:
@@ -22,22 +26,54 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-@dataclass(frozen=True)
 class LoadedDataset:
-    """A data set ready to count: the exact counts never leave the service without noise."""
+    """A data set ready to count."""
 
-    name: str
-    schema: Schema
-    engine: str
-    table: EncodedTable
+    def __init__(self, name: str, schema: Schema, engine: Engine) -> None:
+        self.name = name
+        self.schema = schema
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    @property
+    def rows(self) -> int:
+        return self.engine.rows
 
     def counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
-        return exact_counts(queries, self.table)
+        with self._lock:
+            return self.engine.counts(list(queries))
+
+    def count(self, query: PredicateQuery) -> int:
+        return self.counts([query])[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self.engine.close()
 
 
 def load_dataset(name: str, path: str | Path, schema_json: Any, engine: str) -> LoadedDataset:
-    """Read and encode the file; errors name the file and the attribute, never a value."""
+    """Open the file with the engine; errors name the file and the attribute, never a value."""
     check_engine(engine)
     schema = Schema.from_json(schema_json)
-    frame = read_table(path)
-    return LoadedDataset(name, schema, engine, encode_frame(schema, frame))
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"data file {str(p)!r} does not exist or is not a file")
+    try:
+        opened = open_engine(engine, schema, p)
+    except OverlapDPError:
+        raise
+    except Exception as exc:  # the engine's own error text may quote the file's contents
+        raise DataError(
+            f"engine {engine!r} cannot read data file {str(p)!r} ({type(exc).__name__})"
+        ) from None
+    try:
+        opened.report  # noqa: B018  (reads the file once now: a bad file fails at registration)
+    except OverlapDPError:
+        opened.close()
+        raise
+    except Exception as exc:
+        opened.close()
+        raise DataError(
+            f"engine {engine!r} cannot read data file {str(p)!r} ({type(exc).__name__})"
+        ) from None
+    return LoadedDataset(name, schema, opened)

@@ -60,7 +60,7 @@ class DatasetRegistration(_Body):
     name: str
     path: str
     schema_: dict[str, Any] = Field(alias="schema")
-    engine: str = "pandas"
+    engine: str = Field(default="duckdb", description="duckdb (default), pandas, polars or spark")
     definition: str = Field(default="pure", description="'pure' (epsilon) or 'zcdp' (rho)")
     budget: float = Field(description="the global budget over all analysts, in the definition's unit")
 

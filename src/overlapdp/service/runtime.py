@@ -1,29 +1,36 @@
-"""The service's narrow interface to accounting, noise and counting.
+"""The service's narrow interface to accounting, noise, interactive mechanisms and counting.
 
-Everything the service needs from ``overlapdp.privacy``, ``overlapdp.mechanisms`` and
-``overlapdp.engine`` goes through this module, so that the rest of the service does not depend on how
-they are implemented:
+Everything the service needs from ``overlapdp.overlap``, ``overlapdp.privacy``, ``overlapdp.mechanisms``
+and ``overlapdp.engine`` goes through this module:
 
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
   set's privacy definition and the additive per-row load it puts on each row it covers;
-- :class:`QuotaFilter`: a per-row (individual) filter: admit a charge iff every row it covers stays within
-  the budget (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers, Roth, Ullman, Vadhan 2016)
-  and for zCDP with per-row loads (Feldman and Zrnic 2021));
-- :func:`noisy_count`: one released answer with its error bars;
-- :func:`global_guarantee`: the bound over all analysts together by concurrent composition (MATH.md 3).
-
-TEMPORARY parts are marked below; each says which module replaces it.
+- :class:`OverlapFilter`: the overlap-aware per-row (individual) filter: a charge is admitted iff the
+  maximum over rows of the sum of the loads of the charges covering the row stays within the budget
+  (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers, Roth, Ullman, Vadhan 2016) and for
+  zCDP with per-row loads (Feldman and Zrnic 2021)); the maximum is kept by
+  :class:`overlapdp.overlap.OverlapIndex`, which reports a safe upper bound when it is not exact;
+- :func:`noisy_counts`: released answers with exact integer noise from the OS CSPRNG and error bars
+  (:func:`overlapdp.mechanisms.add_noise`, served mode: a seeded generator is refused);
+- sessions: :class:`overlapdp.mechanisms.SparseVector` and :class:`overlapdp.mechanisms.GuessAndCheck`,
+  whose secret state (noisy threshold, answers so far) is kept durably in the ledger between steps;
+- :func:`global_guarantee`: the bound over all analysts together by concurrent composition (MATH.md 3,
+  :func:`overlapdp.privacy.concurrent.concurrent_composition`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
+from overlapdp.mechanisms import GuessAndCheck, SparseVector, add_noise
+from overlapdp.overlap import OverlapIndex
 from overlapdp.privacy import BudgetError
+from overlapdp.privacy.concurrent import concurrent_composition
+from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -54,31 +61,21 @@ def check_amount(name: str, value: Any) -> float:
 class Mechanism:
     """The mechanism answering one count (sensitivity 1 under add/remove).
 
-    ``pure``: discrete Laplace with scale ``t = 1/epsilon`` is epsilon-DP (MATH.md 6, Canonne, Kamath,
-    Steinke 2020). ``zcdp``: discrete Gaussian with ``sigma^2 = 1/(2 rho)`` is rho-zCDP (MATH.md 6).
+    ``pure``: the discrete Laplace calibrated to epsilon; ``zcdp``: the discrete Gaussian calibrated to
+    rho (MATH.md 6, Canonne, Kamath, Steinke 2020; calibration by ``overlapdp.mechanisms``, which rounds
+    scales up so that the declared guarantee holds).
     """
 
     definition: str
     parameter: float
 
     @property
-    def name(self) -> str:
-        return "discrete_laplace" if self.definition == "pure" else "discrete_gaussian"
-
-    @property
-    def scale(self) -> float:
-        """Laplace scale t or Gaussian sigma."""
-        if self.definition == "pure":
-            return 1.0 / self.parameter
-        return math.sqrt(1.0 / (2.0 * self.parameter))
+    def guarantee(self) -> PureDP | ZCDP:
+        return PureDP(self.parameter) if self.definition == "pure" else ZCDP(self.parameter)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "definition": self.definition,
-            DEFINITIONS[self.definition]: self.parameter,
-            "scale": self.scale,
-        }
+        name = "discrete_laplace" if self.definition == "pure" else "discrete_gaussian"
+        return {"name": name, "definition": self.definition, DEFINITIONS[self.definition]: self.parameter}
 
 
 def mechanism_for(definition: str, parameter: float) -> Mechanism:
@@ -93,214 +90,155 @@ def load_of(definition: str, parameter: float) -> float:
 
 
 def pure_to_definition(definition: str, epsilon: float) -> float:
-    """An epsilon-DP interactive mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5)."""
+    """An epsilon-DP mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5)."""
     check_definition(definition)
     return epsilon if definition == "pure" else epsilon * epsilon / 2.0
 
 
 # -- filters --------------------------------------------------------------------------------------
 
-
-class QuotaFilter(Protocol):
-    """A per-row filter with budget ``budget`` (in load units)."""
-
-    budget: float
-
-    def peek(self, query: PredicateQuery | None, load: float) -> bool:
-        """Would ``load`` on the rows of ``query`` (None: every row) keep every row within the budget?"""
-        ...
-
-    def peek_many(self, charges: list[tuple[PredicateQuery | None, float]]) -> bool:
-        """Would all of ``charges`` together keep every row within the budget?"""
-        ...
-
-    def add(self, query: PredicateQuery | None, load: float) -> None:
-        """Record the charge (called for every committed ledger row, in ledger order)."""
-        ...
-
-    def max_load(self, query: PredicateQuery | None = None) -> float:
-        """The largest load of a row covered by ``query`` (None: of any row): a safe upper bound."""
-        ...
-
-    @property
-    def exact(self) -> bool:
-        """Whether :meth:`max_load` is the exact per-row maximum (False: a safe upper bound)."""
-        ...
+_ids = itertools.count()
 
 
-class SequentialFilter:
-    """TEMPORARY (replaced by the overlap-aware Accountant of ``overlapdp.privacy``): charges every query
-    to every row, i.e. sequential composition. Its load is the sum of all loads, which is at least the
-    per-row maximum, so it is safe but does not yet save the overlap. Sums are exact rationals, so
-    rounding can never let a charge slip past the budget.
+class OverlapFilter:
+    """The overlap-aware per-row filter over one :class:`OverlapIndex` (comp ``sum``).
+
+    ``budget`` may change (an admin raises or lowers it); recorded charges are never refused, so a
+    rebuild from the ledger always reproduces the spend, even one that a lowered budget no longer allows.
     """
 
-    def __init__(self, budget: float) -> None:
+    def __init__(self, schema: Schema, budget: float) -> None:
+        self.schema = schema
         self.budget = budget
-        self._total = Fraction(0)
+        self._index = OverlapIndex(schema, "sum")
+        self._everything = PredicateQuery.from_coverages(schema, {})
 
-    def peek(self, query: PredicateQuery | None, load: float) -> bool:
-        return self._total + Fraction(load) <= Fraction(self.budget)
+    def _query(self, query: PredicateQuery | None) -> PredicateQuery:
+        return (query or self._everything).with_id(f"c{next(_ids)}")
 
-    def peek_many(self, charges: list[tuple[PredicateQuery | None, float]]) -> bool:
-        return self._total + sum((Fraction(load) for _, load in charges), Fraction(0)) <= Fraction(
-            self.budget
-        )
+    def peek_many(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
+        """Would all of ``charges`` together keep the worst row within the budget? (No change is kept.)"""
+        if len(charges) == 1:
+            query, load = charges[0]
+            return float(self._index.peek(self._query(query), load).upper) <= self.budget
+        added: list[str] = []
+        try:
+            for query, load in charges:
+                q = self._query(query)
+                self._index.add(q, load)
+                assert q.id is not None
+                added.append(q.id)
+            return self.max_load() <= self.budget
+        finally:
+            for qid in added:
+                self._index.remove(qid)
 
     def add(self, query: PredicateQuery | None, load: float) -> None:
-        self._total += Fraction(load)
+        """Record a committed charge (never refused)."""
+        self._index.add(self._query(query), load)
 
-    def max_load(self, query: PredicateQuery | None = None) -> float:
-        return _round_up(self._total)
+    def max_load(self) -> float:
+        """The worst row's load: exact, or a safe upper bound when :attr:`exact` is False."""
+        if len(self._index) == 0:
+            return 0.0
+        return float(self._index.result().upper)
 
     @property
     def exact(self) -> bool:
-        return False
+        return len(self._index) == 0 or bool(self._index.result().exact)
 
 
-def make_filter(schema: Schema, definition: str, budget: float) -> QuotaFilter:
+QuotaFilter = OverlapFilter
+
+
+def make_filter(schema: Schema, definition: str, budget: float) -> OverlapFilter:
     check_definition(definition)
-    return SequentialFilter(budget)
-
-
-def _round_up(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+    return OverlapFilter(schema, budget)
 
 
 # -- noise ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NoisyAnswer:
-    value: int
-    stddev: float
-    ci95: tuple[float, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.value, "stddev": self.stddev, "ci95": list(self.ci95)}
-
-
-def noisy_count(true_count: int, mechanism: Mechanism) -> NoisyAnswer:
-    """Release ``true_count`` plus noise from ``mechanism``; error bars from the noise distribution."""
-    noise = _temporary_noise(mechanism)
-    value = int(true_count) + noise
-    if mechanism.definition == "pure":
-        t = mechanism.scale
-        q = math.exp(-1.0 / t)
-        stddev = math.sqrt(2.0 * q) / (1.0 - q)
-        # P(|X| > k) = 2 q^(k+1) / (1 + q) for the discrete Laplace; smallest k with that <= 5 %.
-        k = max(0, math.ceil(math.log(0.05 * (1 + q) / 2.0) / math.log(q)) - 1)
-        half = float(k)
-    else:
-        stddev = mechanism.scale  # the discrete Gaussian's variance is at most sigma^2 (CKS 2020)
-        half = 1.96 * stddev
-    return NoisyAnswer(value, stddev, (value - half, value + half))
-
-
-def _temporary_noise(mechanism: Mechanism) -> int:
-    """TEMPORARY (replaced by the exact samplers of ``overlapdp.mechanisms``): floating-point noise from
-    the OS CSPRNG, rounded to an integer. Not exact (MATH.md 6 warns about floating point)."""
-    rng = secrets.SystemRandom()
-    if mechanism.definition == "pure":
-        # Discrete Laplace as the difference of two geometric variables with ratio exp(-1/t).
-        p = 1.0 - math.exp(-1.0 / mechanism.scale)
-
-        def geometric() -> int:
-            u = 1.0 - rng.random()
-            return math.floor(math.log(u) / math.log(1.0 - p)) if p < 1 else 0
-
-        return geometric() - geometric()
-    return round(rng.gauss(0.0, mechanism.scale))
-
-
-def laplace(scale: float) -> float:
-    """TEMPORARY (replaced by ``overlapdp.mechanisms``' exact samplers): continuous Laplace noise."""
-    rng = secrets.SystemRandom()
-    u = rng.random() - 0.5
-    return -scale * math.copysign(1.0, u) * math.log(1.0 - 2.0 * abs(u))
+def noisy_counts(true_counts: Sequence[int], mechanism: Mechanism) -> list[dict[str, Any]]:
+    """Release each count plus exact integer noise (OS CSPRNG, served mode) with a 95% interval."""
+    answers = add_noise(list(true_counts), mechanism.guarantee, level=0.95, served=True)
+    return [
+        {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
+        for a in answers
+    ]
 
 
 # -- interactive mechanisms ----------------------------------------------------------------------
 
+Count = Callable[[PredicateQuery], int]
 
-def open_sparse_vector(
-    epsilon: float, max_positives: int, monotonic: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Sparse vector with one noisy threshold (MATH.md 4, Lyu, Su, Li 2017, Alg. 1): epsilon-DP overall
-    with the split eps1 : eps2 = 1 : (2c)^(2/3) (1 : c^(2/3) for monotonic queries).
 
-    TEMPORARY noise (see :func:`laplace`). Returns (params, state); the state is durable in the ledger.
+def open_session(
+    kind: str, params: dict[str, Any], count: Count
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Create a session's mechanism: (public params, secret durable state, epsilon charged when it opens).
+
+    Sparse vector: ``epsilon`` = epsilon_1 + epsilon_2 (Lyu, Su, Li 2017; MATH.md 4), stops after
+    ``max_positives`` "above" answers. Guess-and-check: epsilon_SVT + c/b (Lyu 2022 App. B; MATH.md 4).
+    The charge is the mechanism's declared guarantee (computed from its rounded-up noise scales).
     """
-    c = max_positives
-    ratio = (c if monotonic else 2 * c) ** (2.0 / 3.0)
-    eps1 = epsilon / (1.0 + ratio)
-    eps2 = epsilon - eps1
-    params = {
-        "epsilon": epsilon,
-        "epsilon1": eps1,
-        "epsilon2": eps2,
-        "max_positives": c,
-        "monotonic": monotonic,
-        "query_scale": (c if monotonic else 2 * c) / eps2,
-    }
-    state = {"threshold_noise": laplace(1.0 / eps1), "positives": 0, "queries": 0}
-    return params, state
+    mech = _build(kind, params, count)
+    return dict(params), _state_of(mech), float(mech.guarantee.epsilon)
 
 
-def sparse_vector_step(
-    params: dict[str, Any], state: dict[str, Any], true_count: int, threshold: float
-) -> tuple[bool, dict[str, Any]]:
-    """One query: True iff q(D) + nu >= T + rho (MATH.md 4); the caller stops after c positives."""
-    nu = laplace(float(params["query_scale"]))
-    above = true_count + nu >= threshold + float(state["threshold_noise"])
-    new = dict(state)
-    new["queries"] = int(state["queries"]) + 1
-    if above:
-        new["positives"] = int(state["positives"]) + 1
-    return above, new
+def session_step(
+    kind: str, params: dict[str, Any], state: dict[str, Any], count: Count, query: PredicateQuery, arg: float
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """One step on a restored mechanism: (answer, new durable state, closed)."""
+    mech = _build(kind, params, count)
+    _restore(mech, state)
+    if isinstance(mech, SparseVector):
+        a = mech.ask(query, arg)
+        answer: dict[str, Any] = {"outcome": a.outcome, "above": a.above, "positives_left": a.positives_left}
+    else:
+        g = mech.check(query, arg)
+        answer = {"outcome": g.outcome, "ok": g.outcome == "confirmed", "estimates_left": g.estimates_left}
+        if g.estimate is not None:
+            answer["estimate"] = g.estimate.value
+            answer["ci95"] = [g.estimate.low, g.estimate.high]
+    return answer, _state_of(mech), bool(mech.exhausted)
 
 
-def open_guess_and_check(
-    epsilon_svt: float, epsilon_estimates: float, tolerance: float, max_failures: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Guess-and-Check (MATH.md 4, Lyu 2022 App. B): SVT on |q(D) - g| > E with one noisy threshold, and a
-    fresh Laplace estimate of scale b = c / epsilon_estimates per failed guess; by concurrent composition
-    of the two parts it is (epsilon_svt + c/b) = (epsilon_svt + epsilon_estimates)-DP.
-
-    TEMPORARY noise (see :func:`laplace`).
-    """
-    c = max_failures
-    # |q(D) - g| has sensitivity 1 and is not monotonic in general: eps1 : eps2 = 1 : (2c)^(2/3).
-    ratio = (2 * c) ** (2.0 / 3.0)
-    eps1 = epsilon_svt / (1.0 + ratio)
-    eps2 = epsilon_svt - eps1
-    params = {
-        "epsilon_svt": epsilon_svt,
-        "epsilon_estimates": epsilon_estimates,
-        "epsilon": epsilon_svt + epsilon_estimates,
-        "tolerance": tolerance,
-        "max_failures": c,
-        "query_scale": 2 * c / eps2,
-        "estimate_scale": c / epsilon_estimates,
-    }
-    state = {"threshold_noise": laplace(1.0 / eps1), "positives": 0, "queries": 0}
-    return params, state
+def _build(kind: str, params: dict[str, Any], count: Count) -> SparseVector | GuessAndCheck:
+    if kind == "sparse_vector":
+        return SparseVector(
+            count,
+            epsilon=params["epsilon"],
+            c=params.get("max_positives", 1),
+            monotonic=bool(params.get("monotonic", False)),
+            served=True,
+        )
+    eps_svt = check_amount("epsilon", params.get("epsilon"))
+    eps_est = check_amount("epsilon_estimates", params.get("epsilon_estimates", eps_svt))
+    return GuessAndCheck.from_budget(
+        count,
+        epsilon=eps_svt + eps_est,
+        estimate_fraction=eps_est / (eps_svt + eps_est),
+        tolerance=params["tolerance"],
+        c=params.get("max_failures", 1),
+        served=True,
+    )
 
 
-def guess_and_check_step(
-    params: dict[str, Any], state: dict[str, Any], true_count: int, guess: float
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One guess: ``{"ok": true}`` or ``{"ok": false, "estimate": q(D) + Lap(b)}``."""
-    nu = laplace(float(params["query_scale"]))
-    failed = abs(true_count - guess) + nu >= float(params["tolerance"]) + float(state["threshold_noise"])
-    new = dict(state)
-    new["queries"] = int(state["queries"]) + 1
-    if not failed:
-        return {"ok": True}, new
-    new["positives"] = int(state["positives"]) + 1
-    estimate = true_count + laplace(float(params["estimate_scale"]))
-    return {"ok": False, "estimate": estimate, "scale": params["estimate_scale"]}, new
+# The mechanisms keep their secret state in private fields; the service persists it in the ledger
+# (sessions table) so that a session survives a restart and two instances see the same state.
+def _state_of(mech: SparseVector | GuessAndCheck) -> dict[str, Any]:
+    used = mech._positives if isinstance(mech, SparseVector) else mech._failures
+    return {"threshold_noise": int(mech._rho), "positives": int(used), "queries": int(mech._asked)}
+
+
+def _restore(mech: SparseVector | GuessAndCheck, state: dict[str, Any]) -> None:
+    mech._rho = int(state["threshold_noise"])
+    mech._asked = int(state["queries"])
+    if isinstance(mech, SparseVector):
+        mech._positives = int(state["positives"])
+    else:
+        mech._failures = int(state["positives"])
 
 
 # -- the guarantee over all analysts ----------------------------------------------------------------
@@ -311,13 +249,18 @@ def global_guarantee(definition: str, analyst_spent: list[float], global_spent: 
 
     Two safe bounds, the smaller reported: the data set's own per-row filter over every charge (filters
     extend to concurrent composition, Haney et al. 2023, MATH.md 3), and the concurrent composition of
-    the analysts' spends: pure DP sums (Vadhan and Wang 2021; Lyu 2022 Thm 1 with delta = 0), zCDP
-    sums (Lyu 2022 Corollary 1).
+    the analysts' spends (:func:`concurrent_composition`: pure DP sums, Vadhan and Wang 2021; zCDP sums,
+    Lyu 2022 Corollary 1).
     """
     check_definition(definition)
-    composed = math.fsum(analyst_spent)
-    composed = math.nextafter(composed, math.inf) if analyst_spent else 0.0
     name = DEFINITIONS[definition]
+    spent = [s for s in analyst_spent if s > 0]
+    if spent:
+        members = [PureDP(s) if definition == "pure" else ZCDP(s) for s in spent]
+        g = concurrent_composition(members).guarantee
+        composed = float(g.epsilon if isinstance(g, PureDP) else g.rho)  # type: ignore[union-attr]
+    else:
+        composed = 0.0
     return {
         "definition": definition,
         name: min(global_spent, composed),
