@@ -40,6 +40,7 @@ def serve(
     ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 beyond).")] = 1_000_000,
     max_batch: Annotated[int, typer.Option(help="Most queries in one batch (413 beyond).")] = 1_000,
+    engine_pool: Annotated[int, typer.Option(help="Engines opened per data set (parallel counts).")] = 2,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve data sets to several analysts over HTTP with quotas and a durable ledger.
@@ -60,7 +61,8 @@ def serve(
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the service is reachable from other machines; put TLS in front of it")
     service = QueryService(
-        open_ledger(ledger), limits=Limits(max_body_bytes=max_body_bytes, max_batch=max_batch)
+        open_ledger(ledger),
+        limits=Limits(max_body_bytes=max_body_bytes, max_batch=max_batch, engine_pool=engine_pool),
     )
     if data is not None and schema is not None:
         ds_name = name or data.stem

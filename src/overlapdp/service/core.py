@@ -87,6 +87,8 @@ class Limits:
     max_batch: int = 1_000
     max_query_chars: int = 10_000
     max_ledger_page: int = 10_000
+    #: Engines opened per data set (counts run in parallel on them).
+    engine_pool: int = 2
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
@@ -182,13 +184,14 @@ class QueryService:
             self._install(record)
 
     # -- data sets --------------------------------------------------------------------------------
-    def _install(self, record: DatasetRecord) -> _DatasetState:
-        try:
-            loaded: LoadedDataset | None = load_dataset(
-                record.name, record.path, record.schema, record.engine
-            )
-        except OverlapDPError:
-            loaded = None  # registered, but this instance cannot read the rows: queries get 409
+    def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
+        if loaded is None:
+            try:
+                loaded = load_dataset(
+                    record.name, record.path, record.schema, record.engine, pool=self.limits.engine_pool
+                )
+            except OverlapDPError:
+                loaded = None  # registered, but this instance cannot read the rows: queries get 409
         state = _DatasetState(loaded, record)
         with state.admit_lock:
             for row in self.store.iter_charges(record.name):
@@ -214,12 +217,16 @@ class QueryService:
         runtime.check_definition(definition)
         budget = runtime.check_amount("budget", budget)
         check_engine(engine)
-        loaded = load_dataset(name, path, schema, engine)
+        loaded = load_dataset(name, path, schema, engine, pool=self.limits.engine_pool)
         record = DatasetRecord(
             name, str(path), loaded.schema.to_json(), engine, definition, budget, time.time()
         )
-        self.store.put_dataset(record)
-        state = self._install(record)
+        try:
+            self.store.put_dataset(record)
+        except BaseException:
+            loaded.close()
+            raise
+        state = self._install(record, loaded)
         return self._dataset_info(state, admin=True)
 
     def set_budget(self, name: str, definition: str, budget: float) -> dict[str, Any]:
