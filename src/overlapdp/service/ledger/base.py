@@ -26,6 +26,10 @@ class IdempotencyConflict(LedgerError):
     """An idempotency key was reused for a different request."""
 
 
+#: What rebuilding the filters needs of one charge: (seq, analyst, query JSON text or None, load).
+LoadRow = tuple[int, str, str | None, float]
+
+
 @dataclass(frozen=True)
 class DatasetRecord:
     """A registered data set: where its rows live, its schema, engine and global budget."""
@@ -125,6 +129,10 @@ class AdmissionTransaction(abc.ABC):
         """This data set's charges with ``seq`` greater than the given one, in ledger order."""
 
     @abc.abstractmethod
+    def loads_since(self, seq: int) -> list[LoadRow]:
+        """``(seq, analyst, query JSON or None, load)`` of this data set's charges after ``seq``."""
+
+    @abc.abstractmethod
     def find_request(self, analyst: str, request_key: str) -> list[ChargeRecord]:
         """The charges recorded under ``(analyst, request_key)`` (any data set), by position."""
 
@@ -198,6 +206,10 @@ class LedgerStore(abc.ABC):
         limit: int | None = None,
     ) -> list[ChargeRecord]:
         """Committed charges in ledger order, optionally filtered."""
+
+    @abc.abstractmethod
+    def loads_since(self, dataset: str, seq: int) -> list[LoadRow]:
+        """What the filters need of each charge after ``seq``: ``(seq, analyst, query JSON, load)``."""
 
     @abc.abstractmethod
     def get_session(self, session_id: str) -> SessionRecord | None: ...

@@ -21,6 +21,7 @@ from overlapdp.service.ledger.base import (
     DatasetRecord,
     LedgerError,
     LedgerStore,
+    LoadRow,
     NewCharge,
     SessionRecord,
     dumps,
@@ -33,8 +34,9 @@ CHARGE_COLUMNS = (
 )
 INSERT_CHARGE = (
     "INSERT INTO charges (id, dataset, analyst, kind, session, request_key, request_hash, position, "
-    "query, mechanism, cost, answer, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "query, mechanism, cost, answer, created_at, load) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+LOADS = "SELECT seq, analyst, query, load FROM charges WHERE dataset = ? AND seq > ? ORDER BY seq"
 
 
 def charge_params(c: NewCharge) -> tuple[Any, ...]:
@@ -52,6 +54,7 @@ def charge_params(c: NewCharge) -> tuple[Any, ...]:
         dumps(c.cost),
         None if c.answer is None else dumps(c.answer),
         c.created_at or time.time(),
+        float(c.cost.get("load", 0.0)),
     )
 
 
@@ -311,6 +314,11 @@ class SQLLedger(LedgerStore):
         with self._tx(write=False) as conn:
             return _read_session(self, conn, session_id)
 
+    def loads_since(self, dataset: str, seq: int) -> list[LoadRow]:
+        with self._tx(write=False) as conn:
+            rows = self._exec(conn, LOADS, (dataset, seq)).fetchall()
+        return [(int(a), str(b), c, float(d)) for a, b, c, d in rows]
+
     def bulk_insert(self, charges: Sequence[NewCharge]) -> None:
         by_dataset = sorted({c.dataset for c in charges})
         with self._tx(write=True) as conn:
@@ -365,6 +373,10 @@ class _Admission(AdmissionTransaction):
         ).fetchall()
         return [charge_from_row(r) for r in rows]
 
+    def loads_since(self, seq: int) -> list[LoadRow]:
+        rows = self._exec(LOADS, (self._record.name, seq)).fetchall()
+        return [(int(a), str(b), c, float(d)) for a, b, c, d in rows]
+
     def find_request(self, analyst: str, request_key: str) -> list[ChargeRecord]:
         rows = self._exec(
             f"SELECT {CHARGE_COLUMNS} FROM charges WHERE analyst = ? AND request_key = ? ORDER BY position",
@@ -377,7 +389,7 @@ class _Admission(AdmissionTransaction):
         row = self._exec(INSERT_CHARGE + " ON CONFLICT DO NOTHING RETURNING seq", params).fetchone()
         if row is None:
             return None
-        return charge_from_row((row[0], *params))
+        return charge_from_row((row[0], *params[:-1]))
 
     def session(self, session_id: str) -> SessionRecord | None:
         return _read_session(self._store, self._conn, session_id)

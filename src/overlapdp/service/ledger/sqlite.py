@@ -26,7 +26,8 @@ _DDL = (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, dataset TEXT NOT NULL,
         analyst TEXT NOT NULL, kind TEXT NOT NULL, session TEXT, request_key TEXT, request_hash TEXT,
         position INTEGER NOT NULL, query TEXT, mechanism TEXT NOT NULL, cost TEXT NOT NULL, answer TEXT,
-        created_at REAL NOT NULL, UNIQUE (analyst, request_key, position))""",
+        created_at REAL NOT NULL, load REAL NOT NULL DEFAULT 0,
+        UNIQUE (analyst, request_key, position))""",
     "CREATE INDEX IF NOT EXISTS charges_dataset_seq ON charges (dataset, seq)",
     "CREATE INDEX IF NOT EXISTS charges_analyst_seq ON charges (analyst, seq)",
     """CREATE TABLE IF NOT EXISTS sessions (
