@@ -272,3 +272,21 @@ def test_disjoint_queries_are_charged_by_maximum_overlap(tmp_path: Path) -> None
     assert guarantee["by_concurrent_composition"] == pytest.approx(1.0 + bob_spent)
     assert guarantee["epsilon"] == pytest.approx(min(status["spent"], 1.0 + bob_spent))
     service.store.close()
+
+
+def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path) -> None:
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
+    service.query(alice, "adult", ["sex = 0"], 0.25)
+    batch = ["age < 30 AND sex = 1", "age >= 30 AND sex = 1", "age BETWEEN 25 AND 35"]
+    out = service.query(alice, "adult", batch, 0.25, dry_run=True)
+    # By hand: the first two are disjoint; the third meets each of them: the worst row pays 0.5 of the
+    # batch, and 0.25 + 0.25 = 0.5 on the rows with sex = 0 aged 25 to 35, or sex = 1 aged 25 to 35.
+    assert out["cost"]["batch"] == {"overlap": pytest.approx(0.5), "sequential": pytest.approx(0.75)}
+    assert out["spent_after"] == pytest.approx(0.5) and out["admissible"] is True
+    assert len(service.store.charges()) == 1
+    service.query(alice, "adult", batch, 0.25)
+    assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == pytest.approx(
+        _brute_force_max_load(service, analyst="alice")
+    )
+    service.store.close()

@@ -606,8 +606,8 @@ class QueryService:
         if p.kind == "session-query":
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
-        own_ok = mine.peek_many(pairs)
-        global_ok = state.global_filter.peek_many(pairs)
+        own_ok, own_after = mine.peek_many(pairs)
+        global_ok, _ = state.global_filter.peek_many(pairs)
         definition = state.record.definition
         cost = {
             "definition": definition,
@@ -616,7 +616,8 @@ class QueryService:
         }
         if p.kind == "dry-run":
             return {
-                "cost": cost,
+                "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
+                "spent_after": own_after,
                 "admissible": own_ok and global_ok,
                 "quota_admits": own_ok,
                 "global_admits": global_ok,
@@ -638,7 +639,7 @@ class QueryService:
         seqs = []
         now = time.time()
         noisy = runtime.noisy_counts(p.true_counts, p.mechanism)
-        for i, (q, qjson, answer) in enumerate(zip(p.queries, p.query_json, noisy, strict=True)):
+        for i, (qjson, answer) in enumerate(zip(p.query_json, noisy, strict=True)):
             row = tx.insert(
                 NewCharge(
                     dataset=state.record.name,
@@ -662,8 +663,10 @@ class QueryService:
                 raise Conflict("this idempotency key is being used by a concurrent request")
             answers.append({"charge": row.id, "seq": row.seq, **answer})
             seqs.append(row.seq)
-            state.global_filter.add(q, p.loads[i])
-            mine.add(q, p.loads[i])
+        # Only once every row of the request is in the transaction (a refusal above rolls all back).
+        for q, load in zip(p.queries, p.loads, strict=True):
+            state.global_filter.add(q, load)
+            mine.add(q, load)
         return {
             "answers": answers,
             "cost": cost,

@@ -116,11 +116,13 @@ class OverlapFilter:
     def _query(self, query: PredicateQuery | None) -> PredicateQuery:
         return (query or self._everything).with_id(f"c{next(_ids)}")
 
-    def peek_many(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
-        """Would all of ``charges`` together keep the worst row within the budget? (No change is kept.)"""
+    def peek_many(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> tuple[bool, float]:
+        """Would all of ``charges`` together keep the worst row within the budget, and what would the
+        worst row's load be? (Nothing is kept.)"""
         if len(charges) == 1:
             query, load = charges[0]
-            return float(self._index.peek(self._query(query), load).upper) <= self.budget
+            after = float(self._index.peek(self._query(query), load).upper)
+            return after <= self.budget, after
         added: list[str] = []
         try:
             for query, load in charges:
@@ -128,7 +130,8 @@ class OverlapFilter:
                 self._index.add(q, load)
                 assert q.id is not None
                 added.append(q.id)
-            return self.max_load() <= self.budget
+            after = self.max_load()
+            return after <= self.budget, after
         finally:
             for qid in added:
                 self._index.remove(qid)
@@ -149,6 +152,14 @@ class OverlapFilter:
 
 
 QuotaFilter = OverlapFilter
+
+
+def batch_cost(schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]]) -> dict[str, float]:
+    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential."""
+    alone = OverlapFilter(schema, math.inf)
+    for query, load in charges:
+        alone.add(query, load)
+    return {"overlap": alone.max_load(), "sequential": math.fsum(load for _, load in charges)}
 
 
 def make_filter(schema: Schema, definition: str, budget: float) -> OverlapFilter:
