@@ -184,6 +184,22 @@ def test_bad_input_gets_a_clear_4xx_and_no_charge(world: dict[str, Any]) -> None
             422,
         ),
         (client.post("/v1/datasets/adult/batch", headers=bob, content=b"x" * 30_000), 413),
+        (
+            client.post(
+                "/v1/datasets/adult/query",
+                headers={**bob, "Content-Type": "application/json"},
+                content=b'{"query": {"conditions": {"age": {"range": [NaN, 3]}}}, "epsilon": 0.1}',
+            ),
+            400,
+        ),
+        (
+            client.post(
+                "/v1/datasets/adult/query",
+                headers={**bob, "Content-Type": "application/json"},
+                content=b'{"query": "sex = 1", "epsilon": Infinity}',
+            ),
+            400,
+        ),
     ]
     for response, status in cases:
         assert response.status_code == status, response.text

@@ -126,6 +126,8 @@ class _DatasetState:
         self.admit_lock = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queue: list[_Pending] = []
+        # Parsed queries by their request text (parsing SQL costs more than counting a small table).
+        self.request_cache: dict[str, PredicateQuery] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -409,9 +411,19 @@ class QueryService:
             raise QueryError("a batch needs at least one query")
         out = []
         for i, spec in enumerate(specs):
-            if len(dumps(spec)) > self.limits.max_query_chars:
+            try:
+                key = dumps(spec)
+            except ValueError:  # NaN or infinity somewhere in the query
+                raise QueryError(f"query #{i} holds a number that is not finite") from None
+            if len(key) > self.limits.max_query_chars:
                 raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
-            out.append(parse_query(state.schema, spec, id=str(i)))
+            parsed = state.request_cache.get(key)
+            if parsed is None:
+                parsed = parse_query(state.schema, spec)
+                if len(state.request_cache) >= 10_000:
+                    state.request_cache.clear()
+                state.request_cache[key] = parsed
+            out.append(parsed.with_id(str(i)))
         return out
 
     def _mechanism(
