@@ -6,7 +6,13 @@ import os
 import sys
 
 import overlapdp.cli.serve_cmd  # noqa: F401  (registers `overlapdp serve`)
-from overlapdp.cli import account_cmd, count_cmd, demo_cmd, schema_cmd  # noqa: F401  (registers the commands)
+from overlapdp.cli import (  # noqa: F401  (registers the commands)
+    account_cmd,
+    count_cmd,
+    demo_cmd,
+    overlap_cmd,
+    schema_cmd,
+)
 from overlapdp.cli.app import app, err_console
 from overlapdp.errors import OverlapDPError
 

@@ -1,0 +1,63 @@
+"""``overlapdp overlap``: the maximum (weighted) overlap of a workload file and the row that attains it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from overlapdp.cli.app import app, console, emit_json, err_console, warn
+from overlapdp.errors import OverlapDPError
+from overlapdp.overlap import max_overlap
+from overlapdp.query import Workload
+from overlapdp.schema import Schema
+
+_COMPS = ("count", "sum", "l2")
+
+
+@app.command()
+def overlap(
+    schema: Annotated[Path, typer.Option("--schema", help="Schema JSON file.")],
+    queries: Annotated[
+        Path, typer.Option("--queries", help="Workload file, JSON Lines ('weight' per line).")
+    ],
+    comp: Annotated[
+        str, typer.Option("--comp", help="count (gamma), sum (pure DP, zCDP) or l2 (Gaussian DP mu).")
+    ] = "count",
+    effort: Annotated[
+        float | None,
+        typer.Option("--effort", help="Time limit in seconds; past it a safe upper bound is reported."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Maximum (weighted) overlap: the worst row, the composed weight there, the queries covering it."""
+    if comp not in _COMPS:
+        raise OverlapDPError(f"--comp {comp!r}: use one of {', '.join(_COMPS)}")
+    if effort is not None and not effort >= 0:
+        raise OverlapDPError(f"--effort {effort!r}: give a non-negative number of seconds")
+    sch = Schema.load(schema)
+    workload = Workload.read_jsonl(sch, queries)
+    with err_console.status(f"maximum overlap of {len(workload)} queries...", spinner="dots"):
+        result = max_overlap(workload.queries, comp=comp, effort=effort, schema=sch)  # type: ignore[arg-type]
+    if not result.exact:
+        warn(f"the search stopped at the effort limit: {result.value:g} is a safe upper bound, not exact")
+    if as_json:
+        emit_json(result.to_json())
+        return
+    summary = Table(show_header=False, title=f"maximum overlap ({comp}) of {len(workload)} queries")
+    summary.add_row("value", f"{result.value:g}")
+    summary.add_row("exact", "yes" if result.exact else "no (safe upper bound)")
+    if not result.exact:
+        summary.add_row("bounds", f"{result.lower:g} <= true value <= {result.upper:g}")
+    summary.add_row("algorithm", result.algorithm)
+    summary.add_row("covering queries", str(len(result.queries)))
+    console.print(summary)
+    if result.witness is not None:
+        row = Table("attribute", "witness value", title="witness row")
+        for name, value in result.witness.items():
+            row.add_row(name, str(value))
+        console.print(row)
+        ids = ", ".join(result.queries[:20]) + (", ..." if len(result.queries) > 20 else "")
+        console.print(f"queries covering it: {ids or '(none)'}", highlight=False)

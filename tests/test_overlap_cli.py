@@ -1,0 +1,104 @@
+"""``overlapdp overlap``: JSON output checked against brute force, readable table, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from overlapdp.cli.main import main
+from overlapdp.overlap import brute_force_overlap
+from overlapdp.query import Workload
+from overlapdp.schema import Schema
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    schema = tmp_path / "schema.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "attributes": [
+                    {"name": "age", "type": "int", "min": 0, "max": 9},
+                    {"name": "race", "type": "categorical", "values": ["a", "b", "c"]},
+                ]
+            }
+        )
+    )
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        '{"id": "young", "where": "age < 5", "weight": 0.5}\n'
+        '{"id": "ab", "where": "race IN (\'a\', \'b\')", "weight": 2}\n'
+        '{"id": "bc", "where": "race IN (\'b\', \'c\') AND age >= 3"}\n'
+        '{"id": "old", "where": "age > 6", "weight": 3}\n'
+    )
+    return {"schema": schema, "queries": queries}
+
+
+@pytest.mark.parametrize("comp", ["count", "sum", "l2"])
+def test_overlap_json_matches_brute_force(
+    files: dict[str, Path], comp: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        [
+            "overlap",
+            "--schema",
+            str(files["schema"]),
+            "--queries",
+            str(files["queries"]),
+            "--comp",
+            comp,
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    got = json.loads(out)
+    assert set(got) >= {"value", "exact", "upper", "lower", "witness", "queries", "algorithm"}
+    schema = Schema.load(files["schema"])
+    workload = Workload.read_jsonl(schema, files["queries"])
+    truth = brute_force_overlap(workload.queries, comp=comp)  # type: ignore[arg-type]
+    assert got["exact"] is True
+    assert got["value"] == pytest.approx(float(truth.value))
+    row = tuple(schema.attribute(k).index_of(v) for k, v in got["witness"].items())
+    assert sorted(got["queries"]) == sorted(q.id for q in workload if q.covers(row))  # type: ignore[arg-type]
+
+
+def test_overlap_table(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["overlap", "--schema", str(files["schema"]), "--queries", str(files["queries"]), "--comp", "sum"],
+        capsys,
+    )
+    assert code == 0
+    assert "witness row" in out and "│ 6 " in out and "ab, bc, old" in out
+
+
+def test_overlap_bad_input(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        ["overlap", "--schema", str(files["schema"]), "--queries", str(files["queries"]), "--comp", "max"],
+        capsys,
+    )
+    assert code == 2 and "--comp" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "where": "age < 3", "weight": -1}\n')
+    code, _, err = run(["overlap", "--schema", str(files["schema"]), "--queries", str(bad), "--json"], capsys)
+    assert code == 2 and "weight" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, out, _ = run(
+        ["overlap", "--schema", str(files["schema"]), "--queries", str(empty), "--json"], capsys
+    )
+    assert code == 0 and json.loads(out)["value"] == 0.0
