@@ -79,10 +79,7 @@ def parse_ledger_line(schema: Schema, obj: Any, n: int) -> tuple[str, Mechanism,
         if not isinstance(obj, dict):
             raise WorkloadError("a ledger line must be a JSON object")
         mech_field = obj.get("mechanism")
-        if isinstance(mech_field, Mapping):
-            mech = parse_mechanism(mech_field)
-        else:
-            mech = parse_mechanism(obj)
+        mech = parse_mechanism(mech_field) if isinstance(mech_field, Mapping) else parse_mechanism(obj)
         qid = obj.get("id")
         cid = str(qid) if qid is not None else f"line{n}"
         if "where" in obj or "conditions" in obj:
