@@ -14,6 +14,7 @@ from overlapdp.mechanisms.calibration import (
     laplace_for,
     noise_for,
 )
+from overlapdp.mechanisms.concurrent import Child, ConcurrentComposition
 from overlapdp.mechanisms.counting import Counter
 from overlapdp.mechanisms.errors import (
     BudgetExceededError,
@@ -31,12 +32,15 @@ from overlapdp.mechanisms.randomness import (
     SeededRandomSource,
     SystemRandomSource,
     resolve_source,
+    system_source,
 )
 from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
 
 __all__ = [
     "WHOLE_DOMAIN",
     "BudgetExceededError",
+    "Child",
+    "ConcurrentComposition",
     "Counter",
     "Coverage",
     "CoverageError",
@@ -65,4 +69,5 @@ __all__ = [
     "noisy_counts",
     "optimal_split",
     "resolve_source",
+    "system_source",
 ]

@@ -9,19 +9,10 @@ composition) but not overlap-aware; the overlap-aware accountant lives in :mod:`
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Protocol
 
 from overlapdp.mechanisms.calibration import PrivacyDefinition
 from overlapdp.mechanisms.errors import BudgetExceededError, MechanismError
 from overlapdp.privacy.definitions import ZCDP, PureDP
-
-
-class BudgetFilter(Protocol):
-    def charge(self, cost: PrivacyDefinition) -> None:
-        """Charge ``cost`` or raise BudgetExceededError (then nothing is charged)."""
-        ...
-
-    def can_charge(self, cost: PrivacyDefinition) -> bool: ...
 
 
 def _amount(value: PrivacyDefinition) -> tuple[type, Fraction]:

@@ -162,10 +162,10 @@ class GuessAndCheck:
 
     def check(self, query: PredicateQuery, guess: float) -> GuessAnswer:
         index = self._asked
-        if self.exhausted:
-            return GuessAnswer("exhausted", index, 0)
         g = _finite("guess", guess)
         require_within(query, self._coverage, "this guess-and-check")
+        if self.exhausted:
+            return GuessAnswer("exhausted", index, 0)
         self._asked += 1
         value = self._counter.count(query)
         nu = self.query_noise.sample(self._source)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,8 @@ from overlapdp.mechanisms.samplers import (
 )
 
 _SUMMED_SIGMA_LIMIT = 1e5
+# Parameters whose integers the vectorised samplers handle without falling back element by element.
+_POOLED_LIMIT = 1 << 31
 
 
 def _check_level(level: float) -> float:
@@ -63,7 +65,11 @@ class DiscreteLaplace:
         return math.exp(-1.0 / float(self.scale))
 
     def sample(self, source: RandomSource) -> int:
-        return discrete_laplace_scalar(source, self.scale.numerator, self.scale.denominator)
+        """One exact draw (from the source's pool of vectorised draws when the integers are small)."""
+        s, r = self.scale.numerator, self.scale.denominator
+        if s >= _POOLED_LIMIT or r >= _POOLED_LIMIT:
+            return discrete_laplace_scalar(source, s, r)
+        return source.pooled(("discrete Laplace", s, r), lambda n: discrete_laplace_batch(source, s, r, n))
 
     def sample_many(self, source: RandomSource, n: int) -> npt.NDArray[np.int64]:
         return discrete_laplace_batch(source, self.scale.numerator, self.scale.denominator, n)
@@ -76,8 +82,7 @@ class DiscreteLaplace:
         """``P(|Y| > w)`` in closed form, ``2 q^{w+1} / (1 + q)``."""
         if w < 0:
             return 1.0
-        q = self._q
-        return 2.0 * math.exp((w + 1) * math.log(q)) / (1 + q)
+        return 2.0 * math.exp(-(w + 1) / float(self.scale)) / (1 + self._q)
 
     @property
     def variance(self) -> float:
@@ -85,9 +90,13 @@ class DiscreteLaplace:
         return 2 * q / (1 - q) ** 2
 
     def half_width(self, level: float) -> int:
-        alpha = 1 - _check_level(level)
-        q = self._q
-        w = max(0, math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q)) - 1)
+        """The smallest ``w`` with ``P(|Y| <= w) >= level``."""
+        return _laplace_half_width(self, _check_level(level))
+
+    def _half_width(self, level: float) -> int:
+        alpha = 1 - level
+        # Solve 2 q^{w+1}/(1+q) <= alpha with log q = -1/t, then correct float rounding both ways.
+        w = max(0, math.ceil(-math.log(alpha * (1 + self._q) / 2) * float(self.scale)) - 1)
         while self.tail_abs(w) > alpha:
             w += 1
         while w > 0 and self.tail_abs(w - 1) <= alpha:
@@ -112,7 +121,11 @@ class DiscreteGaussian:
         return math.sqrt(float(self.sigma2))
 
     def sample(self, source: RandomSource) -> int:
-        return discrete_gaussian_scalar(source, self.sigma2.numerator, self.sigma2.denominator)
+        """One exact draw (from the source's pool of vectorised draws when the integers are small)."""
+        a, b = self.sigma2.numerator, self.sigma2.denominator
+        if a >= _POOLED_LIMIT or b >= _POOLED_LIMIT:
+            return discrete_gaussian_scalar(source, a, b)
+        return source.pooled(("discrete Gaussian", a, b), lambda n: discrete_gaussian_batch(source, a, b, n))
 
     def sample_many(self, source: RandomSource, n: int) -> npt.NDArray[np.int64]:
         return discrete_gaussian_batch(source, self.sigma2.numerator, self.sigma2.denominator, n)
@@ -172,6 +185,11 @@ class DiscreteGaussian:
 
     def describe(self) -> str:
         return f"discrete Gaussian, sigma^2 {self.sigma2}"
+
+
+@lru_cache(maxsize=1024)
+def _laplace_half_width(noise: DiscreteLaplace, level: float) -> int:
+    return noise._half_width(level)
 
 
 def _phi(x: float) -> float:

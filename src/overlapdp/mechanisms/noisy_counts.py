@@ -76,11 +76,11 @@ def add_noise(
     counts = np.asarray(true_counts, dtype=np.int64)
     if ids is not None and len(ids) != counts.size:
         raise ValueError("ids must have one entry per count")
-    draws = (
-        noise.sample_many(source, counts.size)
-        if counts.size > 1
-        else np.array([noise.sample(source)] * counts.size, dtype=np.int64)
-    )
+    if counts.size == 1:  # one count: a pooled draw avoids numpy's per-call cost
+        draws = np.array([noise.sample(source)], dtype=np.int64)
+    else:
+        draws = noise.sample_many(source, counts.size)
+
     values = (counts + draws).tolist()
     w = noise.half_width(lv)
     return [

@@ -10,8 +10,9 @@ Every sampler draws uniform 64-bit words from a :class:`RandomSource`:
 the caller declares a served (production) context, or when the environment variable
 ``OVERLAPDP_SERVED`` is set to ``1`` (so a deployment can forbid seeded generators globally).
 
-Words are buffered for speed; the buffer is dropped in a forked child (``os.register_at_fork``) so two
-processes never reuse the same random words.
+Words (and pools of ready noise draws, :meth:`RandomSource.pooled`) are buffered for speed; they are
+dropped in a forked child (``os.register_at_fork``) so two
+processes never reuse the same random words or noise.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
 from typing import TypeAlias
 
 import numpy as np
@@ -27,6 +29,8 @@ import numpy.typing as npt
 from overlapdp.mechanisms.errors import InsecureRandomnessError
 
 _BUFFER_WORDS = 2048
+_POOL_SIZE = 512
+_MAX_POOLS = 64
 _MASK64 = (1 << 64) - 1
 
 
@@ -38,6 +42,7 @@ class RandomSource(ABC):
 
     def __init__(self) -> None:
         self._buffer: list[int] = []
+        self._pools: dict[Hashable, list[int]] = {}
         _LIVE_SOURCES.add(self)
 
     @abstractmethod
@@ -90,8 +95,24 @@ class RandomSource(ABC):
             todo = todo[~ok]
         return out
 
+    def pooled(self, key: Hashable, refill: Callable[[int], npt.NDArray[np.int64]]) -> int:
+        """One draw of the distribution named ``key``, served from a pool of i.i.d. draws that
+        ``refill(n)`` (an exact vectorised sampler using this source) fills ``_POOL_SIZE`` at a time.
+
+        Draws from a pool are exactly as independent and as exactly distributed as direct draws; the
+        pool only amortises numpy's per-call cost for mechanisms that need one draw at a time.
+        """
+        pool = self._pools.get(key)
+        if not pool:
+            if key not in self._pools and len(self._pools) >= _MAX_POOLS:
+                self._pools.pop(next(iter(self._pools)))
+            pool = refill(_POOL_SIZE).tolist()
+            self._pools[key] = pool
+        return pool.pop()
+
     def _drop_buffer(self) -> None:
         self._buffer.clear()
+        self._pools.clear()
 
 
 class SystemRandomSource(RandomSource):

@@ -31,6 +31,8 @@ from overlapdp.mechanisms.randomness import RandomSource
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
+_TWO64 = 1 << 64
+_MASK64 = _TWO64 - 1
 # Denominators (times the alternating-series counter k < 2^8) must stay below 2^63.
 _DEN_LIMIT = 1 << 55
 _K_LIMIT = 1 << 8
@@ -42,10 +44,27 @@ _ROOT_LIMIT = 1 << 31
 # scalar versions (Python integers, any size)
 # --------------------------------------------------------------------------------------------------
 def _unit_from(src: RandomSource, num: int, den: int, k: int) -> bool:
-    """Continue the alternating-series loop for ``Bernoulli(exp(-num/den))``, ``num <= den``, at ``k``."""
-    while src.randbelow(den * k) < num:
+    """Continue the alternating-series loop for ``Bernoulli(exp(-num/den))``, ``num <= den``, at ``k``.
+
+    Each step draws ``A_k ~ Bernoulli(num/(den k))`` as "a uniform integer below ``den k`` is below
+    ``num``" (``randbelow`` inlined: this loop is the scalar samplers' hot path).
+    """
+    if num == 0:
+        return True
+    word = src.word
+    while True:
+        m = den * k
+        if m > _MASK64:
+            if src.randbelow(m) >= num:
+                return k % 2 == 1
+        else:
+            floor = (_TWO64 - m) % m
+            w = word()
+            while w < floor:
+                w = word()
+            if w % m >= num:
+                return k % 2 == 1
         k += 1
-    return k % 2 == 1
 
 
 def bernoulli_exp_neg_scalar(src: RandomSource, num: int, den: int) -> bool:

@@ -148,12 +148,12 @@ class SparseVector:
 
     def ask(self, query: PredicateQuery, threshold: float | None = None) -> SVTAnswer:
         index = self._asked
-        if self.exhausted:
-            return SVTAnswer("exhausted", index, 0)
+        require_within(query, self._coverage, "this sparse vector")
         t = self._threshold if threshold is None else _finite("threshold", threshold)
         if t is None:
             raise MechanismError("no threshold: pass one to SparseVector(...) or with the query")
-        require_within(query, self._coverage, "this sparse vector")
+        if self.exhausted:
+            return SVTAnswer("exhausted", index, 0)
         self._asked += 1
         value = self._counter.count(query)
         return self._compare(value, t, index)

@@ -1,0 +1,158 @@
+"""Noisy counts: calibration from budgets, exact error bars (coverage in simulation), bad input."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from overlapdp.mechanisms import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    MechanismError,
+    add_noise,
+    declared_guarantee,
+    guarantee_of,
+    noise_for,
+    noisy_count,
+    noisy_counts,
+)
+from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.query import parse_where
+from overlapdp.samples import adult_schema, synthetic_adult
+
+
+def laplace_abs_cdf(scale: Fraction, w: int) -> float:
+    """P(|Y| <= w) for the discrete Laplace, summed from the pmf (independent of the closed form)."""
+    q = math.exp(-1 / float(scale))
+    ys = np.arange(-w, w + 1)
+    return float(((1 - q) / (1 + q) * q ** np.abs(ys)).sum())
+
+
+def gauss_abs_cdf(sigma2: Fraction, w: int) -> float:
+    s2 = float(sigma2)
+    big = int(50 * math.sqrt(s2)) + 50
+    grid = np.arange(-big, big + 1).astype(float)
+    weights = np.exp(-(grid**2) / (2 * s2))
+    return float(weights[np.abs(grid) <= w].sum() / weights.sum())
+
+
+@given(st.floats(min_value=1e-3, max_value=50.0), st.integers(min_value=1, max_value=5))
+def test_laplace_calibration_never_gives_less_noise(epsilon: float, sensitivity: int) -> None:
+    noise = noise_for(PureDP(epsilon), sensitivity)
+    assert isinstance(noise, DiscreteLaplace)
+    assert noise.scale >= Fraction(sensitivity) / Fraction(epsilon)  # exact comparison
+    assert noise.scale <= Fraction(sensitivity) / Fraction(epsilon) * Fraction(
+        1_000_001, 1_000_000
+    ) + Fraction(1, 10**6)
+    assert guarantee_of(noise, sensitivity).epsilon <= epsilon
+
+
+@given(st.floats(min_value=1e-4, max_value=20.0), st.integers(min_value=1, max_value=3))
+def test_gaussian_calibration_never_gives_less_noise(rho: float, sensitivity: int) -> None:
+    noise = noise_for(ZCDP(rho), sensitivity)
+    assert isinstance(noise, DiscreteGaussian)
+    assert noise.sigma2 >= Fraction(sensitivity**2) / (2 * Fraction(rho))
+    assert guarantee_of(noise, sensitivity).rho <= rho  # type: ignore[union-attr]
+
+
+def test_gdp_budget_gives_sigma_delta_over_mu_declared_as_zcdp() -> None:
+    noise = noise_for(GDP(0.5), 1)
+    assert isinstance(noise, DiscreteGaussian)
+    assert noise.sigma2 >= 4 and float(noise.sigma2) == pytest.approx(4)
+    declared = declared_guarantee(GDP(0.5))
+    assert isinstance(declared, ZCDP) and declared.rho == pytest.approx(0.125) and declared.rho >= 0.125
+
+
+NOISES = [
+    DiscreteLaplace(Fraction(10, 3)),
+    DiscreteLaplace(Fraction(1, 2)),
+    DiscreteGaussian(Fraction(50)),
+    DiscreteGaussian(Fraction(1, 3)),
+]
+
+
+@pytest.mark.parametrize("noise", NOISES, ids=lambda n: n.describe())
+@pytest.mark.parametrize("level", [0.5, 0.8, 0.95])
+def test_error_bar_is_the_smallest_interval_reaching_its_level(noise, level: float) -> None:
+    w = noise.half_width(level)
+    cdf = laplace_abs_cdf if isinstance(noise, DiscreteLaplace) else gauss_abs_cdf
+    param = noise.scale if isinstance(noise, DiscreteLaplace) else noise.sigma2
+    assert cdf(param, w) >= level - 1e-12
+    assert w == 0 or cdf(param, w - 1) < level
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [PureDP(0.3), PureDP(2.0), ZCDP(0.01), GDP(1.5)],
+    ids=["lap0.3", "lap2", "gauss-rho", "gauss-mu"],
+)
+@pytest.mark.parametrize("level", [0.6, 0.9, 0.99])
+def test_error_bar_coverage_matches_its_level_in_simulation(budget, level: float) -> None:
+    n = 200_000
+    truth = 1234
+    answers = add_noise(np.full(n, truth), budget, level=level, rng=3)
+    inside = np.mean([a.low <= truth <= a.high for a in answers])
+    noise = answers[0].noise
+    w = answers[0].high - answers[0].value
+    exact = (
+        laplace_abs_cdf(noise.scale, w)
+        if isinstance(noise, DiscreteLaplace)
+        else gauss_abs_cdf(noise.sigma2, w)
+    )
+    assert exact >= level - 1e-12
+    se = math.sqrt(exact * (1 - exact) / n)
+    assert abs(inside - exact) < 5 * se + 1e-9
+    assert inside >= level - 5 * math.sqrt(level * (1 - level) / n)
+
+
+def test_large_sigma_uses_a_conservative_bound() -> None:
+    noise = DiscreteGaussian(Fraction(10**12))  # sigma = 10^6: the pmf is not summed
+    w = noise.half_width(0.95)
+    assert w == pytest.approx(1.96 * 10**6, rel=1e-3)
+    assert w >= 1.959963984540054 * 10**6
+
+
+def test_noisy_counts_answer_predicate_queries_from_a_frame() -> None:
+    schema = adult_schema()
+    frame = synthetic_adult(5_000, seed=1)
+    queries = [
+        parse_where(schema, "age BETWEEN 20 AND 29").with_id("young"),
+        parse_where(schema, "sex = 1").with_id("sex1"),
+    ]
+    exact = [int(frame["age"].between(20, 29).sum()), int((frame["sex"] == 1).sum())]
+    answers = noisy_counts(queries, frame, PureDP(50.0), rng=5, level=0.99)
+    assert [a.query_id for a in answers] == ["young", "sex1"]
+    for a, e in zip(answers, exact, strict=True):
+        assert a.low <= e <= a.high and a.high - a.low <= 2
+        assert a.guarantee == PureDP(50.0)
+    one = noisy_count(queries[0], frame, ZCDP(1.0), rng=6)
+    assert isinstance(one.noise, DiscreteGaussian) and abs(one.value - exact[0]) < 10
+    assert one.to_json()["interval"] == [one.low, one.high]
+    called = noisy_count(queries[0], lambda q: 7, PureDP(100.0), rng=7)
+    assert abs(called.value - 7) <= 1
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_budgets_must_be_positive_and_finite(bad: float) -> None:
+    with pytest.raises(BudgetError):
+        add_noise([1], PureDP(bad))
+    with pytest.raises(BudgetError):
+        add_noise([1], ZCDP(bad))
+
+
+def test_other_bad_input_is_refused_clearly() -> None:
+    with pytest.raises(MechanismError, match="level"):
+        add_noise([1], PureDP(1.0), level=1.0)
+    with pytest.raises(MechanismError, match="sensitivity"):
+        add_noise([1], PureDP(1.0), sensitivity=0)
+    with pytest.raises(MechanismError, match="sensitivity"):
+        add_noise([1], PureDP(1.0), sensitivity=1.5)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError, match="ApproxDP"):
+        add_noise([1], ApproxDP(1.0, 1e-6))
+    with pytest.raises(MechanismError):
+        DiscreteLaplace(Fraction(0))
