@@ -20,10 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import all_rows, representative, schemas, where_clauses
 
-from overlapdp.engine import DuckDBEngine, Engine, PandasEngine, PolarsEngine, open_engine
-from overlapdp.engine import batch
+from overlapdp.engine import DuckDBEngine, Engine, PandasEngine, PolarsEngine, batch, open_engine
 from overlapdp.errors import DataError
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_raw_schema, adult_schema
@@ -33,6 +31,7 @@ from overlapdp.schema import (
     IntAttribute,
     Schema,
 )
+from strategies import all_rows, representative, schemas, where_clauses
 
 Mask = Callable[[pd.DataFrame], "pd.Series[bool]"]
 LOCAL_ENGINES = ("duckdb", "pandas", "polars")
@@ -97,7 +96,9 @@ def random_condition(rng: random.Random, attr: Any) -> tuple[str, Mask]:
     return text, lambda d: ~d[n].isin(vals)
 
 
-def random_workload(schema: Schema, count: int, seed: int, max_conditions: int = 3) -> list[tuple[str, list[Mask]]]:
+def random_workload(
+    schema: Schema, count: int, seed: int, max_conditions: int = 3
+) -> list[tuple[str, list[Mask]]]:
     """``count`` conjunctions of 0..max_conditions conditions on distinct attributes."""
     rng = random.Random(seed)
     out: list[tuple[str, list[Mask]]] = []
@@ -306,7 +307,7 @@ SECRET = "Secret-Value-123"
 def test_bad_input(engine: str, tmp_path: Path) -> None:
     schema = Schema((IntAttribute("age", 0, 99), CategoricalAttribute("sex", ("F", "M"))))
     # A schema column missing from the data.
-    with pytest.raises(DataError, match="'sex'.*missing"):
+    with pytest.raises(DataError, match=r"'sex'.*missing"):
         make_engine(engine, schema, pd.DataFrame({"age": [1, 2]}))
     # Strings in an int attribute, in a frame and in a CSV (where the sniffer may type it as numbers
     # first: the text sits after the first thousands of rows).
@@ -322,13 +323,13 @@ def test_bad_input(engine: str, tmp_path: Path) -> None:
     # An empty file, a missing file, a Parquet file that is not Parquet.
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    with pytest.raises(DataError, match="empty.csv.*empty"):
+    with pytest.raises(DataError, match=r"empty.csv.*empty"):
         make_engine(engine, schema, empty)
     with pytest.raises(DataError, match="does not exist"):
         make_engine(engine, schema, tmp_path / "nope.csv")
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1" + SECRET.encode() * 10)
-    with pytest.raises(DataError, match="broken.parquet") as err:
+    with pytest.raises(DataError, match=r"broken.parquet") as err:
         make_engine(engine, schema, broken)
     assert SECRET not in str(err.value)
 
@@ -342,7 +343,7 @@ def test_duckdb_database_errors(tmp_path: Path) -> None:
         DuckDBEngine.from_database(schema, database, "people")
     not_db = tmp_path / "x.duckdb"
     not_db.write_text(SECRET)
-    with pytest.raises(DataError, match="x.duckdb") as err:
+    with pytest.raises(DataError, match=r"x.duckdb") as err:
         DuckDBEngine.from_database(schema, not_db, "t")
     assert SECRET not in str(err.value)
     with DuckDBEngine.from_database(schema, database, "t") as eng:
@@ -354,7 +355,10 @@ def test_duckdb_database_errors(tmp_path: Path) -> None:
 def test_query_on_another_schema_is_rejected() -> None:
     schema = Schema((IntAttribute("age", 0, 99),))
     other = Schema((IntAttribute("age", 0, 9),))
-    with PandasEngine(schema, pd.DataFrame({"age": [1]})) as eng, pytest.raises(DataError, match="another schema"):
+    with (
+        PandasEngine(schema, pd.DataFrame({"age": [1]})) as eng,
+        pytest.raises(DataError, match="another schema"),
+    ):
         eng.counts([parse_where(other, "age = 1")])
 
 

@@ -8,17 +8,18 @@ section 7: atoms are exact, a query covers a value iff it covers the value's ato
 Queries are grouped by the set of attributes they constrain (their signature); per signature the
 histogram is marginalised onto those attributes and every query of the group is answered at once:
 
-- dense: a contraction of the dense marginal with per-query 0/1 indicator vectors (one matrix product per
-  attribute), when the marginal grid is small;
+- dense: prefix sums of the dense marginal (a summed-area table); each query's coverage is a union of
+  boxes of atoms and each box sum is ``2**k`` lookups (inclusion-exclusion), when the grid is small;
 - sparse: a boolean mask over the marginal's non-empty cells built from per-attribute lookup tables,
   then a matrix-vector product with the cell counts.
 
-Counts are integers below 2**53, so the float64 products are exact (every partial sum is an integer
-no larger than the number of rows).
+The dense path is int64 throughout. The sparse path multiplies 0/1 masks with counts in float64, exact
+because counts are integers below 2**53 (every partial sum is an integer no larger than the rows).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -33,7 +34,9 @@ from overlapdp.schema import IndexSet
 # A query's constraints as (histogram column, atom set); None for a contradiction.
 QueryColumns = tuple[tuple[int, IndexSet], ...] | None
 
-_DENSE_CELLS = 1 << 22  # largest dense marginal grid (32 MiB of float64)
+_DENSE_CELLS = 1 << 22  # largest dense marginal grid (32 MiB of int64)
+_MAX_BOXES = 4096  # a query whose coverage needs more boxes goes to the sparse path
+_DENSE_WEIGHT = 0.5  # relative cost of one dense-grid cell against one masked histogram cell
 _MASK_BUDGET = 1 << 24  # booleans per chunk of the sparse path
 _EXACT_LIMIT = 1 << 53
 
@@ -82,9 +85,11 @@ def answer_from_histogram(
         grid = math.prod(sig_sizes)
         by_column = [dict(queries[i] or ()) for i in members]
         sets = [[d[k] for d in by_column] for k in signature]
-        if grid <= _DENSE_CELLS and grid * (len(members) + 1) <= max(
-            4 * len(members) * cells.shape[0] * len(signature), 1 << 20
-        ):
+        # Rough costs in element operations: building and prefix-summing the dense grid, against
+        # masking every histogram cell once per query and attribute.
+        dense_cost = _DENSE_WEIGHT * grid * len(signature) + cells.shape[0] * len(signature)
+        mask_cost = 2 * len(members) * cells.shape[0] * len(signature)
+        if grid <= _DENSE_CELLS and _boxes(sets) <= _MAX_BOXES and dense_cost <= mask_cost:
             out[members] = _dense(cells, w, signature, sig_sizes, grid, sets)
         else:
             out[members] = _sparse(cells, w, signature, sig_sizes, sets)
@@ -107,17 +112,49 @@ def _dense(
     grid: int,
     sets: list[list[IndexSet]],
 ) -> npt.NDArray[np.int64]:
+    """Box sums over the dense marginal's prefix sums (summed-area table), all in int64.
+
+    Each query's atom sets are unions of intervals, so its coverage is a union of disjoint boxes; a box
+    sum takes ``2**k`` lookups by inclusion-exclusion over the prefix sums.
+    """
+    k = len(signature)
     if cells.shape[0]:
-        key = np.ravel_multi_index(tuple(cells[:, k] for k in signature), sizes)
-        marginal = np.bincount(key, weights=w, minlength=grid)
+        key = np.ravel_multi_index(tuple(cells[:, c] for c in signature), sizes)
+        marginal = np.rint(np.bincount(key, weights=w, minlength=grid)).astype(np.int64)
     else:
-        marginal = np.zeros(grid, dtype=np.float64)
-    n = len(sets[0])
-    # Contract one attribute at a time: (n, s0) @ (s0, rest) -> (n, rest), then per query row.
-    r = _indicators(sets[0], sizes[0]) @ marginal.reshape(sizes[0], -1)
-    for j in range(1, len(signature)):
-        r = np.einsum("qa,qar->qr", _indicators(sets[j], sizes[j]), r.reshape(n, sizes[j], -1))
-    return np.rint(r.reshape(n)).astype(np.int64)
+        marginal = np.zeros(grid, dtype=np.int64)
+    prefix = np.zeros([s + 1 for s in sizes], dtype=np.int64)
+    inner = marginal.reshape(sizes)
+    for axis in range(k):
+        inner = np.cumsum(inner, axis=axis)
+    prefix[tuple(slice(1, None) for _ in range(k))] = inner
+    # Boxes of every query: the product of its per-attribute interval lists.
+    owners: list[int] = []
+    lows: list[tuple[int, ...]] = []
+    highs: list[tuple[int, ...]] = []
+    for q in range(len(sets[0])):
+        per_attr = [sets[j][q].intervals for j in range(k)]
+        for box in itertools.product(*per_attr):
+            owners.append(q)
+            lows.append(tuple(lo for lo, _ in box))
+            highs.append(tuple(hi for _, hi in box))
+    lo = np.asarray(lows, dtype=np.int64).reshape(-1, k)
+    hi = np.asarray(highs, dtype=np.int64).reshape(-1, k)
+    shape = prefix.shape
+    flat = prefix.reshape(-1)
+    box_sums = np.zeros(lo.shape[0], dtype=np.int64)
+    for corner in itertools.product((0, 1), repeat=k):
+        idx = tuple(hi[:, j] if corner[j] else lo[:, j] for j in range(k))
+        sign = 1 if (k - sum(corner)) % 2 == 0 else -1
+        box_sums += sign * flat[np.ravel_multi_index(idx, shape)]
+    out = np.zeros(len(sets[0]), dtype=np.int64)
+    np.add.at(out, np.asarray(owners, dtype=np.int64), box_sums)
+    return out
+
+
+def _boxes(sets: list[list[IndexSet]]) -> int:
+    """Number of boxes of the largest query of a group (product of its interval counts)."""
+    return max(math.prod(len(sets[j][q].intervals) for j in range(len(sets))) for q in range(len(sets[0])))
 
 
 def _sparse(
@@ -130,15 +167,10 @@ def _sparse(
     n = len(sets[0])
     if not cells.shape[0]:
         return np.zeros(n, dtype=np.int64)
-    sub = cells[:, list(signature)]
-    if math.prod(sizes) < (1 << 62):
-        key = np.ravel_multi_index(tuple(sub.T), sizes)
-        uniq, inverse = np.unique(key, return_inverse=True)
-        cols = np.unravel_index(uniq, sizes)
-    else:
-        uniq_rows, inverse = np.unique(sub, axis=0, return_inverse=True)
-        cols = tuple(uniq_rows[:, j] for j in range(len(signature)))
-    mw = np.bincount(inverse.reshape(-1), weights=w)
+    # Masks run over the histogram cells directly: marginalising first (a sort) costs more than it
+    # saves for the few queries a signature usually has.
+    cols = tuple(cells[:, c] for c in signature)
+    mw = w
     luts = [_indicators(sets[j], sizes[j]).astype(bool) for j in range(len(signature))]
     out = np.zeros(n, dtype=np.int64)
     step = max(1, _MASK_BUDGET // max(1, mw.shape[0]))

@@ -128,13 +128,13 @@ class DuckDBEngine(SqlEngine):
         try:
             connection.register(view, frame)
         except Exception as exc:
-            raise DataError(f"cannot scan a {type(frame).__name__} with DuckDB ({type(exc).__name__})") from None
+            raise DataError(
+                f"cannot scan a {type(frame).__name__} with DuckDB ({type(exc).__name__})"
+            ) from None
         return cls(schema, view, connection=connection, label="the DataFrame", **kwargs)
 
     @classmethod
-    def from_database(
-        cls, schema: Schema, database: str | Path, table: str, **kwargs: Any
-    ) -> DuckDBEngine:
+    def from_database(cls, schema: Schema, database: str | Path, table: str, **kwargs: Any) -> DuckDBEngine:
         """A table in an existing DuckDB database file, attached read-only."""
         p = _check_file(database)
         connection = kwargs.pop("connection", None) or duckdb.connect()
@@ -154,9 +154,7 @@ class DuckDBEngine(SqlEngine):
         if not (found and found[0]) and not (views and views[0]):
             raise DataError(f"DuckDB database {str(p)!r} has no table {table!r}")
         source = f'{alias}.main."{table.replace(chr(34), chr(34) * 2)}"'
-        return cls(
-            schema, source, connection=connection, label=f"table {table!r} of {str(p)!r}", **kwargs
-        )
+        return cls(schema, source, connection=connection, label=f"table {table!r} of {str(p)!r}", **kwargs)
 
     # -- SqlEngine -----------------------------------------------------------------------------------
     def _rows(self, query: str) -> list[tuple[Any, ...]]:

@@ -47,29 +47,25 @@ def _bin_tree(v: pl.Expr, edges: list[float], lo: int, hi: int) -> pl.Expr:
     if hi - lo == 1:
         return pl.lit(lo, dtype=pl.Int64)
     mid = (lo + hi) // 2
-    return (
-        pl.when(v < edges[mid])
-        .then(_bin_tree(v, edges, lo, mid))
-        .otherwise(_bin_tree(v, edges, mid, hi))
-    )
+    return pl.when(v < edges[mid]).then(_bin_tree(v, edges, lo, mid)).otherwise(_bin_tree(v, edges, mid, hi))
 
 
 def _code(attr: Attribute, col: pl.Expr, kind: str) -> pl.Expr:
     if isinstance(attr, CategoricalAttribute):
         missing = col.is_null() | col.is_nan() if kind == "float" else col.is_null()
         if kind == "string":
-            pairs = [(v, i) for i, v in enumerate(attr.values) if isinstance(v, str)]
+            pairs = [(x, i) for i, x in enumerate(attr.values) if isinstance(x, str)]
             mapped = col.cast(pl.Utf8).replace_strict(
                 [p[0] for p in pairs], [p[1] for p in pairs], default=OUTSIDE, return_dtype=pl.Int64
             )
         else:
             numbers: dict[Any, int] = {}
             texts: list[tuple[str, int]] = []
-            for i, v in enumerate(attr.values):
-                if isinstance(v, str):
-                    texts.append((v, i))
-                elif isinstance(v, bool) == (kind == "bool"):
-                    numbers.setdefault(v, i)
+            for i, x in enumerate(attr.values):
+                if isinstance(x, str):
+                    texts.append((x, i))
+                elif isinstance(x, bool) == (kind == "bool"):
+                    numbers.setdefault(x, i)
             by_text = col.cast(pl.Utf8).replace_strict(
                 [t[0] for t in texts], [t[1] for t in texts], default=OUTSIDE, return_dtype=pl.Int64
             )
@@ -150,7 +146,10 @@ class PolarsEngine(Engine):
                 )
             kinds.append(kind)
         self._check_numbers(lazy, kinds)
-        codes = [_code(a, pl.col(a.name), k).alias(f"c{j}") for j, (a, k) in enumerate(zip(schema, kinds, strict=True))]
+        codes = [
+            _code(a, pl.col(a.name), k).alias(f"c{j}")
+            for j, (a, k) in enumerate(zip(schema, kinds, strict=True))
+        ]
         try:
             enc = lazy.select(codes).collect()
         except pl.exceptions.PolarsError as exc:
@@ -161,7 +160,12 @@ class PolarsEngine(Engine):
 
     def _check_numbers(self, lazy: pl.LazyFrame, kinds: list[str]) -> None:
         checks = [
-            (a.name, (pl.col(a.name).is_not_null() & pl.col(a.name).cast(pl.Float64, strict=False).is_null()).sum())
+            (
+                a.name,
+                (
+                    pl.col(a.name).is_not_null() & pl.col(a.name).cast(pl.Float64, strict=False).is_null()
+                ).sum(),
+            )
             for a, k in zip(self.schema, kinds, strict=True)
             if k == "string" and not isinstance(a, CategoricalAttribute)
         ]

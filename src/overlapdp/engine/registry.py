@@ -25,17 +25,33 @@ def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: An
     if name == "duckdb":
         from overlapdp.engine.duckdb_engine import DuckDBEngine
 
-        return DuckDBEngine.from_path(schema, data, **options) if is_path else DuckDBEngine.from_frame(schema, data, **options)
+        return (
+            DuckDBEngine.from_path(schema, data, **options)
+            if is_path
+            else DuckDBEngine.from_frame(schema, data, **options)
+        )
     if name == "pandas":
         from overlapdp.engine.pandas_engine import PandasEngine
 
-        return PandasEngine.from_path(schema, data, **options) if is_path else PandasEngine.from_frame(schema, data, **options)
+        return (
+            PandasEngine.from_path(schema, data, **options)
+            if is_path
+            else PandasEngine.from_frame(schema, data, **options)
+        )
     if name == "polars":
         from overlapdp.engine.polars_engine import PolarsEngine
 
-        return PolarsEngine.from_path(schema, data, **options) if is_path else PolarsEngine.from_frame(schema, data, **options)
+        return (
+            PolarsEngine.from_path(schema, data, **options)
+            if is_path
+            else PolarsEngine.from_frame(schema, data, **options)
+        )
     try:
         from overlapdp.engine.spark_engine import SparkEngine
     except ImportError:  # pragma: no cover - pyspark is a declared dependency
         raise DataError("the spark engine needs pyspark (pip install pyspark) and Java") from None
-    return SparkEngine.from_path(schema, data, **options) if is_path else SparkEngine.from_frame(schema, data, **options)
+    return (
+        SparkEngine.from_path(schema, data, **options)
+        if is_path
+        else SparkEngine.from_frame(schema, data, **options)
+    )

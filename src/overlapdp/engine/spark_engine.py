@@ -146,7 +146,9 @@ class SparkEngine(SqlEngine):
             table = pa.Table.from_pandas(frame, preserve_index=False)
         try:
             sdf = session.createDataFrame(table)
-        except (*_spark_errors(), TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"cannot ship the DataFrame to Spark ({type(exc).__name__})") from None
+        except _spark_errors() as exc:
             raise DataError(f"cannot ship the DataFrame to Spark ({type(exc).__name__})") from None
         return cls(schema, sdf, label="the DataFrame", **kwargs)
 
@@ -155,7 +157,9 @@ class SparkEngine(SqlEngine):
         try:
             return [tuple(r) for r in self.spark.sql(query).collect()]
         except _spark_errors() as exc:
-            raise DataError(f"Spark could not evaluate a query over {self._label} ({type(exc).__name__})") from None
+            raise DataError(
+                f"Spark could not evaluate a query over {self._label} ({type(exc).__name__})"
+            ) from None
 
     def _arrays(self, query: str, columns: int) -> list[npt.NDArray[np.int64]]:
         rows = self._rows(query)

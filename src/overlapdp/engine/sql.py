@@ -170,7 +170,7 @@ def _categorical(dialect: Dialect, attr: CategoricalAttribute, q: str, kind: Col
                 whens.append(f"WHEN {q} = {literal(value)} THEN {i}")
     else:
         text = dialect.to_text(q)
-        numbers = {}
+        numbers: dict[object, int] = {}
         for i, value in enumerate(attr.values):
             if isinstance(value, str):
                 whens.append(f"WHEN {text} = {literal(value)} THEN {i}")
@@ -185,16 +185,21 @@ def _categorical(dialect: Dialect, attr: CategoricalAttribute, q: str, kind: Col
     return f"CASE WHEN {missing} THEN {MISSING} {body} ELSE {OUTSIDE} END"
 
 
-def encoded_select(
-    dialect: Dialect, schema: Schema, kinds: Sequence[ColumnKind], source: str
-) -> str:
+def encoded_select(dialect: Dialect, schema: Schema, kinds: Sequence[ColumnKind], source: str) -> str:
     """``SELECT c0, ..., c{m-1}, ok FROM source``: value indices and the in-domain flag."""
     codes = ", ".join(
-        f"{code_expression(dialect, a, a.name, k)} AS c{j}"
+        f"CAST({code_expression(dialect, a, a.name, k)} AS {_code_type(a.size)}) AS c{j}"
         for j, (a, k) in enumerate(zip(schema, kinds, strict=True))
     )
     ok = " AND ".join(f"c{j} >= 0" for j in range(len(schema))) or "TRUE"
     return f"SELECT *, ({ok}) AS ok FROM (SELECT {codes} FROM {source}) AS mapped"
+
+
+def _code_type(size: int) -> str:
+    """The narrowest integer type holding ``-2..size-1`` (narrow codes scan faster)."""
+    if size < 32_000:
+        return "SMALLINT"
+    return "INTEGER" if size < 2**31 - 1 else "BIGINT"
 
 
 def report_select(dialect: Dialect, schema: Schema, table: str) -> str:

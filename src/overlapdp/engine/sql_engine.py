@@ -98,9 +98,7 @@ class SqlEngine(Engine):
             f"{sql.atom_expression(f'c{a.position}', a.value_atom)} AS a{i}"
             for i, a in enumerate(atoms.attributes)
         )
-        query = (
-            f"SELECT {exprs}, count(*) AS n FROM {self._table} WHERE ok {self.dialect.group_by(k)}"
-        )
+        query = f"SELECT {exprs}, count(*) AS n FROM {self._table} WHERE ok {self.dialect.group_by(k)}"
         cols = self._arrays(query, k + 1)
         cells = np.stack(cols[:k], axis=1) if cols[0].size else np.zeros((0, k), dtype=np.int64)
         return cells.astype(np.int64, copy=False), cols[k]
