@@ -198,7 +198,7 @@ def test_no_answer_without_its_charge(tmp_path: Path) -> None:
     service.store = _FailingCommit(store)
     with pytest.raises(ServiceError) as err:
         service.query(alice, "adult", [_query(1)], EPS)
-    assert err.value.status == 503 and "nothing was charged" in str(err.value)
+    assert err.value.status == 503 and "no answer was released" in str(err.value)
     service.store = store
     assert len(store.charges()) == 1
     # The failed request's staged charge is forgotten: the spend is the ledger's again.
