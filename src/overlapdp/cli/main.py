@@ -12,6 +12,7 @@ from overlapdp.cli import (
     demo_cmd,  # noqa: F401
     overlap_cmd,  # noqa: F401
     schema_cmd,  # noqa: F401
+    serve_cmd,  # noqa: F401
 )
 from overlapdp.cli.app import app, err_console
 from overlapdp.errors import OverlapDPError

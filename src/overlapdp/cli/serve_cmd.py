@@ -1,0 +1,93 @@
+"""``overlapdp serve``: the multi-analyst query service on uvicorn (loopback by default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from overlapdp.cli.app import app, err_console, warn
+from overlapdp.errors import OverlapDPError
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            help="SQLite file or postgresql:// URL (default: next to --data, else ./overlapdp-ledger.sqlite)."
+        ),
+    ] = None,
+    data: Annotated[Path | None, typer.Option(help="Register this CSV/Parquet file at start-up.")] = None,
+    schema: Annotated[Path | None, typer.Option(help="Schema JSON of --data.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Name of the --data set (default: the file's stem).")
+    ] = None,
+    budget: Annotated[float, typer.Option(help="Global budget of the --data set.")] = 1.0,
+    definition: Annotated[
+        str, typer.Option(help="Privacy definition of the --data set: pure or zcdp.")
+    ] = "pure",
+    engine: Annotated[str, typer.Option(help="Engine counting the --data set.")] = "duckdb",
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="Allow browser requests from this origin (CORS is off by default)."),
+    ] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 beyond).")] = 1_000_000,
+    max_batch: Annotated[int, typer.Option(help="Most queries in one batch (413 beyond).")] = 1_000,
+    engine_pool: Annotated[int, typer.Option(help="Engines opened per data set (parallel counts).")] = 2,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve data sets to several analysts over HTTP with quotas and a durable ledger.
+
+    The admin token comes from $OVERLAPDP_ADMIN_TOKEN or is generated and printed once on stderr.
+    """
+    import uvicorn
+
+    # A served process refuses seeded noise generators (overlapdp.mechanisms.randomness).
+    os.environ["OVERLAPDP_SERVED"] = "1"
+
+    from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+
+    if (data is None) != (schema is None):
+        raise OverlapDPError("--data and --schema go together")
+    if ledger is None:
+        ledger = str(data.with_suffix(".ledger.sqlite")) if data is not None else "overlapdp-ledger.sqlite"
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        warn(f"listening on {host}: the service is reachable from other machines; put TLS in front of it")
+    service = QueryService(
+        open_ledger(ledger),
+        limits=Limits(max_body_bytes=max_body_bytes, max_batch=max_batch, engine_pool=engine_pool),
+    )
+    if data is not None and schema is not None:
+        ds_name = name or data.stem
+        if service.store.get_dataset(ds_name) is None:
+            try:
+                schema_json = json.loads(schema.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise OverlapDPError(f"cannot read schema file {str(schema)!r}: {exc}") from None
+            service.register_dataset(ds_name, str(data.resolve()), schema_json, engine, definition, budget)
+    admin, generated = AdminKey.from_env()
+    if generated is not None:
+        err_console.print(f"admin token (shown once): {generated}", highlight=False, soft_wrap=True)
+    sys.stderr.flush()
+    application = create_app(service, admin, cors_origins=cors_origin or None)
+    err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
+    try:
+        uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
+    finally:
+        service.store.close()
+
+
+def _safe(url: str) -> str:
+    """A ledger URL without its password."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else url
+    return url

@@ -1,0 +1,332 @@
+"""A Python client of the overlapdp query service (httpx); tables come back as pandas DataFrames.
+
+Every spending call sends an ``Idempotency-Key`` (a fresh UUID unless given) and is retried with the
+SAME key on a transport failure, so a lost response never costs budget twice: the service answers a
+retry with the recorded answer.
+
+>>> analyst = Client("http://127.0.0.1:8000", token)              # doctest: +SKIP
+>>> analyst.query("adult", "age BETWEEN 30 AND 39", epsilon=0.1)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import pandas as pd
+
+from overlapdp.errors import OverlapDPError
+
+QuerySpec = str | Mapping[str, Any]
+
+
+class ServiceRefused(OverlapDPError):
+    """The service answered with an error status; ``status``, ``error`` and ``body`` say why."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body if isinstance(body, dict) else {"detail": body}
+        self.error = str(self.body.get("error", "HTTPError"))
+        detail = self.body.get("detail", "")
+        super().__init__(f"{status} {self.error}: {detail}")
+
+
+class QuotaExceeded(ServiceRefused):
+    """403: the quota (or the data set's global budget) cannot pay; ``remaining`` is the analyst's rest."""
+
+    @property
+    def remaining(self) -> float | None:
+        value = self.body.get("remaining")
+        return None if value is None else float(value)
+
+
+class _Base:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+        self.retries = retries
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> _Base:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        spend: bool = False,
+    ) -> Any:
+        headers = {}
+        if spend:
+            headers["Idempotency-Key"] = key or uuid.uuid4().hex
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(method, path, json=json, params=params, headers=headers)
+                break
+            except httpx.TransportError:
+                # Safe to retry: a spending call carries the same idempotency key each time.
+                attempt += 1
+                if attempt > self.retries:
+                    raise
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text[:200]}
+        if response.status_code >= 400:
+            if (
+                response.status_code == 403
+                and isinstance(body, dict)
+                and body.get("error") == "QuotaExceeded"
+            ):
+                raise QuotaExceeded(response.status_code, body)
+            raise ServiceRefused(response.status_code, body)
+        return body
+
+
+def _parameter(epsilon: float | None, rho: float | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if epsilon is not None:
+        out["epsilon"] = float(epsilon)
+    if rho is not None:
+        out["rho"] = float(rho)
+    return out
+
+
+def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for q, a in zip(queries, answers, strict=True):
+        lo, hi = a.get("ci95", [None, None])
+        rows.append(
+            {
+                "query": q if isinstance(q, str) else str(dict(q)),
+                "count": a["count"],
+                "stddev": a.get("stddev"),
+                "ci95_low": lo,
+                "ci95_high": hi,
+                "charge": a.get("charge"),
+                "seq": a.get("seq"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    columns = ["seq", "id", "dataset", "analyst", "kind", "session", "request_key", "position"]
+    columns += ["query", "mechanism", "cost", "answer", "created_at"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+class Session:
+    """An open sparse-vector or guess-and-check session."""
+
+    def __init__(self, client: Client, info: dict[str, Any]) -> None:
+        self._client = client
+        self.info = info
+        self.id = str(info["id"])
+
+    def query(
+        self,
+        query: QuerySpec,
+        *,
+        threshold: float | None = None,
+        guess: float | None = None,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Sparse vector: ``{"above": bool, ...}``; guess-and-check: ``{"ok": bool, "estimate": ...}``."""
+        body: dict[str, Any] = {"query": query}
+        if threshold is not None:
+            body["threshold"] = threshold
+        if guess is not None:
+            body["guess"] = guess
+        out = self._client._call("POST", f"/v1/sessions/{self.id}/query", json=body, key=key, spend=True)
+        answer: dict[str, Any] = out["answer"]
+        return answer
+
+    def refresh(self) -> dict[str, Any]:
+        self.info = self._client._call("GET", f"/v1/sessions/{self.id}")
+        return self.info
+
+
+class Client(_Base):
+    """An analyst's client: data sets, noisy counts, sessions, own quota and ledger."""
+
+    def datasets(self) -> pd.DataFrame:
+        rows = self._call("GET", "/v1/datasets")
+        return pd.DataFrame(
+            [
+                {
+                    "name": r["name"],
+                    "definition": r["definition"],
+                    "parameter": r["parameter"],
+                    "attributes": [a["name"] for a in r["schema"]["attributes"]],
+                }
+                for r in rows
+            ],
+            columns=["name", "definition", "parameter", "attributes"],
+        )
+
+    def schema(self, dataset: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._call("GET", f"/v1/datasets/{dataset}")["schema"]
+        return out
+
+    def query(
+        self,
+        dataset: str,
+        query: QuerySpec,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        key: str | None = None,
+    ) -> pd.DataFrame:
+        """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id)."""
+        body = {"query": query, **_parameter(epsilon, rho)}
+        out = self._call("POST", f"/v1/datasets/{dataset}/query", json=body, key=key, spend=True)
+        return _answers_frame([query], [out])
+
+    def batch(
+        self,
+        dataset: str,
+        queries: Sequence[QuerySpec],
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        key: str | None = None,
+    ) -> pd.DataFrame:
+        """Several noisy counts, admitted and charged together (all or none)."""
+        body = {"queries": list(queries), **_parameter(epsilon, rho)}
+        out = self._call("POST", f"/v1/datasets/{dataset}/batch", json=body, key=key, spend=True)
+        return _answers_frame(queries, out["answers"])
+
+    def cost(
+        self,
+        dataset: str,
+        queries: Sequence[QuerySpec],
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+    ) -> dict[str, Any]:
+        """A dry run: the cost and whether the quota and the global budget would admit it now."""
+        body = {"queries": list(queries), **_parameter(epsilon, rho)}
+        out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/cost", json=body)
+        return out
+
+    def open_session(self, dataset: str, kind: str, *, key: str | None = None, **params: Any) -> Session:
+        """``kind`` is ``"sparse_vector"`` (epsilon, max_positives, monotonic) or ``"guess_and_check"``
+        (epsilon, epsilon_estimates, tolerance, max_failures)."""
+        body = {"kind": kind, **params}
+        out = self._call("POST", f"/v1/datasets/{dataset}/sessions", json=body, key=key, spend=True)
+        return Session(self, out["session"])
+
+    def session(self, session_id: str) -> Session:
+        return Session(self, self._call("GET", f"/v1/sessions/{session_id}"))
+
+    def me(self) -> pd.DataFrame:
+        """Quota, spend and remaining budget per data set."""
+        out = self._call("GET", "/v1/me")
+        rows = [{"dataset": ds, **v} for ds, v in out["datasets"].items()]
+        return pd.DataFrame(rows, columns=["dataset", "definition", "quota", "spent", "remaining"])
+
+    def ledger(self, dataset: str | None = None, *, page: int = 1000) -> pd.DataFrame:
+        """Own charges and answers, all pages."""
+        return _ledger_frame(self._pages("/v1/me/ledger", {"dataset": dataset}, page))
+
+    def _pages(self, path: str, params: dict[str, Any], page: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            query = {k: v for k, v in params.items() if v is not None}
+            chunk = self._call("GET", path, params={**query, "after": after, "limit": page})
+            rows.extend(chunk)
+            if len(chunk) < page:
+                return rows
+            after = int(chunk[-1]["seq"])
+
+
+class AdminClient(Client):
+    """The data custodian's client: data sets, budgets, analysts, tokens, the full ledger."""
+
+    def register_dataset(
+        self,
+        name: str,
+        path: str,
+        schema: Mapping[str, Any],
+        *,
+        budget: float,
+        definition: str = "pure",
+        engine: str = "duckdb",
+    ) -> dict[str, Any]:
+        body = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
+        body.update(definition=definition, engine=engine)
+        out: dict[str, Any] = self._call("POST", "/v1/admin/datasets", json=body)
+        return out
+
+    def set_budget(self, dataset: str, budget: float, definition: str = "pure") -> dict[str, Any]:
+        body = {"definition": definition, "budget": budget}
+        out: dict[str, Any] = self._call("PUT", f"/v1/admin/datasets/{dataset}/budget", json=body)
+        return out
+
+    def status(self, dataset: str) -> dict[str, Any]:
+        """Global spend, remaining budget, per-analyst spend and the guarantee over all analysts."""
+        out: dict[str, Any] = self._call("GET", f"/v1/admin/datasets/{dataset}")
+        return out
+
+    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> str:
+        """Create an analyst; returns the token (shown only here)."""
+        return str(
+            self._call("POST", "/v1/admin/analysts", json={"name": name, "quotas": dict(quotas)})["token"]
+        )
+
+    def set_quota(self, analyst: str, dataset: str, quota: float) -> dict[str, Any]:
+        out: dict[str, Any] = self._call(
+            "PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json={"quota": quota}
+        )
+        return out
+
+    def revoke(self, analyst: str) -> None:
+        self._call("POST", f"/v1/admin/analysts/{analyst}/revoke")
+
+    def rotate_token(self, analyst: str) -> str:
+        return str(self._call("POST", f"/v1/admin/analysts/{analyst}/token")["token"])
+
+    def analysts(self) -> pd.DataFrame:
+        rows = self._call("GET", "/v1/admin/analysts")
+        flat = [
+            {"analyst": a["name"], "revoked": a["revoked"], "dataset": ds, **v}
+            for a in rows
+            for ds, v in a["datasets"].items()
+        ]
+        return pd.DataFrame(
+            flat, columns=["analyst", "revoked", "dataset", "definition", "quota", "spent", "remaining"]
+        )
+
+    def full_ledger(
+        self, dataset: str | None = None, analyst: str | None = None, *, page: int = 5000
+    ) -> pd.DataFrame:
+        """Every charge of every analyst, in ledger order."""
+        return _ledger_frame(self._pages("/v1/admin/ledger", {"dataset": dataset, "analyst": analyst}, page))

@@ -1,0 +1,862 @@
+"""The query service without HTTP: data sets, analysts, admission and the ledger.
+
+Soundness (DESIGN.md, "Rules that keep it sound"):
+
+- Admission and charge are one atomic step. Every request that spends budget (a query, a batch, opening
+  a session, a session step) is admitted inside ONE ledger transaction that holds the data set's
+  cross-process lock (:meth:`LedgerStore.admission`). In that transaction the in-memory filters are first
+  caught up with every charge other service instances committed since this one last looked, then both the
+  analyst's quota filter and the data set's global filter are asked, the noisy answer is drawn, and the
+  charge is inserted together with the answer. The answer is handed back only after the commit returned,
+  so a crash can lose an answer, never a charge.
+- Group commit: requests that arrive while a transaction is running wait in a queue and are admitted
+  one after another in the next transaction (each sees the charges of those before it), which pays one
+  durable commit for many requests.
+- A restart never resets a budget: the filters are rebuilt from the ledger.
+- A request retried with the same idempotency key gets the recorded answers and is not charged again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from overlapdp.errors import OverlapDPError, QueryError
+from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.service import runtime
+from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
+from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
+from overlapdp.service.ledger import (
+    AdmissionTransaction,
+    AnalystRecord,
+    ChargeRecord,
+    DatasetRecord,
+    LedgerError,
+    LedgerStore,
+    NewCharge,
+    SessionRecord,
+)
+from overlapdp.service.ledger.base import LoadRow, dumps
+
+
+class ServiceError(OverlapDPError):
+    """A request the service refuses; ``status`` is its HTTP status."""
+
+    status = 400
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class QuotaExceeded(ServiceError):
+    """The analyst's quota or the data set's global budget cannot admit the request."""
+
+    status = 403
+
+
+class TooLarge(ServiceError):
+    status = 413
+
+
+class Unavailable(ServiceError):
+    """The data set is registered but its rows cannot be read by this instance."""
+
+    status = 409
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits on requests (bytes of a body, queries in a batch, characters of one condition)."""
+
+    max_body_bytes: int = 1_000_000
+    max_batch: int = 1_000
+    max_query_chars: int = 10_000
+    max_ledger_page: int = 10_000
+    #: Engines opened per data set (counts run in parallel on them).
+    engine_pool: int = 2
+
+
+# -- requests waiting for admission -------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    analyst: str
+    kind: str  # "query", "dry-run", "session", "session-query"
+    request_key: str | None
+    request_hash: str
+    queries: list[PredicateQuery | None] = field(default_factory=list)
+    query_json: list[dict[str, Any] | None] = field(default_factory=list)
+    true_counts: list[int] = field(default_factory=list)
+    mechanism: runtime.Mechanism | None = None
+    loads: list[float] = field(default_factory=list)
+    session_id: str | None = None
+    session_kind: str | None = None
+    session_params: dict[str, Any] = field(default_factory=dict)
+    session_state: dict[str, Any] = field(default_factory=dict)
+    step_arg: float = 0.0
+    done: bool = False
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+
+
+class _DatasetState:
+    """In-memory filters of one data set, caught up with the ledger up to ``last_seq``."""
+
+    def __init__(self, loaded: LoadedDataset | None, record: DatasetRecord) -> None:
+        self.loaded = loaded
+        self.record = record
+        self.admit_lock = threading.Lock()
+        self.queue_lock = threading.Lock()
+        self.queue: list[_Pending] = []
+        # Parsed queries by their request text (parsing SQL costs more than counting a small table).
+        self.request_cache: dict[str, PredicateQuery] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        schema = self.schema
+        self.last_seq = 0
+        self.global_filter = runtime.make_filter(schema, self.record.definition, self.record.budget)
+        self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
+        self._parsed: dict[str, PredicateQuery] = {}
+        self.stale = False
+
+    @property
+    def schema(self) -> Any:
+        from overlapdp.schema import Schema
+
+        return self.loaded.schema if self.loaded is not None else Schema.from_json(self.record.schema)
+
+    def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
+        f = self.analyst_filters.get(analyst)
+        if f is None:
+            f = runtime.make_filter(self.schema, self.record.definition, quota)
+            self.analyst_filters[analyst] = f
+        return f
+
+    def parse_recorded(self, text: str | None) -> PredicateQuery | None:
+        """A recorded query (its canonical JSON text); None for a charge on the whole domain."""
+        if text is None:
+            return None
+        q = self._parsed.get(text)
+        if q is None:
+            q = parse_query(self.schema, json.loads(text))
+            if len(self._parsed) < 100_000:
+                self._parsed[text] = q
+        return q
+
+    def apply(self, rows: Sequence[LoadRow]) -> None:
+        """Add committed ledger rows to the filters (catch-up and rebuild).
+
+        Charges with the same coverage are added as one charge with the summed load: the per-row load
+        (a sum over the charges covering the row, MATH.md 1-2) is the same, and the index stays small.
+        """
+        per_analyst: dict[tuple[str, str | None], list[float]] = {}
+        per_query: dict[str | None, list[float]] = {}
+        for seq, analyst, query, load in rows:
+            if load > 0:
+                per_analyst.setdefault((analyst, query), []).append(load)
+                per_query.setdefault(query, []).append(load)
+            self.last_seq = max(self.last_seq, seq)
+        for query, loads in per_query.items():
+            self.global_filter.add(self.parse_recorded(query), _sum_up(loads))
+        for (analyst, query), loads in per_analyst.items():
+            self.analyst_filter(analyst).add(self.parse_recorded(query), _sum_up(loads))
+
+
+def _sum_up(loads: list[float]) -> float:
+    """The sum of the loads rounded up (never below the exact sum of the recorded floats)."""
+    if len(loads) == 1:
+        return loads[0]
+    total = math.fsum(loads)
+    exact = sum((Fraction(x) for x in loads), Fraction(0))
+    return total if Fraction(total) >= exact else math.nextafter(total, math.inf)
+
+
+# -- the service ------------------------------------------------------------------------------------
+
+
+class QueryService:
+    """Data sets, analysts and admission over one ledger store."""
+
+    def __init__(self, store: LedgerStore, *, limits: Limits | None = None) -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        self._states: dict[str, _DatasetState] = {}
+        self._states_lock = threading.Lock()
+        self._tokens = TokenCache()
+        for record in store.list_datasets():
+            self._install(record)
+
+    # -- data sets --------------------------------------------------------------------------------
+    def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
+        if loaded is None:
+            try:
+                loaded = load_dataset(
+                    record.name, record.path, record.schema, record.engine, pool=self.limits.engine_pool
+                )
+            except OverlapDPError:
+                loaded = None  # registered, but this instance cannot read the rows: queries get 409
+        state = _DatasetState(loaded, record)
+        with state.admit_lock:
+            state.apply(self.store.loads_since(record.name, 0))
+        with self._states_lock:
+            self._states[record.name] = state
+        return state
+
+    def _state(self, name: str) -> _DatasetState:
+        with self._states_lock:
+            state = self._states.get(name)
+        if state is None:
+            record = self.store.get_dataset(name)
+            if record is None:
+                raise NotFound(f"unknown data set {name!r}")
+            state = self._install(record)
+        return state
+
+    def register_dataset(
+        self, name: str, path: str, schema: Any, engine: str, definition: str, budget: float
+    ) -> dict[str, Any]:
+        _check_name("data set name", name)
+        runtime.check_definition(definition)
+        budget = runtime.check_amount("budget", budget)
+        check_engine(engine)
+        loaded = load_dataset(name, path, schema, engine, pool=self.limits.engine_pool)
+        record = DatasetRecord(
+            name, str(path), loaded.schema.to_json(), engine, definition, budget, time.time()
+        )
+        try:
+            self.store.put_dataset(record)
+        except BaseException:
+            loaded.close()
+            raise
+        state = self._install(record, loaded)
+        return self._dataset_info(state, admin=True)
+
+    def set_budget(self, name: str, definition: str, budget: float) -> dict[str, Any]:
+        runtime.check_definition(definition)
+        budget = runtime.check_amount("budget", budget)
+        state = self._state(name)
+        self.store.set_budget(name, definition, budget)
+        record = self.store.get_dataset(name)
+        assert record is not None
+        with state.admit_lock:
+            changed = record.definition != state.record.definition
+            state.record = record
+            if changed:
+                state.reset()
+                state.apply(self.store.loads_since(name, 0))
+            state.global_filter.budget = record.budget
+        return self._dataset_info(state, admin=True)
+
+    def _dataset_info(self, state: _DatasetState, *, admin: bool) -> dict[str, Any]:
+        rec = state.record
+        info: dict[str, Any] = {
+            "name": rec.name,
+            "definition": rec.definition,
+            "parameter": runtime.DEFINITIONS[rec.definition],
+            "schema": rec.schema,
+            "available": state.loaded is not None,
+        }
+        if admin:
+            info.update(path=rec.path, engine=rec.engine, budget=rec.budget, rows=_rows(state))
+        return info
+
+    def list_datasets(self, analyst: AnalystRecord | None = None) -> list[dict[str, Any]]:
+        out = []
+        for record in self.store.list_datasets():
+            if analyst is not None and record.name not in analyst.quotas:
+                continue
+            out.append(self._dataset_info(self._state(record.name), admin=analyst is None))
+        return out
+
+    def dataset_for(self, analyst: AnalystRecord, name: str) -> dict[str, Any]:
+        if name not in analyst.quotas:
+            raise NotFound(f"unknown data set {name!r}")
+        return self._dataset_info(self._state(name), admin=False)
+
+    def dataset_status(self, name: str) -> dict[str, Any]:
+        """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3)."""
+        state = self._state(name)
+        self._catch_up(state)
+        with state.admit_lock:
+            rec = state.record
+            per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
+            spent = state.global_filter.max_load()
+            info = self._dataset_info(state, admin=True)
+            info["spent"] = spent
+            info["remaining"] = max(0.0, rec.budget - spent)
+            info["spent_by_analyst"] = per_analyst
+            info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
+            info["ledger_seq"] = state.last_seq
+        return info
+
+    def _catch_up(self, state: _DatasetState) -> None:
+        """Bring the filters up to the ledger's committed rows (rebuilding them if a commit failed)."""
+        with state.admit_lock:
+            if state.stale:
+                state.reset()
+            state.apply(self.store.loads_since(state.record.name, state.last_seq))
+
+    # -- analysts ---------------------------------------------------------------------------------
+    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> dict[str, Any]:
+        _check_name("analyst name", name)
+        clean = self._check_quotas(quotas)
+        token = new_token()
+        self.store.put_analyst(AnalystRecord(name, hash_token(token), clean, False, time.time()))
+        return {"name": name, "token": token, "quotas": clean}
+
+    def _check_quotas(self, quotas: Mapping[str, float]) -> dict[str, float]:
+        clean: dict[str, float] = {}
+        for ds, amount in quotas.items():
+            if self.store.get_dataset(ds) is None:
+                raise NotFound(f"unknown data set {ds!r}")
+            clean[ds] = runtime.check_amount(f"quota for {ds!r}", amount)
+        return clean
+
+    def set_quota(self, analyst: str, dataset: str, quota: float) -> dict[str, Any]:
+        self._check_quotas({dataset: quota})
+        try:
+            self.store.set_quota(analyst, dataset, float(quota))
+        except LedgerError as exc:
+            raise NotFound(str(exc)) from None
+        self._tokens.drop_analyst(analyst)
+        return self.analyst_info(self._analyst(analyst))
+
+    def revoke(self, analyst: str) -> None:
+        try:
+            self.store.revoke(analyst)
+        except LedgerError as exc:
+            raise NotFound(str(exc)) from None
+        self._tokens.drop_analyst(analyst)
+
+    def rotate_token(self, analyst: str) -> dict[str, Any]:
+        token = new_token()
+        try:
+            self.store.rotate_token(analyst, hash_token(token))
+        except LedgerError as exc:
+            raise NotFound(str(exc)) from None
+        self._tokens.drop_analyst(analyst)
+        return {"name": analyst, "token": token}
+
+    def _analyst(self, name: str) -> AnalystRecord:
+        rec = self.store.get_analyst(name)
+        if rec is None:
+            raise NotFound(f"unknown analyst {name!r}")
+        return rec
+
+    def list_analysts(self) -> list[dict[str, Any]]:
+        return [self.analyst_info(a) for a in self.store.list_analysts()]
+
+    def authenticate(self, token: str | None) -> AnalystRecord:
+        """The analyst holding ``token``; :class:`AuthError` for a missing, wrong or revoked one."""
+        if not token or len(token) > 200:
+            raise AuthError("a valid analyst token is required")
+        token_hash = hash_token(token)
+        rec = self._tokens.get(token_hash)
+        if rec is None:
+            rec = self.store.analyst_by_token_hash(token_hash)
+            if rec is None or rec.revoked or not same_hash(rec.token_hash, token_hash):
+                raise AuthError("a valid analyst token is required")
+            self._tokens.put(token_hash, rec)
+        return rec
+
+    def analyst_info(self, analyst: AnalystRecord) -> dict[str, Any]:
+        """Quotas, spend and remaining budget per data set (overlap-aware: spend is the worst row's load)."""
+        per: dict[str, Any] = {}
+        for ds, quota in sorted(analyst.quotas.items()):
+            state = self._state(ds)
+            self._catch_up(state)
+            with state.admit_lock:
+                f = state.analyst_filters.get(analyst.name)
+                spent = f.max_load() if f is not None else 0.0
+            per[ds] = {
+                "definition": state.record.definition,
+                "quota": quota,
+                "spent": spent,
+                "remaining": max(0.0, quota - spent),
+            }
+        return {"name": analyst.name, "revoked": analyst.revoked, "datasets": per}
+
+    # -- ledger -----------------------------------------------------------------------------------
+    def ledger(
+        self, *, dataset: str | None = None, analyst: str | None = None, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        limit = max(1, min(int(limit), self.limits.max_ledger_page))
+        rows = self.store.charges(dataset=dataset, analyst=analyst, after=max(0, int(after)), limit=limit)
+        return [r.to_json() for r in rows]
+
+    # -- queries ----------------------------------------------------------------------------------
+    def _parse(self, state: _DatasetState, specs: Sequence[Any]) -> list[PredicateQuery]:
+        if len(specs) > self.limits.max_batch:
+            raise TooLarge(f"a batch may hold at most {self.limits.max_batch} queries, got {len(specs)}")
+        if not specs:
+            raise QueryError("a batch needs at least one query")
+        out = []
+        for i, spec in enumerate(specs):
+            try:
+                key = dumps(spec)
+            except ValueError:  # NaN or infinity somewhere in the query
+                raise QueryError(f"query #{i} holds a number that is not finite") from None
+            if len(key) > self.limits.max_query_chars:
+                raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
+            parsed = state.request_cache.get(key)
+            if parsed is None:
+                parsed = parse_query(state.schema, spec)
+                if len(state.request_cache) >= 10_000:
+                    state.request_cache.clear()
+                state.request_cache[key] = parsed
+            out.append(parsed.with_id(str(i)))
+        return out
+
+    def _mechanism(
+        self, state: _DatasetState, parameter: float | None, given: str | None
+    ) -> runtime.Mechanism:
+        name = runtime.DEFINITIONS[state.record.definition]
+        if parameter is None or (given is not None and given != name):
+            raise QueryError(
+                f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
+            )
+        return runtime.mechanism_for(state.record.definition, parameter)
+
+    def _loaded(self, state: _DatasetState) -> LoadedDataset:
+        if state.loaded is None:
+            raise Unavailable(
+                f"the rows of data set {state.record.name!r} cannot be read by this service instance"
+            )
+        return state.loaded
+
+    def query(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None = None,
+        *,
+        request_key: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Answer a batch of counting queries (each with the same per-query parameter) atomically."""
+        if dataset not in analyst.quotas:
+            raise NotFound(f"unknown data set {dataset!r}")
+        state = self._state(dataset)
+        loaded = self._loaded(state)
+        queries = self._parse(state, specs)
+        mech = self._mechanism(state, parameter, parameter_name)
+        load = runtime.load_of(state.record.definition, mech.parameter)
+        pending = _Pending(
+            analyst=analyst.name,
+            kind="dry-run" if dry_run else "query",
+            request_key=_check_key(request_key),
+            request_hash=_fingerprint("query", dataset, [q.to_json() for q in queries], mech.parameter),
+            queries=list(queries),
+            query_json=[_recorded_query(spec, q) for spec, q in zip(specs, queries, strict=True)],
+            mechanism=mech,
+            loads=[load] * len(queries),
+        )
+        if not dry_run:
+            # The exact counts never depend on the ledger: computed outside the lock.
+            pending.true_counts = loaded.counts(queries)
+        return self._submit(state, pending)
+
+    def open_session(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        kind: str,
+        params: Mapping[str, Any],
+        *,
+        request_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Open a sparse-vector or guess-and-check session; its whole budget is charged on every row now."""
+        if dataset not in analyst.quotas:
+            raise NotFound(f"unknown data set {dataset!r}")
+        state = self._state(dataset)
+        loaded = self._loaded(state)
+        if kind not in ("sparse_vector", "guess_and_check"):
+            raise QueryError(f"unknown session kind {kind!r}; use 'sparse_vector' or 'guess_and_check'")
+        clean = _session_params(kind, params)
+        public, secret, epsilon = runtime.open_session(kind, clean, loaded.count)
+        cost = runtime.pure_to_definition(state.record.definition, epsilon)
+        pending = _Pending(
+            analyst=analyst.name,
+            kind="session",
+            request_key=_check_key(request_key),
+            request_hash=_fingerprint("session", dataset, kind, clean),
+            queries=[None],
+            query_json=[None],
+            loads=[runtime.load_of(state.record.definition, cost)],
+            session_id=uuid.uuid4().hex,
+            session_kind=kind,
+            session_params=public,
+            session_state=secret,
+        )
+        return self._submit(state, pending)
+
+    def session_query(
+        self,
+        analyst: AnalystRecord,
+        session_id: str,
+        spec: Any,
+        arg: float,
+        *,
+        request_key: str | None = None,
+    ) -> dict[str, Any]:
+        """One step of a session: ``arg`` is the threshold (sparse vector) or the guess (guess-and-check)."""
+        session = self.store.get_session(session_id)
+        if session is None or session.analyst != analyst.name:
+            raise NotFound("unknown session")
+        if not isinstance(arg, int | float) or isinstance(arg, bool) or not math.isfinite(arg):
+            raise QueryError("the threshold or guess must be a finite number")
+        state = self._state(session.dataset)
+        self._loaded(state)
+        (query,) = self._parse(state, [spec])
+        pending = _Pending(
+            analyst=analyst.name,
+            kind="session-query",
+            request_key=_check_key(request_key),
+            request_hash=_fingerprint("step", session_id, query.to_json(), arg),
+            queries=[query],
+            query_json=[_recorded_query(spec, query)],
+            loads=[0.0],
+            session_id=session_id,
+            step_arg=float(arg),
+        )
+        return self._submit(state, pending)
+
+    def session_info(self, analyst: AnalystRecord, session_id: str) -> dict[str, Any]:
+        session = self.store.get_session(session_id)
+        if session is None or session.analyst != analyst.name:
+            raise NotFound("unknown session")
+        return _session_json(session)
+
+    # -- admission --------------------------------------------------------------------------------
+    def _submit(self, state: _DatasetState, pending: _Pending) -> dict[str, Any]:
+        with state.queue_lock:
+            state.queue.append(pending)
+        with state.admit_lock:
+            if not pending.done:
+                with state.queue_lock:
+                    batch, state.queue = state.queue, []
+                self._admit(state, batch)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _admit(self, state: _DatasetState, batch: list[_Pending]) -> None:
+        """Admit ``batch`` in one ledger transaction; results are published only after the commit."""
+        staged: list[tuple[_Pending, dict[str, Any]]] = []
+        try:
+            if state.stale:
+                state.reset()
+            with self.store.admission(state.record.name) as tx:
+                state.record = tx.dataset()
+                state.global_filter.budget = state.record.budget
+                state.apply(tx.loads_since(state.last_seq))
+                new_seqs: list[int] = []
+                for p in batch:
+                    try:
+                        with tx.savepoint():
+                            result, seqs = self._admit_one(tx, state, p)
+                        staged.append((p, result))
+                        new_seqs.extend(seqs)
+                    except OverlapDPError as exc:
+                        p.error = exc
+            if new_seqs:
+                state.last_seq = max(state.last_seq, *new_seqs)
+        except BaseException as exc:
+            # Nothing of this transaction is committed: forget the staged filter updates.
+            state.stale = True
+            for p in batch:
+                if p.error is None:
+                    p.error = _unavailable(exc)
+                p.done = True
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for p, result in staged:
+            p.result = result
+        for p in batch:
+            p.done = True
+
+    def _admit_one(
+        self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
+    ) -> tuple[dict[str, Any], list[int]]:
+        if p.request_key is not None and p.kind != "dry-run":
+            recorded = tx.find_request(p.analyst, p.request_key)
+            if recorded:
+                if recorded[0].request_hash != p.request_hash:
+                    raise Conflict("this idempotency key was already used for a different request")
+                return self._replay(p, recorded), []
+        analyst = tx.analyst(p.analyst)
+        if analyst is None or analyst.revoked:
+            raise AuthError("a valid analyst token is required")
+        quota = analyst.quotas.get(state.record.name)
+        if quota is None:
+            raise NotFound(f"unknown data set {state.record.name!r}")
+        mine = state.analyst_filter(p.analyst, quota)
+        mine.budget = quota
+        if p.kind == "session-query":
+            return self._session_step(tx, state, p)
+        pairs = list(zip(p.queries, p.loads, strict=True))
+        own_ok, own_after = mine.peek_many(pairs)
+        global_ok, _ = state.global_filter.peek_many(pairs)
+        definition = state.record.definition
+        cost = {
+            "definition": definition,
+            runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
+            "queries": len(p.queries),
+        }
+        if p.kind == "dry-run":
+            return {
+                "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
+                "spent_after": own_after,
+                "admissible": own_ok and global_ok,
+                "quota_admits": own_ok,
+                "global_admits": global_ok,
+                "remaining": max(0.0, quota - mine.max_load()),
+            }, []
+        if not (own_ok and global_ok):
+            raise QuotaExceeded(
+                "the analyst's quota cannot pay for this request"
+                if not own_ok
+                else "the data set's global budget cannot pay for this request",
+                remaining=max(0.0, quota - mine.max_load()),
+                quota_admits=own_ok,
+                global_admits=global_ok,
+            )
+        if p.kind == "session":
+            return self._session_open(tx, state, p)
+        assert p.mechanism is not None
+        answers = []
+        seqs = []
+        now = time.time()
+        noisy = runtime.noisy_counts(p.true_counts, p.mechanism)
+        for i, (qjson, answer) in enumerate(zip(p.query_json, noisy, strict=True)):
+            row = tx.insert(
+                NewCharge(
+                    dataset=state.record.name,
+                    analyst=p.analyst,
+                    kind="query",
+                    query=qjson,
+                    mechanism=p.mechanism.to_json(),
+                    cost={
+                        "definition": definition,
+                        runtime.DEFINITIONS[definition]: p.loads[i],
+                        "load": p.loads[i],
+                    },
+                    answer=answer,
+                    request_key=p.request_key,
+                    request_hash=p.request_hash,
+                    position=i,
+                    created_at=now,
+                )
+            )
+            if row is None:
+                raise Conflict("this idempotency key is being used by a concurrent request")
+            answers.append({"charge": row.id, "seq": row.seq, **answer})
+            seqs.append(row.seq)
+        # Only once every row of the request is in the transaction (a refusal above rolls all back).
+        for q, load in zip(p.queries, p.loads, strict=True):
+            state.global_filter.add(q, load)
+            mine.add(q, load)
+        return {
+            "answers": answers,
+            "cost": cost,
+            "replayed": False,
+            "remaining": max(0.0, quota - mine.max_load()),
+        }, seqs
+
+    def _session_open(
+        self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
+    ) -> tuple[dict[str, Any], list[int]]:
+        assert p.session_id is not None and p.session_kind is not None
+        definition = state.record.definition
+        load = p.loads[0]
+        session = SessionRecord(
+            p.session_id,
+            state.record.name,
+            p.analyst,
+            p.session_kind,
+            p.session_params,
+            p.session_state,
+            False,
+            time.time(),
+        )
+        tx.insert_session(session)
+        answer = _session_json(session)
+        row = tx.insert(
+            NewCharge(
+                dataset=state.record.name,
+                analyst=p.analyst,
+                kind="session",
+                session=p.session_id,
+                query=None,
+                mechanism={"name": p.session_kind, **p.session_params},
+                cost={"definition": definition, runtime.DEFINITIONS[definition]: load, "load": load},
+                answer=answer,
+                request_key=p.request_key,
+                request_hash=p.request_hash,
+            )
+        )
+        if row is None:
+            raise Conflict("this idempotency key is being used by a concurrent request")
+        state.global_filter.add(None, load)
+        state.analyst_filter(p.analyst).add(None, load)
+        return {"session": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
+
+    def _session_step(
+        self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
+    ) -> tuple[dict[str, Any], list[int]]:
+        assert p.session_id is not None
+        session = tx.session(p.session_id)
+        if session is None or session.analyst != p.analyst:
+            raise NotFound("unknown session")
+        if session.closed:
+            raise Conflict("the session is exhausted; open a new one")
+        loaded = self._loaded(state)
+        query = p.queries[0]
+        assert query is not None
+        answer, new_state, closed = runtime.session_step(
+            session.kind, session.params, session.state, loaded.count, query, p.step_arg
+        )
+        session.state = new_state
+        session.closed = closed
+        tx.update_session(session)
+        answer = {**answer, "closed": session.closed}
+        row = tx.insert(
+            NewCharge(
+                dataset=state.record.name,
+                analyst=p.analyst,
+                kind="session-query",
+                session=session.id,
+                query=p.query_json[0],
+                mechanism={"name": session.kind, "argument": p.step_arg},
+                cost={"definition": state.record.definition, "load": 0.0, "paid_by_session": session.id},
+                answer=answer,
+                request_key=p.request_key,
+                request_hash=p.request_hash,
+            )
+        )
+        if row is None:
+            raise Conflict("this idempotency key is being used by a concurrent request")
+        return {"answer": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
+
+    @staticmethod
+    def _replay(p: _Pending, recorded: list[ChargeRecord]) -> dict[str, Any]:
+        if p.kind == "session":
+            r = recorded[0]
+            return {"session": r.answer, "charge": r.id, "seq": r.seq, "replayed": True}
+        if p.kind == "session-query":
+            r = recorded[0]
+            return {"answer": r.answer, "charge": r.id, "seq": r.seq, "replayed": True}
+        answers = [{"charge": r.id, "seq": r.seq, **(r.answer or {})} for r in recorded]
+        cost = dict(recorded[0].cost)
+        cost.pop("load", None)
+        cost["queries"] = len(recorded)
+        return {"answers": answers, "cost": cost, "replayed": True}
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _rows(state: _DatasetState) -> int | None:
+    return None if state.loaded is None else state.loaded.rows
+
+
+def _unavailable(exc: BaseException) -> ServiceError:
+    err = ServiceError(
+        f"the ledger could not record the request ({type(exc).__name__}) and no answer was released; "
+        "retry with the same Idempotency-Key (a request the ledger did record is answered from it)"
+    )
+    err.status = 503
+    return err
+
+
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(dumps(list(parts)).encode("utf-8")).hexdigest()
+
+
+def _recorded_query(spec: Any, query: PredicateQuery) -> dict[str, Any]:
+    """What the ledger keeps of a query: the canonical JSON form (read back on rebuild) and the SQL text."""
+    out = query.to_json()
+    out.pop("id", None)
+    text = spec if isinstance(spec, str) else spec.get("where") if isinstance(spec, Mapping) else None
+    if isinstance(text, str):
+        out["text"] = text
+    return out
+
+
+def _session_json(session: SessionRecord) -> dict[str, Any]:
+    public = {k: v for k, v in session.params.items()}
+    return {
+        "id": session.id,
+        "dataset": session.dataset,
+        "kind": session.kind,
+        "params": public,
+        "positives": session.state.get("positives", 0),
+        "queries": session.state.get("queries", 0),
+        "closed": session.closed,
+    }
+
+
+def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The validated parameters a session is rebuilt from (they go into the ledger)."""
+    eps = runtime.check_amount("epsilon", params.get("epsilon"))
+    if kind == "sparse_vector":
+        return {
+            "epsilon": eps,
+            "max_positives": _positive_int("max_positives", params.get("max_positives", 1)),
+            "monotonic": bool(params.get("monotonic", False)),
+        }
+    tol = params.get("tolerance")
+    if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
+        raise QueryError("tolerance must be a positive finite number")
+    return {
+        "epsilon": eps,
+        "epsilon_estimates": runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps)),
+        "tolerance": float(tol),
+        "max_failures": _positive_int("max_failures", params.get("max_failures", 1)),
+    }
+
+
+def _check_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 1 <= len(key) <= 200:
+        raise QueryError("an idempotency key must be a string of 1 to 200 characters")
+    return key
+
+
+def _check_name(what: str, name: str) -> None:
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= 100
+        or not all(c.isalnum() or c in "-_." for c in name)
+    ):
+        raise QueryError(f"{what} must be 1-100 letters, digits, '-', '_' or '.'")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1_000_000:
+        raise QueryError(f"{name} must be an integer from 1 to 1000000")
+    return value

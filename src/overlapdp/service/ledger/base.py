@@ -1,0 +1,241 @@
+"""The ledger's records and the one interface both stores (SQLite, PostgreSQL) implement.
+
+DESIGN.md, "Rules that keep it sound": the ledger records a charge durably BEFORE the answer leaves the
+process, and admission and charge are one atomic step. Stores give this with :meth:`LedgerStore.admission`:
+one transaction that holds a cross-process lock on one data set (SQLite ``BEGIN IMMEDIATE``, PostgreSQL
+``SELECT ... FOR UPDATE`` on the data set's row) from the catch-up read to the commit of the new charges.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from overlapdp.errors import OverlapDPError
+
+
+class LedgerError(OverlapDPError):
+    """The ledger cannot be opened or is inconsistent with the request (unknown data set, ...)."""
+
+
+class IdempotencyConflict(LedgerError):
+    """An idempotency key was reused for a different request."""
+
+
+#: What rebuilding the filters needs of one charge: (seq, analyst, query JSON text or None, load).
+LoadRow = tuple[int, str, str | None, float]
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    """A registered data set: where its rows live, its schema, engine and global budget."""
+
+    name: str
+    path: str
+    schema: dict[str, Any]
+    engine: str
+    definition: str
+    budget: float
+    created_at: float
+
+
+@dataclass(frozen=True)
+class AnalystRecord:
+    """An analyst: a hashed token, per-data-set quotas (in the data set's definition units)."""
+
+    name: str
+    token_hash: str
+    quotas: dict[str, float]
+    revoked: bool
+    created_at: float
+
+
+@dataclass(frozen=True)
+class NewCharge:
+    """A charge to insert: one released answer (or one opened session) and what it cost."""
+
+    dataset: str
+    analyst: str
+    kind: str  # "query", "session", "session-query"
+    query: dict[str, Any] | None
+    mechanism: dict[str, Any]
+    cost: dict[str, Any]  # {"definition": ..., "value": ..., "load": ...}; load 0 for session-query
+    answer: dict[str, Any] | None
+    request_key: str | None = None
+    request_hash: str | None = None
+    position: int = 0
+    session: str | None = None
+    id: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ChargeRecord(NewCharge):
+    """A committed charge with its position ``seq`` in the ledger (strictly increasing per data set)."""
+
+    seq: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "id": self.id,
+            "dataset": self.dataset,
+            "analyst": self.analyst,
+            "kind": self.kind,
+            "session": self.session,
+            "request_key": self.request_key,
+            "position": self.position,
+            "query": self.query,
+            "mechanism": self.mechanism,
+            "cost": self.cost,
+            "answer": self.answer,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass
+class SessionRecord:
+    """An interactive mechanism's durable state (sparse vector, guess-and-check)."""
+
+    id: str
+    dataset: str
+    analyst: str
+    kind: str
+    params: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False
+    created_at: float = 0.0
+
+
+class AdmissionTransaction(abc.ABC):
+    """What admission may do while it holds the data set's lock (all in one database transaction)."""
+
+    @abc.abstractmethod
+    def dataset(self) -> DatasetRecord: ...
+
+    @abc.abstractmethod
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested step: on an exception everything it wrote is rolled back, the transaction goes on."""
+
+    @abc.abstractmethod
+    def analyst(self, name: str) -> AnalystRecord | None: ...
+
+    @abc.abstractmethod
+    def charges_since(self, seq: int) -> list[ChargeRecord]:
+        """This data set's charges with ``seq`` greater than the given one, in ledger order."""
+
+    @abc.abstractmethod
+    def loads_since(self, seq: int) -> list[LoadRow]:
+        """``(seq, analyst, query JSON or None, load)`` of this data set's charges after ``seq``."""
+
+    @abc.abstractmethod
+    def find_request(self, analyst: str, request_key: str) -> list[ChargeRecord]:
+        """The charges recorded under ``(analyst, request_key)`` (any data set), by position."""
+
+    @abc.abstractmethod
+    def insert(self, charge: NewCharge) -> ChargeRecord | None:
+        """Insert one charge; None when ``(analyst, request_key, position)`` is already taken."""
+
+    @abc.abstractmethod
+    def session(self, session_id: str) -> SessionRecord | None: ...
+
+    @abc.abstractmethod
+    def insert_session(self, session: SessionRecord) -> None: ...
+
+    @abc.abstractmethod
+    def update_session(self, session: SessionRecord) -> None: ...
+
+
+class LedgerStore(abc.ABC):
+    """A durable ledger; the same schema and guarantees on SQLite and PostgreSQL."""
+
+    url: str
+
+    @abc.abstractmethod
+    def admission(self, dataset: str) -> AbstractContextManager[AdmissionTransaction]:
+        """One transaction holding the cross-process lock of ``dataset``; commits on normal exit.
+
+        Raises :class:`LedgerError` when the data set is not registered.
+        """
+
+    # -- administration (each call is its own transaction) ------------------------------------------
+    @abc.abstractmethod
+    def put_dataset(self, record: DatasetRecord) -> None: ...
+
+    @abc.abstractmethod
+    def set_budget(self, name: str, definition: str, budget: float) -> None: ...
+
+    @abc.abstractmethod
+    def get_dataset(self, name: str) -> DatasetRecord | None: ...
+
+    @abc.abstractmethod
+    def list_datasets(self) -> list[DatasetRecord]: ...
+
+    @abc.abstractmethod
+    def put_analyst(self, record: AnalystRecord) -> None: ...
+
+    @abc.abstractmethod
+    def set_quota(self, analyst: str, dataset: str, quota: float) -> None: ...
+
+    @abc.abstractmethod
+    def revoke(self, analyst: str) -> None: ...
+
+    @abc.abstractmethod
+    def rotate_token(self, analyst: str, token_hash: str) -> None: ...
+
+    @abc.abstractmethod
+    def analyst_by_token_hash(self, token_hash: str) -> AnalystRecord | None: ...
+
+    @abc.abstractmethod
+    def get_analyst(self, name: str) -> AnalystRecord | None: ...
+
+    @abc.abstractmethod
+    def list_analysts(self) -> list[AnalystRecord]: ...
+
+    @abc.abstractmethod
+    def charges(
+        self,
+        *,
+        dataset: str | None = None,
+        analyst: str | None = None,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> list[ChargeRecord]:
+        """Committed charges in ledger order, optionally filtered."""
+
+    @abc.abstractmethod
+    def loads_since(self, dataset: str, seq: int) -> list[LoadRow]:
+        """What the filters need of each charge after ``seq``: ``(seq, analyst, query JSON, load)``."""
+
+    @abc.abstractmethod
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    @abc.abstractmethod
+    def bulk_insert(self, charges: Sequence[NewCharge]) -> None:
+        """Insert many charges in one transaction under the data set's lock (benchmarks, migrations)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def iter_charges(self, dataset: str, *, page: int = 20_000) -> Iterator[ChargeRecord]:
+        """All charges of one data set in ledger order, a page at a time."""
+        after = 0
+        while True:
+            rows = self.charges(dataset=dataset, after=after, limit=page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].seq
+
+
+def dumps(obj: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces) for ledger columns and request fingerprints."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

@@ -1,0 +1,280 @@
+"""The service's narrow interface to accounting, noise, interactive mechanisms and counting.
+
+Everything the service needs from ``overlapdp.overlap``, ``overlapdp.privacy``, ``overlapdp.mechanisms``
+and ``overlapdp.engine`` goes through this module:
+
+- :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
+  set's privacy definition and the additive per-row load it puts on each row it covers;
+- :class:`OverlapFilter`: the overlap-aware per-row (individual) filter: a charge is admitted iff the
+  maximum over rows of the sum of the loads of the charges covering the row stays within the budget
+  (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers, Roth, Ullman, Vadhan 2016) and for
+  zCDP with per-row loads (Feldman and Zrnic 2021)); the maximum is kept by
+  :class:`overlapdp.overlap.OverlapIndex`, which reports a safe upper bound when it is not exact;
+- :func:`noisy_counts`: released answers with exact integer noise from the OS CSPRNG and error bars
+  (:func:`overlapdp.mechanisms.add_noise`, served mode: a seeded generator is refused);
+- sessions: :class:`overlapdp.mechanisms.SparseVector` and :class:`overlapdp.mechanisms.GuessAndCheck`,
+  whose secret state (noisy threshold, answers so far) is kept durably in the ledger between steps;
+- :func:`global_guarantee`: the bound over all analysts together by concurrent composition (MATH.md 3,
+  :func:`overlapdp.privacy.concurrent.concurrent_composition`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from overlapdp.mechanisms import GuessAndCheck, SparseVector, add_noise
+from overlapdp.overlap import OverlapIndex
+from overlapdp.privacy import BudgetError
+from overlapdp.privacy.concurrent import concurrent_composition
+from overlapdp.privacy.definitions import ZCDP, PureDP
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+#: Privacy definitions a data set can be served under, and the name of each one's parameter.
+DEFINITIONS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho"}
+
+
+def check_definition(definition: str) -> str:
+    if definition not in DEFINITIONS:
+        raise BudgetError(
+            f"privacy definition {definition!r} is not served; use one of {', '.join(DEFINITIONS)}"
+        )
+    return definition
+
+
+def check_amount(name: str, value: Any) -> float:
+    """A budget or per-query parameter: a positive finite number."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise BudgetError(f"{name} must be a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The mechanism answering one count (sensitivity 1 under add/remove).
+
+    ``pure``: the discrete Laplace calibrated to epsilon; ``zcdp``: the discrete Gaussian calibrated to
+    rho (MATH.md 6, Canonne, Kamath, Steinke 2020; calibration by ``overlapdp.mechanisms``, which rounds
+    scales up so that the declared guarantee holds).
+    """
+
+    definition: str
+    parameter: float
+
+    @property
+    def guarantee(self) -> PureDP | ZCDP:
+        return PureDP(self.parameter) if self.definition == "pure" else ZCDP(self.parameter)
+
+    def to_json(self) -> dict[str, Any]:
+        name = "discrete_laplace" if self.definition == "pure" else "discrete_gaussian"
+        return {"name": name, "definition": self.definition, DEFINITIONS[self.definition]: self.parameter}
+
+
+def mechanism_for(definition: str, parameter: float) -> Mechanism:
+    check_definition(definition)
+    return Mechanism(definition, check_amount(DEFINITIONS[definition], parameter))
+
+
+def load_of(definition: str, parameter: float) -> float:
+    """The additive per-row load of one charge: epsilon (pure DP sums, MATH.md 2) or rho (zCDP sums)."""
+    check_definition(definition)
+    return float(parameter)
+
+
+def pure_to_definition(definition: str, epsilon: float) -> float:
+    """An epsilon-DP mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5)."""
+    check_definition(definition)
+    return epsilon if definition == "pure" else epsilon * epsilon / 2.0
+
+
+# -- filters --------------------------------------------------------------------------------------
+
+_ids = itertools.count()
+
+
+class OverlapFilter:
+    """The overlap-aware per-row filter over one :class:`OverlapIndex` (comp ``sum``).
+
+    ``budget`` may change (an admin raises or lowers it); recorded charges are never refused, so a
+    rebuild from the ledger always reproduces the spend, even one that a lowered budget no longer allows.
+    """
+
+    def __init__(self, schema: Schema, budget: float) -> None:
+        self.schema = schema
+        self.budget = budget
+        self._index = OverlapIndex(schema, "sum")
+        self._everything = PredicateQuery.from_coverages(schema, {})
+
+    def _query(self, query: PredicateQuery | None) -> PredicateQuery:
+        return (query or self._everything).with_id(f"c{next(_ids)}")
+
+    def peek_many(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> tuple[bool, float]:
+        """Would all of ``charges`` together keep the worst row within the budget, and what would the
+        worst row's load be? (Nothing is kept.)"""
+        if len(charges) == 1:
+            query, load = charges[0]
+            after = float(self._index.peek(self._query(query), load).upper)
+            return after <= self.budget, after
+        added: list[str] = []
+        try:
+            for query, load in charges:
+                q = self._query(query)
+                self._index.add(q, load)
+                assert q.id is not None
+                added.append(q.id)
+            after = self.max_load()
+            return after <= self.budget, after
+        finally:
+            for qid in added:
+                self._index.remove(qid)
+
+    def add(self, query: PredicateQuery | None, load: float) -> None:
+        """Record a committed charge (never refused)."""
+        self._index.add(self._query(query), load)
+
+    def max_load(self) -> float:
+        """The worst row's load: exact, or a safe upper bound when :attr:`exact` is False."""
+        if len(self._index) == 0:
+            return 0.0
+        return float(self._index.result().upper)
+
+    @property
+    def exact(self) -> bool:
+        return len(self._index) == 0 or bool(self._index.result().exact)
+
+
+QuotaFilter = OverlapFilter
+
+
+def batch_cost(schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]]) -> dict[str, float]:
+    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential."""
+    alone = OverlapFilter(schema, math.inf)
+    for query, load in charges:
+        alone.add(query, load)
+    return {"overlap": alone.max_load(), "sequential": math.fsum(load for _, load in charges)}
+
+
+def make_filter(schema: Schema, definition: str, budget: float) -> OverlapFilter:
+    check_definition(definition)
+    return OverlapFilter(schema, budget)
+
+
+# -- noise ----------------------------------------------------------------------------------------
+
+
+def noisy_counts(true_counts: Sequence[int], mechanism: Mechanism) -> list[dict[str, Any]]:
+    """Release each count plus exact integer noise (OS CSPRNG, served mode) with a 95% interval."""
+    answers = add_noise(list(true_counts), mechanism.guarantee, level=0.95, served=True)
+    return [
+        {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
+        for a in answers
+    ]
+
+
+# -- interactive mechanisms ----------------------------------------------------------------------
+
+Count = Callable[[PredicateQuery], int]
+
+
+def open_session(
+    kind: str, params: dict[str, Any], count: Count
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Create a session's mechanism: (public params, secret durable state, epsilon charged when it opens).
+
+    Sparse vector: ``epsilon`` = epsilon_1 + epsilon_2 (Lyu, Su, Li 2017; MATH.md 4), stops after
+    ``max_positives`` "above" answers. Guess-and-check: epsilon_SVT + c/b (Lyu 2022 App. B; MATH.md 4).
+    The charge is the mechanism's declared guarantee (computed from its rounded-up noise scales).
+    """
+    mech = _build(kind, params, count)
+    return dict(params), _state_of(mech), float(mech.guarantee.epsilon)
+
+
+def session_step(
+    kind: str, params: dict[str, Any], state: dict[str, Any], count: Count, query: PredicateQuery, arg: float
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """One step on a restored mechanism: (answer, new durable state, closed)."""
+    mech = _build(kind, params, count)
+    _restore(mech, state)
+    if isinstance(mech, SparseVector):
+        a = mech.ask(query, arg)
+        answer: dict[str, Any] = {"outcome": a.outcome, "above": a.above, "positives_left": a.positives_left}
+    else:
+        g = mech.check(query, arg)
+        answer = {"outcome": g.outcome, "ok": g.outcome == "confirmed", "estimates_left": g.estimates_left}
+        if g.estimate is not None:
+            answer["estimate"] = g.estimate.value
+            answer["ci95"] = [g.estimate.low, g.estimate.high]
+    return answer, _state_of(mech), bool(mech.exhausted)
+
+
+def _build(kind: str, params: dict[str, Any], count: Count) -> SparseVector | GuessAndCheck:
+    if kind == "sparse_vector":
+        return SparseVector(
+            count,
+            epsilon=params["epsilon"],
+            c=params.get("max_positives", 1),
+            monotonic=bool(params.get("monotonic", False)),
+            served=True,
+        )
+    eps_svt = check_amount("epsilon", params.get("epsilon"))
+    eps_est = check_amount("epsilon_estimates", params.get("epsilon_estimates", eps_svt))
+    return GuessAndCheck.from_budget(
+        count,
+        epsilon=eps_svt + eps_est,
+        estimate_fraction=eps_est / (eps_svt + eps_est),
+        tolerance=params["tolerance"],
+        c=params.get("max_failures", 1),
+        served=True,
+    )
+
+
+# The mechanisms keep their secret state in private fields; the service persists it in the ledger
+# (sessions table) so that a session survives a restart and two instances see the same state.
+def _state_of(mech: SparseVector | GuessAndCheck) -> dict[str, Any]:
+    used = mech._positives if isinstance(mech, SparseVector) else mech._failures
+    return {"threshold_noise": int(mech._rho), "positives": int(used), "queries": int(mech._asked)}
+
+
+def _restore(mech: SparseVector | GuessAndCheck, state: dict[str, Any]) -> None:
+    mech._rho = int(state["threshold_noise"])
+    mech._asked = int(state["queries"])
+    if isinstance(mech, SparseVector):
+        mech._positives = int(state["positives"])
+    else:
+        mech._failures = int(state["positives"])
+
+
+# -- the guarantee over all analysts ----------------------------------------------------------------
+
+
+def global_guarantee(definition: str, analyst_spent: list[float], global_spent: float) -> dict[str, Any]:
+    """The guarantee for all analysts together, even colluding and interleaving.
+
+    Two safe bounds, the smaller reported: the data set's own per-row filter over every charge (filters
+    extend to concurrent composition, Haney et al. 2023, MATH.md 3), and the concurrent composition of
+    the analysts' spends (:func:`concurrent_composition`: pure DP sums, Vadhan and Wang 2021; zCDP sums,
+    Lyu 2022 Corollary 1).
+    """
+    check_definition(definition)
+    name = DEFINITIONS[definition]
+    spent = [s for s in analyst_spent if s > 0]
+    if spent:
+        members = [PureDP(s) if definition == "pure" else ZCDP(s) for s in spent]
+        g = concurrent_composition(members).guarantee
+        composed = float(g.epsilon if isinstance(g, PureDP) else g.rho)  # type: ignore[union-attr]
+    else:
+        composed = 0.0
+    return {
+        "definition": definition,
+        name: min(global_spent, composed),
+        "by_global_filter": global_spent,
+        "by_concurrent_composition": composed,
+    }

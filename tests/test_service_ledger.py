@@ -1,0 +1,318 @@
+"""The ledger and admission without HTTP, on SQLite and (when available) PostgreSQL.
+
+Truth is recomputed from the ledger's rows by the test itself (exact rational sums of the recorded
+costs), never taken from the service's own counters.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from overlapdp.service import QueryService, open_ledger
+from overlapdp.service.core import Conflict, QuotaExceeded, ServiceError
+from overlapdp.service.ledger import AdmissionTransaction, LedgerStore
+from test_service_support import fresh_postgres_ledger, write_adult
+
+EPS = 0.0625  # a power of two: k * EPS is exact, so the expected number of admitted queries is exact
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    return fresh_postgres_ledger()
+
+
+def _setup(service: QueryService, folder: Path, *, budget: float = 100.0, quota: float = 1.0) -> Any:
+    path, schema = write_adult(folder)
+    service.register_dataset("adult", str(path), schema, "pandas", "pure", budget)
+    alice = service.create_analyst("alice", {"adult": quota})
+    return service.store.get_analyst(alice["name"])
+
+
+def _ledger_sum(store: LedgerStore, **filters: str) -> Fraction:
+    return sum((Fraction(r.cost["load"]) for r in store.charges(**filters)), Fraction(0))  # type: ignore[arg-type]
+
+
+# The queries of these tests all cover the row (age = 40, race = 0), so that row's load, the maximum over
+# rows, is the plain sum of the ledger's costs whatever accountant the service uses.
+def _query(i: int) -> str:
+    return f"age BETWEEN {30 - i % 7} AND {41 + i % 5} AND race IN (0, {1 + i % 4})"
+
+
+def test_sqlite_ledger_is_durable_wal(tmp_path: Path) -> None:
+    store = open_ledger(tmp_path / "l.sqlite")
+    conn = store._conn()  # type: ignore[attr-defined]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: the log is synced at each commit
+    store.close()
+
+
+def test_quota_is_never_exceeded_and_refusal_charges_nothing(ledger_url: str, tmp_path: Path) -> None:
+    service = QueryService(open_ledger(ledger_url))
+    alice = _setup(service, tmp_path)
+    admitted = 0
+    for i in range(40):
+        try:
+            service.query(alice, "adult", [_query(i)], EPS)
+            admitted += 1
+        except QuotaExceeded as exc:
+            assert exc.details["remaining"] == pytest.approx(0.0, abs=1e-12)
+            break
+    assert admitted == 16  # exactly 1 / EPS
+    rows_before = len(service.store.charges())
+    with pytest.raises(QuotaExceeded):
+        service.query(alice, "adult", [_query(99)], EPS)
+    assert len(service.store.charges()) == rows_before
+    assert _ledger_sum(service.store) == 1
+    service.store.close()
+
+
+def test_batch_is_all_or_nothing(ledger_url: str, tmp_path: Path) -> None:
+    service = QueryService(open_ledger(ledger_url))
+    alice = _setup(service, tmp_path)
+    service.query(alice, "adult", [_query(i) for i in range(10)], EPS)
+    with pytest.raises(QuotaExceeded):  # 7 more would need 17/16
+        service.query(alice, "adult", [_query(i) for i in range(7)], EPS)
+    assert _ledger_sum(service.store) == Fraction(10, 16)
+    out = service.query(alice, "adult", [_query(i) for i in range(6)], EPS)
+    assert len(out["answers"]) == 6
+    assert _ledger_sum(service.store) == 1
+    service.store.close()
+
+
+def test_idempotency_key_replays_the_recorded_answer(ledger_url: str, tmp_path: Path) -> None:
+    service = QueryService(open_ledger(ledger_url))
+    alice = _setup(service, tmp_path)
+    first = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
+    again = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
+    assert again["replayed"] and not first["replayed"]
+    assert [a["count"] for a in again["answers"]] == [a["count"] for a in first["answers"]]
+    assert [a["charge"] for a in again["answers"]] == [a["charge"] for a in first["answers"]]
+    assert len(service.store.charges()) == 2
+    with pytest.raises(Conflict):
+        service.query(alice, "adult", [_query(3)], EPS, request_key="k-1")
+    # After a restart the key still replays.
+    service.store.close()
+    restarted = QueryService(open_ledger(ledger_url))
+    third = restarted.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
+    assert third["replayed"] and [a["count"] for a in third["answers"]] == [
+        a["count"] for a in first["answers"]
+    ]
+    assert len(restarted.store.charges()) == 2
+    restarted.store.close()
+
+
+def test_restart_rebuilds_the_filters_from_the_ledger(ledger_url: str, tmp_path: Path) -> None:
+    service = QueryService(open_ledger(ledger_url))
+    alice = _setup(service, tmp_path)
+    for i in range(12):
+        service.query(alice, "adult", [_query(i)], EPS)
+    session = service.open_session(alice, "adult", "sparse_vector", {"epsilon": 0.125, "max_positives": 1})
+    sid = session["session"]["id"]
+    # A threshold far below any count answers "above" at once and closes the session (c = 1).
+    step = service.session_query(alice, sid, "sex = 1", -1e9)
+    assert step["answer"]["above"] and step["answer"]["closed"]
+    service.store.close()
+    restarted = QueryService(open_ledger(ledger_url))
+    info = restarted.analyst_info(alice)["datasets"]["adult"]
+    assert Fraction(info["spent"]) == _ledger_sum(restarted.store) == Fraction(14, 16)
+    with pytest.raises(QuotaExceeded):
+        restarted.query(alice, "adult", [_query(0) for _ in range(3)], EPS)
+    with pytest.raises(Conflict):  # the closed session stays closed
+        restarted.session_query(alice, sid, "sex = 1", -1e9)
+    restarted.store.close()
+
+
+def test_two_instances_sharing_a_ledger_never_overspend(ledger_url: str, tmp_path: Path) -> None:
+    """Two QueryService objects (as two processes would) on one ledger, 4 threads each, one quota."""
+    first = QueryService(open_ledger(ledger_url))
+    alice = _setup(first, tmp_path, budget=0.75, quota=1.0)  # the global budget binds first
+    second = QueryService(open_ledger(ledger_url))
+    answered: list[str] = []
+    lock = threading.Lock()
+
+    def storm(service: QueryService, offset: int) -> None:
+        for i in range(40):
+            try:
+                out = service.query(alice, "adult", [_query(offset + i)], EPS)
+            except QuotaExceeded:
+                return
+            with lock:
+                answered.append(out["answers"][0]["charge"])
+
+    threads = [
+        threading.Thread(target=storm, args=(svc, k * 100)) for k in range(4) for svc in (first, second)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    rows = first.store.charges()
+    assert _ledger_sum(first.store) == Fraction(3, 4)  # 12 queries of 1/16
+    assert sorted(answered) == sorted(r.id for r in rows)
+    for svc in (first, second):
+        status = svc.dataset_status("adult")
+        assert Fraction(status["spent"]) == Fraction(3, 4)
+        assert status["guarantee"]["epsilon"] <= 0.75
+    first.store.close()
+    second.store.close()
+
+
+class _FailingCommit(LedgerStore):
+    """A store whose admission transactions all fail at commit time (after the rows were inserted)."""
+
+    def __init__(self, inner: LedgerStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    @contextmanager
+    def admission(self, dataset: str) -> Iterator[AdmissionTransaction]:
+        with self.inner.admission(dataset) as tx:
+            yield tx
+            raise OSError("disk full")  # rolls the transaction back
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+for _name in list(LedgerStore.__abstractmethods__):
+    if _name != "admission":
+        setattr(_FailingCommit, _name, lambda self, *a, _n=_name, **k: getattr(self.inner, _n)(*a, **k))
+_FailingCommit.__abstractmethods__ = frozenset()
+
+
+def test_no_answer_without_its_charge(tmp_path: Path) -> None:
+    store = open_ledger(tmp_path / "l.sqlite")
+    service = QueryService(store)
+    alice = _setup(service, tmp_path)
+    service.query(alice, "adult", [_query(0)], EPS)
+    service.store = _FailingCommit(store)
+    with pytest.raises(ServiceError) as err:
+        service.query(alice, "adult", [_query(1)], EPS)
+    assert err.value.status == 503 and "no answer was released" in str(err.value)
+    service.store = store
+    assert len(store.charges()) == 1
+    # The failed request's staged charge is forgotten: the spend is the ledger's again.
+    assert Fraction(service.analyst_info(alice)["datasets"]["adult"]["spent"]) == Fraction(1, 16)
+    service.query(alice, "adult", [_query(2)], EPS)
+    assert Fraction(service.analyst_info(alice)["datasets"]["adult"]["spent"]) == Fraction(2, 16)
+    store.close()
+
+
+def test_sqlite_commit_happens_before_the_answer(tmp_path: Path) -> None:
+    """The charge is visible to another connection as soon as the call returns (committed, not pending)."""
+    store = open_ledger(tmp_path / "l.sqlite")
+    service = QueryService(store)
+    alice = _setup(service, tmp_path)
+    out = service.query(alice, "adult", [_query(0)], EPS)
+    other = sqlite3.connect(tmp_path / "l.sqlite")
+    rows = other.execute("SELECT id, answer FROM charges").fetchall()
+    assert (
+        rows
+        and rows[0][0] == out["answers"][0]["charge"]
+        and f'"count":{out["answers"][0]["count"]}' in rows[0][1]
+    )
+    other.close()
+    store.close()
+
+
+def _brute_force_max_load(service: QueryService, **filters: str) -> float:
+    """max over every (age, sex, race) point of the summed loads of the recorded queries covering it."""
+    schema = service._state("adult").schema
+    from overlapdp.query import parse_query
+
+    charges = [
+        (parse_query(schema, r.query) if r.query else None, r.cost["load"])
+        for r in service.store.charges(**filters)
+    ]
+    pos = [schema.position(a) for a in ("age", "sex", "race")]
+    best = 0.0
+    row = [0] * len(schema)
+    for age in range(schema.attributes[pos[0]].size):
+        for sex in range(schema.attributes[pos[1]].size):
+            for race in range(schema.attributes[pos[2]].size):
+                row[pos[0]], row[pos[1]], row[pos[2]] = age, sex, race
+                load = sum(w for q, w in charges if q is None or q.covers(row))
+                best = max(best, load)
+    return best
+
+
+def test_disjoint_queries_are_charged_by_maximum_overlap(tmp_path: Path) -> None:
+    """Overlap-aware admission against a brute-force per-row maximum (MATH.md 1-2)."""
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
+    bob = service.create_analyst("bob", {"adult": 1.0})
+    bob_rec = service.store.get_analyst(bob["name"])
+    service.query(alice, "adult", ["sex = 0"], 0.625)
+    service.query(alice, "adult", ["sex = 1 AND race IN (1, 2)"], 0.625)  # disjoint: both fit in 1.0
+    service.query(alice, "adult", ["sex = 1 AND race = 0 AND age < 30"], 0.375)
+    with pytest.raises(QuotaExceeded):  # would put 1.25 on the rows with sex = 0 and age < 20
+        service.query(alice, "adult", ["age < 20"], 0.625)
+    service.query(alice, "adult", ["age < 20 AND sex = 1"], 0.375)  # 0.625 + 0.375 = 1.0 at most
+    service.query(bob_rec, "adult", ["race = 4", "race = 3"], 0.5)
+    info = service.analyst_info(alice)["datasets"]["adult"]
+    assert (
+        info["spent"] == pytest.approx(_brute_force_max_load(service, analyst="alice")) == pytest.approx(1.0)
+    )
+    status = service.dataset_status("adult")
+    assert status["spent"] == pytest.approx(_brute_force_max_load(service))
+    # Concurrent composition of the two analysts: the sum of their spends (pure DP, Vadhan and Wang 2021).
+    bob_spent = _brute_force_max_load(service, analyst="bob")
+    assert bob_spent == pytest.approx(0.5)
+    guarantee = status["guarantee"]
+    assert guarantee["by_concurrent_composition"] == pytest.approx(1.0 + bob_spent)
+    assert guarantee["epsilon"] == pytest.approx(min(status["spent"], 1.0 + bob_spent))
+    service.store.close()
+
+
+def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path) -> None:
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
+    service.query(alice, "adult", ["sex = 0"], 0.25)
+    batch = ["age < 30 AND sex = 1", "age >= 30 AND sex = 1", "age BETWEEN 25 AND 35"]
+    out = service.query(alice, "adult", batch, 0.25, dry_run=True)
+    # By hand: the first two are disjoint; the third meets each of them: the worst row pays 0.5 of the
+    # batch, and 0.25 + 0.25 = 0.5 on the rows with sex = 0 aged 25 to 35, or sex = 1 aged 25 to 35.
+    assert out["cost"]["batch"] == {"overlap": pytest.approx(0.5), "sequential": pytest.approx(0.75)}
+    assert out["spent_after"] == pytest.approx(0.5) and out["admissible"] is True
+    assert len(service.store.charges()) == 1
+    service.query(alice, "adult", batch, 0.25)
+    assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == pytest.approx(
+        _brute_force_max_load(service, analyst="alice")
+    )
+    service.store.close()
+
+
+def test_same_idempotency_key_on_two_instances_is_charged_once(ledger_url: str, tmp_path: Path) -> None:
+    first = QueryService(open_ledger(ledger_url))
+    alice = _setup(first, tmp_path)
+    second = QueryService(open_ledger(ledger_url))
+    results: list[dict[str, Any]] = []
+    barrier = threading.Barrier(8)
+
+    def submit(service: QueryService) -> None:
+        barrier.wait(timeout=30)
+        results.append(service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="same"))
+
+    threads = [threading.Thread(target=submit, args=(svc,)) for _ in range(4) for svc in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 8 and sum(not r["replayed"] for r in results) == 1
+    counts = {tuple(a["count"] for a in r["answers"]) for r in results}
+    assert len(counts) == 1
+    assert len(first.store.charges()) == 2 and _ledger_sum(first.store) == 2 * Fraction(EPS)
+    for svc in (first, second):
+        assert Fraction(svc.analyst_info(alice)["datasets"]["adult"]["spent"]) == 2 * Fraction(EPS)
+    first.store.close()
+    second.store.close()

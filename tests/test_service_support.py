@@ -1,0 +1,123 @@
+"""Helpers shared by the service tests: a data set on disk, servers on free loopback ports.
+
+No tests here; the module name only keeps it among the files the service owns.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from overlapdp.samples import adult_schema, synthetic_adult
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+POSTGRES_ENV = "OVERLAPDP_TEST_POSTGRES"
+
+
+def write_adult(folder: Path, rows: int = 2000) -> tuple[Path, dict[str, object]]:
+    """A synthetic Adult CSV in ``folder`` and its schema JSON."""
+    path = folder / "adult.csv"
+    if not path.exists():
+        synthetic_adult(rows, seed=1).to_csv(path, index=False)
+    return path, adult_schema().to_json()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_url() -> str:
+    """The test PostgreSQL server (``$OVERLAPDP_TEST_POSTGRES``, set by .ci/run) or a skip."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(
+            f"${POSTGRES_ENV} is not set: no PostgreSQL server for the shared-ledger tests (.ci/run starts one)"
+        )
+    return url
+
+
+def fresh_postgres_ledger() -> str:
+    """An empty database on the test server (one per test, so tests do not see each other's rows)."""
+    import psycopg
+
+    base = postgres_url()
+    name = f"odp_test_{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{name}"
+
+
+class Server:
+    """``overlapdp serve`` in a child process on a free loopback port."""
+
+    def __init__(self, ledger: str, *, port: int | None = None, log: Path | None = None) -> None:
+        self.ledger = ledger
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "OVERLAPDP_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(REPO / "src")}
+        cmd = [
+            sys.executable,
+            "-m",
+            "overlapdp.cli.main",
+            "serve",
+            "--port",
+            str(self.port),
+            "--ledger",
+            ledger,
+        ]
+        self._log = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=self._log, cwd=REPO)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the service exited with status {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/openapi.json", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError("the service did not start in time")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs, as in a crash."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()  # type: ignore[union-attr]
+
+
+@contextmanager
+def running(ledger: str, **kwargs: object) -> Iterator[Server]:
+    server = Server(ledger, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
