@@ -2,53 +2,91 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from overlapdp.cli.app import app, console
-from overlapdp.engine import encode_frame, exact_counts
-from overlapdp.query import Workload
-from overlapdp.samples import adult_schema, synthetic_adult
-from overlapdp.schema import read_table
+from overlapdp.cli.app import app, console, emit_json
 
-DEMO_WORKLOAD = [
-    "age BETWEEN 20 AND 29",
-    "age BETWEEN 30 AND 39",
-    "age BETWEEN 40 AND 49",
-    "age >= 25 AND age < 45 AND sex = 1",
-    'age < 30 AND "hours-per-week" >= 40',
-    "race IN (1, 2) AND sex = 0",
-    'race = 0 AND "income>50K" = 1',
-    '"education-num" >= 13 AND "income>50K" = 1',
-]
+_STEPS = 4
 
 
 @app.command()
 def demo(
     data: Annotated[
-        Path | None, typer.Option("--data", help="A CSV with Adult's integer-coded columns.")
+        Path | None, typer.Option("--data", help="A CSV with Adult's columns (coded or raw UCI Adult).")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Folder for the output files.")] = Path("overlapdp-demo"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for the ledger, data and report.")] = Path(
+        "overlapdp-demo"
+    ),
     rows: Annotated[
         int, typer.Option("--rows", help="Rows of synthetic data when no --data is given.")
     ] = 48_842,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic data (not of the noise).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Run the end-to-end example on a synthetic table with Adult's schema (or --data)."""
-    schema = adult_schema()
-    with console.status("preparing data"):
-        frame = read_table(data) if data is not None else synthetic_adult(rows)
-        out.mkdir(parents=True, exist_ok=True)
-        workload = Workload.of(schema, DEMO_WORKLOAD)
-        workload.write_jsonl(out / "workload.jsonl")
-        schema.save(out / "schema.json")
-        counts = exact_counts(workload, encode_frame(schema, frame))
-    table = Table(
-        "id", "condition", "exact count", title=f"{len(frame):,} rows ({'file' if data else 'synthetic'})"
+    """Serve a table to three analysts on loopback and compare sequential with overlap-aware accounting."""
+    from overlapdp.demo import run_demo
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=as_json,
+    ) as bar:
+        task = bar.add_task("overlapdp demo", total=_STEPS)
+
+        def progress(message: str, done: int) -> None:
+            bar.update(task, description=message, completed=done)
+
+        summary = run_demo(out, data=data, rows=rows, seed=seed, progress=progress)
+        bar.update(task, completed=_STEPS)
+    if as_json:
+        emit_json(json.loads(json.dumps(summary.to_json(), default=str)))
+        return
+    console.print(
+        f"[bold]{summary.rows:,}[/] rows ({summary.source}), served on loopback to 3 analysts; "
+        f"global budget ε = {summary.global_budget:g} (pure DP), each analyst's quota ε = "
+        f"{summary.analysts[0].quota:g}."
     )
-    for q, c in zip(workload, counts, strict=True):
-        table.add_row(str(q.id), q.describe(), f"{c:,}")
+    table = Table(
+        "analyst",
+        "workload",
+        "answered",
+        "refused",
+        "sequential would answer",
+        "sequential spend",
+        "overlap-aware spend",
+        title="per analyst",
+    )
+    for a in summary.analysts:
+        table.add_row(
+            a.name,
+            a.role,
+            str(a.answered),
+            str(a.refused),
+            str(a.sequential_would_answer),
+            f"{a.sequential_spent:.2f}",
+            f"{a.overlap_spent:.2f}",
+        )
     console.print(table)
-    console.print(f"schema and workload written to [bold]{out}/[/]")
+    more = sum(a.answered for a in summary.analysts) - sum(
+        a.sequential_would_answer for a in summary.analysts
+    )
+    console.print(
+        f"Globally: sequential accounting would have charged ε = {summary.global_sequential_spent:.2f}; "
+        f"overlap-aware accounting charged ε = {summary.global_overlap_spent:.2f} of {summary.global_budget:g}, "
+        f"and answered [bold green]{more}[/] more queries than sequential accounting would have."
+    )
+    console.print(
+        f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {summary.worst_row_load:.2f}): "
+        f"{summary.worst_row}"
+    )
+    console.print(f"Files in [bold]{summary.out}/[/]: report.html, ledger.sqlite, ledger.csv, summary.json")
