@@ -198,7 +198,7 @@ def test_no_answer_without_its_charge(tmp_path: Path) -> None:
     service.store = _FailingCommit(store)
     with pytest.raises(ServiceError) as err:
         service.query(alice, "adult", [_query(1)], EPS)
-    assert err.value.status == 503 and "nothing was charged" in str(err.value)
+    assert err.value.status == 503 and "no answer was released" in str(err.value)
     service.store = store
     assert len(store.charges()) == 1
     # The failed request's staged charge is forgotten: the spend is the ledger's again.
@@ -290,3 +290,29 @@ def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path
         _brute_force_max_load(service, analyst="alice")
     )
     service.store.close()
+
+
+def test_same_idempotency_key_on_two_instances_is_charged_once(ledger_url: str, tmp_path: Path) -> None:
+    first = QueryService(open_ledger(ledger_url))
+    alice = _setup(first, tmp_path)
+    second = QueryService(open_ledger(ledger_url))
+    results: list[dict[str, Any]] = []
+    barrier = threading.Barrier(8)
+
+    def submit(service: QueryService) -> None:
+        barrier.wait(timeout=30)
+        results.append(service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="same"))
+
+    threads = [threading.Thread(target=submit, args=(svc,)) for _ in range(4) for svc in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 8 and sum(not r["replayed"] for r in results) == 1
+    counts = {tuple(a["count"] for a in r["answers"]) for r in results}
+    assert len(counts) == 1
+    assert len(first.store.charges()) == 2 and _ledger_sum(first.store) == 2 * Fraction(EPS)
+    for svc in (first, second):
+        assert Fraction(svc.analyst_info(alice)["datasets"]["adult"]["spent"]) == 2 * Fraction(EPS)
+    first.store.close()
+    second.store.close()

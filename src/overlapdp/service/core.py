@@ -784,7 +784,10 @@ def _rows(state: _DatasetState) -> int | None:
 
 
 def _unavailable(exc: BaseException) -> ServiceError:
-    err = ServiceError(f"the ledger could not record the request ({type(exc).__name__}); nothing was charged")
+    err = ServiceError(
+        f"the ledger could not record the request ({type(exc).__name__}) and no answer was released; "
+        "retry with the same Idempotency-Key (a request the ledger did record is answered from it)"
+    )
     err.status = 503
     return err
 
