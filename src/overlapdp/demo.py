@@ -11,13 +11,8 @@ library accounts) against overlap-aware spend (the worst row's load, MATH.md sec
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +24,7 @@ from overlapdp.overlap import max_overlap
 from overlapdp.query import parse_query
 from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult
 from overlapdp.schema import Schema, read_table
+from overlapdp.service.embedded import embedded_service
 
 DATASET = "adult"
 GLOBAL_BUDGET = 6.0  # pure-DP epsilon for the whole table, all analysts together
@@ -131,42 +127,6 @@ def marginal_workload(schema: Schema) -> list[str]:
 def _sex_values(schema: Schema) -> list[str]:
     sex = schema.attribute("sex")
     return [repr(v) if isinstance(v, str) else str(v) for v in (sex.value_at(i) for i in range(sex.size))]
-
-
-# -- the embedded service ------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def embedded_service(ledger: Path) -> Iterator[tuple[str, str]]:
-    """Run the query service on a free loopback port in this process; yields (url, admin token)."""
-    import uvicorn
-
-    from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
-
-    token = secrets.token_urlsafe(24)
-    service = QueryService(open_ledger(ledger))
-    app = create_app(service, AdminKey(token))
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, name="overlapdp-demo-service", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the embedded service did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", token
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        service.store.close()
 
 
 # -- the story -----------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from overlapdp.errors import OverlapDPError
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import QueryService, ServiceError, TooLarge
+from overlapdp.service.dashboard import install_dashboard
 from overlapdp.service.ledger import AnalystRecord, LedgerError
 from overlapdp.service.models import (
     AnalystCreate,
@@ -307,6 +308,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         """Own charges and the answers released to this analyst, in ledger order."""
         return service.ledger(dataset=dataset, analyst=who.name, after=after, limit=limit)
 
+    install_dashboard(app)
     return app
 
 
