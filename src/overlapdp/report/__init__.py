@@ -1,0 +1,30 @@
+"""Reports of a workload or a ledger: numbers, PNG plots and one HTML file (DESIGN.md step 8).
+
+- :func:`build_report` (and :func:`workload_report`, :func:`ledger_report`) write ``report.html`` and
+  the PNGs into a folder and return a :class:`ReportSummary`;
+- :func:`heat_map`: the per-row load over two attributes (max over the others), exact (MATH.md 1, 2);
+- :func:`read_ledger` / :func:`parse_ledger`: the ``overlapdp account`` ledger with optional
+  ``analyst`` and ``time`` fields.
+"""
+
+from overlapdp.report.build import ReportSummary, build_report, ledger_report, workload_report
+from overlapdp.report.ledger import BudgetCurve, LedgerEntry, budget_curve, parse_ledger, read_ledger
+from overlapdp.report.loads import HeatMap, ReportInputError, Spend, choose_axes, heat_map, workload_spend
+
+__all__ = [
+    "BudgetCurve",
+    "HeatMap",
+    "LedgerEntry",
+    "ReportInputError",
+    "ReportSummary",
+    "Spend",
+    "budget_curve",
+    "build_report",
+    "choose_axes",
+    "heat_map",
+    "ledger_report",
+    "parse_ledger",
+    "read_ledger",
+    "workload_report",
+    "workload_spend",
+]

@@ -1,0 +1,199 @@
+"""A ledger read for reporting: charges with an optional analyst and time, and budget spent over time.
+
+The ledger format is ``overlapdp account``'s (one JSON object per line: a query by ``where`` or
+``conditions`` plus a mechanism) with two optional fields: ``"analyst"`` (a name) and ``"time"`` (a
+number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.accountant.Odometer`'s
+tightest certified epsilon at ``delta`` after each prefix of the ledger (in time order), sequential and
+overlap-aware (MATH.md sections 2 and 5); a prefix is a fixed, non-adaptive ledger, so these are the
+odometer's guarantees, not a filter's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from overlapdp.errors import OverlapDPError, WorkloadError
+from overlapdp.privacy.accountant import Odometer, OdometerReport
+from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+# Odometer reports per curve (evenly spaced prefixes, the last always included).
+MAX_POINTS = 24
+ALL = "all analysts"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    id: str
+    mechanism: Mechanism
+    query: PredicateQuery
+    analyst: str | None = None
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class BudgetCurve:
+    """Cumulative tightest epsilon at ``delta`` after ``charges[k]`` charges of one analyst (or all)."""
+
+    analyst: str
+    charges: tuple[int, ...]
+    times: tuple[float, ...] | None
+    sequential: tuple[float, ...]
+    overlap: tuple[float, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "analyst": self.analyst,
+            "charges": list(self.charges),
+            "times": None if self.times is None else list(self.times),
+            "sequential_epsilon": [_num(v) for v in self.sequential],
+            "overlap_epsilon": [_num(v) for v in self.overlap],
+        }
+
+
+def _num(x: float) -> float | None:
+    return None if math.isinf(x) else float(x)
+
+
+def _time(value: Any, n: int) -> float:
+    if isinstance(value, bool):
+        raise WorkloadError(f"ledger line {n}: 'time' must be a number or an ISO 8601 timestamp")
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise WorkloadError(f"ledger line {n}: 'time' must be finite")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            pass
+    raise WorkloadError(f"ledger line {n}: 'time' must be a number or an ISO 8601 timestamp, got {value!r}")
+
+
+def parse_ledger(schema: Schema, lines: Iterable[str], *, source: str = "<ledger>") -> list[LedgerEntry]:
+    """Every charge of a ledger, sorted by time when the lines carry one (stable otherwise).
+
+    Either every line has a ``time`` or none does; bad lines raise :class:`WorkloadError` naming the line.
+    """
+    # The line grammar is the account command's (one parser for both).
+    from overlapdp.cli.account_cmd import parse_ledger_line
+
+    entries: list[LedgerEntry] = []
+    seen: set[str] = set()
+    with_time: bool | None = None
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{source} line {n}: not valid JSON ({exc.msg})") from None
+        try:
+            cid, mech, query = parse_ledger_line(schema, obj, n)
+        except OverlapDPError as exc:
+            raise type(exc)(f"{source}: {exc}") from None
+        if cid in seen:
+            raise WorkloadError(f"{source} line {n}: duplicate id {cid!r}")
+        seen.add(cid)
+        analyst = obj.get("analyst")
+        if analyst is not None and not isinstance(analyst, str | int):
+            raise WorkloadError(f"{source} line {n}: 'analyst' must be a name")
+        has_time = "time" in obj
+        if with_time is None:
+            with_time = has_time
+        elif with_time != has_time:
+            raise WorkloadError(f"{source} line {n}: give 'time' on every line or on none")
+        t = _time(obj["time"], n) if has_time else None
+        entries.append(LedgerEntry(cid, mech, query, None if analyst is None else str(analyst), t))
+    if not entries:
+        raise WorkloadError(f"{source} has no charges")
+    if with_time:
+        entries.sort(key=lambda e: e.time if e.time is not None else 0.0)
+    return entries
+
+
+def read_ledger(schema: Schema, path: str | Path) -> list[LedgerEntry]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read ledger {str(p)!r}: {exc.strerror or exc}") from None
+    return parse_ledger(schema, text.splitlines(), source=str(p))
+
+
+def _checkpoints(n: int, points: int) -> list[int]:
+    if n <= points:
+        return list(range(1, n + 1))
+    return sorted({max(1, round(k * n / points)) for k in range(1, points + 1)} | {n})
+
+
+def budget_curve(
+    schema: Schema,
+    entries: Sequence[LedgerEntry],
+    analyst: str,
+    delta: float,
+    *,
+    effort: float | None = None,
+    points: int = MAX_POINTS,
+) -> tuple[BudgetCurve, OdometerReport]:
+    """The curve of one analyst's (or every) charges and the odometer's report on all of them."""
+    odo = Odometer(schema, effort=effort)
+    ks, seq, ovl = [], [], []
+    done = 0
+    report: OdometerReport | None = None
+    for k in _checkpoints(len(entries), points):
+        for e in entries[done:k]:
+            odo.charge(e.mechanism, e.query, id=e.id)
+        done = k
+        report = odo.report(delta)
+        ks.append(k)
+        seq.append(report.sequential_epsilon)
+        ovl.append(report.overlap_epsilon)
+    assert report is not None
+    times = None
+    if entries and entries[0].time is not None:
+        times = tuple(float(entries[k - 1].time or 0.0) for k in ks)
+    return BudgetCurve(analyst, tuple(ks), times, tuple(seq), tuple(ovl)), report
+
+
+def analysts(entries: Sequence[LedgerEntry]) -> list[str]:
+    """Analyst names in order of first appearance; ``[]`` when no line names one."""
+    if all(e.analyst is None for e in entries):
+        return []
+    names: dict[str, None] = {}
+    for e in entries:
+        names.setdefault(e.analyst if e.analyst is not None else "(unnamed)", None)
+    return list(names)
+
+
+def entries_of(entries: Sequence[LedgerEntry], analyst: str) -> list[LedgerEntry]:
+    return [e for e in entries if (e.analyst if e.analyst is not None else "(unnamed)") == analyst]
+
+
+def ledger_loads(entries: Sequence[LedgerEntry], delta: float) -> tuple[str, list[float]]:
+    """Per-charge additive row loads for the heat map, in the tightest additive form all share.
+
+    pure epsilon if every mechanism is pure DP, else zCDP rho, else GDP mu^2, else epsilon at ``delta``
+    (basic composition per row, a safe upper bound; MATH.md 2 closed forms).
+    """
+    mechs = [e.mechanism for e in entries]
+    pures = [m.pure() for m in mechs]
+    if all(p is not None for p in pures):
+        return "pure ε", [p.epsilon for p in pures if p is not None]
+    zs = [m.zcdp() for m in mechs]
+    if all(z is not None for z in zs):
+        return "zCDP ρ", [z.rho for z in zs if z is not None]
+    gs = [m.gdp() for m in mechs]
+    if all(g is not None for g in gs):
+        return "GDP μ²", [g.mu**2 for g in gs if g is not None]
+    eps = [m.epsilon_at(delta) for m in mechs]
+    if not all(math.isfinite(x) for x in eps):
+        raise WorkloadError(f"a charge has no finite epsilon at delta={delta:g}: give a larger --delta")
+    return f"ε at δ={delta:g} (basic composition)", eps
