@@ -41,8 +41,11 @@ def test_demo_numbers_are_consistent(tmp_path: Path) -> None:
     assert sum(a.answered for a in summary.analysts) > sum(
         a.sequential_would_answer for a in summary.analysts
     )
-    html = (out / "report.html").read_text()
+    html = (out / "summary.html").read_text()
     assert "alice" in html and "overlap-aware" in html
+    assert (out / "report.html").stat().st_size > 0
+    pngs = sorted(out.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert json.loads((out / "summary.json").read_text())["global"]["budget"] == GLOBAL_BUDGET
 
 

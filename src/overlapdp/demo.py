@@ -21,7 +21,11 @@ import pandas as pd
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.overlap import max_overlap
+from overlapdp.privacy.accountant import whole_domain
+from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.query import parse_query
+from overlapdp.report import build_report
+from overlapdp.report.ledger import LedgerEntry
 from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult
 from overlapdp.schema import Schema, read_table
 from overlapdp.service.embedded import embedded_service
@@ -339,8 +343,29 @@ def _worst_row(schema: Schema, ledger: pd.DataFrame) -> tuple[dict[str, Any], fl
     return row, float(result.upper), len(result.queries)
 
 
+def _ledger_entries(schema: Schema, ledger: pd.DataFrame) -> list[LedgerEntry]:
+    """The service's charges as report entries: each an opaque pure-DP cost over its coverage."""
+    entries = []
+    for i, row in enumerate(ledger.itertuples(index=False)):
+        spec = json.loads(row.query) if isinstance(row.query, str) else row.query
+        cid = f"c{i}"
+        if isinstance(spec, dict) and ("where" in spec or "conditions" in spec):
+            query = parse_query(schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=cid)
+        else:
+            query = whole_domain(schema, id=cid)  # a session charged over the whole table
+        mech = OpaqueApproxDP(_epsilon_of(row.cost), 0.0)
+        entries.append(LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(row.created_at)))
+    return entries
+
+
 def _write_report(summary: DemoSummary, schema: Schema, ledger: pd.DataFrame) -> dict[str, str]:
-    """A small self-contained HTML page; the full report module adds plots when it is available."""
+    """The full report (plots: spend over time per analyst, load heat map) plus a one-page summary."""
+    files: dict[str, str] = {}
+    entries = _ledger_entries(schema, ledger)
+    if entries:
+        report = build_report(schema, entries, summary.out, budget=summary.global_budget, x="age", y="sex")
+        files["report"] = str(report.html)
+        files.update({f"plot_{k}": str(v) for k, v in report.plots.items()})
     rows = "".join(
         f"<tr><td>{a.name}</td><td>{a.role}</td><td>{a.quota:g}</td><td>{a.answered}</td><td>{a.refused}</td>"
         f"<td>{a.sequential_would_answer}</td><td>{a.sequential_spent:.2f}</td><td>{a.overlap_spent:.2f}</td></tr>"
@@ -355,10 +380,12 @@ def _write_report(summary: DemoSummary, schema: Schema, ledger: pd.DataFrame) ->
 <p>Global: sequential spend {summary.global_sequential_spent:.2f}, overlap-aware spend
 {summary.global_overlap_spent:.2f} (of {summary.global_budget:g}).</p>
 <p>Worst row: {summary.worst_row} (load {summary.worst_row_load:.2f}, {summary.worst_row_queries} charges).</p>
+<p>Plots and the per-row load heat map: <a href="report.html">report.html</a>.</p>
 </body></html>"""
-    path = summary.out / "report.html"
+    path = summary.out / "summary.html"
     path.write_text(html, encoding="utf-8")
-    return {"report": str(path)}
+    files["summary_html"] = str(path)
+    return files
 
 
 def clean_output(out: Path) -> None:
