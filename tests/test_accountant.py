@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 import threading
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -160,18 +161,24 @@ BUDGETS = [
 
 
 def _row_costs(budget, rows_charges) -> list[object]:  # type: ignore[no-untyped-def]
-    """Per-row quantity each filter bounds, computed from scratch."""
+    """Per-row quantity each filter bounds, computed from scratch, in exact arithmetic of the declared
+    float costs (Fractions) where the filter's rule is rational."""
     out = []
     for ms in rows_charges:
         if isinstance(budget, PureDP):
-            out.append(math.fsum(m.pure().epsilon for m in ms))
+            out.append(sum((Fraction(m.pure().epsilon) for m in ms), Fraction(0)))
         elif isinstance(budget, ZCDP):
-            out.append(math.fsum(m.zcdp().rho for m in ms))
+            out.append(sum((Fraction(m.zcdp().rho) for m in ms), Fraction(0)))
         elif isinstance(budget, GDP):
-            out.append(math.sqrt(math.fsum(m.gdp().mu ** 2 for m in ms)))
+            out.append(sum((Fraction(m.gdp().mu) ** 2 for m in ms), Fraction(0)))  # mu^2
         elif isinstance(budget, RDP):
             out.append(
-                np.sum([m.rdp(budget.orders).epsilons for m in ms], axis=0) if ms else np.zeros(len(ORDERS))
+                [
+                    sum(col, Fraction(0))
+                    for col in zip(*[map(Fraction, m.rdp(budget.orders).epsilons) for m in ms], strict=True)
+                ]
+                if ms
+                else [Fraction(0)] * len(ORDERS)
             )
         else:
             s2 = math.fsum((m.pure().epsilon if m.pure() else m.epsilon) ** 2 for m in ms)
@@ -183,13 +190,13 @@ def _row_costs(budget, rows_charges) -> list[object]:  # type: ignore[no-untyped
 
 def _within(budget, cost) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(budget, PureDP):
-        return cost <= budget.epsilon
+        return cost <= Fraction(budget.epsilon)
     if isinstance(budget, ZCDP):
-        return cost <= budget.rho
+        return cost <= Fraction(budget.rho)
     if isinstance(budget, GDP):
-        return cost <= budget.mu
+        return cost <= Fraction(budget.mu) ** 2
     if isinstance(budget, RDP):
-        return bool(np.all(np.asarray(cost) <= np.asarray(budget.epsilons) * (1 + 1e-12)))
+        return all(c <= Fraction(b) for c, b in zip(cost, budget.epsilons, strict=True))
     return cost[0] <= budget.epsilon and cost[1] <= budget.delta / 2
 
 
@@ -221,6 +228,39 @@ def test_filter_never_admits_past_budget_under_adaptive_sequences(budget, pool, 
     costs = _row_costs(budget, [[mm for qq, mm in admitted if qq.covers(r)] for r in rows])
     assert all(_within(budget, c) for c in costs)
     assert len(flt) == len(admitted) == len(flt.odometer)
+
+
+def test_filter_compares_in_exact_arithmetic_of_the_declared_costs() -> None:
+    schema = Schema((IntAttribute("a", 0, 9),))
+    # Fraction(0.1) > 1/10: ten charges of 0.1 exceed 1.0 exactly (their float sum rounds to 1.0)
+    tenth = Laplace(10.0)
+    assert 10 * Fraction(tenth.pure().epsilon) > 1
+    flt = PrivacyFilter(schema, PureDP(1.0))
+    admitted = sum(flt.try_charge(tenth).admitted for _ in range(10))
+    assert admitted == 9
+    # dyadic costs are exact: four quarters fill a budget of 1.0 exactly, a fifth does not fit
+    quarters = PrivacyFilter(schema, PureDP(1.0))
+    assert [quarters.try_charge(Laplace(4.0)).admitted for _ in range(5)] == [True] * 4 + [False]
+
+
+def test_filter_checks_every_row_exactly_when_the_float_witness_ties() -> None:
+    # Row a < 5 pays ten charges of 0.1 (float running sum 0.9999999999999999, exactly 1 + 5.6e-17),
+    # row a >= 5 pays 1.0: the float maximum sits at a >= 5, exactly 1.0 + 0.5 = 1.5 <= 1.5, but the
+    # row a < 5 would pay more than 1.5 exactly, so the whole-domain 0.5 must be refused.
+    schema = Schema((IntAttribute("a", 0, 9),))
+    flt = PrivacyFilter(schema, PureDP(1.5))
+    low, high = parse_where(schema, "a < 5"), parse_where(schema, "a >= 5")
+    for i in range(10):
+        assert flt.try_charge(Laplace(10.0), low, id=f"low{i}").admitted
+    assert flt.try_charge(Laplace(1.0), high, id="high").admitted
+    charged = [(low, Laplace(10.0))] * 10 + [(high, Laplace(1.0)), (whole_domain(schema), Laplace(2.0))]
+    worst = max(
+        sum((Fraction(m.pure().epsilon) for q, m in charged if q.covers(r)), Fraction(0))  # type: ignore[union-attr]
+        for r in all_rows(schema)
+    )
+    assert worst > Fraction(1.5)  # brute force in exact arithmetic: over budget
+    assert not flt.try_charge(Laplace(2.0)).admitted
+    assert flt.try_charge(Laplace(4.0), high, id="fits").admitted  # 1.0 + 0.25 on a >= 5 fits
 
 
 def test_filter_is_atomic_under_many_threads() -> None:

@@ -229,3 +229,22 @@ def test_noisy_counts_session_in_zcdp_and_kind_mismatch() -> None:
     assert session.exhausted
     with pytest.raises(MechanismError, match="same kind"):
         NoisyCounts(lambda q: 3, budget=PureDP(1.0), per_query=ZCDP(0.1))
+
+
+@pytest.mark.parametrize(
+    ("eps", "eps1", "eps3"),
+    [(3.0, 2.0**-60, None), (3.0, 2.0**-60, 0.5), (1.0, 0.25, None), (0.7, None, None)],
+)
+def test_sparse_vector_declares_at_least_the_epsilon_of_its_noise(
+    eps: float, eps1: float | None, eps3: float | None
+) -> None:
+    # independent truth: Lyu-Su-Li's epsilon_1 + epsilon_2 (+ epsilon_3) recomputed exactly from the
+    # noise scales actually used (Delta/t1 + 2c Delta/t2 + c Delta/t3), against the declared guarantee
+    c = 1
+    svt = SparseVector(
+        lambda q: 0, epsilon=eps, c=c, threshold=0, threshold_epsilon=eps1, release_epsilon=eps3, rng=3
+    )
+    true = 1 / svt.threshold_noise.scale + Fraction(2 * c) / svt.query_noise.scale
+    if svt.release_noise is not None:
+        true += Fraction(c) / svt.release_noise.scale
+    assert Fraction(svt.guarantee.epsilon) >= true

@@ -134,3 +134,22 @@ def test_index_empty_and_rollback() -> None:
     assert index.value == 1.0 and index.result().queries == ("a",)
     index.remove("a")
     assert index.value == 0.0 and index.witness is None
+
+
+@pytest.mark.parametrize("big", [2.0**60, 1e17, 3e16])
+def test_removing_a_huge_weight_does_not_erase_small_loads(big: float) -> None:
+    # Float cancellation: (1 + big) - big is 0 in floats when big >= 2^53. The index must still find
+    # the row that pays 1 after the big query is removed (brute force over every row is the truth).
+    schema = Schema((IntAttribute("a", 0, 9), IntAttribute("b", 0, 3)))
+    small = parse_where(schema, "a >= 5 AND b = 2", id="small")
+    huge = parse_where(schema, "a >= 0", id="huge")
+    for comp in ("sum", "l2", "vector"):
+        index = OverlapIndex(schema, comp)
+        w_small: Any = [1.0, 0.5] if comp == "vector" else 1.0
+        w_huge: Any = [big, big] if comp == "vector" else big
+        index.add(small, w_small)
+        index.add(huge, w_huge)
+        index.remove("huge")
+        r = index.result()
+        check_result(index, [small], [w_small], comp, r)
+        assert np.all(np.asarray(r.value) == np.asarray(truth([small], [w_small], comp)))

@@ -237,3 +237,23 @@ def test_mechanism_costs_under_each_definition() -> None:
     # pure DP's RDP curve: min(eps, alpha eps^2/2)
     assert PureDP(1.0).to_rdp((2.0, 10.0)).epsilons == pytest.approx((1.0, 1.0))
     assert PureDP(0.1).to_rdp((2.0,)).epsilons == pytest.approx((0.01,))
+
+
+def test_basic_and_concurrent_composition_round_up_against_exact_sums() -> None:
+    from fractions import Fraction
+
+    from overlapdp.privacy import concurrent_composition
+
+    tenths = [PureDP(0.1)] * 10
+    exact = 10 * Fraction(0.1)  # > 1: fsum's 1.0 would under-report
+    assert Fraction(PureDP.compose(tenths).epsilon) >= exact
+    assert Fraction(concurrent_composition(tenths).guarantee.epsilon) >= exact  # type: ignore[union-attr]
+    assert Fraction(ZCDP.compose([ZCDP(0.1)] * 10).rho) >= exact
+    a = ApproxDP.compose([ApproxDP(0.1, 0.01)] * 10)
+    assert Fraction(a.epsilon) >= exact and Fraction(a.delta) >= 10 * Fraction(0.01)
+    mus = [0.1] * 10
+    g = GDP.compose(GDP(m) for m in mus)
+    assert Fraction(g.mu) ** 2 >= sum(Fraction(m) ** 2 for m in mus)
+    r = RDP.compose([RDP((2.0, 3.0), (0.1, 0.1))] * 10)
+    assert all(Fraction(e) >= exact for e in r.epsilons)
+    assert PureDP.compose([PureDP(0.25)] * 4).epsilon == 1.0  # exact sums stay exact

@@ -180,7 +180,13 @@ def _svt_noise(
     threshold_noise = DiscreteLaplace(round_up(Fraction(delta) / Fraction(eps1)))
     query_noise = DiscreteLaplace(round_up(Fraction(spread * delta) / Fraction(eps2)))
     release_noise = None if eps3 is None else DiscreteLaplace(round_up(Fraction(c * delta) / Fraction(eps3)))
-    total = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
+    requested = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
+    # eps2 = eps - eps1 in floats can round UP, so the noise may be worth more than the requested eps:
+    # declare the larger of the request and the exact epsilon of the scales used (MATH.md section 4).
+    used = Fraction(delta) / threshold_noise.scale + Fraction(spread * delta) / query_noise.scale
+    if release_noise is not None:
+        used += Fraction(c * delta) / release_noise.scale
+    total = max(requested, used)
     return threshold_noise, query_noise, release_noise, PureDP(float_up(total))
 
 

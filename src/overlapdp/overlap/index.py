@@ -6,10 +6,10 @@ $\\max(\\gamma_w(Q),\\ f(w_q)+\\max_{x\\in C_q}\\mathrm{load}_Q(x))$ under the o
 inside $C_q$ change. So ``peek`` needs the largest load inside the new query's coverage only.
 
 Dense mode (the usual one): a numpy array of loads over the raw values of the attributes queried so far
-(grown when a query touches a new attribute, as long as it has at most ``dense_limit`` cells); add and
-remove are box-slice updates, peek is a max over the query's box. Removing a query that does not cover
-the current witness cannot change the maximum (every other row only loses load); removing one that does
-rescans the array.
+(grown when a query touches a new attribute, as long as it has at most ``dense_limit`` cells); add is a
+box-slice update, peek is a max over the query's box. Remove (rare: rolling back a reservation) rebuilds
+the array from the remaining queries, so loads are only ever sums of non-negative terms (subtracting
+would cancel catastrophically) and rescans it.
 
 Generic mode (when the dense array would be too large): ``peek`` solves the workload restricted to the
 new query's coverage with :func:`max_overlap`; ``remove`` of a witness query recomputes from scratch.
@@ -175,19 +175,18 @@ class OverlapIndex:
             self._cached = None
             return
         if self._dense:
-            regions = self._regions(entry.query)
-            for region in regions:
-                self._load[region] -= entry.load
             self._used[entry.slot] = False
             self._slot_load[entry.slot] = 0.0
             self._free.append(entry.slot)
-            stale = [
-                c for c in range(self._kk) if self._best_cell[c] is not None and self._in(entry.query, c)
-            ]
-            for c in stale:
+            # Rebuild from the remaining queries instead of subtracting: (x + big) - big is not x in
+            # floats (it is 0 once big >= 2^53 x), which would hide rows and under-report the maximum.
+            self._load.fill(0.0)
+            for e in self._entries.values():
+                for region in self._regions(e.query):
+                    self._load[region] += e.load
+            for c in range(self._kk):
                 self._rescan(c)
-            if stale:
-                self._cached = None
+            self._cached = None
         else:
             current = self._generic_result
             if current is None or not current.witness_row or entry.query.covers(current.witness_row):

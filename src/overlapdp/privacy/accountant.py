@@ -33,9 +33,19 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
 - GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
 - (epsilon, delta): the optimal composition needs the parameters fixed in advance, so with
   ``adaptive=True`` a ``composition="optimal"`` filter is REFUSED (:class:`AdaptivityError`); the default
-  is the advanced-composition filter of Whitehouse, Ramdas, Rogers, Wu 2023 (arXiv 2203.05481), applied
-  per row: admit while $\\sqrt{2\\ln(1/\\delta')\\sum\\varepsilon_t^2}+\\frac12\\sum\\varepsilon_t^2\\le\\varepsilon_g$
-  and $\\sum\\delta_t\\le\\delta_g-\\delta'$, giving $(\\varepsilon_g,\\delta_g)$-DP.
+  filter admits, per row, while $\\sqrt{2\\ln(1/\\delta')\\sum_t\\varepsilon_t^2}+\\frac12\\sum_t\\varepsilon_t^2\\le\\varepsilon_g$
+  and $\\sum_t\\delta_t\\le\\delta_g-\\delta'$ (the sums over the charges covering the row), giving
+  $(\\varepsilon_g,\\delta_g)$-DP by this chain: an $(\\varepsilon_t,\\delta_t)$-DP mechanism is
+  $\\delta_t$-approximate $\\frac12\\varepsilon_t^2$-zCDP (Bun and Steinke 2016; pure DP with $\\delta_t=0$:
+  Prop. 3.3); zCDP and approximate-zCDP filters stay valid under fully adaptive choices (Whitehouse,
+  Ramdas, Rogers, Wu 2023, ICML, arXiv 2203.05481; Feldman and Zrnic 2021 for the per-row RDP filter),
+  so the row's run is $(\\sum_t\\delta_t)$-approximate $\\rho$-zCDP with $\\rho=\\frac12\\sum_t\\varepsilon_t^2$ (the
+  deltas ADD); and $\\rho$-zCDP gives $(\\rho+2\\sqrt{\\rho\\ln(1/\\delta')},\\delta')$-DP (Bun and Steinke 2016,
+  Prop. 1.3), which with that $\\rho$ is the left-hand side above; the approximation adds
+  $\\sum_t\\delta_t$ to $\\delta'$.
+
+Exact arithmetic: the filter admits only if every row stays within budget in EXACT arithmetic of the
+declared float costs (Fractions; ten charges of 0.1 exceed 1.0), see ``PrivacyFilter._admissible``.
 
 Concurrent analysts sharing one filter stay covered too (Haney et al. 2023: every valid filter extends to
 concurrent composition; MATH.md 3).
@@ -48,6 +58,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -67,6 +78,12 @@ DEFINITIONS = ("pure", "zcdp", "gdp", "rdp", "approx")
 # Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
 _PAIR_WORK_LIMIT = 50_000_000
 _PAIR_PLD_LIMIT = 40
+# The filter decides in EXACT arithmetic of the declared (float) costs. The overlap index locates the
+# worst row on float sums (exact up to about 1e-12 relative): when the witness is this close to the
+# budget, the maximum over all row patterns is recomputed with Fractions (or the charge is refused).
+_NEAR = Fraction(1, 10**9)
+# (row patterns x charges) summed with Fractions in that recomputation; beyond it the charge is refused.
+_EXACT_WORK_LIMIT = 2_000_000
 
 
 class AdaptivityError(BudgetError):
@@ -504,10 +521,14 @@ class Admission:
 
 @dataclass
 class _Track:
-    """One overlap index of the filter and how a mechanism loads it."""
+    """One overlap index of the filter and how a mechanism loads it: ``load`` the float the index uses
+    to locate the worst row, ``exact`` the same load as a Fraction (a tuple of them for RDP), computed
+    from the declared float parameters without rounding, and ``loads`` the exact loads admitted."""
 
     index: OverlapIndex
     load: Callable[[Mechanism], Any]
+    exact: Callable[[Mechanism], Any]
+    loads: dict[str, Any] = field(default_factory=dict)
 
 
 class PrivacyFilter:
@@ -532,6 +553,7 @@ class PrivacyFilter:
         self.budget = budget
         self.neighbouring = _check_neighbouring(neighbouring)
         self._factor = 2.0 if self.neighbouring == "replace" else 1.0  # doubling (module docstring)
+        self._fx = Fraction(int(self._factor))
         self._lock = threading.Lock()
         self.odometer = Odometer(schema, neighbouring=self.neighbouring)
         self._n = 0
@@ -542,26 +564,46 @@ class PrivacyFilter:
         self._check: Callable[[list[Any]], tuple[bool, Any]]
         if isinstance(budget, PureDP):
             self._tracks = [
-                _Track(OverlapIndex(schema, "sum"), lambda m: _need(m.pure(), m, "pure DP").epsilon)
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: _need(m.pure(), m, "pure DP").epsilon,
+                    lambda m: Fraction(_need(m.pure(), m, "pure DP").epsilon),
+                )
             ]
             self._check = self._scalar_check(budget.epsilon)
+            self._exact_ok = self._exact_scalar(Fraction(budget.epsilon))
         elif isinstance(budget, ZCDP):
-            self._tracks = [_Track(OverlapIndex(schema, "sum"), lambda m: _need(m.zcdp(), m, "zCDP").rho)]
+            self._tracks = [
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: _need(m.zcdp(), m, "zCDP").rho,
+                    lambda m: Fraction(_need(m.zcdp(), m, "zCDP").rho),
+                )
+            ]
             self._check = self._scalar_check(budget.rho)
+            self._exact_ok = self._exact_scalar(Fraction(budget.rho))
         elif isinstance(budget, GDP):
             self._tracks = [
-                _Track(OverlapIndex(schema, "sum"), lambda m: _need(m.gdp(), m, "Gaussian DP").mu ** 2)
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: _need(m.gdp(), m, "Gaussian DP").mu ** 2,
+                    lambda m: Fraction(_need(m.gdp(), m, "Gaussian DP").mu) ** 2,
+                )
             ]
             self._check = self._gdp_check(budget.mu)
+            self._exact_ok = self._exact_scalar(Fraction(budget.mu) ** 2)
         elif isinstance(budget, RDP):
             orders = budget.orders
             self._tracks = [
                 _Track(
                     OverlapIndex(schema, "vector"),
                     lambda m: list(_need(m.rdp(orders), m, "Rényi DP").epsilons),
+                    lambda m: tuple(Fraction(e) for e in _need(m.rdp(orders), m, "Rényi DP").epsilons),
                 )
             ]
             self._check = self._vector_check(np.array(budget.epsilons))
+            bounds = tuple(Fraction(e) for e in budget.epsilons)
+            self._exact_ok = lambda v: all(self._fx * x <= b for x, b in zip(v[0], bounds, strict=True))
         elif isinstance(budget, ApproxDP):
             if composition == "optimal" and adaptive:
                 raise AdaptivityError(
@@ -582,14 +624,45 @@ class PrivacyFilter:
                 raise BudgetError("the optimal (epsilon, delta) filter supports add/remove neighbours only")
             self._slack = slack
             self._tracks = [
-                _Track(OverlapIndex(schema, "sum"), lambda m: self._eps_delta(m)[0] ** 2),
-                _Track(OverlapIndex(schema, "sum"), lambda m: self._eps_delta(m)[1]),
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: self._eps_delta(m)[0] ** 2,
+                    lambda m: Fraction(self._eps_delta(m)[0]) ** 2,
+                ),
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: self._eps_delta(m)[1],
+                    lambda m: Fraction(self._eps_delta(m)[1]),
+                ),
             ]
             self._check = self._advanced_check(budget.epsilon, budget.delta - slack, slack)
+            self._exact_ok = self._exact_advanced(budget.epsilon, budget.delta, slack)
         else:
             raise BudgetError(f"unsupported budget type {type(budget).__name__}")
 
     # -- checks ---------------------------------------------------------------------------------------
+    # ``_check`` reports the float value; ``_exact_ok`` decides admission from exact per-track maxima.
+    _exact_ok: Callable[[list[Any]], bool]
+
+    def _exact_scalar(self, b: Fraction) -> Callable[[list[Any]], bool]:
+        def ok(values: list[Any]) -> bool:
+            return bool(self._fx * values[0] <= b)
+
+        return ok
+
+    def _exact_advanced(self, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
+        """sum delta <= delta_g - delta' exactly; the epsilon formula (transcendental) in floats from
+        the sum of squares rounded up, with a relative margin far above its few ulps of round-off."""
+        delta_room = Fraction(delta_g) - Fraction(slack)
+        log_term = -2 * math.log(slack)  # log of the exact float slack: accurate to an ulp
+
+        def ok(values: list[Any]) -> bool:
+            s2 = _float_up(self._fx * values[0])
+            e = (math.sqrt(log_term * s2) + s2 / 2) * (1 + 1e-14)
+            return e <= eps_g and self._fx * values[1] <= delta_room
+
+        return ok
+
     def _scalar_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
         def check(values: list[Any]) -> tuple[bool, Any]:
             v = self._factor * float(values[0])
@@ -650,8 +723,10 @@ class PrivacyFilter:
             if self._optimal:
                 return self._try_optimal(charge)
             loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
+            exact = [t.exact(mechanism) for t in self._tracks]
             peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
-            ok, value = self._check([r.value for r in peeks])
+            _, value = self._check([r.value for r in peeks])
+            ok = self._admissible(q, peeks, exact)
             witness = peeks[0].witness if peeks[0].witness is not None else None
             budget_v = _budget_value(self.budget)
             if not ok:
@@ -665,10 +740,60 @@ class PrivacyFilter:
                 for t in added:
                     t.index.remove(charge.id)
                 raise
+            for t, e in zip(self._tracks, exact, strict=True):
+                t.loads[charge.id] = e
             self._ids.add(charge.id)
             self._n += 1
             self.odometer.extend([charge])
             return Admission(True, charge, value, budget_v, witness)
+
+    def _admissible(self, q: PredicateQuery, peeks: list[OverlapResult], exact: list[Any]) -> bool:
+        """Whether EVERY row's exact cost with the new charge stays within budget (exact arithmetic of
+        the declared float costs: ten charges of 0.1 exceed 1.0, as Fraction(0.1) > 1/10).
+
+        The peeks' witnesses are exact rows; when they clear the budget with a margin (``_NEAR``) far
+        above the index's float error the charge is admitted, when a witness alone exceeds it the
+        charge is refused, and in between every row pattern is summed with Fractions."""
+        assert q.id is not None
+        uppers: list[Any] = []
+        witnesses: list[Any] | None = []
+        for t, r, e in zip(self._tracks, peeks, exact, strict=True):
+            w = _witness_exact(t, r, q.id, e) if r.exact else None
+            if w is None:
+                witnesses = None
+                uppers.append(_fraction_upper(r.upper))
+            else:
+                if witnesses is not None:
+                    witnesses.append(w)
+                uppers.append(_scale(w, 1 + _NEAR))
+        if self._exact_ok(uppers):
+            return True
+        if witnesses is not None and not self._exact_ok(witnesses):
+            return False
+        maxima = self._exact_maxima(q, exact)
+        return maxima is not None and self._exact_ok(maxima)
+
+    def _exact_maxima(self, q: PredicateQuery, exact: list[Any]) -> list[Any] | None:
+        """Per track, the exact maximum over every row pattern of the admitted charges plus ``q``."""
+        charges = self.odometer.charges
+        queries = [c.query for c in charges] + [q]
+        pats = row_patterns(queries, self.schema)
+        if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
+            return None
+        out: list[Any] = []
+        for t, e in zip(self._tracks, exact, strict=True):
+            loads = [t.loads[c.id] for c in charges] + [e]
+            best: Any = None
+            for row in pats.members:
+                idx = np.flatnonzero(row).tolist()
+                if isinstance(e, tuple):
+                    v: Any = tuple(sum((loads[i][k] for i in idx), Fraction(0)) for k in range(len(e)))
+                    best = v if best is None else tuple(max(a, b) for a, b in zip(best, v, strict=True))
+                else:
+                    v = sum((loads[i] for i in idx), Fraction(0))
+                    best = v if best is None else max(best, v)
+            out.append(best)
+        return out
 
     def _try_optimal(self, charge: Charge) -> Admission:
         """Non-adaptive (epsilon, delta) filter: the optimal / PLD composition of the overlap-aware
@@ -701,6 +826,49 @@ class PrivacyFilter:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+def _float_up(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _scale(v: Any, factor: Fraction) -> Any:
+    return tuple(x * factor for x in v) if isinstance(v, tuple) else v * factor
+
+
+def _fraction_upper(upper: Any) -> Any:
+    """A float safe upper bound (scalar or per component) as Fractions, widened by ``_NEAR``."""
+    if isinstance(upper, np.ndarray):
+        return tuple(Fraction(float(x)) * (1 + _NEAR) for x in upper)
+    return Fraction(float(upper)) * (1 + _NEAR)
+
+
+def _witness_exact(t: _Track, r: OverlapResult, new_id: str, new: Any) -> Any:
+    """The exact load of the peek's witness row(s) (one per component), or None when unknown."""
+    if isinstance(new, tuple):
+        if len(r.components) != len(new):
+            return None
+        parts = [_witness_exact_scalar(t, c, new_id, new, k) for k, c in enumerate(r.components)]
+        return None if any(p is None for p in parts) else tuple(parts)
+    return _witness_exact_scalar(t, r, new_id, new, None)
+
+
+def _witness_exact_scalar(
+    t: _Track, r: OverlapResult, new_id: str, new: Any, k: int | None
+) -> Fraction | None:
+    if r.witness_row is None:
+        return None
+    total = Fraction(0)
+    for i in r.queries:
+        if i == new_id:
+            v = new
+        elif i in t.loads:
+            v = t.loads[i]
+        else:
+            return None
+        total += v if k is None else v[k]
+    return total
 
 
 def _need(g: Any, m: Mechanism, what: str) -> Any:

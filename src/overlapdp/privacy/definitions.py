@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
 from overlapdp.errors import OverlapDPError
@@ -21,6 +22,14 @@ from overlapdp.privacy import conversions as conv
 
 class BudgetError(OverlapDPError):
     """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
+
+
+def _sum_up(values: Iterable[float | Fraction]) -> float:
+    """The exact sum of ``values`` rounded UP to a float (fsum rounds to nearest, which can be below:
+    ten 0.1 sum to 1.0 < 10 * Fraction(0.1)); a composed guarantee is never under-reported."""
+    exact = sum((Fraction(v) for v in values), Fraction(0))
+    f = float(exact)
+    return f if Fraction(f) >= exact else math.nextafter(f, math.inf)
 
 
 @runtime_checkable
@@ -71,7 +80,7 @@ class PureDP:
     @staticmethod
     def compose(items: Iterable[PureDP]) -> PureDP:
         """Basic composition: epsilons add (Dwork et al. 2006; MATH.md 2, pure DP comp)."""
-        return PureDP(math.fsum(p.epsilon for p in items))
+        return PureDP(_sum_up(p.epsilon for p in items))
 
     def __add__(self, other: PureDP) -> PureDP:
         return PureDP.compose((self, other))
@@ -109,7 +118,7 @@ class ApproxDP:
         """Basic composition (epsilons and deltas add). For the tight optimal composition use
         :func:`overlapdp.privacy.optimal.compose_approx` (MATH.md 5)."""
         xs = list(items)
-        return ApproxDP(math.fsum(p.epsilon for p in xs), math.fsum(p.delta for p in xs))
+        return ApproxDP(_sum_up(p.epsilon for p in xs), _sum_up(p.delta for p in xs))
 
     def __add__(self, other: ApproxDP) -> ApproxDP:
         return ApproxDP.compose((self, other))
@@ -137,7 +146,7 @@ class ZCDP:
     @staticmethod
     def compose(items: Iterable[ZCDP]) -> ZCDP:
         """rho adds (Bun-Steinke 2016 Lemma 2.3; concurrently too, Lyu 2022 Cor. 1; MATH.md 2-3)."""
-        return ZCDP(math.fsum(p.rho for p in items))
+        return ZCDP(_sum_up(p.rho for p in items))
 
     def __add__(self, other: ZCDP) -> ZCDP:
         return ZCDP.compose((self, other))
@@ -166,7 +175,7 @@ class GDP:
     @staticmethod
     def compose(items: Iterable[GDP]) -> GDP:
         r"""mu composes in l2: $\sqrt{\sum\mu_i^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2)."""
-        return GDP(math.sqrt(math.fsum(p.mu**2 for p in items)))
+        return GDP(math.nextafter(math.sqrt(_sum_up(Fraction(p.mu) ** 2 for p in items)), math.inf))
 
     def __add__(self, other: GDP) -> GDP:
         return GDP.compose((self, other))
@@ -212,7 +221,7 @@ class RDP:
         orders = xs[0].orders
         if any(x.orders != orders for x in xs):
             raise BudgetError("RDP guarantees on different order grids cannot be composed")
-        return RDP(orders, tuple(math.fsum(col) for col in zip(*(x.epsilons for x in xs), strict=True)))
+        return RDP(orders, tuple(_sum_up(col) for col in zip(*(x.epsilons for x in xs), strict=True)))
 
     def __add__(self, other: RDP) -> RDP:
         return RDP.compose((self, other))
