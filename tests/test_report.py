@@ -135,11 +135,11 @@ def test_workload_report_files_and_numbers(tmp_path: Path) -> None:
 
 
 def test_heat_map_dense_and_cells_agree_on_adult() -> None:
-    from overlapdp.cli.demo_cmd import DEMO_WORKLOAD
+    from overlapdp.demo import marginal_workload, range_workload
     from overlapdp.samples import adult_schema
 
     schema = adult_schema()
-    wl = Workload.of(schema, DEMO_WORKLOAD)
+    wl = Workload.of(schema, range_workload(schema) + marginal_workload(schema))
     dense = heat_map(wl.queries, "age", "race", method="dense")
     cells = heat_map(wl.queries, "age", "race", method="cells")
     np.testing.assert_array_equal(dense.values, cells.values)

@@ -89,4 +89,6 @@ def demo(
         f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {summary.worst_row_load:.2f}): "
         f"{summary.worst_row}"
     )
-    console.print(f"Files in [bold]{summary.out}/[/]: report.html (plots, heat map), summary.html, ledger.sqlite, ledger.csv, summary.json")
+    console.print(
+        f"Files in [bold]{summary.out}/[/]: report.html (plots, heat map), summary.html, ledger.sqlite, ledger.csv, summary.json"
+    )

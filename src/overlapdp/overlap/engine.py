@@ -258,12 +258,16 @@ def _vector(
     c = compile_workload(queries, schema)
     k = vectors.shape[1]
     parts: list[OverlapResult] = []
-    if algorithm in ("auto", "grid") and c.live.size and c.attributes and grid_feasible(c, k):
-        for j, (_, cell) in enumerate(grid_maximum(c, vectors)):
-            lw = Loads("sum", vectors[:, j])
-            parts.append(
-                _finish(queries, c, cell, lw, True, 0.0, "sweep" if len(c.attributes) == 1 else "grid")
-            )
+    if algorithm in ("auto", "grid") and c.live.size and c.attributes and grid_feasible(c, 1):
+        # As many components per dense grid as fit the memory limit (RDP has dozens of orders).
+        chunk = max(1, min(k, next(n for n in range(k, 0, -1) if n == 1 or grid_feasible(c, n))))
+        for start in range(0, k, chunk):
+            block = vectors[:, start : start + chunk]
+            for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
+                lw = Loads("sum", vectors[:, j])
+                parts.append(
+                    _finish(queries, c, cell, lw, True, 0.0, "sweep" if len(c.attributes) == 1 else "grid")
+                )
     else:
         for j in range(k):
             parts.append(_scalar(queries, c, Loads("sum", vectors[:, j]), deadline, algorithm))

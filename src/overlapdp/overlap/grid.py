@@ -14,8 +14,8 @@ import numpy as np
 from overlapdp.overlap.compiled import Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
-# Largest grid (cells, times components) the dense route will allocate: 8M float64 values = 64 MB.
-GRID_LIMIT = 1 << 23
+# Largest grid (cells, times components) the dense route will allocate: 16M float64 values = 128 MB.
+GRID_LIMIT = 1 << 24
 # More active attributes than this makes 2^d corners per box too many.
 MAX_GRID_DIMENSIONS = 12
 
@@ -90,22 +90,23 @@ def grid_loads(c: Compiled, loads: FloatArray) -> FloatArray:
         box_hi.append(his[j][idx])
     box_lo.reverse()
     box_hi.reverse()
-    out = np.empty((*shape, k), dtype=np.float64)
+    out = np.zeros((*shape, k), dtype=np.float64)
     flat_out = out.reshape(total, k)
-    for comp in range(k):
-        w = loads[rep, comp]
-        acc = np.zeros(total, dtype=np.float64)
-        for mask in range(1 << d):
-            flat = np.zeros(rep.shape[0], dtype=np.int64)
-            sign = 1.0
-            for j in range(d):
-                if mask >> j & 1:
-                    flat += box_hi[j] * strides[j]
-                    sign = -sign
-                else:
-                    flat += box_lo[j] * strides[j]
-            acc += np.bincount(flat, weights=sign * w, minlength=total)
-        flat_out[:, comp] = acc
+    w = loads[rep]
+    for mask in range(1 << d):
+        # The corner of every box for this inclusion-exclusion mask; one pass for all components.
+        flat = np.zeros(rep.shape[0], dtype=np.int64)
+        sign = 1.0
+        for j in range(d):
+            if mask >> j & 1:
+                flat += box_hi[j] * strides[j]
+                sign = -sign
+            else:
+                flat += box_lo[j] * strides[j]
+        if k == 1:
+            flat_out[:, 0] += np.bincount(flat, weights=sign * w[:, 0], minlength=total)
+        else:
+            np.add.at(flat_out, flat, sign * w)
     for j in range(d):
         np.cumsum(out, axis=j, out=out)
     grid = out[tuple(slice(0, s) for s in sizes)]

@@ -68,7 +68,7 @@ from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
 from overlapdp.privacy.optimal import compose_approx
-from overlapdp.privacy.patterns import row_patterns
+from overlapdp.privacy.patterns import maximal_patterns, row_patterns
 from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -349,11 +349,57 @@ class Odometer:
         def value(idx: Sequence[int]) -> float:
             return self._compose_eps([mechs[i] for i in idx], delta)
 
+        # Per-row view (MATH.md 1): every row's covering set is one of the row patterns, and only the
+        # maximal ones matter for a monotone composition. When the atom grid is small, composing each
+        # distinct maximal pattern once is exact and far cheaper than a bounded search over subsets.
+        grouped = self._grouped_overlap(mechs, queries, delta, value)
+        if grouped is not None:
+            return grouped
+        pats = maximal_patterns(queries, self.schema, cap=_APPROX_MAX_PATTERNS)
+        if pats is not None:
+            best, best_row = 0.0, pats.rows[0]
+            for members, row in zip(pats.members, pats.rows, strict=True):
+                v = value(np.flatnonzero(members).tolist())
+                if v > best:
+                    best, best_row = v, row
+            return best, True, _row_witness(self.schema, best_row), "pld/patterns"
+
         def upper(idx: Sequence[int]) -> float:
             return _cheap_upper([mechs[i] for i in idx], delta, self.h)
 
         res = max_overlap(list(queries), comp=SetComp(value=value, upper=upper), effort=self.effort)
         return float(res.value), bool(res.exact), res.witness, f"pld/{res.algorithm}"
+
+    def _grouped_overlap(
+        self,
+        mechs: Sequence[Mechanism],
+        queries: Sequence[PredicateQuery],
+        delta: float,
+        value: Callable[[Sequence[int]], float],
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """The composed epsilon of a set depends only on how many charges of each distinct mechanism it
+        holds, and grows with each count. So composing the per-mechanism maximum counts (each maximised
+        over rows on its own, a vector overlap) is a safe upper bound; when some row attains it (checked
+        on each component's witness row) it is the exact maximum. None when that does not settle it."""
+        groups: dict[str, int] = {}
+        label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
+        k = len(groups)
+        if k > _APPROX_MAX_GROUPS:
+            return None
+        onehot = np.zeros((len(mechs), k))
+        onehot[np.arange(len(mechs)), label] = 1.0
+        res = max_overlap(list(queries), onehot, comp="vector", effort=self.effort)
+        rep: list[Mechanism] = [mechs[label.index(g)] for g in range(k)]
+        counts = [math.ceil(float(u) - 1e-9) for u in np.atleast_1d(res.upper)]
+        upper = self._compose_eps([rep[g] for g in range(k) for _ in range(counts[g])], delta)
+        best, witness = -1.0, None
+        for component in res.components:
+            v = value(list(component.query_indices))
+            if v > best:
+                best, witness = v, component.witness
+        if best >= upper:
+            return upper, True, witness, "pld/grouped"
+        return None
 
     def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
         key = (delta, *sorted(repr(m.key) for m in mechs))
@@ -401,6 +447,12 @@ class Odometer:
                 exact = False
                 method = "doubling"
         return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method)
+
+
+#: Most maximal covering patterns composed one by one before falling back to a bounded search.
+_APPROX_MAX_PATTERNS = 2_000
+#: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
+_APPROX_MAX_GROUPS = 32
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:

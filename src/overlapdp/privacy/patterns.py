@@ -70,3 +70,49 @@ def maximal(patterns: Patterns) -> Patterns:
         if not contained.any():
             keep.append(p)
     return Patterns(m[keep], tuple(patterns.rows[p] for p in keep))
+
+
+def maximal_patterns(queries: Sequence[PredicateQuery], schema: Schema, cap: int = 2_000) -> Patterns | None:
+    """The MAXIMAL covering patterns (no other row is covered by a superset of queries), or None when
+    more than ``cap`` partial patterns survive at some step.
+
+    Built attribute by attribute over the atoms: a partial pattern is the set of queries still
+    compatible with a choice of atoms on the attributes seen so far. A partial pattern contained in
+    another stays contained after any choice on the remaining attributes (both are intersected with the
+    same atom's queries), so dominated partials are dropped at every step: the maximum of any monotone
+    composition over rows is attained on the result (MATH.md 2: only maximal overlapping sets matter).
+    """
+    t = len(queries)
+    if t == 0:
+        return Patterns(np.zeros((1, 0), dtype=bool), (tuple([0] * len(schema)),))
+    atoms = compute_atoms(list(queries), schema)
+    vecs = np.ones((1, t), dtype=bool)
+    rows: list[list[int]] = [[0] * len(schema)]
+    for a in atoms.attributes:
+        tab = np.zeros((a.size, t), dtype=bool)
+        for i, cov in enumerate(a.query_atoms):
+            tab[cov.to_array(), i] = True
+        combos = (vecs[:, None, :] & tab[None, :, :]).reshape(-1, t)
+        _, first = np.unique(combos, axis=0, return_index=True)
+        keep = _undominated(combos[first])
+        if len(keep) > cap:
+            return None
+        chosen = first[keep]
+        new_rows = []
+        for c in chosen:
+            row = list(rows[int(c) // a.size])
+            row[a.position] = int(a.representative[int(c) % a.size])
+            new_rows.append(row)
+        vecs, rows = combos[chosen], new_rows
+    return Patterns(vecs, tuple(tuple(r) for r in rows))
+
+
+def _undominated(members: npt.NDArray[np.bool_]) -> list[int]:
+    """Indices of distinct rows of ``members`` that are not a proper subset of another row."""
+    order = np.argsort(-members.sum(axis=1), kind="stable")
+    kept: list[int] = []
+    for p in order:
+        if kept and bool(np.any(np.all(members[kept] >= members[p], axis=1))):
+            continue
+        kept.append(int(p))
+    return kept
