@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import all_rows, schemas, where_clauses
 
 from overlapdp.privacy.accountant import Odometer
 from overlapdp.privacy.mechanisms import Laplace, OpaqueApproxDP
 from overlapdp.privacy.optimal import compose_approx
 from overlapdp.privacy.patterns import maximal_patterns
 from overlapdp.query import parse_where
+from strategies import all_rows, schemas, where_clauses
 
 
 @given(st.data())

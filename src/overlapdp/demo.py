@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -354,7 +354,7 @@ def _ledger_entries(schema: Schema, ledger: pd.DataFrame) -> list[LedgerEntry]:
         else:
             query = whole_domain(schema, id=cid)  # a session charged over the whole table
         mech = OpaqueApproxDP(_epsilon_of(row.cost), 0.0)
-        entries.append(LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(row.created_at)))
+        entries.append(LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(cast(float, row.created_at))))
     return entries
 
 
