@@ -354,7 +354,9 @@ def _ledger_entries(schema: Schema, ledger: pd.DataFrame) -> list[LedgerEntry]:
         else:
             query = whole_domain(schema, id=cid)  # a session charged over the whole table
         mech = OpaqueApproxDP(_epsilon_of(row.cost), 0.0)
-        entries.append(LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(cast(float, row.created_at))))
+        entries.append(
+            LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(cast(float, row.created_at)))
+        )
     return entries
 
 
