@@ -6,6 +6,7 @@ Skipped with a reason where no system Chromium or no Playwright is installed (CI
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def test_dashboard_shows_analysts_and_updates_after_a_query(tmp_path: Path) -> N
             )
             page.wait_for_selector("#ledger tbody tr", timeout=15_000)
             assert "age BETWEEN 20 AND 29" in page.locator("#ledger tbody").inner_text()
+            # The load heat map is drawn from the ledger once something is charged.
+            expect(page.locator("#heat-img")).to_have_attribute("src", re.compile("^blob:"), timeout=15_000)
             page.screenshot(path=str(tmp_path / "dashboard.png"))
             # A wrong token is refused and shows an error, not data.
             other = browser.new_page()
@@ -68,5 +71,28 @@ def test_dashboard_shows_analysts_and_updates_after_a_query(tmp_path: Path) -> N
             expect(other.locator("#error")).to_contain_text("refused", timeout=15_000)
             assert other.locator("#content").is_hidden()
             browser.close()
+        alice.close()
+        admin.close()
+
+
+def test_heatmap_endpoint_is_admin_only_and_draws_the_ledger(tmp_path: Path) -> None:
+    import httpx
+
+    data = tmp_path / "adult.csv"
+    synthetic_adult(2_000, seed=3).to_csv(data, index=False)
+    with embedded_service(tmp_path / "ledger.sqlite") as (url, admin_token):
+        admin = AdminClient(url, admin_token)
+        admin.register_dataset("adult", str(data), adult_schema().to_json(), budget=3.0, definition="pure")
+        path = f"{url}/v1/admin/datasets/adult/heatmap.png?x=age&y=sex"
+        auth = {"Authorization": f"Bearer {admin_token}"}
+        assert httpx.get(path, headers=auth).status_code == 404  # nothing charged yet
+        alice = Client(url, admin.create_analyst("alice", {"adult": 1.0}))
+        alice.query("adult", "age < 30 AND sex = 0", epsilon=0.5)
+        r = httpx.get(path, headers=auth)
+        assert r.status_code == 200 and r.content[:8] == b"\x89PNG\r\n\x1a\n"
+        assert httpx.get(path).status_code == 401
+        assert httpx.get(path, headers={"Authorization": "Bearer " + "x" * 30}).status_code == 401
+        bad = httpx.get(f"{url}/v1/admin/datasets/adult/heatmap.png?x=age&y=nope", headers=auth)
+        assert bad.status_code == 400 and "nope" in bad.text
         alice.close()
         admin.close()

@@ -308,7 +308,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         """Own charges and the answers released to this analyst, in ledger order."""
         return service.ledger(dataset=dataset, analyst=who.name, after=after, limit=limit)
 
-    install_dashboard(app)
+    install_dashboard(app, service.store, require_admin)
     return app
 
 

@@ -7,10 +7,20 @@ quotas, the global guarantee over all analysts, the live ledger, the load heat m
 
 from __future__ import annotations
 
+import json
+import tempfile
+from collections.abc import Awaitable, Callable
 from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse, Response
+
+from overlapdp.privacy.accountant import whole_domain
+from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.schema import Schema
+from overlapdp.service.core import NotFound
 
 # The page loads only its own script; nothing inline, nothing from elsewhere.
 _CSP = "default-src 'self'; img-src 'self' blob:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
@@ -20,8 +30,41 @@ def _static(name: str) -> str:
     return resources.files("overlapdp.service").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def install_dashboard(app: FastAPI) -> None:
-    """Add ``GET /dashboard`` and ``GET /dashboard/app.js`` to ``app`` (left out of the OpenAPI description)."""
+#: Seconds the heat map's overlap searches may take before showing safe upper bounds per cell.
+HEATMAP_EFFORT = 2.0
+
+
+def heatmap_png(store: Any, dataset: str, x: str, y: str) -> bytes:
+    """The per-row load heat map (report.heat_map: max over the other attributes, per (x, y) cell) of
+    every charge recorded for ``dataset``, as PNG bytes."""
+    from overlapdp.report.loads import heat_map
+    from overlapdp.report.plots import plot_heat
+
+    record = store.get_dataset(dataset)
+    if record is None:
+        raise NotFound(f"unknown data set {dataset!r}")
+    schema = Schema.from_json(record.schema)
+    queries: list[PredicateQuery] = []
+    weights: list[float] = []
+    for i, (_seq, _analyst, query, load) in enumerate(store.loads_since(dataset, 0)):
+        spec = json.loads(query) if isinstance(query, str) else query
+        if isinstance(spec, dict) and ("where" in spec or "conditions" in spec):
+            q = parse_query(schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=str(i))
+        else:
+            q = whole_domain(schema, id=str(i))  # sessions are charged over the whole table
+        queries.append(q)
+        weights.append(float(load))
+    if not queries:
+        raise NotFound(f"nothing has been charged on {dataset!r} yet")
+    heat = heat_map(queries, x, y, weights=weights, schema=schema, effort=HEATMAP_EFFORT)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = plot_heat(heat, Path(tmp) / "heatmap.png")
+        return path.read_bytes()
+
+
+def install_dashboard(app: FastAPI, store: Any, require_admin: Callable[..., Awaitable[None]]) -> None:
+    """Add ``GET /dashboard`` and ``GET /dashboard/app.js`` (static, left out of the OpenAPI description)
+    and the admin endpoint ``GET /v1/admin/datasets/{name}/heatmap.png`` to ``app``."""
     page = _static("dashboard.html")
     script = _static("dashboard.js")
     headers = {
@@ -37,3 +80,18 @@ def install_dashboard(app: FastAPI) -> None:
     @app.get("/dashboard/app.js", include_in_schema=False)
     async def dashboard_script() -> Response:
         return Response(script, media_type="text/javascript", headers=headers)
+
+    @app.get(
+        "/v1/admin/datasets/{name}/heatmap.png",
+        tags=["admin"],
+        response_class=Response,
+        responses={200: {"content": {"image/png": {}}}},
+        dependencies=[Depends(require_admin)],
+    )
+    def heatmap(
+        name: str,
+        x: Annotated[str, Query(max_length=200)],
+        y: Annotated[str, Query(max_length=200)],
+    ) -> Response:
+        """The per-row load heat map over attributes x and y of everything charged on the data set."""
+        return Response(heatmap_png(store, name, x, y), media_type="image/png")
