@@ -215,7 +215,7 @@ def plan_answers(
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
-    d: Definition = definition  # type: ignore[assignment]
+    d: Definition = definition
     res = max_overlap(qs, comp="count", effort=effort)
     # Overlaps are integers: the floor of a safe upper bound is still safe; never use the lower bound.
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
@@ -223,7 +223,7 @@ def plan_answers(
     ovl = even_share(d, b, gamma)
     return AnswerPlan(
         definition=d,
-        accounting=accounting,  # type: ignore[arg-type]
+        accounting=accounting,
         budget=b,
         level=lv,
         queries=len(qs),
