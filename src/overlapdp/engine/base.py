@@ -12,8 +12,10 @@ The batch path (:meth:`Engine.counts`) reads the data once per workload: it grou
 the workload's per-attribute atoms (MATH.md section 7; a query covers a value iff it covers the value's
 atom) into a histogram inside the engine, then answers every query from the histogram in numpy
 (:mod:`overlapdp.engine.batch`). When the histogram could be too large (more cells than
-``histogram_limit``), it falls back to conditional sums evaluated by the engine in chunks. Both paths
-give the same exact integers.
+``histogram_limit``), it counts with row bitmaps over the engine's code columns
+(:mod:`overlapdp.engine.bitmaps`; DuckDB, pandas and Polars export them, for workloads of at least 50
+queries) or with conditional sums evaluated by the engine in chunks. Every path gives the same exact
+integers.
 """
 
 from __future__ import annotations

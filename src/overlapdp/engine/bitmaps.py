@@ -24,6 +24,8 @@ import numpy.typing as npt
 from overlapdp.query import PredicateQuery
 
 Words = npt.NDArray[np.uint64]
+#: Rows per chunk engines hand over (one bitmap is 128 KiB).
+CHUNK_ROWS = 1 << 20
 
 
 def _pack(bits: npt.NDArray[np.bool_], words: int) -> Words:

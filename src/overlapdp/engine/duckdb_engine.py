@@ -19,13 +19,12 @@ import numpy.typing as npt
 
 from overlapdp.engine import sql
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT
+from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.sql_engine import SqlEngine
 from overlapdp.errors import DataError
 from overlapdp.schema import Schema
 
 _serial = itertools.count()
-# Rows per chunk of the bitmap path (a bitmap is 128 KiB).
-_CHUNK_ROWS = 1 << 20
 
 
 def _check_file(path: str | Path) -> Path:
@@ -169,7 +168,7 @@ class DuckDBEngine(SqlEngine):
 
     def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]]:
         cols = ", ".join(f"c{p}" for p in positions)
-        reader = self.con.sql(f"SELECT {cols} FROM {self._table} WHERE ok").to_arrow_reader(_CHUNK_ROWS)
+        reader = self.con.sql(f"SELECT {cols} FROM {self._table} WHERE ok").to_arrow_reader(CHUNK_ROWS)
         for batch in reader:
             yield {p: batch.column(k).to_numpy() for k, p in enumerate(positions)}
 
