@@ -1,6 +1,6 @@
 """Data engines: the batch path against one SQL statement per query, and against Tumult Analytics.
 
-Run: ``/work/main/.venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
+Run: ``PYTHONPATH=src /work/main/.venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
 10 million). Prints one table; every baseline and peer is measured in the same run.
 
 1. 10 000 random predicate queries on Adult (48 842 rows; ``../shared/data/adult/adult.csv``, else
@@ -29,13 +29,18 @@ import duckdb
 import pandas as pd
 
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine
+from overlapdp.engine.base import _BITMAP_MIN_QUERIES
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema, synthetic_adult
 from overlapdp.schema import Schema
 
 REPO = Path(__file__).resolve().parents[1]
-ADULT = REPO.parent / "shared" / "data" / "adult" / "adult.csv"
+# ../shared/data beside the checkout, or beside the nearest ancestor for a git worktree (as tests/conftest).
+ADULT = next(
+    (p / "shared" / "data" / "adult" / "adult.csv" for p in REPO.parents if (p / "shared" / "data").is_dir()),
+    REPO.parent / "shared" / "data" / "adult" / "adult.csv",
+)
 TMLT_PYTHON = Path("/work/venvs/tmlt/bin/python")
 PEER_SCRIPT = Path(__file__).with_name("tmlt_peer.py")
 
@@ -139,11 +144,10 @@ def main() -> None:
     big_queries = [parse_where(schema, t) for t in big_texts]
     big_engine, big_load_s = timed(DuckDBEngine, schema, "synth", connection=big)
     big_counts, big_s = timed(big_engine.counts, big_queries)
-    path = (
-        "histogram"
-        if big_engine._histogram_fits(compute_atoms(big_queries, schema), big_queries)
-        else "conditional sums"
-    )
+    if big_engine._histogram_fits(compute_atoms(big_queries, schema), big_queries):
+        path = "histogram"
+    else:
+        path = "row bitmaps" if len(big_queries) >= _BITMAP_MIN_QUERIES else "conditional sums"
     b2, b2_s, b2_done = one_statement_each(big, "synth", big_texts, budget_s=20.0)
     assert b2 == big_counts[:b2_done], "baseline and engine counts differ on the synthetic table"
     b2_full = b2_s * len(big_texts) / b2_done

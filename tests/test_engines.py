@@ -6,6 +6,7 @@ over the raw columns, and rows outside the domain are found from the schema's de
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from overlapdp.engine import DuckDBEngine, Engine, PandasEngine, PolarsEngine, batch, open_engine
+from overlapdp.engine.bitmaps import bitmap_counts
 from overlapdp.errors import DataError
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_raw_schema, adult_schema
@@ -158,6 +160,7 @@ def test_adult_coded_random_workload(engine: str, adult_csv: Path, adult_frame: 
         assert eng.counts(qs) == expected
         assert eng.counts(qs, method="conditional") == expected
         assert eng.counts(qs, method="histogram") == expected
+        assert eng.counts(qs, method="bitmap") == expected
 
 
 @pytest.mark.parametrize("engine", LOCAL_ENGINES)
@@ -175,6 +178,7 @@ def test_adult_raw_random_workload(engine: str, adult_raw_csv: Path, adult_raw_f
             assert eng.report.missing[name] == int(adult_raw_frame[name].isna().sum()) > 0
         assert eng.counts(qs) == expected
         assert eng.counts(qs, method="conditional") == expected
+        assert eng.counts(qs, method="bitmap") == expected
 
 
 def test_adult_from_frames_parquet_and_duckdb_file(adult_frame: pd.DataFrame, tmp_path: Path) -> None:
@@ -217,8 +221,15 @@ def test_forced_fallback_and_sparse_path(adult_frame: pd.DataFrame, monkeypatch:
         calls: list[int] = []
         original = eng._conditional_counts
         monkeypatch.setattr(eng, "_conditional_counts", lambda q: calls.append(len(q)) or original(q))
-        assert eng.counts(qs) == expected
+        # Few queries: conditional sums; many: row bitmaps over the exported code columns.
+        assert eng.counts(qs[:10]) == expected[:10]
         assert calls, "auto did not fall back to conditional sums"
+        chunks: list[list[int]] = []
+        exported = eng._code_chunks
+        monkeypatch.setattr(eng, "_code_chunks", lambda p: chunks.append(list(p)) or exported(p))
+        calls.clear()
+        assert eng.counts(qs) == expected
+        assert chunks and not calls, "auto did not fall back to row bitmaps"
     monkeypatch.setattr(batch, "_DENSE_CELLS", 0)
     monkeypatch.setattr(batch, "_MASK_BUDGET", 1000)  # many small chunks
     for name in LOCAL_ENGINES:
@@ -236,7 +247,11 @@ def schema_rows_queries(draw: st.DrawFn) -> tuple[Schema, list[tuple[int, ...]],
     return schema, rows, texts
 
 
-@given(schema_rows_queries(), st.sampled_from(LOCAL_ENGINES), st.sampled_from(["histogram", "conditional"]))
+@given(
+    schema_rows_queries(),
+    st.sampled_from(LOCAL_ENGINES),
+    st.sampled_from(["histogram", "conditional", "bitmap"]),
+)
 def test_small_schemas_match_brute_force(
     case: tuple[Schema, list[tuple[int, ...]], list[str]], engine: str, method: str
 ) -> None:
@@ -371,3 +386,23 @@ def test_empty_workload_and_contradictions() -> None:
             assert eng.counts([]) == []
             assert eng.counts(qs) == [0, 2, 3, 0]
             assert eng.counts(qs, method="conditional") == [0, 2, 3, 0]
+
+
+def test_bitmap_counts_over_uneven_chunks() -> None:
+    """Row bitmaps over chunks whose lengths are not multiples of 64, against direct numpy masks."""
+    schema = adult_schema()
+    rng = np.random.default_rng(7)
+    work = random_workload(schema, 120, seed=23)
+    qs = parsed(schema, work)
+    codes = np.stack([rng.integers(0, a.size, 5000) for a in schema], axis=1)
+    expected = [
+        int(
+            np.all(
+                [np.isin(codes[:, p], list(cov)) for p, cov in q.constraints] or [np.ones(5000, bool)], axis=0
+            ).sum()
+        )
+        for q in qs
+    ]
+    bounds = [0, 1, 63, 64, 130, 2000, 5000]
+    chunks = [{p: codes[lo:hi, p] for p in range(len(schema))} for lo, hi in itertools.pairwise(bounds)]
+    assert bitmap_counts(chunks, qs) == expected

@@ -8,6 +8,7 @@ import sys
 # Each import registers its command on the app (one per line, so branches merge cleanly).
 from overlapdp.cli import (
     account_cmd,  # noqa: F401
+    answer_cmd,  # noqa: F401
     count_cmd,  # noqa: F401
     demo_cmd,  # noqa: F401
     overlap_cmd,  # noqa: F401

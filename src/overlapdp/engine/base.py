@@ -12,14 +12,16 @@ The batch path (:meth:`Engine.counts`) reads the data once per workload: it grou
 the workload's per-attribute atoms (MATH.md section 7; a query covers a value iff it covers the value's
 atom) into a histogram inside the engine, then answers every query from the histogram in numpy
 (:mod:`overlapdp.engine.batch`). When the histogram could be too large (more cells than
-``histogram_limit``), it falls back to conditional sums evaluated by the engine in chunks. Both paths
-give the same exact integers.
+``histogram_limit``), it counts with row bitmaps over the engine's code columns
+(:mod:`overlapdp.engine.bitmaps`; DuckDB, pandas and Polars export them, for workloads of at least 50
+queries) or with conditional sums evaluated by the engine in chunks. Every path gives the same exact
+integers.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,18 +29,21 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.engine.batch import answer_from_histogram, histogram_columns
+from overlapdp.engine.bitmaps import bitmap_counts, needed_positions
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms, compute_atoms
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Method = Literal["auto", "histogram", "conditional"]
+Method = Literal["auto", "histogram", "conditional", "bitmap"]
 
 #: Above this many possible histogram cells (min of the atom grid and the in-domain rows), counts
 #: fall back to conditional sums.
 DEFAULT_HISTOGRAM_LIMIT = 5_000_000
 # Histogram cells x signatures always worth answering from the histogram (about a second of numpy).
 _HISTOGRAM_WORK = 20_000_000
+# Row bitmaps pay for reading the code columns out of the engine once many queries share them.
+_BITMAP_MIN_QUERIES = 50
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,11 @@ class Engine(ABC):
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         """Exact counts of non-contradictory queries by conditional sums over the in-domain rows."""
 
+    def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]] | None:
+        """The in-domain rows' value indices on ``positions``, in chunks, for the bitmap path; None when
+        the engine does not export them (it then counts by conditional sums)."""
+        return None
+
     def close(self) -> None:
         """Release engine resources (connections, cached tables); the engine is unusable afterwards."""
         return None
@@ -142,8 +152,10 @@ class Engine(ABC):
     def counts(self, queries: Sequence[PredicateQuery], *, method: Method = "auto") -> list[int]:
         """Exact count of each query: in-domain rows whose values lie in the query's coverage.
 
-        ``method="auto"`` groups by atoms when the histogram is small enough and falls back to
-        conditional sums otherwise; ``"histogram"`` / ``"conditional"`` force a path (for tests).
+        ``method="auto"`` groups by atoms when the histogram is small enough and otherwise counts with
+        row bitmaps (:mod:`overlapdp.engine.bitmaps`, for engines that export their code columns and
+        workloads of at least 50 queries) or conditional sums; ``"histogram"`` / ``"conditional"`` /
+        ``"bitmap"`` force a path (for tests).
         """
         qs = list(queries)
         if not qs:
@@ -153,12 +165,16 @@ class Engine(ABC):
                 raise DataError(
                     f"query {q.id or q.describe()!r} was built on another schema than the engine's data"
                 )
-        if method not in ("auto", "histogram", "conditional"):
+        if method not in ("auto", "histogram", "conditional", "bitmap"):
             raise ValueError(f"unknown counting method {method!r}")
         if method == "conditional":
             return self._counts_conditional(qs)
+        if method == "bitmap":
+            return self._counts_bitmap(qs)
         atoms = compute_atoms(qs, self.schema)
         if method == "auto" and not self._histogram_fits(atoms, qs):
+            if len(qs) >= _BITMAP_MIN_QUERIES:
+                return self._counts_bitmap(qs)
             return self._counts_conditional(qs)
         cells, weights = self._histogram(atoms)
         answers = answer_from_histogram(atoms, cells, weights, histogram_columns(atoms, qs))
@@ -177,6 +193,12 @@ class Engine(ABC):
             return False
         signatures = len({q.active for q in queries})
         return signatures * cells <= max(_HISTOGRAM_WORK, len(queries) * rows // 10)
+
+    def _counts_bitmap(self, qs: list[PredicateQuery]) -> list[int]:
+        chunks = self._code_chunks(needed_positions(qs))
+        if chunks is None:
+            return self._counts_conditional(qs)
+        return bitmap_counts(chunks, qs)
 
     def _counts_conditional(self, qs: list[PredicateQuery]) -> list[int]:
         out = [0] * len(qs)

@@ -77,23 +77,74 @@ def answer_from_histogram(
             continue
         groups[tuple(k for k, _ in cons)].append(i)
     w = weights.astype(np.float64)
+    # Contiguous columns: every group gathers a few of them.
+    columns = [np.ascontiguousarray(cells[:, c]) for c in range(cells.shape[1])]
     for signature, members in groups.items():
         if not signature:
             out[members] = total
             continue
         sig_sizes = [sizes[k] for k in signature]
-        grid = math.prod(sig_sizes)
         by_column = [dict(queries[i] or ()) for i in members]
         sets = [[d[k] for d in by_column] for k in signature]
+        # The group's own atoms: cut each attribute only where this group's queries cut it, so the
+        # dense grid is no larger than the group needs (a query covers an atom iff it covers its cut).
+        cuts = [_group_cuts(col, size) for col, size in zip(sets, sig_sizes, strict=True)]
+        local_sizes = [len(c) - 1 for c in cuts]
+        grid = math.prod(local_sizes)
         # Rough costs in element operations: building and prefix-summing the dense grid, against
         # masking every histogram cell once per query and attribute.
         dense_cost = _DENSE_WEIGHT * grid * len(signature) + cells.shape[0] * len(signature)
         mask_cost = 2 * len(members) * cells.shape[0] * len(signature)
-        if grid <= _DENSE_CELLS and _boxes(sets) <= _MAX_BOXES and dense_cost <= mask_cost:
-            out[members] = _dense(cells, w, signature, sig_sizes, grid, sets)
-        else:
-            out[members] = _sparse(cells, w, signature, sig_sizes, sets)
+        if grid <= _DENSE_CELLS and dense_cost <= mask_cost:
+            boxes = _box_arrays(sets, cuts)
+            if boxes is not None:
+                out[members] = _dense(columns, w, signature, sig_sizes, cuts, boxes, len(members))
+                continue
+        out[members] = _sparse(cells, w, signature, sig_sizes, sets)
     return out
+
+
+def _group_cuts(col: list[IndexSet], size: int) -> npt.NDArray[np.int64]:
+    """Sorted cut points ``0 = c_0 < ... < c_m = size`` at every interval end of the group's sets."""
+    ends = [x for s in col for iv in s.intervals for x in iv]
+    return np.unique(np.asarray([0, size, *ends], dtype=np.int64))
+
+
+Boxes = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+def _box_arrays(sets: list[list[IndexSet]], cuts: list[npt.NDArray[np.int64]]) -> Boxes | None:
+    """Every query's coverage as disjoint boxes in the group's cut coordinates: ``(owners, lo, hi)``.
+
+    None when some query needs more than ``_MAX_BOXES`` boxes (the sparse path takes the group).
+    """
+    k = len(sets)
+    n = len(sets[0])
+    if all(len(s.intervals) == 1 for col in sets for s in col):
+        lo = np.empty((n, k), dtype=np.int64)
+        hi = np.empty((n, k), dtype=np.int64)
+        for j, col in enumerate(sets):
+            ends = np.asarray([s.intervals[0] for s in col], dtype=np.int64)
+            lo[:, j] = np.searchsorted(cuts[j], ends[:, 0])
+            hi[:, j] = np.searchsorted(cuts[j], ends[:, 1])
+        return np.arange(n, dtype=np.int64), lo, hi
+    if _boxes(sets) > _MAX_BOXES:
+        return None
+    owners: list[int] = []
+    lows: list[tuple[int, ...]] = []
+    highs: list[tuple[int, ...]] = []
+    for q in range(n):
+        per_attr = [sets[j][q].intervals for j in range(k)]
+        for box in itertools.product(*per_attr):
+            owners.append(q)
+            lows.append(tuple(lo for lo, _ in box))
+            highs.append(tuple(hi for _, hi in box))
+    lo_a = np.asarray(lows, dtype=np.int64).reshape(-1, k)
+    hi_a = np.asarray(highs, dtype=np.int64).reshape(-1, k)
+    for j in range(k):
+        lo_a[:, j] = np.searchsorted(cuts[j], lo_a[:, j])
+        hi_a[:, j] = np.searchsorted(cuts[j], hi_a[:, j])
+    return np.asarray(owners, dtype=np.int64), lo_a, hi_a
 
 
 def _indicators(sets: list[IndexSet], size: int) -> npt.NDArray[np.float64]:
@@ -105,41 +156,38 @@ def _indicators(sets: list[IndexSet], size: int) -> npt.NDArray[np.float64]:
 
 
 def _dense(
-    cells: npt.NDArray[np.int64],
+    columns: list[npt.NDArray[np.int64]],
     w: npt.NDArray[np.float64],
     signature: tuple[int, ...],
     sizes: list[int],
-    grid: int,
-    sets: list[list[IndexSet]],
+    cuts: list[npt.NDArray[np.int64]],
+    boxes: Boxes,
+    n: int,
 ) -> npt.NDArray[np.int64]:
     """Box sums over the dense marginal's prefix sums (summed-area table), all in int64.
 
-    Each query's atom sets are unions of intervals, so its coverage is a union of disjoint boxes; a box
-    sum takes ``2**k`` lookups by inclusion-exclusion over the prefix sums.
+    The marginal is over the group's cut segments (``cuts``); each query's coverage is a union of
+    disjoint boxes of segments, and a box sum takes ``2**k`` lookups by inclusion-exclusion.
     """
     k = len(signature)
-    if cells.shape[0]:
-        key = np.ravel_multi_index(tuple(cells[:, c] for c in signature), sizes)
+    local = [len(c) - 1 for c in cuts]
+    grid = math.prod(local)
+    if w.shape[0]:
+        # Row-major key of each cell's segment tuple, through one lookup table per attribute.
+        key = np.zeros(w.shape[0], dtype=np.int64)
+        for j, c in enumerate(signature):
+            stride = math.prod(local[j + 1 :])
+            lut = np.searchsorted(cuts[j], np.arange(sizes[j], dtype=np.int64), side="right") - 1
+            key += (lut * stride)[columns[c]]
         marginal = np.rint(np.bincount(key, weights=w, minlength=grid)).astype(np.int64)
     else:
         marginal = np.zeros(grid, dtype=np.int64)
-    prefix = np.zeros([s + 1 for s in sizes], dtype=np.int64)
-    inner = marginal.reshape(sizes)
+    prefix = np.zeros([s + 1 for s in local], dtype=np.int64)
+    inner = marginal.reshape(local)
     for axis in range(k):
         inner = np.cumsum(inner, axis=axis)
     prefix[tuple(slice(1, None) for _ in range(k))] = inner
-    # Boxes of every query: the product of its per-attribute interval lists.
-    owners: list[int] = []
-    lows: list[tuple[int, ...]] = []
-    highs: list[tuple[int, ...]] = []
-    for q in range(len(sets[0])):
-        per_attr = [sets[j][q].intervals for j in range(k)]
-        for box in itertools.product(*per_attr):
-            owners.append(q)
-            lows.append(tuple(lo for lo, _ in box))
-            highs.append(tuple(hi for _, hi in box))
-    lo = np.asarray(lows, dtype=np.int64).reshape(-1, k)
-    hi = np.asarray(highs, dtype=np.int64).reshape(-1, k)
+    owners, lo, hi = boxes
     shape = prefix.shape
     flat = prefix.reshape(-1)
     box_sums = np.zeros(lo.shape[0], dtype=np.int64)
@@ -147,8 +195,8 @@ def _dense(
         idx = tuple(hi[:, j] if corner[j] else lo[:, j] for j in range(k))
         sign = 1 if (k - sum(corner)) % 2 == 0 else -1
         box_sums += sign * flat[np.ravel_multi_index(idx, shape)]
-    out = np.zeros(len(sets[0]), dtype=np.int64)
-    np.add.at(out, np.asarray(owners, dtype=np.int64), box_sums)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, owners, box_sums)
     return out
 
 

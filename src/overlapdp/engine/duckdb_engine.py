@@ -9,6 +9,7 @@ is a view evaluated by every query (for a database table too large to copy).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy.typing as npt
 
 from overlapdp.engine import sql
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT
+from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.sql_engine import SqlEngine
 from overlapdp.errors import DataError
 from overlapdp.schema import Schema
@@ -163,6 +165,12 @@ class DuckDBEngine(SqlEngine):
     def _arrays(self, query: str, columns: int) -> list[npt.NDArray[np.int64]]:
         got = self.con.execute(query).fetchnumpy()
         return [np.asarray(v, dtype=np.int64) for v in got.values()][:columns]
+
+    def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]]:
+        cols = ", ".join(f"c{p}" for p in positions)
+        reader = self.con.sql(f"SELECT {cols} FROM {self._table} WHERE ok").to_arrow_reader(CHUNK_ROWS)
+        for batch in reader:
+            yield {p: batch.column(k).to_numpy() for k, p in enumerate(positions)}
 
     def close(self) -> None:
         if self._own:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
+from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.encoding import encode_frame
 from overlapdp.engine.exact import exact_counts
 from overlapdp.overlap.atoms import Atoms
@@ -77,3 +78,8 @@ class PandasEngine(Engine):
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         return exact_counts(queries, self.table)
+
+    def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]]:
+        codes = self._ok_codes
+        for start in range(0, max(codes.shape[0], 1), CHUNK_ROWS):
+            yield {p: codes[start : start + CHUNK_ROWS, p] for p in positions}

@@ -6,7 +6,7 @@ rules): ``-2`` missing, ``-1`` outside the domain, else the value index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import numpy.typing as npt
 import polars as pl
 
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
+from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.sql import MISSING, OUTSIDE
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
@@ -234,6 +235,11 @@ class PolarsEngine(Engine):
         hist = self._inside.select(exprs).group_by(names).len()
         cells = hist.select(names).to_numpy().astype(np.int64).reshape(-1, k)
         return cells, hist["len"].to_numpy().astype(np.int64)
+
+    def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]]:
+        for start in range(0, max(self._inside.height, 1), CHUNK_ROWS):
+            part = self._inside.slice(start, CHUNK_ROWS)
+            yield {p: part[f"c{p}"].to_numpy() for p in positions}
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         out: list[int] = []

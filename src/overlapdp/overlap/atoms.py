@@ -89,25 +89,23 @@ def compute_atoms(queries: Sequence[PredicateQuery], schema: Schema | None = Non
 
 
 def _attribute_atoms(pos: int, n: int, covs: list[tuple[int, IndexSet]], t: int) -> AttributeAtoms:
-    cuts = {0, n}
-    for _, cov in covs:
-        for lo, hi in cov.intervals:
-            cuts.add(lo)
-            cuts.add(hi)
-    bounds = np.array(sorted(cuts), dtype=np.int64)
+    # All interval endpoints at once: the cuts, and each endpoint's segment index by one searchsorted.
+    counts = [len(cov.intervals) for _, cov in covs]
+    flat = np.fromiter(
+        (x for _, cov in covs for iv in cov.intervals for x in iv), dtype=np.int64, count=2 * sum(counts)
+    )
+    bounds = np.unique(np.concatenate([np.array([0, n], dtype=np.int64), flat]))
     n_seg = len(bounds) - 1
-    # Segments covered by each constraining query, as segment-index intervals.
+    mapped = np.searchsorted(bounds, flat).tolist()
+    # Segments covered by each constraining query, as segment-index intervals. The map from endpoints to
+    # segment indices is strictly increasing, so sorted, disjoint, non-adjacent intervals stay so.
     seg_sets: list[tuple[int, IndexSet]] = []
-    for i, cov in covs:
+    k = 0
+    for (i, _), c in zip(covs, counts, strict=True):
         seg_sets.append(
-            (
-                i,
-                IndexSet.from_intervals(
-                    (int(np.searchsorted(bounds, lo)), int(np.searchsorted(bounds, hi)))
-                    for lo, hi in cov.intervals
-                ),
-            )
+            (i, IndexSet(tuple(zip(mapped[k : k + 2 * c : 2], mapped[k + 1 : k + 2 * c : 2], strict=True))))
         )
+        k += 2 * c
     seg_atom = np.arange(n_seg, dtype=np.int64)
     n_atoms = n_seg
     if (
