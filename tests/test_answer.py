@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli_helpers import run
 from overlapdp.answering import answer_workload, plan_answers
-from overlapdp.cli.main import main
 from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import noise_for
 from overlapdp.overlap import brute_force_overlap
@@ -136,14 +136,6 @@ def test_bad_budget_is_rejected() -> None:
 
 
 # -- the CLI ----------------------------------------------------------------------------------------------
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture()

@@ -10,18 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from overlapdp.cli.main import main
+from cli_helpers import run
 from overlapdp.samples import adult_schema
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture()

@@ -7,20 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from overlapdp.cli.main import main
+from cli_helpers import run
 from overlapdp.overlap import brute_force_overlap
 from overlapdp.query import Workload
 from overlapdp.schema import Schema
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture()

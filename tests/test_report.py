@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.image import imread
 
-from overlapdp.cli.main import main
+from cli_helpers import run
 from overlapdp.errors import WorkloadError
 from overlapdp.overlap import max_overlap
 from overlapdp.query import Workload, parse_where
@@ -210,14 +210,6 @@ def test_ledger_report(tmp_path: Path) -> None:
 
 
 # -- the CLI -------------------------------------------------------------------------------------------
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture()

@@ -21,14 +21,13 @@ import pandas as pd
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.accountant import whole_domain
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
-from overlapdp.query import parse_query
 from overlapdp.report import build_report
 from overlapdp.report.ledger import LedgerEntry
 from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult
 from overlapdp.schema import Schema, read_table
 from overlapdp.service.embedded import embedded_service
+from overlapdp.service.recorded import recorded_query
 
 DATASET = "adult"
 GLOBAL_BUDGET = 6.0  # pure-DP epsilon for the whole table, all analysts together
@@ -329,10 +328,7 @@ def _worst_row(schema: Schema, ledger: pd.DataFrame) -> tuple[dict[str, Any], fl
     """The row with the largest load over the whole ledger, recomputed from the charges themselves."""
     queries, weights = [], []
     for i, (q, cost) in enumerate(zip(ledger["query"], ledger["cost"], strict=True)):
-        spec = json.loads(q) if isinstance(q, str) else q
-        if not spec:
-            spec = {"where": "TRUE"}
-        queries.append(parse_query(schema, spec).with_id(str(i)))
+        queries.append(recorded_query(schema, q if isinstance(q, str | dict) else None, str(i)))
         weights.append(_epsilon_of(cost))
     if not queries:
         return {}, 0.0, 0
@@ -347,12 +343,8 @@ def _ledger_entries(schema: Schema, ledger: pd.DataFrame) -> list[LedgerEntry]:
     """The service's charges as report entries: each an opaque pure-DP cost over its coverage."""
     entries = []
     for i, row in enumerate(ledger.itertuples(index=False)):
-        spec = json.loads(row.query) if isinstance(row.query, str) else row.query
         cid = f"c{i}"
-        if isinstance(spec, dict) and ("where" in spec or "conditions" in spec):
-            query = parse_query(schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=cid)
-        else:
-            query = whole_domain(schema, id=cid)  # a session charged over the whole table
+        query = recorded_query(schema, row.query if isinstance(row.query, str | dict) else None, cid)
         mech = OpaqueApproxDP(_epsilon_of(row.cost), 0.0)
         entries.append(
             LedgerEntry(cid, mech, query, analyst=str(row.analyst), time=float(cast(float, row.created_at)))

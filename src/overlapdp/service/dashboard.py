@@ -7,7 +7,6 @@ quotas, the global guarantee over all analysts, the live ledger, the load heat m
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -17,10 +16,10 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse, Response
 
-from overlapdp.privacy.accountant import whole_domain
-from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 from overlapdp.service.core import NotFound
+from overlapdp.service.recorded import recorded_query
 
 # The page loads only its own script; nothing inline, nothing from elsewhere.
 _CSP = "default-src 'self'; img-src 'self' blob:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'"
@@ -47,12 +46,7 @@ def heatmap_png(store: Any, dataset: str, x: str, y: str) -> bytes:
     queries: list[PredicateQuery] = []
     weights: list[float] = []
     for i, (_seq, _analyst, query, load) in enumerate(store.loads_since(dataset, 0)):
-        spec = json.loads(query) if isinstance(query, str) else query
-        if isinstance(spec, dict) and ("where" in spec or "conditions" in spec):
-            q = parse_query(schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=str(i))
-        else:
-            q = whole_domain(schema, id=str(i))  # sessions are charged over the whole table
-        queries.append(q)
+        queries.append(recorded_query(schema, query, str(i)))
         weights.append(float(load))
     if not queries:
         raise NotFound(f"nothing has been charged on {dataset!r} yet")
