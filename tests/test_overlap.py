@@ -308,3 +308,15 @@ def test_contradictions_and_tautologies() -> None:
     assert r.queries == ("always", "a", "b")
     r0 = max_overlap([never], [4.0], "sum")
     assert r0.value == 0.0 and r0.queries == () and r0.witness is not None
+
+
+def test_milp_route_handles_subnormal_squared_weights() -> None:
+    """l2 squares 1e-160 into a subnormal load; scaling it by 1e6 / load used to overflow to infinity."""
+    schema = Schema((IntAttribute("a", 0, 3), IntAttribute("b", 0, 3)))
+    queries = [parse_where(schema, "a < 2", id="q0"), parse_where(schema, "a >= 1 AND b < 3", id="q1")]
+    weights = [1e-160, 3e-160]
+    for algorithm in ("milp", "auto"):
+        r = max_overlap(queries, weights, comp="l2", algorithm=algorithm)
+        truth = brute_force_overlap(queries, weights, comp="l2")
+        assert float(r.upper) >= float(truth.value)
+        assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9)

@@ -40,9 +40,10 @@ def solve_milp(tables: Sequence[AtomTable], loads: FloatArray, time_limit: float
     if keep.size == 0:
         return MilpOutcome(tuple(0 for _ in tables), 0.0, 0.0, True)
     # HiGHS stops within an ABSOLUTE gap of 1e-6: scale the objective so that gap is negligible.
-    scale = 1e6 / float(loads[keep].max())
-    out = _solve(tables, loads * scale, keep, time_limit)
-    return MilpOutcome(out.cell, out.best / scale, out.upper / scale, out.exact)
+    # Divide by the largest load first: 1e6 / top overflows for subnormal loads (an infinite cost).
+    top = float(loads[keep].max())
+    out = _solve(tables, loads / top * 1e6, keep, time_limit)
+    return MilpOutcome(out.cell, out.best / 1e6 * top, out.upper / 1e6 * top, out.exact)
 
 
 def _solve(
