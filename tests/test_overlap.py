@@ -65,7 +65,7 @@ def check_witness(
     assert float(r.lower) == pytest.approx(compose([weights[i] for i in covering], comp), rel=1e-9, abs=1e-12)
 
 
-ALGORITHMS = ["auto", "grid", "branch", "milp"]
+ALGORITHMS = ["auto", "grid", "gridbranch", "branch", "milp"]
 
 
 @given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.sampled_from(ALGORITHMS))
@@ -90,7 +90,11 @@ def test_value_equals_subset_definition(
     assert float(r.value) == pytest.approx(subset_overlap(queries, weights, comp), rel=1e-9, abs=1e-12)  # type: ignore[arg-type]
 
 
-@given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.sampled_from(["auto", "branch", "milp"]))
+@given(
+    workloads(),
+    st.sampled_from(["count", "sum", "l2"]),
+    st.sampled_from(["auto", "gridbranch", "branch", "milp"]),
+)
 def test_tiny_effort_gives_safe_upper_bound(
     wl: tuple[Schema, list[PredicateQuery], list[float]], comp: str, algorithm: Any
 ) -> None:

@@ -24,9 +24,10 @@ from typing import Any, Literal
 import numpy as np
 
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import AtomTable, atom_tables, branch_and_bound
+from overlapdp.overlap.branch import atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.grid import grid_feasible, grid_maximum
+from overlapdp.overlap.gridbranch import Split, choose_split, compress, grid_branch, kept_tables
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -39,13 +40,17 @@ from overlapdp.overlap.result import (
     check_weights,
     comp_name,
 )
+from overlapdp.overlap.sweep import sweep_2d
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Algorithm = Literal["auto", "grid", "sweep2d", "branch", "milp"]
+Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp"]
 
-# Branch and bound expansions before the solver takes over (when the comp is additive).
+# Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 4000
+GRIDBRANCH_NODE_LIMIT = 400
+# Largest segments x queries boolean table the searches build (bytes).
+TABLE_LIMIT = 400_000_000
 # Relative slack on float bounds that are sums of many loads.
 _BOUND_SLACK = 1e-12
 
@@ -73,7 +78,7 @@ def max_overlap(
         isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
     ):
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
-    if algorithm not in ("auto", "grid", "sweep2d", "branch", "milp"):
+    if algorithm not in ("auto", "grid", "sweep2d", "gridbranch", "branch", "milp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
@@ -110,17 +115,16 @@ def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> tuple[str, ...
 def _finish(
     queries: Sequence[PredicateQuery],
     c: Compiled,
-    cell: tuple[int, ...] | None,
+    row: tuple[int, ...] | None,
     lw: Loads,
     exact: bool,
     upper_load: float,
     algorithm: str,
 ) -> OverlapResult:
-    """The result from a witness cell: covering queries and ``lower`` recomputed from raw intervals."""
-    if cell is None:
+    """The result from a witness row: covering queries and ``lower`` recomputed from raw intervals."""
+    if row is None:
         # The search stopped before any row: any point of the heaviest query is a witness.
-        cell = _cell_of_query(c, int(c.live[np.argmax(lw.loads[c.live])]))
-    row = c.row(cell)
+        row = c.row(_cell_of_query(c, int(c.live[np.argmax(lw.loads[c.live])])))
     covering = c.covering(row)
     lower = lw.compose(covering)
     upper = lower if exact else max(lower, lw.outer(upper_load * (1 + _BOUND_SLACK)))
@@ -149,61 +153,88 @@ def _scalar(
     queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
 ) -> OverlapResult:
     if c.live.size == 0 or not c.attributes:
-        return _finish(queries, c, tuple(0 for _ in c.attributes), lw, True, 0.0, "trivial")
+        return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
-    if algorithm == "grid" or (algorithm == "auto" and grid_feasible(c)):
-        if not grid_feasible(c):
-            raise CompError("the dense grid does not fit the memory limit for this workload")
+    if algorithm in ("auto", "grid") and grid_feasible(c):
         ((_, cell),) = grid_maximum(c, lw.loads[:, None])
-        return _finish(queries, c, cell, lw, True, 0.0, "sweep" if d == 1 else "grid")
+        return _finish(queries, c, c.row(cell), lw, True, 0.0, "sweep" if d == 1 else "grid")
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
-        from overlapdp.overlap.sweep import sweep_2d
-
         _, cell2 = sweep_2d(c, lw.loads)
-        return _finish(queries, c, cell2, lw, True, 0.0, "sweep2d")
+        return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     return _search(queries, c, lw, deadline, algorithm)
 
 
 def _search(
     queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
 ) -> OverlapResult:
-    """Branch and bound, then HiGHS if it stalls; safe bounds when the deadline passes."""
-    tables = atom_tables(c)
+    """Atoms, then: the atom grid if it fits, else grid-branch / branch and bound, then HiGHS."""
     loads = lw.loads[c.live]
-    safe = [float(loads.sum())]
-    cell: tuple[int, ...] | None = None
+    total = float(loads.sum())
+    segments = sum(a.size for a in c.attributes)
+    if segments * c.live.size > TABLE_LIMIT:
+        # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
+        return _finish(queries, c, None, lw, False, total, "trivial-bound")
+    tables = atom_tables(c)
+    c2 = compress(c, tables)
+    t2 = kept_tables(tables)
+    if algorithm in ("auto", "grid") and grid_feasible(c2):
+        ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
+        return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+    if algorithm == "grid":
+        raise CompError("the dense grid does not fit the memory limit for this workload")
+    safe = [total]
+    row: tuple[int, ...] | None = None
     best = -1.0
-    used = "branch"
-    if algorithm != "milp":
+    used: list[str] = []
+
+    def remaining(share: float) -> float | None:
+        if deadline is None:
+            return None
+        return time.monotonic() + max(deadline - time.monotonic(), 0.0) * share
+
+    split = choose_split(c2, loads) if algorithm in ("auto", "gridbranch") else None
+    if split is not None and not split.rest:
+        # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
+        if len(split.grid) < 2:
+            ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
+            return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+        split = Split(split.grid[:-1], [split.grid[-1]])
+    if split is not None and split.rest:
+        used.append("gridbranch")
+        node_limit = GRIDBRANCH_NODE_LIMIT if algorithm == "auto" else None
+        share = 0.5 if algorithm == "auto" else 1.0
+        gb = grid_branch(c2, t2, loads, split, deadline=remaining(share), node_limit=node_limit)
+        if gb.cell is not None:
+            row, best = c2.row(gb.cell), gb.best
+        if gb.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "gridbranch")
+        safe.append(gb.upper)
+    elif algorithm in ("auto", "branch"):
+        used.append("branch")
         node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
-        out = branch_and_bound(c, tables, loads, deadline=deadline, node_limit=node_limit)
-        if out.exact:
-            return _finish(queries, c, _segments(tables, out.cell), lw, True, 0.0, "branch")
-        safe.append(out.upper)
+        out = branch_and_bound(
+            c2, t2, loads, deadline=remaining(0.5 if algorithm == "auto" else 1.0), node_limit=node_limit
+        )
         if out.cell is not None:
-            cell, best = out.cell, out.best
+            row, best = c2.row(out.cell), out.best
+        if out.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "branch")
+        safe.append(out.upper)
     if algorithm in ("milp", "auto") and (deadline is None or time.monotonic() < deadline):
-        used = "milp" if algorithm == "milp" else "branch+milp"
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        m = solve_milp(tables, loads, remaining)
+        used.append("milp")
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        m = solve_milp(t2, loads, left)
         if m.cell is not None and m.best > best:
-            cell, best = m.cell, m.best
+            row, best = c2.row(m.cell), m.best
         if m.exact:
-            return _finish(queries, c, _segments(tables, cell), lw, True, 0.0, used)
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
         safe.append(m.upper)
-    col = colouring_bound(tables, loads)
+    col = colouring_bound(t2, loads)
     if col is not None:
         safe.append(col)
-    return _finish(queries, c, _segments(tables, cell), lw, False, min(safe), used)
-
-
-def _segments(tables: Sequence[AtomTable], cell: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """Atom indices of the search to segment indices of the compiled workload."""
-    if cell is None:
-        return None
-    return tuple(int(t.segment[a]) for t, a in zip(tables, cell, strict=True))
+    return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
 
 
 def _set_comp(
@@ -219,18 +250,18 @@ def _set_comp(
         return float(comp.upper(live[idx].tolist()))
 
     if live.size == 0 or not c.attributes:
-        cell: tuple[int, ...] | None = tuple(0 for _ in c.attributes)
+        row = c.row(tuple(0 for _ in c.attributes))
         exact, bound = True, 0.0
         algorithm = "trivial"
     else:
         tables = atom_tables(c)
-        out = branch_and_bound(c, tables, None, set_value=value, set_upper=upper, deadline=deadline)
-        cell, exact, bound = _segments(tables, out.cell), out.exact, out.upper
-        if cell is None:
-            cell = _cell_of_query(c, int(live[0]))
+        c2 = compress(c, tables)
+        out = branch_and_bound(
+            c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
+        )
+        exact, bound = out.exact, out.upper
+        row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
         algorithm = "branch"
-    assert cell is not None
-    row = c.row(cell)
     covering = c.covering(row)
     lower = float(comp.value(covering.tolist()))
     upper_v = lower if exact else max(lower, min(bound, float(comp.upper(live.tolist()))))
@@ -261,9 +292,8 @@ def _vector(
     if algorithm in ("auto", "grid") and c.live.size and c.attributes and grid_feasible(c, k):
         for j, (_, cell) in enumerate(grid_maximum(c, vectors)):
             lw = Loads("sum", vectors[:, j])
-            parts.append(
-                _finish(queries, c, cell, lw, True, 0.0, "sweep" if len(c.attributes) == 1 else "grid")
-            )
+            name = "sweep" if len(c.attributes) == 1 else "grid"
+            parts.append(_finish(queries, c, c.row(cell), lw, True, 0.0, name))
     else:
         for j in range(k):
             parts.append(_scalar(queries, c, Loads("sum", vectors[:, j]), deadline, algorithm))
