@@ -6,7 +6,12 @@ algorithms. The route is picked from the workload's shape:
 1. no query, or no active attribute: trivial;
 2. the dense segment grid when it fits in memory (one active attribute: the endpoint sweep);
 3. two active attributes with one interval each: sweep plus a lazy max/add segment tree;
-4. otherwise exact branch and bound over attributes, and HiGHS (scipy ``milp``) when it stalls.
+4. otherwise atoms (alike segments merged, dominated ones dropped): the dense grid over the atoms if it
+   fits; else, in turn: a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`,
+   which also serves :class:`SetComp`), HiGHS (scipy ``milp``) for up to ``MILP_FIRST_SECONDS``, a
+   best-first search over some attributes with a dense grid over the others
+   (:mod:`overlapdp.overlap.gridbranch`, good for many boxes) for up to ``GRIDBRANCH_SECONDS``, and
+   HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
@@ -27,7 +32,14 @@ from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.grid import grid_feasible, grid_maximum
-from overlapdp.overlap.gridbranch import Split, choose_split, compress, grid_branch, kept_tables
+from overlapdp.overlap.gridbranch import (
+    NODE_GRID_LIMIT,
+    Split,
+    choose_split,
+    compress,
+    grid_branch,
+    kept_tables,
+)
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -47,8 +59,10 @@ from overlapdp.schema import Schema
 Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp"]
 
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
-BRANCH_NODE_LIMIT = 4000
-GRIDBRANCH_NODE_LIMIT = 400
+BRANCH_NODE_LIMIT = 50
+MILP_FIRST_SECONDS = 5.0
+# Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
+GRIDBRANCH_SECONDS = 10.0
 # Largest segments x queries boolean table the searches build (bytes).
 TABLE_LIMIT = 400_000_000
 # Relative slack on float bounds that are sums of many loads.
@@ -166,6 +180,18 @@ def _scalar(
     return _search(queries, c, lw, deadline, algorithm)
 
 
+def _time_left(deadline: float | None) -> bool:
+    return deadline is None or time.monotonic() < deadline
+
+
+def _until(deadline: float | None, share: float, cap: float) -> float:
+    """A stage's own deadline: ``share`` of the time left, and at most ``cap`` seconds."""
+    now = time.monotonic()
+    if deadline is None:
+        return now + cap
+    return now + max(deadline - now, 0.0) * share
+
+
 def _search(
     queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
 ) -> OverlapResult:
@@ -194,43 +220,57 @@ def _search(
             return None
         return time.monotonic() + max(deadline - time.monotonic(), 0.0) * share
 
-    split = choose_split(c2, loads) if algorithm in ("auto", "gridbranch") else None
-    if split is not None and not split.rest:
-        # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
-        if len(split.grid) < 2:
-            ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
-            return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
-        split = Split(split.grid[:-1], [split.grid[-1]])
-    if split is not None and split.rest:
-        used.append("gridbranch")
-        node_limit = GRIDBRANCH_NODE_LIMIT if algorithm == "auto" else None
-        share = 0.5 if algorithm == "auto" else 1.0
-        gb = grid_branch(c2, t2, loads, split, deadline=remaining(share), node_limit=node_limit)
-        if gb.cell is not None:
-            row, best = c2.row(gb.cell), gb.best
-        if gb.exact:
-            return _finish(queries, c, row, lw, True, 0.0, "gridbranch")
-        safe.append(gb.upper)
-    elif algorithm in ("auto", "branch"):
+    def run_milp(until: float | None) -> bool:
+        nonlocal row, best
+        used.append("milp")
+        left = None if until is None else max(until - time.monotonic(), 0.0)
+        m = solve_milp(t2, loads, left)
+        if m.cell is not None and m.best > best:
+            row, best = c2.row(m.cell), m.best
+        if not m.exact:
+            safe.append(m.upper)
+        return m.exact
+
+    if algorithm in ("auto", "branch"):
+        # Cheap first try: easy instances (a clear winner, few queries) end within a few nodes.
         used.append("branch")
         node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
         out = branch_and_bound(
-            c2, t2, loads, deadline=remaining(0.5 if algorithm == "auto" else 1.0), node_limit=node_limit
+            c2, t2, loads, deadline=remaining(0.1 if algorithm == "auto" else 1.0), node_limit=node_limit
         )
         if out.cell is not None:
             row, best = c2.row(out.cell), out.best
         if out.exact:
             return _finish(queries, c, row, lw, True, 0.0, "branch")
         safe.append(out.upper)
-    if algorithm in ("milp", "auto") and (deadline is None or time.monotonic() < deadline):
-        used.append("milp")
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        m = solve_milp(t2, loads, left)
-        if m.cell is not None and m.best > best:
-            row, best = c2.row(m.cell), m.best
-        if m.exact:
+    if algorithm == "milp" or (algorithm == "auto" and _time_left(deadline)):
+        # HiGHS first: it solves most small and medium workloads in milliseconds.
+        until = remaining(1.0) if algorithm == "milp" else _until(deadline, 0.5, MILP_FIRST_SECONDS)
+        if run_milp(until):
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-        safe.append(m.upper)
+    split = None
+    if algorithm in ("auto", "gridbranch") and _time_left(deadline):
+        # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
+        limit = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
+        split = choose_split(c2, loads, limit)
+    if split is not None and not split.rest:
+        # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
+        if len(split.grid) < 2:
+            ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
+            return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+        split = Split(split.grid[:-1], [split.grid[-1]])
+    if split is not None and split.rest and (len(split.grid) > 1 or algorithm == "gridbranch"):
+        used.append("gridbranch")
+        until = remaining(1.0) if algorithm != "auto" else _until(deadline, 0.5, GRIDBRANCH_SECONDS)
+        gb = grid_branch(c2, t2, loads, split, deadline=until)
+        if gb.cell is not None and gb.best > best:
+            row, best = c2.row(gb.cell), gb.best
+        if gb.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+        safe.append(gb.upper)
+    if algorithm == "auto" and _time_left(deadline) and run_milp(deadline):
+        # HiGHS again for the time left (to the end when there is no effort limit: then exact).
+        return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
     col = colouring_bound(t2, loads)
     if col is not None:
         safe.append(col)

@@ -89,7 +89,7 @@ class GridPlan:
         # Enumerate the boxes of the corner-route queries: mixed-radix digits over their interval lists.
         nb = boxes[corner_q]
         rep = np.repeat(corner_q, nb)
-        first = np.concatenate([[0], np.cumsum(nb)[:-1]]).astype(np.int64)
+        first = (np.cumsum(nb) - nb).astype(np.int64)
         r = np.arange(rep.shape[0], dtype=np.int64) - np.repeat(first, nb)
         box_lo: list[IntArray] = []
         box_hi: list[IntArray] = []
