@@ -63,8 +63,10 @@ BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
 # Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
 GRIDBRANCH_SECONDS = 10.0
-# Largest segments x queries boolean table the searches build (bytes).
-TABLE_LIMIT = 400_000_000
+# Largest segments x queries boolean table the searches build (bytes), and the largest for which the
+# pure branch and bound (float64 copies of the table) is tried.
+TABLE_LIMIT = 200_000_000
+BRANCH_TABLE_LIMIT = 25_000_000
 # Relative slack on float bounds that are sums of many loads.
 _BOUND_SLACK = 1e-12
 
@@ -231,7 +233,8 @@ def _search(
             safe.append(m.upper)
         return m.exact
 
-    if algorithm in ("auto", "branch"):
+    small = sum(t.size for t in t2) * c.live.size <= BRANCH_TABLE_LIMIT
+    if algorithm == "branch" or (algorithm == "auto" and small):
         # Cheap first try: easy instances (a clear winner, few queries) end within a few nodes.
         used.append("branch")
         node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT

@@ -57,7 +57,7 @@ def kept_tables(tables: Sequence[AtomTable]) -> list[AtomTable]:
     out = []
     for t in tables:
         order = np.argsort(t.segment)
-        out.append(AtomTable(t.member[order], np.arange(order.shape[0], dtype=np.int64), t.as_float[order]))
+        out.append(AtomTable(t.member[order], np.arange(order.shape[0], dtype=np.int64)))
     return out
 
 
