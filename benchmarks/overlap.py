@@ -351,7 +351,18 @@ def main() -> None:
     if want("5 adult"):
         for t in (1_000, 10_000):
             qs = random_ranges(ADULT, five, t, rng)
-            rows.append(measure("ranges on 5 Adult attrs", qs, "graph", graph_baseline, cap, None, runs=1))
+            rows.append(
+                measure(
+                    "ranges on 5 Adult attrs, effort 120 s",
+                    qs,
+                    "graph",
+                    graph_baseline,
+                    cap,
+                    None,
+                    runs=1,
+                    effort=120.0,
+                )
+            )
     if want("mixed"):
         analyst = ["age", "education-num", "race", "sex", "marital-status", "workclass"]
         qs = mixed(analyst, 2_000, rng, (1, 3))
