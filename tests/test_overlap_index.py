@@ -15,6 +15,7 @@ from overlapdp.overlap import (
     DuplicateQueryError,
     OverlapIndex,
     SchemaMismatchError,
+    SetComp,
     UnknownQueryError,
     WeightError,
     brute_force_overlap,
@@ -153,3 +154,24 @@ def test_removing_a_huge_weight_does_not_erase_small_loads(big: float) -> None:
         r = index.result()
         check_result(index, [small], [w_small], comp, r)
         assert np.all(np.asarray(r.value) == np.asarray(truth([small], [w_small], comp)))
+
+
+@given(st.data())
+def test_index_with_set_comp(data: st.DataObject) -> None:
+    """A SetComp index (recomputation) agrees with brute force; indices follow insertion order."""
+    schema = data.draw(schemas())
+    comp = SetComp(value=lambda idx: math.sqrt(len(idx)), upper=lambda idx: math.sqrt(len(idx)))
+    index = OverlapIndex(schema, comp)
+    held: list[PredicateQuery] = []
+    for i in range(data.draw(st.integers(1, 6))):
+        q = parse_where(schema, data.draw(where_clauses(schema)), id=f"q{i}")
+        peeked = index.peek(q)
+        assert float(peeked.value) == pytest.approx(math.sqrt(float(brute_force_overlap([*held, q]).value)))
+        index.add(q)
+        held.append(q)
+        if data.draw(st.booleans()):
+            gone = held.pop(data.draw(st.integers(0, len(held) - 1)))
+            index.remove(gone.id)  # type: ignore[arg-type]
+        assert index.ids() == [h.id for h in held]
+        want = math.sqrt(float(brute_force_overlap(held).value)) if held else 0.0
+        assert float(index.value) == pytest.approx(want)

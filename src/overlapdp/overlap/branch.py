@@ -23,6 +23,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -42,11 +43,15 @@ class AtomTable:
 
     member: BoolArray
     segment: IntArray
-    as_float: FloatArray
 
     @property
     def size(self) -> int:
         return int(self.member.shape[0])
+
+    @cached_property
+    def as_float(self) -> FloatArray:
+        """``member`` as float64 for matrix products (built on first use: 8 bytes per entry)."""
+        return self.member.astype(np.float64)
 
 
 def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
@@ -71,7 +76,7 @@ def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
                 dominated[int(np.argmax(size))] = False
             member = member[~dominated]
             segment = segment[~dominated]
-        out.append(AtomTable(member, segment, member.astype(np.float64)))
+        out.append(AtomTable(member, segment))
     return out
 
 

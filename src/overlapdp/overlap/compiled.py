@@ -133,6 +133,7 @@ def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compi
     void = np.zeros(t, dtype=bool)
     per_attr: dict[int, tuple[list[int], list[int], list[int]]] = {}
     single = True
+    # The hot loop of large workloads: plain lists, bound methods looked up once per attribute.
     for i, q in enumerate(queries):
         for pos, cov in q.constraints:
             ivs = cov.intervals
@@ -142,17 +143,17 @@ def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compi
             entry = per_attr.get(pos)
             if entry is None:
                 entry = per_attr[pos] = ([], [], [])
-            qs, los, his = entry
             if len(ivs) == 1:
-                qs.append(i)
-                los.append(ivs[0][0])
-                his.append(ivs[0][1])
+                entry[0].append(i)
+                lo, hi = ivs[0]
+                entry[1].append(lo)
+                entry[2].append(hi)
             else:
                 single = False
                 for lo, hi in ivs:
-                    qs.append(i)
-                    los.append(lo)
-                    his.append(hi)
+                    entry[0].append(i)
+                    entry[1].append(lo)
+                    entry[2].append(hi)
     attrs: list[AttributeSegments] = []
     for pos in sorted(per_attr):
         qs_l, los_l, his_l = per_attr[pos]
@@ -164,7 +165,8 @@ def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compi
         if qa.size == 0:
             continue
         n = schema.attributes[pos].size
-        cuts = np.unique(np.concatenate([np.array([0, n], dtype=np.int64), lo_a, hi_a]))
+        ends = np.sort(np.concatenate([np.array([0, n], dtype=np.int64), lo_a, hi_a]))
+        cuts = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
         constrained = np.zeros(t, dtype=bool)
         constrained[qa] = True
         attrs.append(

@@ -6,7 +6,12 @@ algorithms. The route is picked from the workload's shape:
 1. no query, or no active attribute: trivial;
 2. the dense segment grid when it fits in memory (one active attribute: the endpoint sweep);
 3. two active attributes with one interval each: sweep plus a lazy max/add segment tree;
-4. otherwise exact branch and bound over attributes, and HiGHS (scipy ``milp``) when it stalls.
+4. otherwise atoms (alike segments merged, dominated ones dropped): the dense grid over the atoms if it
+   fits; else, in turn: a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`,
+   which also serves :class:`SetComp`), HiGHS (scipy ``milp``) for up to ``MILP_FIRST_SECONDS``, a
+   best-first search over some attributes with a dense grid over the others
+   (:mod:`overlapdp.overlap.gridbranch`, good for many boxes) for up to ``GRIDBRANCH_SECONDS``, and
+   HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
@@ -24,9 +29,17 @@ from typing import Any, Literal
 import numpy as np
 
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import AtomTable, atom_tables, branch_and_bound
+from overlapdp.overlap.branch import atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.grid import grid_feasible, grid_maximum
+from overlapdp.overlap.gridbranch import (
+    NODE_GRID_LIMIT,
+    Split,
+    choose_split,
+    compress,
+    grid_branch,
+    kept_tables,
+)
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -39,13 +52,21 @@ from overlapdp.overlap.result import (
     check_weights,
     comp_name,
 )
+from overlapdp.overlap.sweep import sweep_2d
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Algorithm = Literal["auto", "grid", "sweep2d", "branch", "milp"]
+Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp"]
 
-# Branch and bound expansions before the solver takes over (when the comp is additive).
-BRANCH_NODE_LIMIT = 4000
+# Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
+BRANCH_NODE_LIMIT = 50
+MILP_FIRST_SECONDS = 5.0
+# Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
+GRIDBRANCH_SECONDS = 10.0
+# Largest segments x queries boolean table the searches build (bytes), and the largest for which the
+# pure branch and bound (float64 copies of the table) is tried.
+TABLE_LIMIT = 200_000_000
+BRANCH_TABLE_LIMIT = 25_000_000
 # Relative slack on float bounds that are sums of many loads.
 _BOUND_SLACK = 1e-12
 
@@ -73,7 +94,7 @@ def max_overlap(
         isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
     ):
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
-    if algorithm not in ("auto", "grid", "sweep2d", "branch", "milp"):
+    if algorithm not in ("auto", "grid", "sweep2d", "gridbranch", "branch", "milp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
@@ -110,17 +131,16 @@ def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> tuple[str, ...
 def _finish(
     queries: Sequence[PredicateQuery],
     c: Compiled,
-    cell: tuple[int, ...] | None,
+    row: tuple[int, ...] | None,
     lw: Loads,
     exact: bool,
     upper_load: float,
     algorithm: str,
 ) -> OverlapResult:
-    """The result from a witness cell: covering queries and ``lower`` recomputed from raw intervals."""
-    if cell is None:
+    """The result from a witness row: covering queries and ``lower`` recomputed from raw intervals."""
+    if row is None:
         # The search stopped before any row: any point of the heaviest query is a witness.
-        cell = _cell_of_query(c, int(c.live[np.argmax(lw.loads[c.live])]))
-    row = c.row(cell)
+        row = c.row(_cell_of_query(c, int(c.live[np.argmax(lw.loads[c.live])])))
     covering = c.covering(row)
     lower = lw.compose(covering)
     upper = lower if exact else max(lower, lw.outer(upper_load * (1 + _BOUND_SLACK)))
@@ -149,61 +169,115 @@ def _scalar(
     queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
 ) -> OverlapResult:
     if c.live.size == 0 or not c.attributes:
-        return _finish(queries, c, tuple(0 for _ in c.attributes), lw, True, 0.0, "trivial")
+        return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
-    if algorithm == "grid" or (algorithm == "auto" and grid_feasible(c)):
-        if not grid_feasible(c):
-            raise CompError("the dense grid does not fit the memory limit for this workload")
+    if algorithm in ("auto", "grid") and grid_feasible(c):
         ((_, cell),) = grid_maximum(c, lw.loads[:, None])
-        return _finish(queries, c, cell, lw, True, 0.0, "sweep" if d == 1 else "grid")
+        return _finish(queries, c, c.row(cell), lw, True, 0.0, "sweep" if d == 1 else "grid")
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
-        from overlapdp.overlap.sweep import sweep_2d
-
         _, cell2 = sweep_2d(c, lw.loads)
-        return _finish(queries, c, cell2, lw, True, 0.0, "sweep2d")
+        return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     return _search(queries, c, lw, deadline, algorithm)
+
+
+def _time_left(deadline: float | None) -> bool:
+    return deadline is None or time.monotonic() < deadline
+
+
+def _until(deadline: float | None, share: float, cap: float) -> float:
+    """A stage's own deadline: ``share`` of the time left, and at most ``cap`` seconds."""
+    now = time.monotonic()
+    if deadline is None:
+        return now + cap
+    return now + max(deadline - now, 0.0) * share
 
 
 def _search(
     queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
 ) -> OverlapResult:
-    """Branch and bound, then HiGHS if it stalls; safe bounds when the deadline passes."""
-    tables = atom_tables(c)
+    """Atoms, then: the atom grid if it fits, else grid-branch / branch and bound, then HiGHS."""
     loads = lw.loads[c.live]
-    safe = [float(loads.sum())]
-    cell: tuple[int, ...] | None = None
+    total = float(loads.sum())
+    segments = sum(a.size for a in c.attributes)
+    if segments * c.live.size > TABLE_LIMIT:
+        # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
+        return _finish(queries, c, None, lw, False, total, "trivial-bound")
+    tables = atom_tables(c)
+    c2 = compress(c, tables)
+    t2 = kept_tables(tables)
+    if algorithm in ("auto", "grid") and grid_feasible(c2):
+        ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
+        return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+    if algorithm == "grid":
+        raise CompError("the dense grid does not fit the memory limit for this workload")
+    safe = [total]
+    row: tuple[int, ...] | None = None
     best = -1.0
-    used = "branch"
-    if algorithm != "milp":
-        node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
-        out = branch_and_bound(c, tables, loads, deadline=deadline, node_limit=node_limit)
-        if out.exact:
-            return _finish(queries, c, _segments(tables, out.cell), lw, True, 0.0, "branch")
-        safe.append(out.upper)
-        if out.cell is not None:
-            cell, best = out.cell, out.best
-    if algorithm in ("milp", "auto") and (deadline is None or time.monotonic() < deadline):
-        used = "milp" if algorithm == "milp" else "branch+milp"
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        m = solve_milp(tables, loads, remaining)
+    used: list[str] = []
+
+    def remaining(share: float) -> float | None:
+        if deadline is None:
+            return None
+        return time.monotonic() + max(deadline - time.monotonic(), 0.0) * share
+
+    def run_milp(until: float | None) -> bool:
+        nonlocal row, best
+        used.append("milp")
+        left = None if until is None else max(until - time.monotonic(), 0.0)
+        m = solve_milp(t2, loads, left)
         if m.cell is not None and m.best > best:
-            cell, best = m.cell, m.best
-        if m.exact:
-            return _finish(queries, c, _segments(tables, cell), lw, True, 0.0, used)
-        safe.append(m.upper)
-    col = colouring_bound(tables, loads)
+            row, best = c2.row(m.cell), m.best
+        if not m.exact:
+            safe.append(m.upper)
+        return m.exact
+
+    small = sum(t.size for t in t2) * c.live.size <= BRANCH_TABLE_LIMIT
+    if algorithm == "branch" or (algorithm == "auto" and small):
+        # Cheap first try: easy instances (a clear winner, few queries) end within a few nodes.
+        used.append("branch")
+        node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
+        out = branch_and_bound(
+            c2, t2, loads, deadline=remaining(0.1 if algorithm == "auto" else 1.0), node_limit=node_limit
+        )
+        if out.cell is not None:
+            row, best = c2.row(out.cell), out.best
+        if out.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "branch")
+        safe.append(out.upper)
+    if algorithm == "milp" or (algorithm == "auto" and _time_left(deadline)):
+        # HiGHS first: it solves most small and medium workloads in milliseconds.
+        until = remaining(1.0) if algorithm == "milp" else _until(deadline, 0.5, MILP_FIRST_SECONDS)
+        if run_milp(until):
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+    split = None
+    if algorithm in ("auto", "gridbranch") and _time_left(deadline):
+        # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
+        limit = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
+        split = choose_split(c2, loads, limit)
+    if split is not None and not split.rest:
+        # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
+        if len(split.grid) < 2:
+            ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
+            return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+        split = Split(split.grid[:-1], [split.grid[-1]])
+    if split is not None and split.rest and (len(split.grid) > 1 or algorithm == "gridbranch"):
+        used.append("gridbranch")
+        until = remaining(1.0) if algorithm != "auto" else _until(deadline, 0.5, GRIDBRANCH_SECONDS)
+        gb = grid_branch(c2, t2, loads, split, deadline=until)
+        if gb.cell is not None and gb.best > best:
+            row, best = c2.row(gb.cell), gb.best
+        if gb.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+        safe.append(gb.upper)
+    if algorithm == "auto" and _time_left(deadline) and run_milp(deadline):
+        # HiGHS again for the time left (to the end when there is no effort limit: then exact).
+        return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+    col = colouring_bound(t2, loads)
     if col is not None:
         safe.append(col)
-    return _finish(queries, c, _segments(tables, cell), lw, False, min(safe), used)
-
-
-def _segments(tables: Sequence[AtomTable], cell: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """Atom indices of the search to segment indices of the compiled workload."""
-    if cell is None:
-        return None
-    return tuple(int(t.segment[a]) for t, a in zip(tables, cell, strict=True))
+    return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
 
 
 def _set_comp(
@@ -219,18 +293,18 @@ def _set_comp(
         return float(comp.upper(live[idx].tolist()))
 
     if live.size == 0 or not c.attributes:
-        cell: tuple[int, ...] | None = tuple(0 for _ in c.attributes)
+        row = c.row(tuple(0 for _ in c.attributes))
         exact, bound = True, 0.0
         algorithm = "trivial"
     else:
         tables = atom_tables(c)
-        out = branch_and_bound(c, tables, None, set_value=value, set_upper=upper, deadline=deadline)
-        cell, exact, bound = _segments(tables, out.cell), out.exact, out.upper
-        if cell is None:
-            cell = _cell_of_query(c, int(live[0]))
+        c2 = compress(c, tables)
+        out = branch_and_bound(
+            c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
+        )
+        exact, bound = out.exact, out.upper
+        row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
         algorithm = "branch"
-    assert cell is not None
-    row = c.row(cell)
     covering = c.covering(row)
     lower = float(comp.value(covering.tolist()))
     upper_v = lower if exact else max(lower, min(bound, float(comp.upper(live.tolist()))))
@@ -261,13 +335,12 @@ def _vector(
     if algorithm in ("auto", "grid") and c.live.size and c.attributes and grid_feasible(c, 1):
         # As many components per dense grid as fit the memory limit (RDP has dozens of orders).
         chunk = max(1, min(k, next(n for n in range(k, 0, -1) if n == 1 or grid_feasible(c, n))))
+        name = "sweep" if len(c.attributes) == 1 else "grid"
         for start in range(0, k, chunk):
             block = vectors[:, start : start + chunk]
             for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
                 lw = Loads("sum", vectors[:, j])
-                parts.append(
-                    _finish(queries, c, cell, lw, True, 0.0, "sweep" if len(c.attributes) == 1 else "grid")
-                )
+                parts.append(_finish(queries, c, c.row(cell), lw, True, 0.0, name))
     else:
         for j in range(k):
             parts.append(_scalar(queries, c, Loads("sum", vectors[:, j]), deadline, algorithm))

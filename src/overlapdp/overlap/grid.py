@@ -9,6 +9,8 @@ that corners would cost more than its cells is added cell by cell instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from overlapdp.overlap.compiled import Compiled, IntArray
@@ -30,14 +32,17 @@ def grid_feasible(c: Compiled, components: int = 1) -> bool:
     return cells * components <= GRID_LIMIT
 
 
-def _query_intervals(c: Compiled) -> tuple[list[IntArray], list[IntArray], list[IntArray], list[IntArray]]:
+def _query_intervals(
+    c: Compiled, dims: Sequence[int]
+) -> tuple[list[IntArray], list[IntArray], list[IntArray], list[IntArray]]:
     """Per attribute: interval count per query, first interval per query, and all lo / hi sorted by query.
 
     Queries that do not constrain an attribute get one virtual interval covering all its segments.
     """
     t = c.t
     counts, starts, los, his = [], [], [], []
-    for a in c.attributes:
+    for j in dims:
+        a = c.attributes[j]
         free = np.flatnonzero(~a.constrained)
         q = np.concatenate([a.query, free])
         lo = np.concatenate([a.lo, np.zeros(free.shape[0], dtype=np.int64)])
@@ -51,73 +56,101 @@ def _query_intervals(c: Compiled) -> tuple[list[IntArray], list[IntArray], list[
     return counts, starts, los, his
 
 
+class GridPlan:
+    """The corner scatter of a workload on a dense grid over some of its active attributes.
+
+    ``attributes`` are positions into ``c.attributes``; queries' constraints on other attributes are
+    ignored (the grid is then the load of the PROJECTED workload, an upper bound of the true one). Built
+    once; :meth:`loads` then costs one ``bincount`` over the corners and a cumulative sum per axis.
+    """
+
+    def __init__(self, c: Compiled, attributes: Sequence[int] | None = None) -> None:
+        dims = list(range(len(c.attributes))) if attributes is None else list(attributes)
+        self.dims = dims
+        d = len(dims)
+        self.sizes = [c.attributes[j].size for j in dims]
+        self.shape = [s + 1 for s in self.sizes]
+        strides = np.ones(d, dtype=np.int64)
+        for j in range(d - 2, -1, -1):
+            strides[j] = strides[j + 1] * self.shape[j + 1]
+        self.total = int(np.prod(self.shape)) if d else 1
+        live = c.live
+        counts, starts, los, his = _query_intervals(c, dims)
+        boxes = np.ones(c.t, dtype=np.int64)
+        cells = np.ones(c.t, dtype=np.float64)
+        for j in range(d):
+            boxes *= counts[j]
+            width = np.bincount(np.repeat(np.arange(c.t), counts[j]), weights=his[j] - los[j], minlength=c.t)
+            cells *= width
+        corner_cost = boxes.astype(np.float64) * (1 << d)
+        direct = np.zeros(c.t, dtype=bool)
+        direct[live] = corner_cost[live] > 4 * cells[live] + 2000
+        corner_q = live[~direct[live]]
+        # Enumerate the boxes of the corner-route queries: mixed-radix digits over their interval lists.
+        nb = boxes[corner_q]
+        rep = np.repeat(corner_q, nb)
+        first = (np.cumsum(nb) - nb).astype(np.int64)
+        r = np.arange(rep.shape[0], dtype=np.int64) - np.repeat(first, nb)
+        box_lo: list[IntArray] = []
+        box_hi: list[IntArray] = []
+        radix = np.ones(rep.shape[0], dtype=np.int64)
+        for j in range(d - 1, -1, -1):
+            cnt = counts[j][rep]
+            digit = (r // radix) % cnt
+            radix = radix * cnt
+            idx = starts[j][rep] + digit
+            box_lo.append(los[j][idx])
+            box_hi.append(his[j][idx])
+        box_lo.reverse()
+        box_hi.reverse()
+        flats, signs = [], []
+        for mask in range(1 << d):
+            flat = np.zeros(rep.shape[0], dtype=np.int64)
+            sign = 1.0
+            for j in range(d):
+                if mask >> j & 1:
+                    flat += box_hi[j] * strides[j]
+                    sign = -sign
+                else:
+                    flat += box_lo[j] * strides[j]
+            flats.append(flat)
+            signs.append(np.full(rep.shape[0], sign))
+        self.flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
+        self.sign = np.concatenate(signs) if signs else np.zeros(0)
+        self.owner = np.tile(rep, 1 << d)
+        # Queries added cell by cell: their index arrays per grid axis.
+        self.direct: list[tuple[int, tuple[IntArray, ...]]] = []
+        for qi in np.flatnonzero(direct).tolist():
+            index = []
+            for j in range(d):
+                s0 = starts[j][qi]
+                parts = [np.arange(los[j][s0 + m], his[j][s0 + m]) for m in range(counts[j][qi])]
+                index.append(np.concatenate(parts))
+            self.direct.append((qi, tuple(np.ix_(*index))))
+
+    def loads(self, weights: FloatArray) -> FloatArray:
+        """Cell loads (shape ``sizes``) for per-query ``weights`` (length ``t``; 0 drops a query)."""
+        acc = np.bincount(self.flat, weights=self.sign * weights[self.owner], minlength=self.total).astype(
+            np.float64, copy=False
+        )
+        out = acc.reshape(self.shape)
+        for j in range(len(self.shape)):
+            np.cumsum(out, axis=j, out=out)
+        grid = out[tuple(slice(0, s) for s in self.sizes)]
+        for qi, index in self.direct:
+            if weights[qi] != 0:
+                grid[index] += weights[qi]
+        return grid
+
+
 def grid_loads(c: Compiled, loads: FloatArray) -> FloatArray:
     """The load of every cell of the segment grid, one array of shape ``sizes + (k,)`` for ``(t, k)`` loads."""
-    d = len(c.attributes)
-    sizes = [a.size for a in c.attributes]
+    plan = GridPlan(c)
     k = loads.shape[1]
-    shape = [s + 1 for s in sizes]
-    strides = np.ones(d, dtype=np.int64)
-    for j in range(d - 2, -1, -1):
-        strides[j] = strides[j + 1] * shape[j + 1]
-    total = int(np.prod(shape)) if d else 1
-    live = c.live
-    counts, starts, los, his = _query_intervals(c)
-    boxes = np.ones(c.t, dtype=np.int64)
-    cells = np.ones(c.t, dtype=np.float64)
-    for j in range(d):
-        boxes *= counts[j]
-        width = np.bincount(np.repeat(np.arange(c.t), counts[j]), weights=his[j] - los[j], minlength=c.t)
-        cells *= width
-    corner_cost = boxes.astype(np.float64) * (1 << d)
-    direct = np.zeros(c.t, dtype=bool)
-    direct[live] = corner_cost[live] > 4 * cells[live] + 2000
-    corner_q = live[~direct[live]]
-    # Enumerate the boxes of the corner-route queries: mixed-radix digits over their interval lists.
-    nb = boxes[corner_q]
-    rep = np.repeat(corner_q, nb)
-    first = np.concatenate([[0], np.cumsum(nb)[:-1]]).astype(np.int64)
-    r = np.arange(rep.shape[0], dtype=np.int64) - np.repeat(first, nb)
-    box_lo: list[IntArray] = []
-    box_hi: list[IntArray] = []
-    radix = np.ones(rep.shape[0], dtype=np.int64)
-    for j in range(d - 1, -1, -1):
-        cnt = counts[j][rep]
-        digit = (r // radix) % cnt
-        radix = radix * cnt
-        idx = starts[j][rep] + digit
-        box_lo.append(los[j][idx])
-        box_hi.append(his[j][idx])
-    box_lo.reverse()
-    box_hi.reverse()
-    out = np.zeros((*shape, k), dtype=np.float64)
-    flat_out = out.reshape(total, k)
-    w = loads[rep]
-    for mask in range(1 << d):
-        # The corner of every box for this inclusion-exclusion mask; one pass for all components.
-        flat = np.zeros(rep.shape[0], dtype=np.int64)
-        sign = 1.0
-        for j in range(d):
-            if mask >> j & 1:
-                flat += box_hi[j] * strides[j]
-                sign = -sign
-            else:
-                flat += box_lo[j] * strides[j]
-        if k == 1:
-            flat_out[:, 0] += np.bincount(flat, weights=sign * w[:, 0], minlength=total)
-        else:
-            np.add.at(flat_out, flat, sign * w)
-    for j in range(d):
-        np.cumsum(out, axis=j, out=out)
-    grid = out[tuple(slice(0, s) for s in sizes)]
-    for qi in np.flatnonzero(direct):
-        index = []
-        for j in range(d):
-            s0 = starts[j][qi]
-            parts = [np.arange(los[j][s0 + m], his[j][s0 + m]) for m in range(counts[j][qi])]
-            index.append(np.concatenate(parts))
-        grid[np.ix_(*index)] += loads[qi]
-    return grid
+    out = np.empty((*plan.sizes, k), dtype=np.float64)
+    for comp in range(k):
+        out[..., comp] = plan.loads(np.ascontiguousarray(loads[:, comp]))
+    return out
 
 
 def grid_maximum(c: Compiled, loads: FloatArray) -> list[tuple[float, tuple[int, ...]]]:

@@ -65,7 +65,9 @@ class OverlapIndex:
     """Incremental maximum (weighted) overlap over a growing set of queries (see the module docstring).
 
     ``comp`` is ``"count"``, ``"sum"``, ``"l2"`` or ``"vector"`` (weights are vectors of one length,
-    each component maximised on its own); a :class:`SetComp` is accepted and answered by recomputation.
+    each component maximised on its own); a :class:`SetComp` is accepted and answered by recomputation:
+    its functions then receive indices into the held queries in insertion order (:meth:`ids`), with a
+    peeked query last.
     """
 
     def __init__(
@@ -101,6 +103,10 @@ class OverlapIndex:
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
+    def ids(self) -> list[str]:
+        """Ids of the held queries in insertion order."""
+        return list(self._entries)
+
     @property
     def value(self) -> float | FloatArray:
         return self.result().value
@@ -132,6 +138,7 @@ class OverlapIndex:
             self._reset_dense()
         if self._name == "set":
             self._store(query, w, load, slot=-1)
+            self._generic_result = None
             self._cached = None
             return self.result()
         if self._dense and not self._ensure_axes(query):
@@ -172,6 +179,7 @@ class OverlapIndex:
             self._cached = None
             return
         if self._name == "set":
+            self._generic_result = None
             self._cached = None
             return
         if self._dense:

@@ -1,0 +1,417 @@
+"""Benchmark of the maximum-overlap engine against baselines measured in the same run (issue 3).
+
+Run from the repository root:
+
+    /work/main/.venv/bin/python benchmarks/overlap.py            # every row
+    /work/main/.venv/bin/python benchmarks/overlap.py --quick    # smaller baseline caps
+
+Each row: workload, number of queries t, our time (median of a few runs), the baseline and its time
+(capped: a ">" means it was stopped at the cap and the ratio is a lower bound), the ratio, whether the
+values agree, and the issue's target. Baselines:
+
+- dense: add every query to a numpy array over the raw domain of its attributes, one box at a time
+  (exact, O(t * box size)); used where that array fits in memory;
+- graph: the paper's route (Smith et al. 2022): the pairwise-overlap graph by pairwise disjointness
+  tests, then networkx's exact maximum clique (exact only for ranges, by Helly; an upper bound for
+  value sets);
+- recompute: max_overlap from scratch on every admission (for the incremental index).
+
+Numbers are noisy on the shared 2-core machine; rerun decisive rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from overlapdp.overlap import OverlapIndex, max_overlap
+from overlapdp.query import PredicateQuery
+from overlapdp.samples import adult_schema
+from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+
+ADULT = adult_schema()
+ADULT_CATEGORICAL = {
+    "workclass",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "native-country",
+    "income>50K",
+}
+
+
+class Capped(Exception):
+    """A baseline ran past its time cap."""
+
+
+# -- workloads ------------------------------------------------------------------------------------
+
+
+def random_ranges(
+    schema: Schema, names: Sequence[str], t: int, rng: np.random.Generator
+) -> list[PredicateQuery]:
+    """Each query: a random range on each attribute with probability 0.7 (else no condition)."""
+    out = []
+    for i in range(t):
+        covs: dict[str, IndexSet] = {}
+        for n in names:
+            if rng.random() < 0.7:
+                size = schema.attribute(n).size
+                a, b = sorted(rng.integers(0, size, 2).tolist())
+                covs[n] = IndexSet.interval(a, b + 1)
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return out
+
+
+def mixed(
+    names: Sequence[str], t: int, rng: np.random.Generator, per_query: tuple[int, int]
+) -> list[PredicateQuery]:
+    """Random value sets on categorical attributes and ranges on ordered ones, 1-3 attributes a query."""
+    out = []
+    for i in range(t):
+        covs: dict[str, IndexSet] = {}
+        k = int(rng.integers(per_query[0], per_query[1] + 1))
+        for n in rng.choice(list(names), size=min(k, len(names)), replace=False).tolist():
+            size = ADULT.attribute(n).size
+            if n in ADULT_CATEGORICAL:
+                m = int(rng.integers(1, max(2, size)))
+                covs[n] = IndexSet.from_indices(rng.choice(size, size=m, replace=False).tolist())
+            else:
+                a, b = sorted(rng.integers(0, size, 2).tolist())
+                covs[n] = IndexSet.interval(a, b + 1)
+        out.append(PredicateQuery.from_coverages(ADULT, covs, id=f"q{i}"))
+    return out
+
+
+def census(t: int, rng: np.random.Generator) -> tuple[Schema, list[PredicateQuery]]:
+    """A 64-value race attribute (6 race bits) queried by "includes race bit k", crossed with age ranges
+    and sex: the non-interval subsets of the US census redistricting tables."""
+    schema = Schema(
+        (
+            CategoricalAttribute("race", tuple(f"r{v:06b}" for v in range(64))),
+            IntAttribute("age", 0, 84),
+            CategoricalAttribute("sex", ("f", "m")),
+        )
+    )
+    out = []
+    for i in range(t):
+        covs: dict[str, IndexSet] = {}
+        if rng.random() < 0.8:
+            bit = int(rng.integers(0, 6))
+            covs["race"] = IndexSet.from_indices(v for v in range(64) if v >> bit & 1)
+        a, b = sorted(rng.integers(0, 85, 2).tolist())
+        covs["age"] = IndexSet.interval(a, b + 1)
+        if rng.random() < 0.5:
+            covs["sex"] = IndexSet.interval(int(rng.integers(0, 2)), 0)
+            covs["sex"] = IndexSet.from_indices([int(rng.integers(0, 2))])
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return schema, out
+
+
+def one_d(t: int, n: int, rng: np.random.Generator) -> tuple[Schema, list[PredicateQuery]]:
+    schema = Schema((IntAttribute("x", 0, n - 1),))
+    lo = rng.integers(0, n, t)
+    hi = rng.integers(0, n, t)
+    a, b = np.minimum(lo, hi), np.maximum(lo, hi) + 1
+    qs = [
+        PredicateQuery(schema, ((0, IndexSet.interval(int(x), int(y))),), id=f"q{i}")
+        for i, (x, y) in enumerate(zip(a.tolist(), b.tolist(), strict=True))
+    ]
+    return schema, qs
+
+
+def prefixes(n: int) -> tuple[Schema, list[PredicateQuery]]:
+    schema = Schema((IntAttribute("x", 0, n - 1),))
+    return schema, [
+        PredicateQuery(schema, ((0, IndexSet.interval(0, k)),), id=f"p{k}") for k in range(1, n + 1)
+    ]
+
+
+def all_ranges(n: int) -> tuple[Schema, list[PredicateQuery]]:
+    schema = Schema((IntAttribute("x", 0, n - 1),))
+    return schema, [
+        PredicateQuery(schema, ((0, IndexSet.interval(a, b)),), id=f"r{a}_{b}")
+        for a in range(n)
+        for b in range(a + 1, n + 1)
+        if not (a == 0 and b == n)
+    ]
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+
+def dense_baseline(queries: Sequence[PredicateQuery], cap: float) -> float:
+    """Exact: a numpy array over the raw domain of the active attributes, one box add per query."""
+    schema = queries[0].schema
+    active = sorted({p for q in queries for p in q.active})
+    sizes = [schema.attributes[p].size for p in active]
+    if int(np.prod(sizes)) > 1 << 26:
+        raise Capped("domain too large for a dense array")
+    load = np.zeros(sizes)
+    start = time.perf_counter()
+    for i, q in enumerate(queries):
+        if q.is_contradiction:
+            continue
+        load[np.ix_(*(q.coverage(p).to_array() for p in active))] += 1.0
+        if i % 64 == 0 and time.perf_counter() - start > cap:
+            raise Capped
+    return float(load.max())
+
+
+def _graph_clique(queries: Sequence[PredicateQuery], out: Any) -> None:
+    g = nx.Graph()
+    g.add_nodes_from(range(len(queries)))
+    for a, b in itertools.combinations(range(len(queries)), 2):
+        if not queries[a].disjoint(queries[b]):
+            g.add_edge(a, b)
+    clique, _ = nx.max_weight_clique(g, weight=None)
+    out.put(float(len(clique)))
+
+
+def graph_baseline(queries: Sequence[PredicateQuery], cap: float) -> float:
+    """The paper's route: pairwise-overlap graph, exact maximum clique (networkx), in a child process
+    that is killed at the cap (the clique search cannot be interrupted otherwise)."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_graph_clique, args=(queries, out))
+    proc.start()
+    proc.join(cap)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise Capped
+    return float(out.get(timeout=5))
+
+
+# -- table ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    workload: str
+    t: int
+    ours: float
+    baseline: str
+    base_time: float | None
+    capped: bool
+    equal: str
+    target: str
+    met: str
+
+
+def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def measure(
+    name: str,
+    queries: Sequence[PredicateQuery],
+    baseline: str,
+    base_fn: Callable[[Sequence[PredicateQuery], float], float] | None,
+    cap: float,
+    target: float | None,
+    *,
+    runs: int = 3,
+    effort: float | None = None,
+    note_equal: str = "",
+) -> Row:
+    ours, res = median_time(lambda: max_overlap(queries, effort=effort), runs)
+    value = float(res.value)
+    base_time: float | None = None
+    capped = False
+    equal = "-"
+    if base_fn is not None:
+        start = time.perf_counter()
+        try:
+            bv = base_fn(queries, cap)
+            base_time = time.perf_counter() - start
+            equal = "yes" if abs(bv - value) < 1e-9 else f"NO ({value:g} vs {bv:g})"
+        except Capped:
+            base_time = time.perf_counter() - start
+            capped = True
+            equal = "n/a (capped)"
+    exact = "" if res.exact else f" [not exact: {float(res.lower):g}..{float(res.upper):g}]"
+    tgt = "-" if target is None else f"< {target:g} s"
+    met = "-" if target is None else ("yes" if ours < target and res.exact else "NO")
+    return Row(
+        f"{name} ({res.algorithm}, value {value:g}){exact}",
+        len(queries),
+        ours,
+        baseline,
+        base_time,
+        capped,
+        equal + note_equal,
+        tgt,
+        met,
+    )
+
+
+def index_row(n_existing: int, n_measured: int, rng: np.random.Generator, cap: float) -> Row:
+    names = ["age", "education-num", "hours-per-week"]
+    history = random_ranges(ADULT, names, n_existing + n_measured, rng)
+    index = OverlapIndex(ADULT, "sum")
+    for q in history[:n_existing]:
+        index.add(q, 1.0)
+    times = []
+    for q in history[n_existing:]:
+        start = time.perf_counter()
+        index.peek(q, 1.0)
+        index.add(q, 1.0)
+        times.append(time.perf_counter() - start)
+    ours = statistics.median(times)
+    # Baseline: recompute from scratch for a few admissions.
+    base_times = []
+    for q in history[n_existing : n_existing + 5]:
+        start = time.perf_counter()
+        max_overlap([*history[:n_existing], q], comp="sum")
+        base_times.append(time.perf_counter() - start)
+    full = max_overlap(history, comp="sum")
+    equal = "yes" if abs(float(full.value) - float(index.value)) < 1e-9 else "NO"
+    return Row(
+        f"OverlapIndex peek+add, {n_existing} held, 3 Adult attrs",
+        n_existing,
+        ours,
+        "recompute",
+        statistics.median(base_times),
+        False,
+        equal,
+        "< 0.002 s",
+        "yes" if ours < 0.002 else "NO",
+    )
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ["workload", "t", "ours (s)", "baseline", "base (s)", "ratio", "equal?", "target", "met?"]
+    lines = [header]
+    for r in rows:
+        if r.base_time is None:
+            bt, ratio = "-", "-"
+        else:
+            bt = (">" if r.capped else "") + f"{r.base_time:.3f}"
+            ratio = (">" if r.capped else "") + f"{r.base_time / max(r.ours, 1e-9):.0f}x"
+        lines.append([r.workload, str(r.t), f"{r.ours:.4f}", r.baseline, bt, ratio, r.equal, r.target, r.met])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for n, line in enumerate(lines):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="lower baseline caps")
+    parser.add_argument("--only", default="", help="run only rows whose name contains this text")
+    args = parser.parse_args()
+    cap = 20.0 if args.quick else 120.0
+    rng = np.random.default_rng(2024)
+    rows: list[Row] = []
+
+    def want(text: str) -> bool:
+        return args.only.lower() in text.lower()
+
+    three = ["age", "education-num", "hours-per-week"]
+    five = [*three, "capital-gain", "fnlwgt"]
+    if want("1-D random"):
+        _, qs = one_d(100_000, 1_000_000, rng)
+        rows.append(measure("1-D random ranges, domain 10^6", qs, "dense", dense_baseline, cap, 0.3))
+    if want("1-D prefix"):
+        _, qs = prefixes(10_000)
+        rows.append(measure("1-D prefix ranges, domain 10^4", qs, "dense", dense_baseline, cap, None))
+    if want("1-D all"):
+        _, qs = all_ranges(200)
+        rows.append(measure("1-D all ranges, domain 200", qs, "dense", dense_baseline, cap, None))
+    if want("3 adult"):
+        qs = random_ranges(ADULT, three, 10_000, rng)
+        rows.append(measure("ranges on 3 Adult attrs", qs, "dense", dense_baseline, cap, 1.0))
+        for t in (1_000, 3_000):
+            qs = random_ranges(ADULT, three, t, rng)
+            rows.append(
+                measure("ranges on 3 Adult attrs vs graph (>=100x)", qs, "graph", graph_baseline, cap, None)
+            )
+    if want("5 adult"):
+        for t in (1_000, 10_000):
+            qs = random_ranges(ADULT, five, t, rng)
+            rows.append(
+                measure(
+                    "ranges on 5 Adult attrs, effort 120 s",
+                    qs,
+                    "graph",
+                    graph_baseline,
+                    cap,
+                    None,
+                    runs=1,
+                    effort=120.0,
+                )
+            )
+    if want("mixed"):
+        analyst = ["age", "education-num", "race", "sex", "marital-status", "workclass"]
+        qs = mixed(analyst, 2_000, rng, (1, 3))
+        rows.append(
+            measure(
+                "mixed sets+ranges, 6 Adult attrs",
+                qs,
+                "graph",
+                graph_baseline,
+                cap,
+                2.0,
+                note_equal=" (graph: upper bound on sets)",
+            )
+        )
+        qs = mixed(ADULT.names, 2_000, rng, (1, 3))
+        for effort in (2.0, None):
+            label = "no effort limit" if effort is None else f"effort {effort:g} s"
+            rows.append(
+                measure(
+                    f"mixed sets+ranges, all 14 Adult attrs, {label}",
+                    qs,
+                    "graph",
+                    graph_baseline if effort is None else None,
+                    cap,
+                    2.0,
+                    runs=1,
+                    effort=effort,
+                    note_equal=" (graph: upper bound on sets)" if effort is None else "",
+                )
+            )
+    if want("census"):
+        _, qs = census(2_000, rng)
+        rows.append(measure("census race bits x age x sex", qs, "dense", dense_baseline, cap, None))
+        _, qs = census(1_000, rng)
+        rows.append(
+            measure(
+                "census race bits x age x sex",
+                qs,
+                "graph",
+                graph_baseline,
+                cap,
+                None,
+                note_equal=" (graph: upper bound on sets)",
+            )
+        )
+    if want("index"):
+        rows.append(index_row(10_000, 1_000, rng, cap))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
