@@ -13,7 +13,7 @@ used; MATH.md 5). The lower convex envelope of several f_i has profile $\\max_i\
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,36 +21,19 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import BudgetError, PureDP, check_delta
+from overlapdp.privacy.definitions import BudgetError, PureDP
 from overlapdp.privacy.pld import DEFAULT_H, PLD, compose_all
+from overlapdp.privacy.profile import PrivacyProfile
 
 _GRID_POINTS = 2001
 
 
-class TradeOff(ABC):
+class TradeOff(PrivacyProfile):
     """A symmetric trade-off function with a known (or safely bounded) privacy profile."""
 
     @abstractmethod
     def __call__(self, alpha: np.ndarray | float) -> np.ndarray:
         """f(alpha), elementwise (a safe lower bound where the class says so)."""
-
-    @abstractmethod
-    def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        """$\\delta(\\varepsilon)=1+f^*(-e^\\varepsilon)$ at each epsilon (an upper bound where not exact)."""
-
-    @abstractmethod
-    def loss_range(self) -> tuple[float, float]:
-        """Epsilons beyond which the profile is (essentially) constant."""
-
-    def delta_at(self, epsilon: float) -> float:
-        return float(self.profile(np.array([float(epsilon)]))[0])
-
-    def epsilon_at(self, delta: float) -> float:
-        check_delta(delta)
-        _, hi = self.loss_range()
-        if self.delta_at(hi) > delta:
-            return math.inf
-        return conv.invert_decreasing(self.delta_at, delta, 0.0, max(hi, 0.0))
 
     def pld(self, h: float = DEFAULT_H) -> PLD:
         """A pessimistic PLD with this trade-off (connect-the-dots from the profile)."""

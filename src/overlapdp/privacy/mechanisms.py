@@ -10,7 +10,6 @@ neighbouring directions have the same PLD), so their PLDs carry a single directi
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from scipy.special import log_ndtr
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.pld import DEFAULT_H, PLD
+from overlapdp.privacy.profile import PrivacyProfile
 
 if TYPE_CHECKING:
     from overlapdp.privacy.fdp import TradeOff
@@ -43,7 +43,7 @@ def _pos_int(name: str, value: float) -> int:
     return int(v)
 
 
-class Mechanism(ABC):
+class Mechanism(PrivacyProfile):
     """A mechanism's privacy cost. Subclasses are frozen dataclasses with validated parameters."""
 
     name: str = "mechanism"
@@ -72,24 +72,6 @@ class Mechanism(ABC):
         if p is not None:
             eps = [min(e, r) for e, r in zip(eps, conv.pure_rdp(p.epsilon, orders), strict=True)]
         return RDP(tuple(orders), tuple(eps))
-
-    @abstractmethod
-    def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        """Exact privacy profile delta(epsilon) (worse direction) at each epsilon (any real)."""
-
-    @abstractmethod
-    def loss_range(self) -> tuple[float, float]:
-        """An interval holding (all but a negligible, safely handled part of) the privacy loss."""
-
-    def delta_at(self, epsilon: float) -> float:
-        return float(self.profile(np.array([float(epsilon)]))[0])
-
-    def epsilon_at(self, delta: float) -> float:
-        check_delta(delta)
-        _, hi = self.loss_range()
-        if self.delta_at(hi) > delta:
-            return math.inf
-        return conv.invert_decreasing(self.delta_at, delta, 0.0, max(hi, 0.0))
 
     def approx(self, delta: float) -> ApproxDP:
         """The (epsilon, delta)-DP guarantee at a target delta."""
