@@ -50,6 +50,7 @@ from overlapdp.overlap.result import (
     SetComp,
     check_vectors,
     check_weights,
+    combine_components,
     comp_name,
 )
 from overlapdp.overlap.sweep import sweep_2d
@@ -144,6 +145,20 @@ def _finish(
     covering = c.covering(row)
     lower = lw.compose(covering)
     upper = lower if exact else max(lower, lw.outer(upper_load * (1 + _BOUND_SLACK)))
+    return _at_row(queries, c, row, covering, lower, upper, exact, algorithm)
+
+
+def _at_row(
+    queries: Sequence[PredicateQuery],
+    c: Compiled,
+    row: tuple[int, ...],
+    covering: np.ndarray,
+    lower: float,
+    upper: float,
+    exact: bool,
+    algorithm: str,
+) -> OverlapResult:
+    """A scalar result whose witness is ``row``, covered by exactly the queries ``covering``."""
     return OverlapResult(
         value=upper,
         exact=exact,
@@ -308,17 +323,7 @@ def _set_comp(
     covering = c.covering(row)
     lower = float(comp.value(covering.tolist()))
     upper_v = lower if exact else max(lower, min(bound, float(comp.upper(live.tolist()))))
-    return OverlapResult(
-        value=upper_v,
-        exact=exact,
-        upper=upper_v,
-        lower=lower,
-        witness=c.schema.row(row),
-        witness_row=row,
-        queries=_ids(queries, covering),
-        algorithm=algorithm,
-        query_indices=tuple(covering.tolist()),
-    )
+    return _at_row(queries, c, row, covering, lower, upper_v, exact, algorithm)
 
 
 def _vector(
@@ -344,18 +349,7 @@ def _vector(
     else:
         for j in range(k):
             parts.append(_scalar(queries, c, Loads("sum", vectors[:, j]), deadline, algorithm))
-    value = np.array([float(p.value) for p in parts])
-    return OverlapResult(
-        value=value,
-        exact=all(p.exact for p in parts),
-        upper=np.array([float(p.upper) for p in parts]),
-        lower=np.array([float(p.lower) for p in parts]),
-        witness=None,
-        witness_row=None,
-        queries=(),
-        algorithm="vector:" + "/".join(sorted({p.algorithm for p in parts})),
-        components=tuple(parts),
-    )
+    return combine_components(parts)
 
 
 def composed(values: Sequence[float], comp: str) -> float:

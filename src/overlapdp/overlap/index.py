@@ -40,6 +40,7 @@ from overlapdp.overlap.result import (
     UnknownQueryError,
     WeightError,
     check_weight,
+    combine_components,
     comp_name,
 )
 from overlapdp.query import PredicateQuery
@@ -390,7 +391,7 @@ class OverlapIndex:
             row = self._row(cell, query)
             parts[c] = self._result_at(row, c, query, load)
         if k > 1 or self._name == "vector":
-            return _combine(parts)
+            return combine_components(parts)
         return parts[0]
 
     def _parts(self, result: OverlapResult) -> list[OverlapResult]:
@@ -468,7 +469,7 @@ class OverlapIndex:
             assert cell is not None
             parts.append(self._result_at(self._row(cell), c))
         if self._name == "vector":
-            return _combine(parts)
+            return combine_components(parts)
         return parts[0]
 
     # -- generic mode ------------------------------------------------------------------------------
@@ -493,7 +494,7 @@ class OverlapIndex:
             if self._entries:
                 return current
             zero = self._result_at(tuple(0 for _ in self._schema.attributes), 0)
-            return _combine([zero] * self._kk) if self._name == "vector" else zero
+            return combine_components([zero] * self._kk) if self._name == "vector" else zero
         restricted: list[PredicateQuery] = []
         rloads: list[FloatArray] = []
         for e in self._entries.values():
@@ -548,19 +549,4 @@ class OverlapIndex:
             )
         if not changed:
             return current
-        return _combine(parts) if self._name == "vector" else parts[0]
-
-
-def _combine(parts: list[OverlapResult]) -> OverlapResult:
-    value = np.array([float(p.value) for p in parts])
-    return OverlapResult(
-        value=value,
-        exact=all(p.exact for p in parts),
-        upper=np.array([float(p.upper) for p in parts]),
-        lower=np.array([float(p.lower) for p in parts]),
-        witness=None,
-        witness_row=None,
-        queries=(),
-        algorithm="vector:" + "/".join(sorted({p.algorithm for p in parts})),
-        components=tuple(parts),
-    )
+        return combine_components(parts) if self._name == "vector" else parts[0]

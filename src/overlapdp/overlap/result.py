@@ -220,3 +220,18 @@ def comp_name(comp: Any) -> str:
     if comp in ("count", "sum", "l2", "vector"):
         return str(comp)
     raise CompError(f"unknown comp {comp!r}: use 'count', 'sum', 'l2', 'vector' or a SetComp")
+
+
+def combine_components(parts: Sequence[OverlapResult]) -> OverlapResult:
+    """The vector comp's result: one scalar result per component, each with its own witness."""
+    return OverlapResult(
+        value=np.array([float(p.value) for p in parts]),
+        exact=all(p.exact for p in parts),
+        upper=np.array([float(p.upper) for p in parts]),
+        lower=np.array([float(p.lower) for p in parts]),
+        witness=None,
+        witness_row=None,
+        queries=(),
+        algorithm="vector:" + "/".join(sorted({p.algorithm for p in parts})),
+        components=tuple(parts),
+    )
