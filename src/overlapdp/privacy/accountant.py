@@ -380,7 +380,9 @@ class Odometer:
         """The composed epsilon of a set depends only on how many charges of each distinct mechanism it
         holds, and grows with each count. So composing the per-mechanism maximum counts (each maximised
         over rows on its own, a vector overlap) is a safe upper bound; when some row attains it (checked
-        on each component's witness row) it is the exact maximum. None when that does not settle it."""
+        on each component's witness row) it is the exact maximum. None when that does not settle it.
+        (MATH.md 2: the overlap-aware epsilon(delta) is the maximum over maximal overlapping sets of the
+        composition's epsilon(delta), which is monotone in the set; PLD composition, MATH.md 5.)"""
         groups: dict[str, int] = {}
         label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
         k = len(groups)
