@@ -64,6 +64,8 @@ BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
 # Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
 GRIDBRANCH_SECONDS = 10.0
+# On box workloads the grid-branch search goes first, for up to this many seconds without an effort limit.
+BOX_GRIDBRANCH_SECONDS = 120.0
 # Largest segments x queries boolean table the searches build (bytes), and the largest for which the
 # pure branch and bound (float64 copies of the table) is tried.
 TABLE_LIMIT = 200_000_000
@@ -261,8 +263,11 @@ def _search(
         if out.exact:
             return _finish(queries, c, row, lw, True, 0.0, "branch")
         safe.append(out.upper)
-    if algorithm == "milp" or (algorithm == "auto" and _time_left(deadline)):
-        # HiGHS first: it solves most small and medium workloads in milliseconds.
+    # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
+    # is weak on them: there the search goes first and HiGHS only gets what time is left.
+    boxes = c.single_interval
+    if algorithm == "milp" or (algorithm == "auto" and not boxes and _time_left(deadline)):
+        # HiGHS first: it solves most small and medium value-set workloads in milliseconds.
         until = remaining(1.0) if algorithm == "milp" else _until(deadline, 0.5, MILP_FIRST_SECONDS)
         if run_milp(until):
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
@@ -279,7 +284,12 @@ def _search(
         split = Split(split.grid[:-1], [split.grid[-1]])
     if split is not None and split.rest and (len(split.grid) > 1 or algorithm == "gridbranch"):
         used.append("gridbranch")
-        until = remaining(1.0) if algorithm != "auto" else _until(deadline, 0.5, GRIDBRANCH_SECONDS)
+        if algorithm != "auto":
+            until = remaining(1.0)
+        elif boxes:
+            until = _until(deadline, 0.8, BOX_GRIDBRANCH_SECONDS)
+        else:
+            until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
         gb = grid_branch(c2, t2, loads, split, deadline=until)
         if gb.cell is not None and gb.best > best:
             row, best = c2.row(gb.cell), gb.best
