@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapdp.overlap import (
@@ -27,7 +27,9 @@ from overlapdp.overlap import (
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.compiled import compile_workload
+from overlapdp.overlap.wcsp import integral_loads
 from overlapdp.query import PredicateQuery, parse_where
+from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import schemas, where_clauses
 
@@ -350,3 +352,83 @@ def test_effort_limit_is_honoured_on_a_hard_workload() -> None:
     longer = max_overlap(queries, effort=3.0)
     assert float(longer.upper) >= float(r.lower)
     assert float(r.upper) >= float(longer.lower)
+
+
+# -- the toulbar2 route (overlap/wcsp.py) -------------------------------------------------------------
+
+integer_weights_st = st.integers(0, 4).map(float)
+
+
+@settings(max_examples=40, deadline=None)
+@given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.data())
+def test_wcsp_route_equals_brute_force(
+    wl: tuple[Schema, list[PredicateQuery], list[float]], comp: str, data: st.DataObject
+) -> None:
+    """toulbar2 (a child process) on integer loads: the brute-force value, with a checked witness."""
+    _, queries, _ = wl
+    weights = [data.draw(integer_weights_st) for _ in queries]
+    r = max_overlap(queries, weights, comp, algorithm="wcsp")  # type: ignore[arg-type]
+    truth = brute_force_overlap(queries, weights, comp)  # type: ignore[arg-type]
+    assert r.exact
+    assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9, abs=1e-12)
+    check_witness(queries, [1.0] * len(queries) if comp == "count" else weights, r, comp)
+
+
+def test_wcsp_route_refuses_loads_that_are_not_multiples_of_one_unit() -> None:
+    schema = Schema((CategoricalAttribute("x", ("a", "b", "c")), CategoricalAttribute("y", ("a", "b"))))
+    queries = [
+        parse_where(schema, "x IN ('a', 'b') AND y = 'a'", id="p"),
+        parse_where(schema, "x IN ('b', 'c')", id="q"),
+    ]
+    with pytest.raises(CompError, match="integer multiples"):
+        max_overlap(queries, [0.1, 0.3], "sum", algorithm="wcsp")
+    assert float(max_overlap(queries, [0.5, 1.5], "sum", algorithm="wcsp").value) == 2.0
+
+
+def test_integral_loads_is_exact_or_none() -> None:
+    k, unit = integral_loads(np.array([0.5, 1.0, 0.0, 1.5]))  # type: ignore[misc]
+    assert k.tolist() == [1, 2, 0, 3] and unit == 0.5
+    assert integral_loads(np.array([0.1, 0.3])) is None  # 0.3 / 0.1 is not exactly 3 in floating point
+    k, unit = integral_loads(np.array([2.0, 3.0, 0.0]))  # type: ignore[misc]
+    assert k.tolist() == [2, 3, 0] and unit == 1.0
+    k, unit = integral_loads(np.array([0.75, 0.5]))  # type: ignore[misc]
+    assert k.tolist() == [3, 2] and unit == 0.25
+    k, unit = integral_loads(np.array([0.1, 0.1]))  # type: ignore[misc]
+    assert k.tolist() == [1, 1] and unit == 0.1
+    assert integral_loads(np.array([1.0, math.pi])) is None
+
+
+def _hard_value_set_workload() -> list[PredicateQuery]:
+    """600 random value sets and ranges on 1-3 of Adult's 14 attributes: toulbar2 needs ~5 s here."""
+    schema = adult_schema()
+    rng = np.random.default_rng(2024)
+    out = []
+    for i in range(600):
+        covs: dict[str, IndexSet] = {}
+        k = int(rng.integers(1, 4))
+        for name in rng.choice(list(schema.names), size=k, replace=False).tolist():
+            size = schema.attribute(name).size
+            if rng.random() < 0.5:
+                covs[name] = IndexSet.from_indices(
+                    rng.choice(size, size=int(rng.integers(1, size)), replace=False)
+                )
+            else:
+                a, b = sorted(rng.integers(0, size, 2).tolist())
+                covs[name] = IndexSet.interval(a, b + 1)
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return out
+
+
+def test_wcsp_stopped_by_its_timer_is_not_reported_exact() -> None:
+    """toulbar2 cut short by the effort limit gives a safe bound, never a claimed optimum it did not prove
+    (its solve() says "a solution was found", not "the search ended"; the route reads the "limited" flag)."""
+    queries = _hard_value_set_workload()
+    short = max_overlap(queries, effort=3.0, algorithm="wcsp")
+    full = max_overlap(queries, algorithm="wcsp")
+    assert full.exact and full.algorithm == "wcsp"
+    truth = float(full.value)
+    assert float(short.upper) >= truth
+    assert float(short.lower) <= truth
+    assert short.exact == (float(short.value) == truth)
+    # The point of the test: the child's 1 s CPU timer cut a search that needs ~5 s on this machine.
+    assert not short.exact

@@ -7,11 +7,16 @@ algorithms. The route is picked from the workload's shape:
 2. the dense segment grid when it fits in memory (one active attribute: the endpoint sweep);
 3. two active attributes with one interval each: sweep plus a lazy max/add segment tree;
 4. otherwise atoms (alike segments merged, dominated ones dropped): the dense grid over the atoms if it
-   fits; else, in turn: a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`,
-   which also serves :class:`SetComp`), HiGHS (scipy ``milp``) for up to ``MILP_FIRST_SECONDS``, a
-   best-first search over some attributes with a dense grid over the others
-   (:mod:`overlapdp.overlap.gridbranch`, good for many boxes) for up to ``GRIDBRANCH_SECONDS``, and
-   HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
+   fits; else a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`, which
+   also serves :class:`SetComp`), then by shape:
+
+   - boxes (one interval per attribute): a best-first search over some attributes with a dense grid
+     over the others (:mod:`overlapdp.overlap.gridbranch`), then HiGHS for the time left;
+   - value sets: HiGHS (scipy ``milp``) for a short first try, then toulbar2 on cost tables by scope
+     (:mod:`overlapdp.overlap.wcsp`; integer multiples of one load unit, tables within a size budget),
+     which proves hard value-set workloads far sooner than HiGHS; when toulbar2 does not apply, the
+     grid-branch search and HiGHS again for the time left (to the end without an effort limit, so the
+     answer is then exact).
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
@@ -28,8 +33,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from overlapdp.overlap import wcsp
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import atom_tables, branch_and_bound
+from overlapdp.overlap.branch import AtomTable, atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.grid import grid_feasible, grid_maximum
 from overlapdp.overlap.gridbranch import (
@@ -57,11 +63,13 @@ from overlapdp.overlap.sweep import sweep_2d
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp"]
+Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "wcsp"]
 
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
+# When toulbar2 can take the workload, HiGHS's first try is shorter.
+MILP_BEFORE_WCSP_SECONDS = 1.0
 # Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
 GRIDBRANCH_SECONDS = 10.0
 # On box workloads the grid-branch search goes first, for up to this many seconds without an effort limit.
@@ -97,7 +105,7 @@ def max_overlap(
         isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
     ):
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
-    if algorithm not in ("auto", "grid", "sweep2d", "gridbranch", "branch", "milp"):
+    if algorithm not in ("auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "wcsp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
@@ -266,11 +274,39 @@ def _search(
     # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
     # is weak on them: there the search goes first and HiGHS only gets what time is left.
     boxes = c.single_interval
+    problem = None
+    if algorithm == "wcsp" or (algorithm == "auto" and not boxes):
+        problem = _wcsp_problem(t2, loads)
+        if algorithm == "wcsp" and problem is None:
+            raise CompError(
+                "the toulbar2 route needs pytoulbar2, loads that are integer multiples of one unit, "
+                "and cost tables within the size budget"
+            )
     if algorithm == "milp" or (algorithm == "auto" and not boxes and _time_left(deadline)):
-        # HiGHS first: it solves most small and medium value-set workloads in milliseconds.
-        until = remaining(1.0) if algorithm == "milp" else _until(deadline, 0.5, MILP_FIRST_SECONDS)
+        # HiGHS first: it solves most small and medium value-set workloads in milliseconds. When
+        # toulbar2 can take over it gets less time: on hard value-set workloads toulbar2 is far faster.
+        if algorithm == "milp":
+            until = remaining(1.0)
+        elif problem is not None:
+            until = _until(deadline, 0.25, MILP_BEFORE_WCSP_SECONDS)
+        else:
+            until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
         if run_milp(until):
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+    if problem is not None and _time_left(deadline):
+        used.append("wcsp")
+        pb, unit = problem
+        # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
+        incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
+        ws = wcsp.solve(pb, incumbent, deadline)
+        if ws.cell is not None and ws.best * unit > best:
+            row, best = c2.row(ws.cell), ws.best * unit
+        if ws.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+        if ws.upper is not None:
+            safe.append(ws.upper * unit)
+        if algorithm == "wcsp":
+            return _finish(queries, c, row, lw, False, min(safe), "+".join(used))
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
         # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
@@ -303,6 +339,18 @@ def _search(
     if col is not None:
         safe.append(col)
     return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
+
+
+def _wcsp_problem(tables: Sequence[AtomTable], loads: FloatArray) -> tuple[wcsp.Problem, float] | None:
+    """toulbar2's cost tables and the load unit, or None when that route does not apply."""
+    if not wcsp.available():
+        return None
+    integral = wcsp.integral_loads(loads)
+    if integral is None:
+        return None
+    weights, unit = integral
+    problem = wcsp.build(tables, weights)
+    return None if problem is None else (problem, unit)
 
 
 def _set_comp(
