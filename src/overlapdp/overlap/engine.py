@@ -68,8 +68,14 @@ Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
-# When toulbar2 can take the workload, HiGHS's first try is shorter.
-MILP_BEFORE_WCSP_SECONDS = 1.0
+# When toulbar2 can take the workload, HiGHS's first try is this short, and toulbar2 gets this share of
+# the time left under an effort limit (the rest is for the other routes' bounds if it is stopped).
+MILP_BEFORE_WCSP_SECONDS = 0.2
+WCSP_SHARE = 0.8
+# HiGHS either stops before presolve or runs presolve and the root LP whatever its time limit (~0.3 s
+# for 2 000 queries on 14 attributes): slices shorter than these overshoot the effort limit for nothing.
+MILP_MIN_SECONDS = 0.1
+MILP_LAST_SECONDS = 0.5
 # Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
 GRIDBRANCH_SECONDS = 10.0
 # On box workloads the grid-branch search goes first, for up to this many seconds without an effort limit.
@@ -211,6 +217,11 @@ def _time_left(deadline: float | None) -> bool:
     return deadline is None or time.monotonic() < deadline
 
 
+def _worth(deadline: float | None, seconds: float) -> bool:
+    """Whether at least ``seconds`` are left (always, without a deadline)."""
+    return deadline is None or deadline - time.monotonic() >= seconds
+
+
 def _until(deadline: float | None, share: float, cap: float) -> float:
     """A stage's own deadline: ``share`` of the time left, and at most ``cap`` seconds."""
     now = time.monotonic()
@@ -271,34 +282,42 @@ def _search(
         if out.exact:
             return _finish(queries, c, row, lw, True, 0.0, "branch")
         safe.append(out.upper)
+    coloured = False
+    if deadline is not None:
+        # Under an effort limit the search may stop early: the colouring bound is taken now, inside the
+        # limit, rather than after the deadline (it costs ~0.25 s at 2 000 queries).
+        col = colouring_bound(t2, loads)
+        coloured = True
+        if col is not None:
+            safe.append(col)
     # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
-    # is weak on them: there the search goes first and HiGHS only gets what time is left.
+    # is weak on them.
     boxes = c.single_interval
     problem = None
-    if algorithm == "wcsp" or (algorithm == "auto" and not boxes):
+    if algorithm in ("auto", "wcsp"):
         problem = _wcsp_problem(t2, loads)
         if algorithm == "wcsp" and problem is None:
             raise CompError(
-                "the toulbar2 route needs pytoulbar2, loads that are integer multiples of one unit, "
-                "and cost tables within the size budget"
+                "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
             )
-    if algorithm == "milp" or (algorithm == "auto" and not boxes and _time_left(deadline)):
-        # HiGHS first: it solves most small and medium value-set workloads in milliseconds. When
-        # toulbar2 can take over it gets less time: on hard value-set workloads toulbar2 is far faster.
+    if algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS)):
+        # HiGHS first: it solves small and medium value-set workloads in milliseconds, without the
+        # child process toulbar2 needs. When toulbar2 can take over, this try is short.
         if algorithm == "milp":
             until = remaining(1.0)
         elif problem is not None:
-            until = _until(deadline, 0.25, MILP_BEFORE_WCSP_SECONDS)
+            until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)
         else:
             until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
-        if run_milp(until):
+        if (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until):
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
     if problem is not None and _time_left(deadline):
         used.append("wcsp")
         pb, unit = problem
         # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
         incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
-        ws = wcsp.solve(pb, incumbent, deadline)
+        # Most of the time left: past it, a fifth stays for the other routes' bounds.
+        ws = wcsp.solve(pb, incumbent, remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE))
         if ws.cell is not None and ws.best * unit > best:
             row, best = c2.row(ws.cell), ws.best * unit
         if ws.exact:
@@ -332,12 +351,13 @@ def _search(
         if gb.exact:
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
         safe.append(gb.upper)
-    if algorithm == "auto" and _time_left(deadline) and run_milp(deadline):
+    if algorithm == "auto" and _worth(deadline, MILP_LAST_SECONDS) and run_milp(deadline):
         # HiGHS again for the time left (to the end when there is no effort limit: then exact).
         return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-    col = colouring_bound(t2, loads)
-    if col is not None:
-        safe.append(col)
+    if not coloured:
+        col = colouring_bound(t2, loads)
+        if col is not None:
+            safe.append(col)
     return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
 
 
@@ -349,8 +369,7 @@ def _wcsp_problem(tables: Sequence[AtomTable], loads: FloatArray) -> tuple[wcsp.
     if integral is None:
         return None
     weights, unit = integral
-    problem = wcsp.build(tables, weights)
-    return None if problem is None else (problem, unit)
+    return wcsp.build(tables, weights), unit
 
 
 def _set_comp(
