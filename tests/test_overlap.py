@@ -4,6 +4,7 @@ definition by subset enumeration. Witnesses are checked row by row with Predicat
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,10 +24,12 @@ from overlapdp.overlap import (
     graph_overlap,
     max_overlap,
     subset_overlap,
+    wcsp,
 )
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.compiled import compile_workload
+from overlapdp.overlap.gridbranch import kept_tables
 from overlapdp.overlap.wcsp import integral_loads
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
@@ -432,3 +435,48 @@ def test_wcsp_stopped_by_its_timer_is_not_reported_exact() -> None:
     assert short.exact == (float(short.value) == truth)
     # The point of the test: the child's 1 s CPU timer cut a search that needs ~3 s on this machine.
     assert not short.exact
+
+
+@st.composite
+def many_attribute_boxes(draw: st.DrawFn) -> list[PredicateQuery]:
+    """Random boxes on 6 attributes of 40 values: no dense grid fits, so the searches run."""
+    schema = Schema(tuple(IntAttribute(f"x{j}", 0, 39) for j in range(6)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    queries = []
+    for i in range(draw(st.integers(60, 160))):
+        covs = {}
+        for j in range(6):
+            if rng.random() < 0.8:
+                a, b = sorted(rng.integers(0, 40, 2).tolist())
+                covs[f"x{j}"] = IndexSet.interval(a, b + 1)
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return queries
+
+
+@settings(max_examples=15, deadline=None)
+@given(many_attribute_boxes(), st.sampled_from(["auto", "wcsp", "gridbranch"]))
+def test_boxes_on_many_attributes_equal_the_clique_route(
+    queries: list[PredicateQuery], algorithm: Any
+) -> None:
+    """toulbar2 and the grid-branch search, alone and side by side (auto), against the paper's route:
+    the exact maximum clique of the overlap graph, the true maximum for boxes by Helly's theorem."""
+    r = max_overlap(queries, algorithm=algorithm)
+    truth = graph_overlap(queries)
+    assert truth.exact and r.exact
+    assert float(r.value) == float(truth.value)
+    check_witness(queries, [1.0] * len(queries), r, "count")
+
+
+def test_wcsp_run_can_be_cancelled_and_leaves_no_files() -> None:
+    queries = _hard_value_set_workload()
+    c = compile_workload(queries, queries[0].schema)
+    tables = kept_tables(atom_tables(c))
+    integral = integral_loads(np.ones(c.live.size))
+    assert integral is not None
+    run = wcsp.start(wcsp.build(tables, integral[0]), 0, None)
+    assert isinstance(run, wcsp.Run)
+    folder = run._folder
+    assert not run.proved()  # the search needs seconds; proved() does not wait
+    run.cancel()
+    assert not os.path.exists(folder)
+    assert run.outcome().failure == "stopped at the deadline" and not run.outcome().exact

@@ -8,15 +8,12 @@ algorithms. The route is picked from the workload's shape:
 3. two active attributes with one interval each: sweep plus a lazy max/add segment tree;
 4. otherwise atoms (alike segments merged, dominated ones dropped): the dense grid over the atoms if it
    fits; else a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`, which
-   also serves :class:`SetComp`), then by shape:
-
-   - boxes (one interval per attribute): a best-first search over some attributes with a dense grid
-     over the others (:mod:`overlapdp.overlap.gridbranch`), then HiGHS for the time left;
-   - value sets: HiGHS (scipy ``milp``) for a short first try, then toulbar2 on cost tables by scope
-     (:mod:`overlapdp.overlap.wcsp`; integer multiples of one load unit, tables within a size budget),
-     which proves hard value-set workloads far sooner than HiGHS; when toulbar2 does not apply, the
-     grid-branch search and HiGHS again for the time left (to the end without an effort limit, so the
-     answer is then exact).
+   also serves :class:`SetComp`); then, for value sets, a short first try of HiGHS (scipy ``milp``,
+   which solves small ones in milliseconds); then toulbar2 on a cost function network
+   (:mod:`overlapdp.overlap.wcsp`, when the loads are integer multiples of one unit), which proves
+   hard workloads, value sets or boxes on many attributes, far sooner than HiGHS; then a best-first
+   search over some attributes with a dense grid over the others (:mod:`overlapdp.overlap.gridbranch`)
+   and HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
@@ -311,21 +308,6 @@ def _search(
             until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
         if (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until):
             return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-    if problem is not None and _time_left(deadline):
-        used.append("wcsp")
-        pb, unit = problem
-        # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
-        incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
-        # Most of the time left: past it, a fifth stays for the other routes' bounds.
-        ws = wcsp.solve(pb, incumbent, remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE))
-        if ws.cell is not None and ws.best * unit > best:
-            row, best = c2.row(ws.cell), ws.best * unit
-        if ws.exact:
-            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-        if ws.upper is not None:
-            safe.append(ws.upper * unit)
-        if algorithm == "wcsp":
-            return _finish(queries, c, row, lw, False, min(safe), "+".join(used))
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
         # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
@@ -337,7 +319,44 @@ def _search(
             ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
             return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
         split = Split(split.grid[:-1], [split.grid[-1]])
-    if split is not None and split.rest and (len(split.grid) > 1 or algorithm == "gridbranch"):
+    searchable = split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
+    searched = False
+    if problem is not None and _time_left(deadline):
+        used.append("wcsp")
+        pb, unit = problem
+        # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
+        incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
+        # Most of the time left: past it, a fifth stays for the other routes' bounds.
+        until = remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE)
+        run = wcsp.start(pb, incumbent, until)
+        if isinstance(run, wcsp.Run) and algorithm == "auto" and searchable:
+            # toulbar2 works in its own process (another core); meanwhile the grid-branch search runs
+            # here (faster on many boxes on few attributes), and the first to prove the optimum wins.
+            assert split is not None
+            used.append("gridbranch")
+            searched = True
+            try:
+                gb = grid_branch(c2, t2, loads, split, deadline=until, stop=run.proved)
+            except BaseException:
+                run.cancel()  # no orphan solver left running after an interrupt
+                raise
+            if gb.cell is not None and gb.best > best:
+                row, best = c2.row(gb.cell), gb.best
+            if gb.exact:
+                run.cancel()
+                return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+            safe.append(gb.upper)
+        ws = run if isinstance(run, wcsp.WcspOutcome) else run.outcome()
+        if ws.cell is not None and ws.best * unit > best:
+            row, best = c2.row(ws.cell), ws.best * unit
+        if ws.exact:
+            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+        if ws.upper is not None:
+            safe.append(ws.upper * unit)
+        if algorithm == "wcsp":
+            return _finish(queries, c, row, lw, False, min(safe), "+".join(used))
+    if searchable and not searched and _time_left(deadline):
+        assert split is not None
         used.append("gridbranch")
         if algorithm != "auto":
             until = remaining(1.0)

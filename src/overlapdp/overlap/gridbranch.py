@@ -17,7 +17,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,8 +95,13 @@ def grid_branch(
     *,
     deadline: float | None = None,
     node_limit: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BranchOutcome:
-    """Maximise the total load over rows; ``cell`` in the outcome is in segment indices of ``c``."""
+    """Maximise the total load over rows; ``cell`` in the outcome is in segment indices of ``c``.
+
+    ``stop`` is asked before every node; when it says True the search ends as at the deadline (used
+    when another solver running alongside has proved the optimum).
+    """
     live = c.live
     n_live = live.shape[0]
     plan = GridPlan(c, split.grid)
@@ -155,6 +160,7 @@ def grid_branch(
         if best_cell is not None and (
             (deadline is not None and time.monotonic() > deadline)
             or (node_limit is not None and nodes >= node_limit)
+            or (stop is not None and stop())
         ):
             break
         heapq.heappop(heap)

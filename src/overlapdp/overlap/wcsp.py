@@ -22,10 +22,10 @@ rounding could move the optimum and :func:`integral_loads` returns None. The sol
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,12 +150,18 @@ class WcspOutcome:
 
 
 def solve(problem: Problem, incumbent: int, deadline: float | None) -> WcspOutcome:
-    """Run toulbar2 in a child process until ``deadline`` (``time.monotonic()``); see the module docstring.
+    """Run toulbar2 in a child process until ``deadline`` (``time.monotonic()``) and wait for it."""
+    run = start(problem, incumbent, deadline)
+    return run if isinstance(run, WcspOutcome) else run.outcome()
+
+
+def start(problem: Problem, incumbent: int, deadline: float | None) -> Run | WcspOutcome:
+    """Start toulbar2 in a child process that stops by ``deadline``; see the module docstring.
 
     ``incumbent`` is the integer load of a row already known: only rows at least as good are searched.
+    Returns the running child, or at once an empty outcome when there is too little time to start one.
     """
     seconds = 0.0
-    wait: float | None = None
     if deadline is not None:
         wait = deadline - time.monotonic()
         if wait < _STARTUP:
@@ -163,7 +169,6 @@ def solve(problem: Problem, incumbent: int, deadline: float | None) -> WcspOutco
         seconds = wait - 0.05  # the child's own stop, a little before it is killed
     variable = problem.total - problem.constant
     ub = variable - max(incumbent - problem.constant, 0) + 1
-    buf = io.BytesIO()
     arrays: dict[str, np.ndarray] = {
         "sizes": np.array(problem.sizes, dtype=np.int64),
         "ub": np.array(ub, dtype=np.int64),
@@ -174,39 +179,92 @@ def solve(problem: Problem, incumbent: int, deadline: float | None) -> WcspOutco
     for j, (unary, member) in enumerate(zip(problem.unary, problem.box_member, strict=True)):
         arrays[f"unary{j}"] = unary
         arrays[f"member{j}"] = member
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
-    fd, path = tempfile.mkstemp(prefix="overlapdp-wcsp-", suffix=".json")
-    os.close(fd)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, str(_WORKER), path],
-            stdin=subprocess.PIPE,
+    folder = tempfile.mkdtemp(prefix="overlapdp-wcsp-")
+    np.savez(os.path.join(folder, "problem.npz"), **arrays)  # type: ignore[arg-type]
+    return Run(problem, incumbent, deadline, folder)
+
+
+class Run:
+    """A running toulbar2 child: poll it, read its outcome, or stop it. Files live in one temp folder."""
+
+    def __init__(self, problem: Problem, incumbent: int, deadline: float | None, folder: str) -> None:
+        self._problem = problem
+        self._incumbent = incumbent
+        self._deadline = deadline
+        self._folder = folder
+        self._result: WcspOutcome | None = None
+        self._err = open(os.path.join(folder, "stderr"), "wb")  # noqa: SIM115 (closed in _collect())
+        # Standard input, output and error are files, so no pipe can fill up and block either side.
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(_WORKER),
+                os.path.join(folder, "problem.npz"),
+                os.path.join(folder, "out.json"),
+            ],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._err,
         )
+
+    def proved(self) -> bool:
+        """Whether the child has ended with a proved optimum (never blocks)."""
+        if self._result is None and self._proc.poll() is not None:
+            self._collect()
+        return self._result is not None and self._result.exact
+
+    def outcome(self) -> WcspOutcome:
+        """Wait for the child until the deadline (then kill it) and return what it found."""
+        if self._result is None:
+            wait = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+            try:
+                self._proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            except BaseException:
+                self.cancel()  # interrupted while waiting: no orphan solver left running
+                raise
+            self._collect()
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """Stop the child (its answer is no longer needed) and remove its files."""
+        if self._result is None:
+            self._proc.kill()
+            self._proc.wait()
+            self._collect()
+
+    def _collect(self) -> None:
+        self._err.close()
         try:
-            _, err = proc.communicate(buf.getvalue(), timeout=wait)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+            self._result = self._read()
+        finally:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _read(self) -> WcspOutcome:
+        code = self._proc.returncode
+        if code is not None and code < 0:
             return WcspOutcome(None, -1, None, False, "stopped at the deadline")
-        if proc.returncode != 0:
-            return WcspOutcome(None, -1, None, False, err.decode(errors="replace").strip()[-500:])
-        with open(path, encoding="utf-8") as fh:
+        if code != 0:
+            with open(os.path.join(self._folder, "stderr"), "rb") as fh:
+                return WcspOutcome(None, -1, None, False, fh.read().decode(errors="replace").strip()[-500:])
+        with open(os.path.join(self._folder, "out.json"), encoding="utf-8") as fh:
             result = json.load(fh)
-    finally:
-        os.unlink(path)
-    dual = float(result["dual"])
-    # The minimum uncovered load is an integer >= dual, so at most ``variable - floor(dual)`` is covered;
-    # the 1e-6 absorbs a float rendering of an integral dual bound just above it, never more.
-    upper = problem.constant + variable - math.floor(dual + 1e-6)
-    if result["values"] is None:
-        # A complete search that found nothing cheaper than ub proves the incumbent optimal.
-        proved = bool(result["complete"])
-        return WcspOutcome(None, -1, incumbent if proved else max(upper, incumbent), proved)
-    cost = round(float(result["cost"]))
-    best = problem.constant + variable - cost
-    cell = tuple(int(v) for v in result["values"])
-    if result["complete"]:
-        return WcspOutcome(cell, best, best, True)
-    return WcspOutcome(cell, best, max(upper, best), upper <= best)
+        problem, incumbent = self._problem, self._incumbent
+        variable = problem.total - problem.constant
+        dual = float(result["dual"])
+        # The minimum uncovered load is an integer >= dual, so at most ``variable - floor(dual)`` is
+        # covered; the 1e-6 absorbs a float rendering of an integral dual bound just above it, never more.
+        upper = problem.constant + variable - math.floor(dual + 1e-6)
+        if result["values"] is None:
+            # A complete search that found nothing cheaper than ub proves the incumbent optimal.
+            proved = bool(result["complete"])
+            return WcspOutcome(None, -1, incumbent if proved else max(upper, incumbent), proved)
+        cost = round(float(result["cost"]))
+        best = problem.constant + variable - cost
+        cell = tuple(int(v) for v in result["values"])
+        if result["complete"]:
+            return WcspOutcome(cell, best, best, True)
+        return WcspOutcome(cell, best, max(upper, best), upper <= best)

@@ -1,16 +1,16 @@
 """Child process that solves one weighted constraint problem with toulbar2 (see :mod:`overlapdp.overlap.wcsp`).
 
-Run as ``python .../overlap/wcsp_worker.py RESULT_PATH`` (a script, so that the child does not import
-the whole package: that alone takes most of a second); reads an ``.npz`` from standard input
-(atoms per attribute, initial upper bound, time limit, unary costs, and the boxes) and writes a JSON object to
-RESULT_PATH: the best assignment found (one atom index per attribute; the box variables are dropped) with its cost, and toulbar2's
-global dual bound (a lower bound on the minimum cost). toulbar2 keeps global state and installs its own
-CPU-time alarm, so it runs in a process of its own: a crash or a kill cannot take the caller down.
+Run as ``python .../overlap/wcsp_worker.py PROBLEM.npz RESULT.json`` (a script, so that the child does
+not import the whole package: that alone takes most of a second). Reads the network (atoms per
+attribute, initial upper bound, time limit, unary costs, the boxes) and writes to RESULT.json the best
+assignment found (one atom index per attribute; the box variables are dropped) with its cost,
+toulbar2's global dual bound (a lower bound on the minimum cost), and whether the search ran to its end
+(then the cost is the minimum). toulbar2 keeps global state and installs its own CPU-time alarm, so it
+runs in a process of its own: a crash or a kill cannot take the caller down.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import time
@@ -75,8 +75,9 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
 
 
 def main() -> None:
-    result_path = sys.argv[1]
-    data = dict(np.load(io.BytesIO(sys.stdin.buffer.read())))
+    problem_path, result_path = sys.argv[1], sys.argv[2]
+    with np.load(problem_path) as npz:
+        data = dict(npz)
     result = solve(data)
     with open(result_path, "w", encoding="utf-8") as fh:
         json.dump(result, fh)
