@@ -255,13 +255,19 @@ def _search(
             return None
         return time.monotonic() + max(deadline - time.monotonic(), 0.0) * share
 
-    def run_milp(until: float | None) -> bool:
+    def offer(cell: tuple[int, ...] | None, value: float) -> None:
         nonlocal row, best
+        if cell is not None and value > best:
+            row, best = c2.row(cell), value
+
+    def proved() -> OverlapResult:
+        return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+
+    def run_milp(until: float | None) -> bool:
         used.append("milp")
         left = None if until is None else max(until - time.monotonic(), 0.0)
         m = solve_milp(t2, loads, left)
-        if m.cell is not None and m.best > best:
-            row, best = c2.row(m.cell), m.best
+        offer(m.cell, m.best)
         if not m.exact:
             safe.append(m.upper)
         return m.exact
@@ -274,40 +280,10 @@ def _search(
         out = branch_and_bound(
             c2, t2, loads, deadline=remaining(0.1 if algorithm == "auto" else 1.0), node_limit=node_limit
         )
-        if out.cell is not None:
-            row, best = c2.row(out.cell), out.best
+        offer(out.cell, out.best)
         if out.exact:
-            return _finish(queries, c, row, lw, True, 0.0, "branch")
+            return proved()
         safe.append(out.upper)
-    coloured = False
-    if deadline is not None:
-        # Under an effort limit the search may stop early: the colouring bound is taken now, inside the
-        # limit, rather than after the deadline (it costs ~0.25 s at 2 000 queries).
-        col = colouring_bound(t2, loads)
-        coloured = True
-        if col is not None:
-            safe.append(col)
-    # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
-    # is weak on them.
-    boxes = c.single_interval
-    problem = None
-    if algorithm in ("auto", "wcsp"):
-        problem = _wcsp_problem(t2, loads)
-        if algorithm == "wcsp" and problem is None:
-            raise CompError(
-                "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
-            )
-    if algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS)):
-        # HiGHS first: it solves small and medium value-set workloads in milliseconds, without the
-        # child process toulbar2 needs. When toulbar2 can take over, this try is short.
-        if algorithm == "milp":
-            until = remaining(1.0)
-        elif problem is not None:
-            until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)
-        else:
-            until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
-        if (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until):
-            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
         # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
@@ -319,60 +295,83 @@ def _search(
             ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
             return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
         split = Split(split.grid[:-1], [split.grid[-1]])
-    searchable = split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
-    searched = False
+    problem = None
+    if algorithm in ("auto", "wcsp"):
+        problem = _wcsp_problem(t2, loads)
+        if algorithm == "wcsp" and problem is None:
+            raise CompError(
+                "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
+            )
+    # toulbar2 first, in its own process (another core): the stages below run alongside it, and the
+    # first to prove the optimum ends the others.
+    run: wcsp.Run | None = None
+    run_until: float | None = None
+    unit = 1.0
     if problem is not None and _time_left(deadline):
         used.append("wcsp")
         pb, unit = problem
         # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
         incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
         # Most of the time left: past it, a fifth stays for the other routes' bounds.
-        until = remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE)
-        run = wcsp.start(pb, incumbent, until)
-        if isinstance(run, wcsp.Run) and algorithm == "auto" and searchable:
-            # toulbar2 works in its own process (another core); meanwhile the grid-branch search runs
-            # here (faster on many boxes on few attributes), and the first to prove the optimum wins.
+        run_until = remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE)
+        started = wcsp.start(pb, incumbent, run_until)
+        if isinstance(started, wcsp.Run):
+            run = started
+    try:
+        # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP
+        # relaxation is weak on them.
+        boxes = c.single_interval
+        if algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS)):
+            # HiGHS solves small and medium value-set workloads in milliseconds; alongside toulbar2
+            # this try is short.
+            if algorithm == "milp":
+                until = remaining(1.0)
+            elif problem is not None:
+                until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)
+            else:
+                until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
+            if (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until):
+                return proved()
+        coloured = False
+        if deadline is not None:
+            # Under an effort limit the search may stop early: the colouring bound is taken now, inside
+            # the limit, rather than after the deadline (it costs ~0.25 s at 2 000 queries).
+            col = colouring_bound(t2, loads)
+            coloured = True
+            if col is not None:
+                safe.append(col)
+        searchable = (
+            split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
+        )
+        if searchable and _time_left(deadline):
             assert split is not None
             used.append("gridbranch")
-            searched = True
-            try:
-                gb = grid_branch(c2, t2, loads, split, deadline=until, stop=run.proved)
-            except BaseException:
-                run.cancel()  # no orphan solver left running after an interrupt
-                raise
-            if gb.cell is not None and gb.best > best:
-                row, best = c2.row(gb.cell), gb.best
+            if run is not None:
+                until = run_until  # alongside toulbar2, stopped when it proves the optimum
+            elif algorithm != "auto":
+                until = remaining(1.0)
+            elif boxes:
+                until = _until(deadline, 0.8, BOX_GRIDBRANCH_SECONDS)
+            else:
+                until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
+            gb = grid_branch(c2, t2, loads, split, deadline=until, stop=None if run is None else run.proved)
+            offer(gb.cell, gb.best)
             if gb.exact:
-                run.cancel()
-                return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+                return proved()
             safe.append(gb.upper)
-        ws = run if isinstance(run, wcsp.WcspOutcome) else run.outcome()
-        if ws.cell is not None and ws.best * unit > best:
-            row, best = c2.row(ws.cell), ws.best * unit
-        if ws.exact:
-            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-        if ws.upper is not None:
-            safe.append(ws.upper * unit)
-        if algorithm == "wcsp":
-            return _finish(queries, c, row, lw, False, min(safe), "+".join(used))
-    if searchable and not searched and _time_left(deadline):
-        assert split is not None
-        used.append("gridbranch")
-        if algorithm != "auto":
-            until = remaining(1.0)
-        elif boxes:
-            until = _until(deadline, 0.8, BOX_GRIDBRANCH_SECONDS)
-        else:
-            until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
-        gb = grid_branch(c2, t2, loads, split, deadline=until)
-        if gb.cell is not None and gb.best > best:
-            row, best = c2.row(gb.cell), gb.best
-        if gb.exact:
-            return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
-        safe.append(gb.upper)
+        if run is not None:
+            ws = run.outcome()
+            offer(ws.cell, ws.best * unit)
+            if ws.exact:
+                return proved()
+            if ws.upper is not None:
+                safe.append(ws.upper * unit)
+    finally:
+        if run is not None:
+            run.cancel()  # a no-op once its outcome is read; otherwise no orphan solver is left running
     if algorithm == "auto" and _worth(deadline, MILP_LAST_SECONDS) and run_milp(deadline):
         # HiGHS again for the time left (to the end when there is no effort limit: then exact).
-        return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+        return proved()
     if not coloured:
         col = colouring_bound(t2, loads)
         if col is not None:
