@@ -65,10 +65,15 @@ Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
-# When toulbar2 can take the workload, HiGHS's first try is this short, and toulbar2 gets this share of
-# the time left under an effort limit (the rest is for the other routes' bounds if it is stopped).
+# When toulbar2 can take the workload, HiGHS's first try is this short (on large workloads, alongside
+# toulbar2; on small ones, before it), and toulbar2 gets this share of the time left under an effort
+# limit (the rest is for the other routes' bounds if it is stopped).
 MILP_BEFORE_WCSP_SECONDS = 0.2
+MILP_SMALL_BEFORE_WCSP_SECONDS = 1.0
 WCSP_SHARE = 0.8
+# From this many live queries toulbar2 starts before HiGHS's short try (which then runs alongside it);
+# below, HiGHS goes first, as it usually proves small workloads before a child process has started.
+WCSP_FIRST_QUERIES = 1000
 # HiGHS either stops before presolve or runs presolve and the root LP whatever its time limit (~0.3 s
 # for 2 000 queries on 14 attributes): slices shorter than these overshoot the effort limit for nothing.
 MILP_MIN_SECONDS = 0.1
@@ -302,8 +307,32 @@ def _search(
             raise CompError(
                 "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
             )
-    # toulbar2 first, in its own process (another core): the stages below run alongside it, and the
-    # first to prove the optimum ends the others.
+    # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
+    # is weak on them.
+    boxes = c.single_interval
+
+    def quick_milp() -> bool:
+        """HiGHS's try: it solves small and medium value-set workloads in milliseconds."""
+        if not (
+            algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS))
+        ):
+            return False
+        if algorithm == "milp":
+            until = remaining(1.0)
+        elif problem is not None and c.live.size >= WCSP_FIRST_QUERIES:
+            until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
+        elif problem is not None:
+            until = _until(deadline, 0.25, MILP_SMALL_BEFORE_WCSP_SECONDS)
+        else:
+            until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
+        return (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until)
+
+    # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves them
+    # before a child process would have started. Large ones start toulbar2 first.
+    if c.live.size < WCSP_FIRST_QUERIES and quick_milp():
+        return proved()
+    # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
+    # prove the optimum ends the others.
     run: wcsp.Run | None = None
     run_until: float | None = None
     unit = 1.0
@@ -318,20 +347,8 @@ def _search(
         if isinstance(started, wcsp.Run):
             run = started
     try:
-        # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP
-        # relaxation is weak on them.
-        boxes = c.single_interval
-        if algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS)):
-            # HiGHS solves small and medium value-set workloads in milliseconds; alongside toulbar2
-            # this try is short.
-            if algorithm == "milp":
-                until = remaining(1.0)
-            elif problem is not None:
-                until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)
-            else:
-                until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
-            if (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until):
-                return proved()
+        if c.live.size >= WCSP_FIRST_QUERIES and quick_milp():
+            return proved()
         coloured = False
         if deadline is not None:
             # Under an effort limit the search may stop early: the colouring bound is taken now, inside
