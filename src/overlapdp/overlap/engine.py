@@ -8,12 +8,17 @@ algorithms. The route is picked from the workload's shape:
 3. two active attributes with one interval each: sweep plus a lazy max/add segment tree;
 4. otherwise atoms (alike segments merged, dominated ones dropped): the dense grid over the atoms if it
    fits; else a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`, which
-   also serves :class:`SetComp`); then, for value sets, a short first try of HiGHS (scipy ``milp``,
-   which solves small ones in milliseconds); then toulbar2 on a cost function network
-   (:mod:`overlapdp.overlap.wcsp`, when the loads are integer multiples of one unit), which proves
-   hard workloads, value sets or boxes on many attributes, far sooner than HiGHS; then a best-first
-   search over some attributes with a dense grid over the others (:mod:`overlapdp.overlap.gridbranch`)
-   and HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
+   also serves :class:`SetComp`); then the hard cases:
+
+   - toulbar2 on a cost function network (:mod:`overlapdp.overlap.wcsp`; loads must be integer
+     multiples of one unit) in a child process, which proves hard workloads, value sets or boxes on
+     many attributes, far sooner than HiGHS;
+   - alongside it, in this process: a short try of HiGHS (scipy ``milp``) on value sets, and a
+     best-first search over some attributes with a dense grid over the others
+     (:mod:`overlapdp.overlap.gridbranch`, the fastest on many boxes over few attributes); the first
+     to prove the optimum stops the others. On workloads under ``WCSP_FIRST_QUERIES`` queries HiGHS
+     goes first instead (it proves most small ones before a child process has started);
+   - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
