@@ -17,4 +17,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[${OVERLAPDP_EXTRAS:-}]"
+# No extras: ".", not ".[]" (recent pip refuses an empty extras list).
+if [ -n "${OVERLAPDP_EXTRAS:-}" ]; then
+  .venv/bin/python -m pip install --quiet -e ".[${OVERLAPDP_EXTRAS}]"
+else
+  .venv/bin/python -m pip install --quiet -e .
+fi
