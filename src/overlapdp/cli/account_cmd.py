@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,78 +16,11 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
-from overlapdp.errors import OverlapDPError, WorkloadError
-from overlapdp.privacy.accountant import Odometer, OdometerReport, whole_domain
+from overlapdp.errors import WorkloadError
+from overlapdp.privacy.accountant import Odometer, OdometerReport
 from overlapdp.privacy.definitions import check_delta
-from overlapdp.privacy.mechanisms import (
-    DiscreteGaussian,
-    DiscreteLaplace,
-    Gaussian,
-    Laplace,
-    Mechanism,
-    OpaqueApproxDP,
-    RandomizedResponse,
-)
-from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.privacy.ledger_lines import parse_ledger_line
 from overlapdp.schema import Schema
-
-_MECHANISMS = (
-    "laplace",
-    "discrete_laplace",
-    "gaussian",
-    "discrete_gaussian",
-    "randomized_response",
-    "approx",
-)
-
-
-def parse_mechanism(spec: Mapping[str, Any]) -> Mechanism:
-    """A mechanism from its JSON form (see the module docstring); bad specs raise OverlapDPError."""
-    name = spec.get("mechanism")
-    if name is None:
-        if "epsilon" in spec:
-            return OpaqueApproxDP(spec["epsilon"], spec.get("delta", 0.0))
-        raise WorkloadError("no mechanism: give 'mechanism' or an opaque 'epsilon' (and 'delta')")
-    if not isinstance(name, str):
-        raise WorkloadError(f"mechanism must be a name, got {name!r}")
-    key = name.lower().replace("-", "_").replace(" ", "_")
-
-    def arg(field: str, default: Any = None) -> Any:
-        if field not in spec and default is None:
-            raise WorkloadError(f"mechanism {name!r} needs {field!r}")
-        return spec.get(field, default)
-
-    if key == "laplace":
-        return Laplace(arg("scale"), arg("sensitivity", 1.0))
-    if key == "discrete_laplace":
-        return DiscreteLaplace(arg("scale"), arg("sensitivity", 1))
-    if key == "gaussian":
-        return Gaussian(arg("sigma"), arg("sensitivity", 1.0))
-    if key == "discrete_gaussian":
-        return DiscreteGaussian(arg("sigma"), arg("sensitivity", 1))
-    if key in ("randomized_response", "rr"):
-        return RandomizedResponse(arg("epsilon"), arg("categories", 2))
-    if key in ("approx", "opaque"):
-        return OpaqueApproxDP(arg("epsilon"), spec.get("delta", 0.0))
-    raise WorkloadError(f"unknown mechanism {name!r} (known: {', '.join(_MECHANISMS)})")
-
-
-def parse_ledger_line(schema: Schema, obj: Any, n: int) -> tuple[str, Mechanism, PredicateQuery]:
-    """(id, mechanism, query) of one ledger line; errors name the line."""
-    try:
-        if not isinstance(obj, dict):
-            raise WorkloadError("a ledger line must be a JSON object")
-        mech_field = obj.get("mechanism")
-        mech = parse_mechanism(mech_field) if isinstance(mech_field, Mapping) else parse_mechanism(obj)
-        qid = obj.get("id")
-        cid = str(qid) if qid is not None else f"line{n}"
-        if "where" in obj or "conditions" in obj:
-            query = parse_query(schema, {k: obj[k] for k in ("where", "conditions") if k in obj}, id=cid)
-        else:
-            query = whole_domain(schema, id=cid)
-        return cid, mech, query
-    except OverlapDPError as exc:
-        raise type(exc)(f"ledger line {n}: {exc}") from None
 
 
 def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:

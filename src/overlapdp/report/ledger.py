@@ -20,6 +20,7 @@ from typing import Any
 
 from overlapdp.errors import OverlapDPError, WorkloadError
 from overlapdp.privacy.accountant import Odometer, OdometerReport
+from overlapdp.privacy.ledger_lines import parse_ledger_line
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -82,9 +83,6 @@ def parse_ledger(schema: Schema, lines: Iterable[str], *, source: str = "<ledger
 
     Either every line has a ``time`` or none does; bad lines raise :class:`WorkloadError` naming the line.
     """
-    # The line grammar is the account command's (one parser for both).
-    from overlapdp.cli.account_cmd import parse_ledger_line
-
     entries: list[LedgerEntry] = []
     seen: set[str] = set()
     with_time: bool | None = None
