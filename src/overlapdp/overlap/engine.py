@@ -37,7 +37,7 @@ import numpy as np
 
 from overlapdp.overlap import wcsp
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import AtomTable, atom_tables, branch_and_bound
+from overlapdp.overlap.branch import atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.grid import grid_feasible, grid_maximum
 from overlapdp.overlap.gridbranch import (
@@ -305,10 +305,12 @@ def _search(
             ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
             return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
         split = Split(split.grid[:-1], [split.grid[-1]])
-    problem = None
+    # Whether toulbar2 applies; its network is built only when it is started (after HiGHS's try on
+    # small workloads, which usually proves them first: admissions run this path for every query).
+    integral = None
     if algorithm in ("auto", "wcsp"):
-        problem = _wcsp_problem(t2, loads)
-        if algorithm == "wcsp" and problem is None:
+        integral = _wcsp_loads(loads)
+        if algorithm == "wcsp" and integral is None:
             raise CompError(
                 "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
             )
@@ -324,9 +326,9 @@ def _search(
             return False
         if algorithm == "milp":
             until = remaining(1.0)
-        elif problem is not None and c.live.size >= WCSP_FIRST_QUERIES:
+        elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
             until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
-        elif problem is not None:
+        elif integral is not None:
             until = _until(deadline, 0.25, MILP_SMALL_BEFORE_WCSP_SECONDS)
         else:
             until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
@@ -341,9 +343,10 @@ def _search(
     run: wcsp.Run | None = None
     run_until: float | None = None
     unit = 1.0
-    if problem is not None and _time_left(deadline):
+    if integral is not None and _time_left(deadline):
         used.append("wcsp")
-        pb, unit = problem
+        weights, unit = integral
+        pb = wcsp.build(t2, weights)
         # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
         incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
         # Most of the time left: past it, a fifth stays for the other routes' bounds.
@@ -401,15 +404,9 @@ def _search(
     return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
 
 
-def _wcsp_problem(tables: Sequence[AtomTable], loads: FloatArray) -> tuple[wcsp.Problem, float] | None:
-    """toulbar2's cost tables and the load unit, or None when that route does not apply."""
-    if not wcsp.available():
-        return None
-    integral = wcsp.integral_loads(loads)
-    if integral is None:
-        return None
-    weights, unit = integral
-    return wcsp.build(tables, weights), unit
+def _wcsp_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
+    """The loads as integer multiples of one unit for toulbar2, or None when that route does not apply."""
+    return wcsp.integral_loads(loads) if wcsp.available() else None
 
 
 def _set_comp(

@@ -21,6 +21,7 @@ rounding could move the optimum and :func:`integral_loads` returns None. The sol
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -47,8 +48,9 @@ _STARTUP = 0.3
 _WORKER = Path(__file__).with_name("wcsp_worker.py")
 
 
+@functools.cache
 def available() -> bool:
-    """Whether toulbar2's Python package is installed."""
+    """Whether toulbar2's Python package is installed (looked up once)."""
     return importlib.util.find_spec("pytoulbar2") is not None
 
 
@@ -147,12 +149,6 @@ class WcspOutcome:
     upper: int | None
     exact: bool
     failure: str | None = None
-
-
-def solve(problem: Problem, incumbent: int, deadline: float | None) -> WcspOutcome:
-    """Run toulbar2 in a child process until ``deadline`` (``time.monotonic()``) and wait for it."""
-    run = start(problem, incumbent, deadline)
-    return run if isinstance(run, WcspOutcome) else run.outcome()
 
 
 def start(problem: Problem, incumbent: int, deadline: float | None) -> Run | WcspOutcome:
