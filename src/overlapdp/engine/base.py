@@ -61,6 +61,18 @@ class DomainReport:
     missing: dict[str, int] = field(default_factory=dict)
     outside: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def from_counts(cls, names: Sequence[str], counts: Sequence[Any]) -> DomainReport:
+        """From one row of counts: all rows, rows outside, then missing and outside per attribute in
+        turn (the layout the SQL and Polars report queries select); NULL counts are 0."""
+        v = [int(x or 0) for x in counts]
+        return cls(
+            rows=v[0],
+            rows_outside=v[1],
+            missing={n: v[2 + 2 * j] for j, n in enumerate(names)},
+            outside={n: v[3 + 2 * j] for j, n in enumerate(names)},
+        )
+
     @property
     def rows_inside(self) -> int:
         return self.rows - self.rows_outside

@@ -212,14 +212,7 @@ class PolarsEngine(Engine):
         for j in range(m):
             exprs.append((pl.col(f"c{j}") == MISSING).sum().alias(f"m{j}"))
             exprs.append((pl.col(f"c{j}") == OUTSIDE).sum().alias(f"o{j}"))
-        row = [int(v or 0) for v in self.encoded.select(exprs).row(0)]
-        names = self.schema.names
-        return DomainReport(
-            rows=row[0],
-            rows_outside=row[1],
-            missing={n: row[2 + 2 * j] for j, n in enumerate(names)},
-            outside={n: row[3 + 2 * j] for j, n in enumerate(names)},
-        )
+        return DomainReport.from_counts(self.schema.names, self.encoded.select(exprs).row(0))
 
     def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         k = len(atoms.attributes)

@@ -80,14 +80,7 @@ class SqlEngine(Engine):
     # -- Engine --------------------------------------------------------------------------------------
     def _compute_report(self) -> DomainReport:
         row = self._rows(sql.report_select(self.dialect, self.schema, self._table))[0]
-        vals = [int(v or 0) for v in row]
-        names = self.schema.names
-        return DomainReport(
-            rows=vals[0],
-            rows_outside=vals[1],
-            missing={n: vals[2 + 2 * j] for j, n in enumerate(names)},
-            outside={n: vals[3 + 2 * j] for j, n in enumerate(names)},
-        )
+        return DomainReport.from_counts(self.schema.names, row)
 
     def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         k = len(atoms.attributes)
