@@ -39,7 +39,7 @@ from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, no
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, ZCDP, PureDP, check_positive
 from overlapdp.query import PredicateQuery
 
 Definition = Literal["pure", "zcdp", "gdp"]
@@ -56,15 +56,7 @@ class AnswerError(OverlapDPError):
 
 def check_budget(value: Any) -> float:
     """A total budget must be a positive finite number (:class:`BudgetError` otherwise)."""
-    if isinstance(value, bool):
-        raise BudgetError(f"the budget must be a positive finite number, got {value!r}")
-    try:
-        b = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"the budget must be a number, got {value!r}") from None
-    if not math.isfinite(b) or b <= 0:
-        raise BudgetError(f"the budget must be a positive finite number, got {value!r}")
-    return b
+    return check_positive("the budget", value)
 
 
 def check_level(value: Any) -> float:

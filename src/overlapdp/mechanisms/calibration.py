@@ -21,7 +21,7 @@ from typing import TypeAlias
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace, Noise
 from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, PureDP, check_positive
 
 PrivacyDefinition: TypeAlias = PureDP | ApproxDP | ZCDP | GDP | RDP
 #: Budgets a noisy count can be calibrated to.
@@ -41,24 +41,12 @@ def check_sensitivity(sensitivity: int) -> int:
 
 def positive_epsilon(value: float, name: str = "epsilon") -> float:
     """A budget that must be a positive finite number (BudgetError otherwise)."""
-    return PureDP(_nonzero(name, value)).epsilon
-
-
-def _nonzero(name: str, value: float) -> float:
-    if isinstance(value, bool):
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    return v
+    return PureDP(check_positive(name, value)).epsilon
 
 
 def laplace_scale(epsilon: float, sensitivity: int = 1) -> Fraction:
     """``t >= Delta/epsilon`` as a short rational (rounded up)."""
-    eps = _nonzero("epsilon", epsilon)
+    eps = check_positive("epsilon", epsilon)
     return round_up(Fraction(check_sensitivity(sensitivity)) / Fraction(eps))
 
 
@@ -77,14 +65,14 @@ def laplace_for(epsilon: float, sensitivity: int = 1) -> DiscreteLaplace:
 
 def gaussian_for_rho(rho: float, sensitivity: int = 1) -> DiscreteGaussian:
     """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP."""
-    r = _nonzero("rho", rho)
+    r = check_positive("rho", rho)
     delta = check_sensitivity(sensitivity)
     return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (2 * Fraction(r))))
 
 
 def gaussian_for_mu(mu: float, sensitivity: int = 1) -> DiscreteGaussian:
     """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc)."""
-    m = _nonzero("mu", mu)
+    m = check_positive("mu", mu)
     delta = check_sensitivity(sensitivity)
     return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (Fraction(m) * Fraction(m))))
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from overlapdp.errors import OverlapDPError
 from overlapdp.privacy import conversions as conv
@@ -47,6 +47,13 @@ def check_delta(delta: float) -> float:
     if not 0 < d < 1:
         raise BudgetError(f"delta must lie in (0, 1), got {delta!r}")
     return d
+
+
+def check_positive(name: str, value: Any) -> float:
+    """A budget or a mechanism parameter: a positive finite number, not a bool (:class:`BudgetError`)."""
+    if isinstance(value, bool):
+        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+    return _positive(name, value, allow_zero=False)
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = True) -> float:

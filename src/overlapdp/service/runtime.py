@@ -30,7 +30,7 @@ from overlapdp.mechanisms import GuessAndCheck, SparseVector, add_noise
 from overlapdp.overlap import OverlapIndex
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.concurrent import concurrent_composition
-from overlapdp.privacy.definitions import ZCDP, PureDP
+from overlapdp.privacy.definitions import ZCDP, PureDP, check_positive
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -48,13 +48,7 @@ def check_definition(definition: str) -> str:
 
 def check_amount(name: str, value: Any) -> float:
     """A budget or per-query parameter: a positive finite number."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"{name} must be a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    return v
+    return check_positive(name, value)
 
 
 @dataclass(frozen=True)
