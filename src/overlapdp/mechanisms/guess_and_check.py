@@ -7,6 +7,11 @@ The analyst sends ``(query, guess)``. A sparse vector with one noisy threshold t
 "confirmed" and costs nothing more; a wrong one gets a FRESH noisy estimate ``q_i(D) + Lap(b)``, at
 most ``c`` of them; after ``c`` wrong guesses the mechanism answers "exhausted".
 
+The test is decided exactly (MATH.md section 4): "wrong" iff ``nu_i - rho >= ceil(E - |q_i(D) - g_i|)``
+with ``g_i`` and ``E`` exact rationals (floats exactly as stored). In floating point ``|q - g|`` and
+``E + rho`` round (near ``2^52`` a count step of 1 can move ``|q - g|`` by 2, and ``E + rho`` rounds
+differently for different ``rho``), which breaks the SVT proof.
+
 Privacy, by concurrent composition of the two parts each analysed alone (Lyu 2022, Theorem 1 for pure
 DP; Vadhan and Wang 2021): the SVT part is ``Delta/s_1 + 2 c Delta/s_2``-DP (Lyu, Su, Li 2017,
 Algorithm 1 with ``epsilon_1 = Delta/s_1``, ``epsilon_2 = 2c Delta/s_2``; ``|q - g|`` is not monotonic
@@ -19,6 +24,7 @@ SVT proof carries over).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -31,7 +37,7 @@ from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
-from overlapdp.mechanisms.sparse_vector import _finite, check_c, optimal_split
+from overlapdp.mechanisms.sparse_vector import check_c, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
 
@@ -56,7 +62,7 @@ class GuessAndCheck:
         self,
         data: DataLike,
         *,
-        tolerance: float,
+        tolerance: RationalLike,
         c: int,
         threshold_scale: RationalLike,
         query_scale: RationalLike,
@@ -67,10 +73,11 @@ class GuessAndCheck:
         rng: RngLike = None,
         served: bool = False,
     ) -> None:
-        tol = _finite("tolerance", tolerance)
+        tol = exact_finite("tolerance", tolerance)
         if tol <= 0:
             raise MechanismError(f"tolerance E must be positive, got {tolerance!r}")
-        self.tolerance = tol
+        #: The tolerance ``E``, exactly (a float exactly as stored).
+        self.tolerance: Fraction = tol
         self._c = check_c(c)
         self._delta = check_sensitivity(sensitivity)
         self.threshold_noise = DiscreteLaplace(round_up(threshold_scale, name="threshold_scale"))
@@ -91,7 +98,7 @@ class GuessAndCheck:
         data: DataLike,
         *,
         epsilon: float,
-        tolerance: float,
+        tolerance: RationalLike,
         c: int,
         estimate_fraction: float = 0.5,
         sensitivity: int = 1,
@@ -156,20 +163,22 @@ class GuessAndCheck:
     def estimates_left(self) -> int:
         return self._c - self._failures
 
-    def query(self, request: tuple[PredicateQuery, float]) -> GuessAnswer:
+    def query(self, request: tuple[PredicateQuery, RationalLike]) -> GuessAnswer:
         query, guess = request
         return self.check(query, guess)
 
-    def check(self, query: PredicateQuery, guess: float) -> GuessAnswer:
+    def check(self, query: PredicateQuery, guess: RationalLike) -> GuessAnswer:
         index = self._asked
-        g = _finite("guess", guess)
+        g = exact_finite("guess", guess)
         require_within(query, self._coverage, "this guess-and-check")
         if self.exhausted:
             return GuessAnswer("exhausted", index, 0)
         self._asked += 1
         value = self._counter.count(query)
         nu = self.query_noise.sample(self._source)
-        if abs(value - g) + nu < self.tolerance + self._rho:
+        # |value - g| + nu < E + rho, exactly: nu - rho is an integer, below the rational
+        # E - |value - g| iff below its ceiling.
+        if nu - self._rho < math.ceil(self.tolerance - abs(value - g)):
             return GuessAnswer("confirmed", index, self.estimates_left)
         self._failures += 1
         v = value + self.estimate_noise.sample(self._source)

@@ -16,12 +16,20 @@ Noise is the exact discrete Laplace: the proof of Lyu et al. shifts ``rho`` by `
 discrete Laplace of scale ``t`` changes by at most ``e^{k/t}`` under a shift by ``k``, so the same
 argument holds; noise scales are rounded up (more noise), so the declared guarantee holds.
 
+The comparison is exact (MATH.md section 4): counts and noise are integers, so "below" is decided as
+``q_i(D) + nu_i - rho < ceil(T_i)`` with ``T_i`` the exact rational value of the given threshold (a
+float exactly as stored). Evaluating ``T_i + rho`` in floating point would round differently for
+different ``rho`` (``1e-17 + rho`` is ``rho`` unless ``rho = 0``), so shifting ``rho`` by ``Delta`` would
+no longer shift the comparison by ``Delta`` and the proof would not apply.
+
 The default split minimises the variance of ``nu_i - rho``: ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}``
 (``1 : c^{2/3}`` monotonic), Lyu et al. Section 4.2.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -34,7 +42,7 @@ from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_cover
 from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import float_up, round_up
+from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
 
@@ -84,7 +92,7 @@ class SparseVector:
         *,
         epsilon: float,
         c: int = 1,
-        threshold: float | None = None,
+        threshold: RationalLike | None = None,
         monotonic: bool = False,
         threshold_epsilon: float | None = None,
         release_epsilon: float | None = None,
@@ -105,7 +113,7 @@ class SparseVector:
                 raise MechanismError("threshold_epsilon must be smaller than epsilon")
             eps2 = eps - eps1
         self._eps3 = None if release_epsilon is None else positive_epsilon(release_epsilon, "release_epsilon")
-        self._threshold = None if threshold is None else _finite("threshold", threshold)
+        self._threshold = None if threshold is None else exact_finite("threshold", threshold)
         self._coverage = check_coverage(coverage)
         self._level = _check_level(level)
         self._source = resolve_source(rng, served=served)
@@ -139,28 +147,30 @@ class SparseVector:
     def positives_left(self) -> int:
         return self._c - self._positives
 
-    def query(self, request: PredicateQuery | tuple[PredicateQuery, float]) -> SVTAnswer:
+    def query(self, request: PredicateQuery | tuple[PredicateQuery, RationalLike]) -> SVTAnswer:
         """Compare ``q(D)`` with the (noisy) threshold; ``request`` is a query or ``(query, T_i)``."""
         if isinstance(request, tuple):
             query, threshold = request
             return self.ask(query, threshold)
         return self.ask(request)
 
-    def ask(self, query: PredicateQuery, threshold: float | None = None) -> SVTAnswer:
+    def ask(self, query: PredicateQuery, threshold: RationalLike | None = None) -> SVTAnswer:
         index = self._asked
         require_within(query, self._coverage, "this sparse vector")
-        t = self._threshold if threshold is None else _finite("threshold", threshold)
+        t = self._threshold if threshold is None else exact_finite("threshold", threshold)
         if t is None:
             raise MechanismError("no threshold: pass one to SparseVector(...) or with the query")
         if self.exhausted:
             return SVTAnswer("exhausted", index, 0)
         self._asked += 1
         value = self._counter.count(query)
-        return self._compare(value, t, index)
+        return self._compare(value, math.ceil(t), index)
 
-    def _compare(self, value: int, threshold: float, index: int) -> SVTAnswer:
+    def _compare(self, value: int, ceiling: int, index: int) -> SVTAnswer:
+        """Answer "below" iff ``value + nu < T + rho``, evaluated exactly: ``value``, ``nu`` and ``rho``
+        are integers, and an integer is below the real ``T`` iff it is below ``ceil(T)``."""
         nu = self.query_noise.sample(self._source)
-        if value + nu < threshold + self._rho:
+        if value + nu - self._rho < ceiling:
             return SVTAnswer("below", index, self.positives_left)
         self._positives += 1
         released = None
@@ -190,11 +200,18 @@ def _svt_noise(
     return threshold_noise, query_noise, release_noise, PureDP(float_up(total))
 
 
-def _finite(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise MechanismError(f"{name} must be a finite number, got {value!r}") from None
-    if v != v or v in (float("inf"), float("-inf")):
+def exact_finite(name: str, value: object) -> Fraction:
+    """``value`` as an exact rational: integers and rationals exactly, floats exactly as stored, other
+    numbers (Decimal, numpy floats, numeric strings) as their nearest float; a MechanismError naming
+    ``name`` when it is not a finite number."""
+    if isinstance(value, bool):
         raise MechanismError(f"{name} must be a finite number, got {value!r}")
-    return v
+    if isinstance(value, numbers.Rational):
+        return Fraction(int(value.numerator), int(value.denominator))
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise MechanismError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise MechanismError(f"{name} must be a finite number, got {value!r}")
+    return Fraction(v)
