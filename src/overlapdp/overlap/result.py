@@ -117,24 +117,6 @@ class OverlapResult:
         return out
 
 
-@dataclass(frozen=True)
-class Loads:
-    """``comp = g(sum of loads)``: per-query loads ``f(w)`` and the outer function ``g``."""
-
-    name: Literal["count", "sum", "l2"]
-    loads: FloatArray
-
-    def outer(self, total: float) -> float:
-        total = max(total, 0.0)
-        return math.sqrt(total) if self.name == "l2" else total
-
-    def compose(self, indices: Sequence[int] | npt.NDArray[np.int64]) -> float:
-        """``comp`` of the queries at ``indices``, summed exactly (math.fsum)."""
-        if len(indices) == 0:
-            return 0.0
-        return self.outer(math.fsum(self.loads[np.asarray(indices, dtype=np.int64)].tolist()))
-
-
 def load_of(name: str, weight: float) -> float:
     """``f(w)`` of one weight for a scalar comp."""
     if name == "count":
