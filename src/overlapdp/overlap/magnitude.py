@@ -85,13 +85,16 @@ def unscale_up(name: str, total: float, shift: int, what: str) -> float:
     """A safe bound in scaled units (sum of loads) back in the units of the weights, rounded up."""
     total = max(float(total), 0.0)
     if name == "l2":
-        total = math.nextafter(math.sqrt(total), math.inf) if total > 0 else 0.0
+        root = math.sqrt(total)
+        total = math.nextafter(root, math.inf) if Fraction(root) ** 2 < Fraction(total) else root
     try:
         out = math.ldexp(total, shift)
     except OverflowError:
         out = math.inf
     if not math.isfinite(out):
-        raise MagnitudeError(f"{what}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})")
+        raise MagnitudeError(
+            f"{what}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})"
+        )
     if shift < 0 and total > 0 and math.ldexp(out, -shift) < total:
         out = math.nextafter(out, math.inf)
     return out

@@ -64,7 +64,7 @@ from typing import Any, Literal
 import numpy as np
 
 from overlapdp.overlap import OverlapIndex, OverlapResult, SetComp, max_overlap
-from overlapdp.overlap.magnitude import sqrt_up
+from overlapdp.overlap.magnitude import float_up, normalised_loads, sqrt_up, unscale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
@@ -246,7 +246,7 @@ class Odometer:
             defs["zcdp"] = self._additive("zcdp", queries, np.array(w)[:, None], "sum", d)
         gs = [m.gdp() for m in mechs]
         if all(g is not None for g in gs):
-            w = [g.mu**2 for g in gs if g is not None]
+            w = [g.mu for g in gs if g is not None]
             defs["gdp"] = self._additive("gdp", queries, np.array(w)[:, None], "l2", d)
         rs = [m.rdp(self.orders) for m in mechs]
         if all(r is not None for r in rs):
@@ -274,7 +274,13 @@ class Odometer:
     def _additive(
         self, name: str, queries: list[PredicateQuery], loads: np.ndarray, comp: str, delta: float
     ) -> DefinitionGuarantee:
-        """Definitions whose per-row loss is an additive load (``loads``: t x K; GDP loads are mu^2)."""
+        """Definitions whose per-row loss is an additive load (``loads``: t x K; for GDP, comp ``l2``,
+        ``loads`` holds mu and the additive load is mu^2, squared after dividing by a power of two near
+        the largest mu, so it neither underflows nor overflows: MATH.md 7, magnitudes)."""
+        shift = 0
+        if comp == "l2":
+            squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
+            loads = squares[:, None]
         seq_load = loads.sum(axis=0)
         exact = True
         witness: dict[str, Any] | None
@@ -306,7 +312,7 @@ class Odometer:
                 exact = False
                 witness = _witness(res, self._best_component(name, ovl_load, delta))
                 method = "doubling"
-        seq_v, ovl_v = _native(name, seq_load), _native(name, ovl_load)
+        seq_v, ovl_v = _native(name, seq_load, shift), _native(name, ovl_load, shift)
         return DefinitionGuarantee(
             definition=name,
             sequential=seq_v,
@@ -531,9 +537,10 @@ def _replace_pairs(
     return out, rows
 
 
-def _native(name: str, load: np.ndarray) -> float | tuple[float, ...]:
+def _native(name: str, load: np.ndarray, shift: int = 0) -> float | tuple[float, ...]:
     if name == "gdp":
-        return math.sqrt(max(0.0, float(load[0])))
+        # mu = 2^shift sqrt(load), rounded up (the loads are normalised squares, see _additive).
+        return unscale_up("l2", float(load[0]), shift, "Gaussian DP mu")
     if name == "rdp":
         return tuple(float(v) for v in load)
     return float(load[0])
@@ -727,8 +734,10 @@ class PrivacyFilter:
 
         def ok(values: list[Any]) -> bool:
             total = self._fx * values[0]
-            s2 = _float_up(total)
-            e = (root_log * sqrt_up(total) + s2 / 2) * (1 + 1e-14)
+            half = float_up(total / 2)  # inf beyond the float range: then above any budget
+            if half > eps_g:
+                return False
+            e = (root_log * sqrt_up(total) + half) * (1 + 1e-14)
             return e <= eps_g and self._fx * values[1] <= delta_room
 
         return ok
