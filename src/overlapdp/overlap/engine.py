@@ -20,8 +20,12 @@ algorithms. The route is picked from the workload's shape:
      goes first instead (it proves most small ones before a child process has started);
    - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
+Magnitudes (MATH.md section 7): every route runs on loads normalised by a power of two near the largest
+weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
+a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
+
 Every answer is checked from its witness: the queries covering the witness row are found again from the
-raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
+raw intervals and their comp is ``lower``, computed exactly from the original weights and rounded up. If the effort limit stops the search, ``value`` is the SAFE
 UPPER BOUND (the smallest of the search frontier's bound, the solver's dual bound, a colouring bound and
 the comp of all queries) and ``exact`` is False (DESIGN.md: never under-report).
 """

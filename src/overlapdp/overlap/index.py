@@ -154,7 +154,7 @@ class OverlapIndex:
         if self._dense and not self._ensure_axes(query):
             self._to_generic()
         if self._dense:
-            slot = self._alloc_slot(query, load)
+            slot = self._alloc_slot(query, load, raw)
             self._store(query, w, raw, load, slot)
             regions = self._regions(query)
             for region in regions:
@@ -198,6 +198,7 @@ class OverlapIndex:
         if self._dense:
             self._used[entry.slot] = False
             self._slot_load[entry.slot] = 0.0
+            self._slot_raw[entry.slot] = 0.0
             self._free.append(entry.slot)
             # Rebuild from the remaining queries instead of subtracting: (x + big) - big is not x in
             # floats (it is 0 once big >= 2^53 x), which would hide rows and under-report the maximum.
@@ -300,6 +301,7 @@ class OverlapIndex:
         cap = 64
         self._used = np.zeros(cap, dtype=bool)
         self._slot_load = np.zeros((cap, k), dtype=np.float64)
+        self._slot_raw = np.zeros((cap, k), dtype=np.float64)  # the original weights, for exact values
         self._slot_id: list[str | None] = [None] * cap
         self._free: list[int] = list(range(cap - 1, -1, -1))
 
@@ -332,17 +334,19 @@ class OverlapIndex:
         self._load = np.zeros((self._kk,))
         self._member = []
 
-    def _alloc_slot(self, query: PredicateQuery, load: FloatArray) -> int:
+    def _alloc_slot(self, query: PredicateQuery, load: FloatArray, raw: FloatArray) -> int:
         if not self._free:
             cap = self._used.shape[0]
             self._used = np.concatenate([self._used, np.zeros(cap, dtype=bool)])
             self._slot_load = np.concatenate([self._slot_load, np.zeros((cap, self._kk))])
+            self._slot_raw = np.concatenate([self._slot_raw, np.zeros((cap, self._kk))])
             self._slot_id.extend([None] * cap)
             self._member = [np.concatenate([m, np.ones((cap, m.shape[1]), dtype=bool)]) for m in self._member]
             self._free = list(range(2 * cap - 1, cap - 1, -1))
         slot = self._free.pop()
         self._used[slot] = True
         self._slot_load[slot] = load
+        self._slot_raw[slot] = raw
         self._slot_id[slot] = query.id
         for ax, p in enumerate(self._axes):
             self._member[ax][slot] = query.coverage(p).mask(self._sizes[ax])
@@ -474,7 +478,7 @@ class OverlapIndex:
         if self._dense:
             slots = self._covering_slots(row)
             ids = [self._slot_id[s] for s in slots.tolist()]
-            weights = [float(self._entries[str(i)].raw[c]) for i in ids]
+            weights = self._slot_raw[slots, c].tolist()
         else:
             ids, weights = [], []
             for qid, e in self._entries.items():
