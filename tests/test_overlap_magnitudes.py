@@ -31,7 +31,7 @@ from overlapdp.overlap import (
 )
 from overlapdp.overlap.magnitude import MagnitudeError, compose_up, sqrt_up
 from overlapdp.overlap.wcsp import available as wcsp_available
-from overlapdp.privacy.accountant import PrivacyFilter
+from overlapdp.privacy.accountant import Odometer, PrivacyFilter
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Gaussian, Laplace, OpaqueApproxDP
 from overlapdp.query import PredicateQuery, parse_where
@@ -433,3 +433,19 @@ def test_compose_up_is_the_smallest_float_at_or_above_the_exact_value(ws: list[f
     squares = sum((Fraction(w) ** 2 for w in ws), Fraction(0))
     if squares <= Fraction(MAX) ** 2:
         assert_safe(sqrt_up(squares), True, squares, "l2", strict=True)
+
+
+@pytest.mark.parametrize("sigma", [1e170, 1e100, 1.0])
+def test_odometer_gdp_report_is_not_zero_for_tiny_mu(sigma: float) -> None:
+    # The odometer summed mu^2 in floats: (1e-170)^2 == 0, so four charges of mu = 1e-170 reported 0.
+    s = Schema((IntAttribute("x", 0, 1),))
+    o = Odometer(s)
+    conds = ["TRUE", "x = 0", "TRUE", "x = 0"]
+    for c in conds:
+        o.charge(Gaussian(sigma), parse_where(s, c))
+    g = o.report(1e-6).definitions["gdp"]
+    mu = Fraction(Gaussian(sigma).mu)
+    # Row x = 0 holds all four charges (overlap-aware = sequential here): sqrt(4 mu^2) = 2 mu.
+    for value in (g.overlap, g.sequential):
+        assert isinstance(value, float)
+        assert_safe(value, g.exact, 4 * mu**2, "l2")
