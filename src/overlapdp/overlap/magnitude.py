@@ -162,7 +162,62 @@ def compose_up(name: str, weights: Sequence[float]) -> float:
         except OverflowError:
             pass
         return float_up(exact_total("sum", weights))
-    return sqrt_up(exact_total("l2", weights))
+    fast = _l2_up_fast(np.asarray(weights, dtype=np.float64))
+    return fast if fast is not None else sqrt_up(exact_total("l2", weights))
+
+
+# Veltkamp's splitter for doubles (2^27 + 1), and the smallest scaled weight for which every partial
+# product of Dekker's exact square stays a normal float.
+_SPLIT = 134217729.0
+_FAST_L2_SMALLEST = 2.0**-400
+
+
+def _exact_square_terms(u: FloatArray) -> FloatArray:
+    """Floats whose exact sum is the exact sum of ``u**2`` (Dekker's product: ``u*u = p + e``), valid
+    when ``0.5 <= max u < 1`` and every non-zero ``u >= 2**-400`` (no partial product underflows)."""
+    c = u * _SPLIT
+    hi = c - (c - u)
+    lo = u - hi
+    p = u * u
+    e = (((hi * hi - p) + hi * lo) + lo * hi) + lo * lo
+    return np.concatenate([p, e])
+
+
+def _l2_up_fast(w: FloatArray) -> float | None:
+    """sqrt(sum w^2) rounded up, on floats with exact error terms; None when the weights span too wide
+    a range for that (the caller then sums on integers)."""
+    top = float(w.max()) if w.size else 0.0
+    if top <= 0:
+        return 0.0
+    shift = math.frexp(top)[1]
+    u = np.ldexp(w, -shift)
+    nonzero = u[w > 0]  # a weight whose scaled value underflowed to 0 counts too
+    if float(nonzero.min()) < _FAST_L2_SMALLEST:
+        return None
+    terms = _exact_square_terms(u).tolist()
+    neg = [-x for x in terms]
+
+    def at_least(r: float) -> bool:
+        """Whether r^2 >= the exact sum of squares (the sign of an exact difference, via fsum)."""
+        return math.fsum([*_exact_square_terms(np.array([r])).tolist(), *neg]) >= 0
+
+    r = math.sqrt(math.fsum(terms))
+    for _ in range(4):
+        if not at_least(r):
+            r = math.nextafter(r, math.inf)
+            continue
+        down = math.nextafter(r, -math.inf)
+        if down > 0 and at_least(down):
+            r = down
+            continue
+        break
+    try:
+        out = math.ldexp(r, shift)
+    except OverflowError:
+        return math.inf
+    if shift < 0 and math.ldexp(out, -shift) < r:
+        out = math.nextafter(out, math.inf)  # the result fell below the normal range
+    return out
 
 
 def check_finite(value: float, what: str) -> float:
