@@ -8,6 +8,7 @@
 from overlapdp.overlap.atoms import Atoms, AttributeAtoms, compute_atoms
 from overlapdp.overlap.engine import max_overlap
 from overlapdp.overlap.index import OverlapIndex
+from overlapdp.overlap.magnitude import MagnitudeError
 from overlapdp.overlap.reference import brute_force_overlap, graph_overlap, overlap_graph, subset_overlap
 from overlapdp.overlap.result import (
     CompError,
@@ -27,6 +28,7 @@ __all__ = [
     "CompError",
     "DomainTooLargeError",
     "DuplicateQueryError",
+    "MagnitudeError",
     "OverlapIndex",
     "OverlapInputError",
     "OverlapResult",

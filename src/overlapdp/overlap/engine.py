@@ -20,8 +20,12 @@ algorithms. The route is picked from the workload's shape:
      goes first instead (it proves most small ones before a child process has started);
    - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
+Magnitudes (MATH.md section 7): every route runs on loads normalised by a power of two near the largest
+weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
+a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
+
 Every answer is checked from its witness: the queries covering the witness row are found again from the
-raw intervals and their comp is ``lower``. If the effort limit stops the search, ``value`` is the SAFE
+raw intervals and their comp is ``lower``, computed exactly from the original weights and rounded up. If the effort limit stops the search, ``value`` is the SAFE
 UPPER BOUND (the smallest of the search frontier's bound, the solver's dual bound, a colouring bound and
 the comp of all queries) and ``exact`` is False (DESIGN.md: never under-report).
 """
@@ -48,12 +52,12 @@ from overlapdp.overlap.gridbranch import (
     grid_branch,
     kept_tables,
 )
+from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
     CompError,
     FloatArray,
-    Loads,
     OverlapResult,
     SetComp,
     check_vectors,
@@ -140,7 +144,8 @@ def max_overlap(
     if isinstance(comp, SetComp):
         return _set_comp(queries, c, comp, deadline)
     assert name in ("count", "sum", "l2")
-    lw = Loads(name, w * w if name == "l2" else w)  # type: ignore[arg-type]
+    # Normalised loads (MATH.md 7, magnitudes): no route sums past the float range or squares to 0.
+    lw = Loads.of(name, w, ids)  # type: ignore[arg-type]
     return _scalar(queries, c, lw, deadline, algorithm)
 
 
@@ -450,19 +455,22 @@ def _vector(
     """One ``sum`` maximum per component (RDP orders, MATH.md section 2), each with its own witness."""
     c = compile_workload(queries, schema)
     k = vectors.shape[1]
+    ids = [q.id for q in queries]
+    # Each component normalised on its own (MATH.md 7, magnitudes): RDP orders span many magnitudes.
+    lws = [Loads.of("sum", np.ascontiguousarray(vectors[:, j]), ids) for j in range(k)]
+    scaled = np.stack([lw.loads for lw in lws], axis=1) if k else vectors
     parts: list[OverlapResult] = []
     if algorithm in ("auto", "grid") and c.live.size and c.attributes and grid_feasible(c, 1):
         # As many components per dense grid as fit the memory limit (RDP has dozens of orders).
         chunk = max(1, min(k, next(n for n in range(k, 0, -1) if n == 1 or grid_feasible(c, n))))
         name = "sweep" if len(c.attributes) == 1 else "grid"
         for start in range(0, k, chunk):
-            block = vectors[:, start : start + chunk]
+            block = scaled[:, start : start + chunk]
             for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
-                lw = Loads("sum", vectors[:, j])
-                parts.append(_finish(queries, c, c.row(cell), lw, True, 0.0, name))
+                parts.append(_finish(queries, c, c.row(cell), lws[j], True, 0.0, name))
     else:
         for j in range(k):
-            parts.append(_scalar(queries, c, Loads("sum", vectors[:, j]), deadline, algorithm))
+            parts.append(_scalar(queries, c, lws[j], deadline, algorithm))
     return combine_components(parts)
 
 

@@ -16,9 +16,13 @@ new query's coverage with :func:`max_overlap`; ``remove`` of a witness query rec
 Exact unless the engine's effort limit stops it, in which case the index reports a safe upper bound with
 ``exact=False``.
 
-Values are recomputed from the witness: the reported ``lower`` is the exact comp (``math.fsum``) of the
-queries covering the witness row. The location of the maximum is found on float sums, so with real
-weights it is exact up to floating-point rounding (about 1e-12 relative). Not thread-safe.
+Magnitudes (MATH.md section 7): the stored loads are normalised per component, divided by $2^E$ for the
+largest weight exponent $E$ held so far (squared after scaling for ``l2``, rounded up where inexact),
+so no sum overflows and no square underflows; a heavier query re-normalises the index (the dense array is
+rebuilt). Values are recomputed from the witness: the reported value is the exact comp of the ORIGINAL
+weights of the queries covering the witness row, rounded up to a float (:class:`MagnitudeError` when it
+exceeds the largest float). The location of the maximum is found on float sums, so with real weights it
+is exact up to floating-point rounding (about 1e-12 relative). Not thread-safe.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from overlapdp.overlap.engine import max_overlap
+from overlapdp.overlap.magnitude import check_finite, compose_up, exponent, scale_up, square_up, unscale_up
 from overlapdp.overlap.result import (
     CompError,
     DuplicateQueryError,
@@ -58,7 +63,8 @@ Region = tuple[Any, ...]
 class _Entry:
     query: PredicateQuery
     weight: float | FloatArray
-    load: FloatArray  # f(w) per component, shape (k,)
+    raw: FloatArray  # the weight per component (1 for count), shape (k,)
+    load: FloatArray  # normalised f(w) per component, shape (k,)
     slot: int
 
 
@@ -86,6 +92,8 @@ class OverlapIndex:
         self._effort = effort
         self._entries: dict[str, _Entry] = {}
         self._k: int | None = None if self._name == "vector" else 1
+        # Per component: the exponent E the stored loads are divided by (None until the first weight).
+        self._shift: np.ndarray | None = None
         self._reset_dense()
         self._generic_result: OverlapResult | None = None
         self._cached: OverlapResult | None = None
@@ -133,20 +141,21 @@ class OverlapIndex:
             raise DuplicateQueryError("a query added to an OverlapIndex needs an id")
         if query.id in self._entries:
             raise DuplicateQueryError(f"the index already holds a query with id {query.id!r}")
-        w, load = self._check(query, weight)
+        w, raw = self._check(query, weight)
         if self._k is None:
-            self._k = int(load.size)
+            self._k = int(raw.size)
             self._reset_dense()
+        load = self._normalised(raw)
         if self._name == "set":
-            self._store(query, w, load, slot=-1)
+            self._store(query, w, raw, load, slot=-1)
             self._generic_result = None
             self._cached = None
             return self.result()
         if self._dense and not self._ensure_axes(query):
             self._to_generic()
         if self._dense:
-            slot = self._alloc_slot(query, load)
-            self._store(query, w, load, slot)
+            slot = self._alloc_slot(query, load, raw)
+            self._store(query, w, raw, load, slot)
             regions = self._regions(query)
             for region in regions:
                 self._load[region] += load
@@ -154,20 +163,22 @@ class OverlapIndex:
             if self._improve(regions) or covers_best:
                 self._cached = None
         else:
-            new = self._generic_peek(query, load)
-            self._store(query, w, load, slot=-1)
+            new = self._generic_peek(query, raw, load)
+            self._store(query, w, raw, load, slot=-1)
             self._generic_result = new
             self._cached = None
         return self.result()
 
     def peek(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
         """The result ``add(query, weight)`` would give, without adding (no id needed)."""
-        w, load = self._check(query, weight)
+        w, raw = self._check(query, weight)
         if self._name == "set" or self._k is None:
             return self._recompute(extra=(query, w))
+        # Re-normalising for a heavier weight changes only the representation, not the held state.
+        load = self._normalised(raw)
         if self._dense and self._fits(query):
-            return self._dense_peek(query, load)
-        return self._generic_peek(query, load)
+            return self._dense_peek(query, raw, load)
+        return self._generic_peek(query, raw, load)
 
     def remove(self, id: str) -> None:
         """Remove the query with this id (for example to roll back a reservation)."""
@@ -175,6 +186,7 @@ class OverlapIndex:
         if entry is None:
             raise UnknownQueryError(f"the index holds no query with id {id!r}")
         if not self._entries:
+            self._shift = None
             self._reset_dense()
             self._generic_result = None
             self._cached = None
@@ -186,15 +198,13 @@ class OverlapIndex:
         if self._dense:
             self._used[entry.slot] = False
             self._slot_load[entry.slot] = 0.0
+            self._slot_raw[entry.slot] = 0.0
             self._free.append(entry.slot)
             # Rebuild from the remaining queries instead of subtracting: (x + big) - big is not x in
             # floats (it is 0 once big >= 2^53 x), which would hide rows and under-report the maximum.
-            self._load.fill(0.0)
-            for e in self._entries.values():
-                for region in self._regions(e.query):
-                    self._load[region] += e.load
-            for c in range(self._kk):
-                self._rescan(c)
+            # Normalised again to the remaining weights (the removed one may have been the heaviest).
+            self._shift = None
+            self._renormalise(self._exponents(np.array([e.raw for e in self._entries.values()])))
             self._cached = None
         else:
             current = self._generic_result
@@ -229,11 +239,50 @@ class OverlapIndex:
         w = check_weight(query.weight if weight is None else weight, what)
         if self._name == "count":
             return w, np.ones(1)
-        return w, np.array([w * w if self._name == "l2" else w])
+        return w, np.array([w])
 
-    def _store(self, query: PredicateQuery, w: float | FloatArray, load: FloatArray, slot: int) -> None:
+    def _store(
+        self, query: PredicateQuery, w: float | FloatArray, raw: FloatArray, load: FloatArray, slot: int
+    ) -> None:
         assert query.id is not None
-        self._entries[query.id] = _Entry(query, w, load, slot)
+        self._entries[query.id] = _Entry(query, w, raw, load, slot)
+
+    # -- magnitudes (MATH.md 7) --------------------------------------------------------------------
+    def _exponents(self, raws: np.ndarray) -> np.ndarray:
+        """Per component, $E$ with every weight $< 2^E$ (rows of ``raws`` are weights per component)."""
+        if self._name == "count" or raws.size == 0:
+            return np.zeros(self._kk, dtype=np.int64)
+        return np.array([exponent(raws[:, c]) for c in range(raws.shape[1])], dtype=np.int64)
+
+    def _load_of(self, raw: FloatArray) -> FloatArray:
+        """The normalised load of weights ``raw`` under the current exponents."""
+        if self._name == "count":
+            return raw.astype(np.float64, copy=True)
+        assert self._shift is not None
+        scaled = np.array([scale_up(raw[c : c + 1], int(self._shift[c]))[0] for c in range(raw.size)])
+        return square_up(scaled) if self._name == "l2" else scaled
+
+    def _normalised(self, raw: FloatArray) -> FloatArray:
+        """``raw``'s load, after re-normalising the index when ``raw`` is heavier than the exponents allow."""
+        self._renormalise(self._exponents(raw[None, :]))
+        return self._load_of(raw)
+
+    def _renormalise(self, wanted: np.ndarray) -> None:
+        """Raise the exponents to at least ``wanted`` (set them when unset) and reload every entry."""
+        if self._shift is not None and bool(np.all(wanted <= self._shift)):
+            return
+        self._shift = wanted.copy() if self._shift is None else np.maximum(self._shift, wanted)
+        for e in self._entries.values():
+            e.load = self._load_of(e.raw)
+            if self._dense and e.slot >= 0:
+                self._slot_load[e.slot] = e.load
+        if self._dense and self._entries and self._name != "set":
+            self._load.fill(0.0)
+            for e in self._entries.values():
+                for region in self._regions(e.query):
+                    self._load[region] += e.load
+            for c in range(self._kk):
+                self._rescan(c)
 
     # -- dense mode --------------------------------------------------------------------------------
     @property
@@ -252,6 +301,7 @@ class OverlapIndex:
         cap = 64
         self._used = np.zeros(cap, dtype=bool)
         self._slot_load = np.zeros((cap, k), dtype=np.float64)
+        self._slot_raw = np.zeros((cap, k), dtype=np.float64)  # the original weights, for exact values
         self._slot_id: list[str | None] = [None] * cap
         self._free: list[int] = list(range(cap - 1, -1, -1))
 
@@ -284,17 +334,19 @@ class OverlapIndex:
         self._load = np.zeros((self._kk,))
         self._member = []
 
-    def _alloc_slot(self, query: PredicateQuery, load: FloatArray) -> int:
+    def _alloc_slot(self, query: PredicateQuery, load: FloatArray, raw: FloatArray) -> int:
         if not self._free:
             cap = self._used.shape[0]
             self._used = np.concatenate([self._used, np.zeros(cap, dtype=bool)])
             self._slot_load = np.concatenate([self._slot_load, np.zeros((cap, self._kk))])
+            self._slot_raw = np.concatenate([self._slot_raw, np.zeros((cap, self._kk))])
             self._slot_id.extend([None] * cap)
             self._member = [np.concatenate([m, np.ones((cap, m.shape[1]), dtype=bool)]) for m in self._member]
             self._free = list(range(2 * cap - 1, cap - 1, -1))
         slot = self._free.pop()
         self._used[slot] = True
         self._slot_load[slot] = load
+        self._slot_raw[slot] = raw
         self._slot_id[slot] = query.id
         for ax, p in enumerate(self._axes):
             self._member[ax][slot] = query.coverage(p).mask(self._sizes[ax])
@@ -360,11 +412,11 @@ class OverlapIndex:
         assert cell is not None
         return all(v in query.coverage(p) for p, v in zip(self._axes, cell, strict=True))
 
-    def _dense_peek(self, query: PredicateQuery, load: FloatArray) -> OverlapResult:
+    def _dense_peek(self, query: PredicateQuery, raw: FloatArray, load: FloatArray) -> OverlapResult:
         # Attributes the query constrains but no stored query does: loads are constant along them,
         # so the best row inside C_q takes the best cell over the known axes and any value of C_q there.
         if query.is_contradiction:
-            return self.result() if self._entries else self._generic_peek(query, load)
+            return self.result() if self._entries else self._generic_peek(query, raw, load)
         regions = self._regions(query)
         k = self._kk
         best_new = np.full(k, -np.inf)
@@ -389,7 +441,7 @@ class OverlapIndex:
             cell = cells[c]
             assert cell is not None
             row = self._row(cell, query)
-            parts[c] = self._result_at(row, c, query, load)
+            parts[c] = self._result_at(row, c, query, raw)
         if k > 1 or self._name == "vector":
             return combine_components(parts)
         return parts[0]
@@ -419,25 +471,29 @@ class OverlapIndex:
         return np.flatnonzero(mask)
 
     def _result_at(
-        self, row: tuple[int, ...], c: int, extra: PredicateQuery | None = None, extra_load: Any = None
+        self, row: tuple[int, ...], c: int, extra: PredicateQuery | None = None, extra_raw: Any = None
     ) -> OverlapResult:
-        """The exact result at ``row`` for component ``c`` (plus a peeked query, when given)."""
+        """The exact result at ``row`` for component ``c`` (plus a peeked query, when given): the comp
+        of the original weights covering it, rounded up (MATH.md 7, magnitudes)."""
         if self._dense:
             slots = self._covering_slots(row)
             ids = [self._slot_id[s] for s in slots.tolist()]
-            loads = self._slot_load[slots, c].tolist()
+            weights = self._slot_raw[slots, c].tolist()
         else:
-            ids, loads = [], []
+            ids, weights = [], []
             for qid, e in self._entries.items():
                 if e.query.covers(row):
                     ids.append(qid)
-                    loads.append(float(e.load[c]))
+                    weights.append(float(e.raw[c]))
         if extra is not None and extra.covers(row):
             ids.append(extra.id if extra.id is not None else "#new")
-            loads.append(float(extra_load[c]))
-        total = math.fsum(loads)
-        value = math.sqrt(total) if self._name == "l2" else total
-        name = "index" if self._dense else "index-generic"
+            weights.append(float(extra_raw[c]))
+        name = "l2" if self._name == "l2" else "count" if self._name == "count" else "sum"
+        value = compose_up(name, weights)
+        if not math.isfinite(value):
+            heavy = max(range(len(weights)), key=weights.__getitem__)
+            check_finite(value, f"query {ids[heavy]!r} (weight {weights[heavy]!r})")
+        algorithm = "index" if self._dense else "index-generic"
         return OverlapResult(
             value=value,
             exact=True,
@@ -446,7 +502,7 @@ class OverlapIndex:
             witness=self._schema.row(row),
             witness_row=row,
             queries=tuple(str(i) for i in ids),
-            algorithm=name,
+            algorithm=algorithm,
         )
 
     def _compute_result(self) -> OverlapResult:
@@ -487,7 +543,7 @@ class OverlapIndex:
             weights.append(extra[1])
         return max_overlap(queries, weights, self._comp, effort=self._effort, schema=self._schema)
 
-    def _generic_peek(self, query: PredicateQuery, load: FloatArray) -> OverlapResult:
+    def _generic_peek(self, query: PredicateQuery, raw: FloatArray, load: FloatArray) -> OverlapResult:
         """max(current, f(w_q) + max load inside C_q), the second from the restricted workload."""
         current = self.result()
         if query.is_contradiction:
@@ -517,7 +573,10 @@ class OverlapIndex:
                 schema=self._schema,
             )
             cur = parts[c]
-            cur_upper = float(cur.upper) ** 2 if self._name == "l2" else float(cur.upper)
+            # The current bound in the normalised units of the loads (rounded up).
+            assert self._shift is not None
+            cur_scaled = scale_up(np.array([float(cur.upper)]), int(self._shift[c]))
+            cur_upper = float((square_up(cur_scaled) if self._name == "l2" else cur_scaled)[0])
             cand_upper = float(inside.upper) + float(load[c])
             row = inside.witness_row
             if row is None or not query.covers(row):
@@ -528,15 +587,16 @@ class OverlapIndex:
                 continue
             changed = True
             # The best attained row: the candidate inside C_q, or the current witness (now with q).
-            options = [self._result_at(row, c, query, load)]
+            options = [self._result_at(row, c, query, raw)]
             if cur.witness_row is not None and self._entries:
-                options.append(self._result_at(cur.witness_row, c, query, load))
+                options.append(self._result_at(cur.witness_row, c, query, raw))
             best = max(options, key=lambda r: float(r.lower))
             if inside.exact and cur.exact:
                 parts[c] = best
                 continue
-            up = max(cur_upper, cand_upper)
-            up_v = max(math.sqrt(up) if self._name == "l2" else up, float(best.lower))
+            up = math.nextafter(max(cur_upper, cand_upper), math.inf)
+            name = "l2" if self._name == "l2" else "sum"
+            up_v = max(unscale_up(name, up, int(self._shift[c]), f"query {query.id!r}"), float(best.lower))
             parts[c] = OverlapResult(
                 value=up_v,
                 exact=False,

@@ -19,6 +19,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from overlapdp.overlap.magnitude import check_finite, compose_up, normalised_loads, unscale_up
 from overlapdp.overlap.result import (
     Comp,
     DomainTooLargeError,
@@ -51,9 +52,9 @@ def _compose(indices: Sequence[int], w: Sequence[Any], comp: Comp) -> Any:
     if comp == "vector":
         k = len(w[0]) if w else 0
         return sum((w[i] for i in indices), np.zeros(k))
-    if comp == "l2":
-        return math.sqrt(math.fsum(w[i] * w[i] for i in indices))
-    return math.fsum(w[i] for i in indices)
+    # Exact, rounded up (MATH.md 7, magnitudes): no float square underflows, no sum overflows to inf.
+    value = compose_up("l2" if comp == "l2" else "sum", [w[i] for i in indices])
+    return check_finite(value, f"the row covered by {len(indices)} queries")
 
 
 def _ids(queries: Sequence[PredicateQuery], indices: Sequence[int]) -> tuple[str, ...]:
@@ -170,7 +171,9 @@ def graph_overlap(
     g = overlap_graph(queries)
     if g.number_of_nodes() == 0:
         return OverlapResult(0.0, True, 0.0, 0.0, None, None, (), "graph")
-    loads = [1.0 if name == "count" else (w[i] * w[i] if name == "l2" else w[i]) for i in range(len(queries))]
+    # Normalised loads (MATH.md 7, magnitudes): squares neither underflow nor overflow, sums stay finite.
+    scaled, shift = normalised_loads(name, np.asarray(w, dtype=float))
+    loads = scaled.tolist()
     if name == "count":
         clique, _ = nx.max_weight_clique(g, weight=None)
     else:
@@ -181,8 +184,12 @@ def graph_overlap(
     top: dict[int, float] = {}
     for v, col in colours.items():
         top[col] = max(top.get(col, 0.0), loads[v])
-    colour_bound = math.fsum(top.values())
-    colour_bound = math.sqrt(colour_bound) if name == "l2" else colour_bound
+    colour_sum = math.fsum(top.values())
+    colour_bound = (
+        colour_sum
+        if name == "count"
+        else unscale_up(name, math.nextafter(colour_sum, math.inf), shift, "the colouring bound")
+    )
     # Grow a jointly-overlapping subset of the clique, heaviest first: an attained lower value.
     chosen: list[int] = []
     for i in sorted(clique, key=lambda i: -loads[i]):

@@ -77,8 +77,9 @@ class OverlapResult:
     """The maximum (weighted) overlap of a workload and the row that attains it.
 
     ``lower`` is attained: the witness row is covered by exactly the queries in ``queries`` and their
-    composed weight is ``lower``. ``upper`` is a safe upper bound of the true maximum. When ``exact``
-    they are equal (up to floating-point rounding) and ``value`` is that maximum; otherwise ``value`` is
+    composed weight is ``lower`` (computed exactly from the weights and rounded up to a float, MATH.md 7).
+    ``upper`` is a safe upper bound of the true maximum. When ``exact`` they are equal (the row is located
+    on float sums: up to their relative rounding) and ``value`` is that maximum; otherwise ``value`` is
     the SAFE UPPER BOUND ``upper`` (DESIGN.md: never under-report privacy loss). For the vector comp
     ``value``, ``upper`` and ``lower`` are arrays, ``components`` holds one result per component (each
     with its own witness), and the top-level witness is None.
@@ -115,24 +116,6 @@ class OverlapResult:
         if self.components:
             out["components"] = [c.to_json() for c in self.components]
         return out
-
-
-@dataclass(frozen=True)
-class Loads:
-    """``comp = g(sum of loads)``: per-query loads ``f(w)`` and the outer function ``g``."""
-
-    name: Literal["count", "sum", "l2"]
-    loads: FloatArray
-
-    def outer(self, total: float) -> float:
-        total = max(total, 0.0)
-        return math.sqrt(total) if self.name == "l2" else total
-
-    def compose(self, indices: Sequence[int] | npt.NDArray[np.int64]) -> float:
-        """``comp`` of the queries at ``indices``, summed exactly (math.fsum)."""
-        if len(indices) == 0:
-            return 0.0
-        return self.outer(math.fsum(self.loads[np.asarray(indices, dtype=np.int64)].tolist()))
 
 
 def load_of(name: str, weight: float) -> float:

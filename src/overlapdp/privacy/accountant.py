@@ -64,6 +64,7 @@ from typing import Any, Literal
 import numpy as np
 
 from overlapdp.overlap import OverlapIndex, OverlapResult, SetComp, max_overlap
+from overlapdp.overlap.magnitude import float_up, normalised_loads, sqrt_up, unscale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
@@ -245,7 +246,7 @@ class Odometer:
             defs["zcdp"] = self._additive("zcdp", queries, np.array(w)[:, None], "sum", d)
         gs = [m.gdp() for m in mechs]
         if all(g is not None for g in gs):
-            w = [g.mu**2 for g in gs if g is not None]
+            w = [g.mu for g in gs if g is not None]
             defs["gdp"] = self._additive("gdp", queries, np.array(w)[:, None], "l2", d)
         rs = [m.rdp(self.orders) for m in mechs]
         if all(r is not None for r in rs):
@@ -273,7 +274,13 @@ class Odometer:
     def _additive(
         self, name: str, queries: list[PredicateQuery], loads: np.ndarray, comp: str, delta: float
     ) -> DefinitionGuarantee:
-        """Definitions whose per-row loss is an additive load (``loads``: t x K; GDP loads are mu^2)."""
+        """Definitions whose per-row loss is an additive load (``loads``: t x K; for GDP, comp ``l2``,
+        ``loads`` holds mu and the additive load is mu^2, squared after dividing by a power of two near
+        the largest mu, so it neither underflows nor overflows: MATH.md 7, magnitudes)."""
+        shift = 0
+        if comp == "l2":
+            squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
+            loads = squares[:, None]
         seq_load = loads.sum(axis=0)
         exact = True
         witness: dict[str, Any] | None
@@ -305,7 +312,7 @@ class Odometer:
                 exact = False
                 witness = _witness(res, self._best_component(name, ovl_load, delta))
                 method = "doubling"
-        seq_v, ovl_v = _native(name, seq_load), _native(name, ovl_load)
+        seq_v, ovl_v = _native(name, seq_load, shift), _native(name, ovl_load, shift)
         return DefinitionGuarantee(
             definition=name,
             sequential=seq_v,
@@ -530,9 +537,10 @@ def _replace_pairs(
     return out, rows
 
 
-def _native(name: str, load: np.ndarray) -> float | tuple[float, ...]:
+def _native(name: str, load: np.ndarray, shift: int = 0) -> float | tuple[float, ...]:
     if name == "gdp":
-        return math.sqrt(max(0.0, float(load[0])))
+        # mu = 2^shift sqrt(load), rounded up (the loads are normalised squares, see _additive).
+        return unscale_up("l2", float(load[0]), shift, "Gaussian DP mu")
     if name == "rdp":
         return tuple(float(v) for v in load)
     return float(load[0])
@@ -577,12 +585,22 @@ class Admission:
 class _Track:
     """One overlap index of the filter and how a mechanism loads it: ``load`` the float the index uses
     to locate the worst row, ``exact`` the same load as a Fraction (a tuple of them for RDP), computed
-    from the declared float parameters without rounding, and ``loads`` the exact loads admitted."""
+    from the declared float parameters without rounding, and ``loads`` the exact loads admitted.
+
+    ``squared``: the index is an ``l2`` one fed the parameter itself (GDP mu, the advanced filter's
+    epsilon) while ``exact`` is its square: squaring in floats underflows below about 1e-162 and
+    overflows above 1e154, and the index squares after normalising (MATH.md 7, magnitudes)."""
 
     index: OverlapIndex
     load: Callable[[Mechanism], Any]
     exact: Callable[[Mechanism], Any]
     loads: dict[str, Any] = field(default_factory=dict)
+    squared: bool = False
+
+    def upper(self, r: OverlapResult) -> Any:
+        """The peek's safe upper bound in the units of ``exact``, widened by ``_NEAR``."""
+        up = _fraction_upper(r.upper)
+        return up * Fraction(float(r.upper)) if self.squared else up
 
 
 class PrivacyFilter:
@@ -639,9 +657,10 @@ class PrivacyFilter:
         elif isinstance(budget, GDP):
             self._tracks = [
                 _Track(
-                    OverlapIndex(schema, "sum"),
-                    lambda m: _need(m.gdp(), m, "Gaussian DP").mu ** 2,
+                    OverlapIndex(schema, "l2"),
+                    lambda m: _need(m.gdp(), m, "Gaussian DP").mu,
                     lambda m: Fraction(_need(m.gdp(), m, "Gaussian DP").mu) ** 2,
+                    squared=True,
                 )
             ]
             self._check = self._gdp_check(budget.mu)
@@ -679,9 +698,10 @@ class PrivacyFilter:
             self._slack = slack
             self._tracks = [
                 _Track(
-                    OverlapIndex(schema, "sum"),
-                    lambda m: self._eps_delta(m)[0] ** 2,
+                    OverlapIndex(schema, "l2"),
+                    lambda m: self._eps_delta(m)[0],
                     lambda m: Fraction(self._eps_delta(m)[0]) ** 2,
+                    squared=True,
                 ),
                 _Track(
                     OverlapIndex(schema, "sum"),
@@ -706,13 +726,18 @@ class PrivacyFilter:
 
     def _exact_advanced(self, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
         """sum delta <= delta_g - delta' exactly; the epsilon formula (transcendental) in floats from
-        the sum of squares rounded up, with a relative margin far above its few ulps of round-off."""
+        the sum of squares rounded up, with a relative margin far above its few ulps of round-off.
+        The square root is taken of the exact sum (rounded up) and multiplied by sqrt(2 ln(1/delta')):
+        the product 2 ln(1/delta') * s2 would lose precision when s2 is subnormal (epsilons < 1e-154)."""
         delta_room = Fraction(delta_g) - Fraction(slack)
-        log_term = -2 * math.log(slack)  # log of the exact float slack: accurate to an ulp
+        root_log = math.sqrt(-2 * math.log(slack))  # log of the exact float slack: accurate to an ulp
 
         def ok(values: list[Any]) -> bool:
-            s2 = _float_up(self._fx * values[0])
-            e = (math.sqrt(log_term * s2) + s2 / 2) * (1 + 1e-14)
+            total = self._fx * values[0]
+            half = float_up(total / 2)  # inf beyond the float range: then above any budget
+            if half > eps_g:
+                return False
+            e = (root_log * sqrt_up(total) + half) * (1 + 1e-14)
             return e <= eps_g and self._fx * values[1] <= delta_room
 
         return ok
@@ -726,7 +751,7 @@ class PrivacyFilter:
 
     def _gdp_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
         def check(values: list[Any]) -> tuple[bool, Any]:
-            v = math.sqrt(self._factor * float(values[0]))
+            v = math.sqrt(self._factor) * float(values[0])  # the l2 index holds sqrt(sum mu^2)
             return v <= b, v
 
         return check
@@ -744,9 +769,9 @@ class PrivacyFilter:
         log_term = 2 * math.log(1 / slack)
 
         def check(values: list[Any]) -> tuple[bool, Any]:
-            s2 = self._factor * float(values[0])
+            root = math.sqrt(self._factor) * float(values[0])  # the l2 index holds sqrt(sum eps^2)
             sd = self._factor * float(values[1])
-            e = math.sqrt(log_term * s2) + s2 / 2
+            e = math.sqrt(log_term) * root + root * root / 2
             return (e <= eps_g and sd <= delta_g), e
 
         return check
@@ -812,7 +837,7 @@ class PrivacyFilter:
         # Fast path, O(1) per track: the index's float maximum is a sum of at most n float loads, off by
         # at most n * 2^-53 relative, far below _NEAR for any realistic ledger; widened by _NEAR it
         # bounds every row's exact cost, so a clear fit needs no exact sum over the witness's charges.
-        if self._exact_ok([_fraction_upper(r.upper) for r in peeks]):
+        if self._exact_ok([t.upper(r) for t, r in zip(self._tracks, peeks, strict=True)]):
             return True
         uppers: list[Any] = []
         witnesses: list[Any] | None = []
@@ -820,7 +845,7 @@ class PrivacyFilter:
             w = _witness_exact(t, r, q.id, e) if r.exact else None
             if w is None:
                 witnesses = None
-                uppers.append(_fraction_upper(r.upper))
+                uppers.append(t.upper(r))
             else:
                 if witnesses is not None:
                     witnesses.append(w)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,20 @@ from overlapdp.privacy.profile import PrivacyProfile
 
 if TYPE_CHECKING:
     from overlapdp.privacy.fdp import TradeOff
+
+
+def _half_square(x: float) -> ZCDP | None:
+    """``ZCDP(x**2 / 2)`` with rho rounded UP from the exact value: in floats the square underflows to
+    0 below about 1e-162 (a zero cost) and raises OverflowError above 1e154. None when rho exceeds the
+    largest float (no finite zCDP guarantee: a zCDP filter then refuses the mechanism by name)."""
+    exact = Fraction(x) ** 2 / 2
+    try:
+        rho = float(exact)
+    except OverflowError:
+        rho = math.inf
+    if math.isfinite(rho) and Fraction(rho) < exact:
+        rho = math.nextafter(rho, math.inf)
+    return ZCDP(rho) if math.isfinite(rho) else None
 
 
 def _pos(name: str, value: float) -> float:
@@ -94,6 +109,10 @@ class Mechanism(PrivacyProfile):
         return (type(self).__name__, *vars(self).values())
 
 
+# Absolute round-off margin (times 1 / (alpha - 1)) on the exact Laplace RDP formula's log-sum-exp.
+_LAPLACE_RDP_MARGIN = 1e-14
+
+
 @dataclass(frozen=True)
 class Laplace(Mechanism):
     """Laplace noise of scale b on a query of L1 sensitivity Delta: (Delta/b)-DP (Dwork et al. 2006)."""
@@ -113,19 +132,25 @@ class Laplace(Mechanism):
     def pure(self) -> PureDP:
         return PureDP(self.eps0)
 
-    def zcdp(self) -> ZCDP:
-        return ZCDP(self.eps0**2 / 2)
+    def zcdp(self) -> ZCDP | None:
+        return _half_square(self.eps0)
 
     def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
         """Exact Laplace RDP (Mironov 2017, Table II):
         $\\frac{1}{\\alpha-1}\\ln(\\frac{\\alpha}{2\\alpha-1}e^{(\\alpha-1)\\varepsilon_0}+\\frac{\\alpha-1}{2\\alpha-1}e^{-\\alpha\\varepsilon_0})$."""
         e = self.eps0
+        # The log-sum-exp cancels to ~1e-16 absolute (even below 0) while the true value is about
+        # alpha e^2 / 2: it gets a margin above its round-off, and the zCDP bound alpha rho (pure e-DP is
+        # e^2/2-zCDP, Bun-Steinke 2016) takes over for small e, where it is tight.
+        z = _half_square(e)
+        rho = math.inf if z is None else z.rho
         out = []
         for a in orders:
             la = math.log(a / (2 * a - 1)) + (a - 1) * e
             lb = math.log((a - 1) / (2 * a - 1)) - a * e
             m = max(la, lb)
-            out.append(min(e, (m + math.log(math.exp(la - m) + math.exp(lb - m))) / (a - 1)))
+            exact = (m + math.log(math.exp(la - m) + math.exp(lb - m))) / (a - 1)
+            out.append(min(e, a * rho, exact + _LAPLACE_RDP_MARGIN / (a - 1)))
         return RDP(tuple(orders), tuple(out))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
@@ -166,8 +191,8 @@ class Gaussian(Mechanism):
     def gdp(self) -> GDP:
         return GDP(self.mu)
 
-    def zcdp(self) -> ZCDP:
-        return ZCDP(self.mu**2 / 2)
+    def zcdp(self) -> ZCDP | None:
+        return _half_square(self.mu)
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         e = np.asarray(epsilons, dtype=float)
@@ -241,8 +266,8 @@ class RandomizedResponse(_Atomic):
     def pure(self) -> PureDP:
         return PureDP(self.epsilon)
 
-    def zcdp(self) -> ZCDP:
-        return ZCDP(self.epsilon**2 / 2)
+    def zcdp(self) -> ZCDP | None:
+        return _half_square(self.epsilon)
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         e, k = self.epsilon, self.categories
@@ -270,7 +295,7 @@ class OpaqueApproxDP(_Atomic):
         return PureDP(self.epsilon) if self.delta == 0 else None
 
     def zcdp(self) -> ZCDP | None:
-        return ZCDP(self.epsilon**2 / 2) if self.delta == 0 else None
+        return _half_square(self.epsilon) if self.delta == 0 else None
 
     def guarantee(self) -> ApproxDP:
         return ApproxDP(self.epsilon, self.delta)
@@ -300,8 +325,8 @@ class DiscreteLaplace(_Atomic):
     def pure(self) -> PureDP:
         return PureDP(self.sensitivity / self.scale)
 
-    def zcdp(self) -> ZCDP:
-        return ZCDP((self.sensitivity / self.scale) ** 2 / 2)
+    def zcdp(self) -> ZCDP | None:
+        return _half_square(self.sensitivity / self.scale)
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         t, d = self.scale, self.sensitivity

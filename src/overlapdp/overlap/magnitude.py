@@ -1,0 +1,271 @@
+"""Weights of any finite magnitude: loads normalised by a power of two, results composed exactly.
+
+MATH.md section 7 (magnitudes). The routes sum per-query loads $f(w_q)$ in floating point. Raw weights
+overflow those sums (``5e307 + 8e307 + 1e308`` is ``inf``, and the dense grid's inclusion-exclusion then
+makes ``inf - inf = nan``) and their squares underflow (``(1e-170)**2 == 0``), after which a route can
+locate the maximum on a wrong row or report 0. So every route runs on NORMALISED loads:
+
+- the weights are divided by $2^E$ where $2^{E-1}\\le\\max_q w_q<2^E$; in binary floating point that is
+  exact unless the quotient falls below the normal range, so the largest scaled weight lies in
+  $[\\tfrac12,1)$ and a row's load is at most the number of queries (no overflow);
+- ``l2`` squares the scaled weights (the largest square lies in $[\\tfrac14,1)$);
+- a scaled load that is not exactly representable (subnormal or below the smallest subnormal: a weight
+  more than $2^{1021}$ times lighter than the heaviest, or its square) is rounded UP to the next float,
+  so every stored load is at least the true one and differs from it by at most $2^{-1074}$ of the
+  heaviest: the location of the maximum is then as good as with exact loads up to a relative
+  $t\\cdot2^{-1073}$, far below one rounding of the result.
+
+The reported value is not taken from those float sums: it is recomputed from the ORIGINAL weights of the
+queries covering the witness row, exactly (integers / Fractions), and rounded UP to a float
+(:func:`compose_up`). A value above the largest float (about 1.8e308) cannot be reported: it raises
+:class:`MagnitudeError`, which names the heaviest query involved.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from overlapdp.overlap.result import FloatArray, WeightError
+
+MAX_FLOAT = sys.float_info.max
+MIN_NORMAL = sys.float_info.min
+# Extra bits carried by the integer square root of an exact sum of squares before rounding up.
+_SQRT_GUARD_BITS = 64
+
+
+class MagnitudeError(WeightError):
+    """A composed load (a row's sum of weights, or the square root of its sum of squares) exceeds the
+    largest float, so no finite value can be reported; the message names the heaviest query."""
+
+
+def exponent(weights: FloatArray) -> int:
+    """$E$ with $2^{E-1}\\le\\max w<2^E$ (0 when every weight is 0)."""
+    top = float(np.max(weights)) if weights.size else 0.0
+    return math.frexp(top)[1] if top > 0 else 0
+
+
+def scale_up(values: FloatArray, shift: int) -> FloatArray:
+    """``values / 2**shift``, each rounded UP when the quotient is not exact (it left the normal range)."""
+    out = np.ldexp(values, -shift)
+    inexact = np.ldexp(out, shift) != values
+    if inexact.any():
+        out[inexact] = np.nextafter(out[inexact], np.inf)
+    return out
+
+
+def square_up(values: FloatArray) -> FloatArray:
+    """``values**2``, rounded UP where the square is not a normal float (underflow); elsewhere the usual
+    rounding (relative 2^-53), which only moves the search, never the reported value."""
+    out = values * values
+    small = (out < MIN_NORMAL) & (values > 0)
+    if small.any():
+        out[small] = np.nextafter(out[small], np.inf)
+    return out
+
+
+def normalised_loads(name: str, weights: FloatArray) -> tuple[FloatArray, int]:
+    """Per-query loads for the routes and the exponent $E$: ``sum`` loads are $w/2^E$, ``l2`` loads are
+    $(w/2^E)^2$ (both rounded up where not exact); ``count`` loads are 1 with $E=0$."""
+    if name == "count":
+        return np.ones(weights.shape[0]), 0
+    shift = exponent(weights)
+    scaled = scale_up(weights, shift)
+    return (square_up(scaled) if name == "l2" else scaled), shift
+
+
+def unscale_up(name: str, total: float, shift: int, what: str) -> float:
+    """A safe bound in scaled units (sum of loads) back in the units of the weights, rounded up."""
+    total = max(float(total), 0.0)
+    if name == "l2":
+        root = math.sqrt(total)
+        total = math.nextafter(root, math.inf) if Fraction(root) ** 2 < Fraction(total) else root
+    try:
+        out = math.ldexp(total, shift)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise MagnitudeError(
+            f"{what}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})"
+        )
+    if shift < 0 and total > 0 and math.ldexp(out, -shift) < total:
+        out = math.nextafter(out, math.inf)
+    return out
+
+
+def exact_total(name: str, weights: Sequence[float]) -> Fraction:
+    """The exact $\\sum f(w)$ of float weights (``f(w)=w`` or ``w**2``), on integers."""
+    nums: list[int] = []
+    exps: list[int] = []
+    for w in weights:
+        n, d = float(w).as_integer_ratio()
+        k = d.bit_length() - 1  # d == 2**k
+        if name == "l2":
+            n, k = n * n, 2 * k
+        nums.append(n)
+        exps.append(k)
+    if not nums:
+        return Fraction(0)
+    top = max(exps)
+    return Fraction(sum(n << (top - k) for n, k in zip(nums, exps, strict=True)), 1 << top)
+
+
+def float_up(x: Fraction) -> float:
+    """The smallest float >= ``x`` (inf when ``x`` exceeds the largest float)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return math.inf
+    if Fraction(f) < x:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def sqrt_up(x: Fraction) -> float:
+    """The smallest float >= sqrt(``x``), from an integer square root with guard bits."""
+    if x <= 0:
+        return 0.0
+    num, den = x.numerator, x.denominator  # den is a power of two here, but any works
+    g = _SQRT_GUARD_BITS
+    # sqrt(num / den) = sqrt(num * den * 4**g) / (den * 2**g); the ceiling of the integer root is >= it.
+    radicand = num * den << (2 * g)
+    r = math.isqrt(radicand)
+    if r * r < radicand:
+        r += 1
+    return float_up(Fraction(r, den << g))
+
+
+def compose_up(name: str, weights: Sequence[float]) -> float:
+    """``comp`` of explicit weights, exactly, rounded UP to a float (``inf`` when it exceeds the range).
+
+    The sum takes ``math.fsum`` (correctly rounded) and one more exact sum for the sign of its error;
+    when that overflows, and for ``l2``, the sum is taken on integers.
+    """
+    if name == "count":
+        return float(len(weights))
+    if not weights:
+        return 0.0
+    if name == "sum":
+        try:
+            r = math.fsum(weights)
+            if math.isfinite(r):
+                if math.fsum([*weights, -r]) > 0:
+                    r = math.nextafter(r, math.inf)
+                return r
+        except OverflowError:
+            pass
+        return float_up(exact_total("sum", weights))
+    fast = _l2_up_fast(np.asarray(weights, dtype=np.float64))
+    return fast if fast is not None else sqrt_up(exact_total("l2", weights))
+
+
+# Veltkamp's splitter for doubles (2^27 + 1), and the smallest scaled weight for which every partial
+# product of Dekker's exact square stays a normal float.
+_SPLIT = 134217729.0
+_FAST_L2_SMALLEST = 2.0**-400
+
+
+def _exact_square_terms(u: FloatArray) -> FloatArray:
+    """Floats whose exact sum is the exact sum of ``u**2`` (Dekker's product: ``u*u = p + e``), valid
+    when ``0.5 <= max u < 1`` and every non-zero ``u >= 2**-400`` (no partial product underflows)."""
+    c = u * _SPLIT
+    hi = c - (c - u)
+    lo = u - hi
+    p = u * u
+    e = (((hi * hi - p) + hi * lo) + lo * hi) + lo * lo
+    return np.concatenate([p, e])
+
+
+def _l2_up_fast(w: FloatArray) -> float | None:
+    """sqrt(sum w^2) rounded up, on floats with exact error terms; None when the weights span too wide
+    a range for that (the caller then sums on integers)."""
+    top = float(w.max()) if w.size else 0.0
+    if top <= 0:
+        return 0.0
+    shift = math.frexp(top)[1]
+    u = np.ldexp(w, -shift)
+    nonzero = u[w > 0]  # a weight whose scaled value underflowed to 0 counts too
+    if float(nonzero.min()) < _FAST_L2_SMALLEST:
+        return None
+    terms = _exact_square_terms(u).tolist()
+    neg = [-x for x in terms]
+
+    def at_least(r: float) -> bool:
+        """Whether r^2 >= the exact sum of squares (the sign of an exact difference, via fsum)."""
+        return math.fsum([*_exact_square_terms(np.array([r])).tolist(), *neg]) >= 0
+
+    r = math.sqrt(math.fsum(terms))
+    for _ in range(4):
+        if not at_least(r):
+            r = math.nextafter(r, math.inf)
+            continue
+        down = math.nextafter(r, -math.inf)
+        if down > 0 and at_least(down):
+            r = down
+            continue
+        break
+    try:
+        out = math.ldexp(r, shift)
+    except OverflowError:
+        return math.inf
+    if shift < 0 and math.ldexp(out, -shift) < r:
+        out = math.nextafter(out, math.inf)  # the result fell below the normal range
+    return out
+
+
+def check_finite(value: float, what: str) -> float:
+    """``value`` when finite, else :class:`MagnitudeError` naming ``what``."""
+    if not math.isfinite(value):
+        raise MagnitudeError(f"{what}: the maximum overlap exceeds the largest float ({MAX_FLOAT:g})")
+    return value
+
+
+@dataclass(frozen=True)
+class Loads:
+    """``comp = g(sum of loads)`` (MATH.md section 7) on normalised loads.
+
+    ``loads`` are the routes' per-query loads in scaled units (see the module docstring), ``weights``
+    the original weights (None for ``count``) and ``shift`` the exponent $E$ they were divided by.
+    """
+
+    name: Literal["count", "sum", "l2"]
+    loads: FloatArray
+    weights: FloatArray | None
+    shift: int
+    ids: Sequence[str | None] = ()
+
+    @staticmethod
+    def of(name: Literal["count", "sum", "l2"], weights: FloatArray, ids: Sequence[str | None] = ()) -> Loads:
+        loads, shift = normalised_loads(name, weights)
+        return Loads(name, loads, None if name == "count" else weights, shift, ids)
+
+    def outer(self, total: float) -> float:
+        """A bound in scaled units (a sum of loads) as a bound on ``comp``, rounded up."""
+        if self.name == "count":
+            return max(float(total), 0.0)
+        return unscale_up(self.name, total, self.shift, self._heaviest(None))
+
+    def compose(self, indices: Sequence[int] | npt.NDArray[np.int64]) -> float:
+        """``comp`` of the ORIGINAL weights at ``indices``, exactly, rounded up; :class:`MagnitudeError`
+        when it exceeds the largest float."""
+        if self.weights is None:
+            return float(len(indices))
+        idx = np.asarray(indices, dtype=np.int64)
+        value = compose_up(self.name, self.weights[idx].tolist())
+        return check_finite(value, self._heaviest(idx))
+
+    def _heaviest(self, idx: npt.NDArray[np.int64] | None) -> str:
+        """Names the heaviest query (of ``idx``, or of all) for an error message."""
+        if self.weights is None or self.weights.size == 0:
+            return "workload"
+        pool = np.arange(self.weights.size) if idx is None or idx.size == 0 else idx
+        i = int(pool[int(np.argmax(self.weights[pool]))])
+        qid = self.ids[i] if i < len(self.ids) else None
+        return f"query {qid!r} (#{i}, weight {float(self.weights[i])!r})"
