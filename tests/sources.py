@@ -1,0 +1,37 @@
+"""The randomness sources statistical tests run on: a seeded PCG64 stream (reproducible) and the
+operating system's CSPRNG, the very source a served deployment uses (``system_source()``, which
+``resolve_source(None, served=True)`` returns), so that a fault that only the OS source shows (such as a
+read-only buffer) cannot hide behind seeded tests.
+
+The OS source cannot be seeded, so a statistical assertion on it is a hypothesis test with a stated
+false-alarm rate: use :func:`alpha_for`, which is 1e-4 on the seeded source (the outcome is fixed by the
+seed anyway) and 1e-7 on the OS source (a spurious failure about once in ten million runs).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from overlapdp.mechanisms import RandomSource, SeededRandomSource, system_source
+
+KINDS = ("seeded", "os")
+
+#: Parametrise a test over both sources; the test takes ``kind`` and calls ``source(kind, seed)``.
+on_both_sources = pytest.mark.parametrize("kind", KINDS)
+
+ALPHA_SEEDED = 1e-4
+ALPHA_OS = 1e-7
+
+
+def source(kind: str, seed: int) -> RandomSource:
+    """A fresh seeded source, or the shared OS CSPRNG source a served deployment uses."""
+    if kind == "seeded":
+        return SeededRandomSource(seed)
+    if kind == "os":
+        return system_source()
+    raise ValueError(f"unknown source kind {kind!r}")
+
+
+def alpha_for(kind: str) -> float:
+    """The significance level of a statistical test on this source (its false-alarm rate on ``os``)."""
+    return ALPHA_OS if kind == "os" else ALPHA_SEEDED
