@@ -262,7 +262,7 @@ def test_svt_that_does_not_stop_after_c_positives_is_flagged_and_the_project_svt
         assert not ours.flags(1.0), ours
 
 
-@on_both_sources
+@on_both_sources_os_slow
 def test_guess_and_check_is_not_flagged(kind: str) -> None:
     """Guesses at the tolerance boundary, answers moving in opposite directions; declared epsilon from
     the noise scales (Lyu 2022 App. B)."""
