@@ -28,6 +28,7 @@ from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, Schema
 from overlapdp.schema.attributes import IntAttribute
+from sources import on_both_sources, source
 
 SCHEMA = Schema((IntAttribute("i", 0, 19), IntAttribute("j", 0, 3)))
 
@@ -52,10 +53,17 @@ class Table:
 QUIET = 10_000.0  # so much budget that the discrete noise is almost surely 0
 
 
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=20), st.integers(1, 4), st.integers(0, 30))
-def test_sparse_vector_without_noise_is_brute_force(counts: list[int], c: int, threshold: int) -> None:
+@on_both_sources
+@given(
+    counts=st.lists(st.integers(0, 30), min_size=1, max_size=20),
+    c=st.integers(1, 4),
+    threshold=st.integers(0, 30),
+)
+def test_sparse_vector_without_noise_is_brute_force(
+    counts: list[int], c: int, threshold: int, kind: str
+) -> None:
     table = Table(counts)
-    svt = SparseVector(table, epsilon=QUIET, c=c, threshold=threshold - 0.5, rng=1)
+    svt = SparseVector(table, epsilon=QUIET, c=c, threshold=threshold - 0.5, rng=source(kind, 1))
     got, expected, positives = [], [], 0
     for k in range(len(counts)):
         got.append(svt.ask(point(k)).outcome)
@@ -70,9 +78,10 @@ def test_sparse_vector_without_noise_is_brute_force(counts: list[int], c: int, t
     assert table.reads == sum(1 for e in expected if e != "exhausted")  # exhausted reads nothing
 
 
-def test_sparse_vector_stops_after_c_positives_with_a_clear_answer() -> None:
+@on_both_sources
+def test_sparse_vector_stops_after_c_positives_with_a_clear_answer(kind: str) -> None:
     table = Table([100] * 10)
-    svt = SparseVector(table, epsilon=QUIET, c=2, threshold=5, rng=2)
+    svt = SparseVector(table, epsilon=QUIET, c=2, threshold=5, rng=source(kind, 2))
     assert [svt.ask(point(k)).outcome for k in range(2)] == ["above", "above"]
     assert svt.exhausted and svt.positives_left == 0
     reads = table.reads
@@ -102,9 +111,10 @@ def test_sparse_vector_split_and_scales_follow_lyu_su_li() -> None:
     assert isinstance(svt, InteractiveMechanism)
 
 
-def test_sparse_vector_release_is_fresh_noise_with_an_error_bar() -> None:
+@on_both_sources
+def test_sparse_vector_release_is_fresh_noise_with_an_error_bar(kind: str) -> None:
     table = Table([50] * 5)
-    svt = SparseVector(table, epsilon=1.0, c=1, threshold=-1000, release_epsilon=QUIET, rng=4)
+    svt = SparseVector(table, epsilon=1.0, c=1, threshold=-1000, release_epsilon=QUIET, rng=source(kind, 4))
     ans = svt.ask(point(0))
     assert ans.above and ans.released is not None
     assert ans.released.low <= 50 <= ans.released.high
@@ -148,7 +158,8 @@ def _guess_table() -> tuple[Table, Callable[[int], PredicateQuery]]:
     return Table([10 * k for k in range(20)]), point
 
 
-def test_guess_and_check_confirms_good_guesses_and_estimates_bad_ones() -> None:
+@on_both_sources
+def test_guess_and_check_confirms_good_guesses_and_estimates_bad_ones(kind: str) -> None:
     table, q = _guess_table()
     gc = GuessAndCheck(
         table,
@@ -157,7 +168,7 @@ def test_guess_and_check_confirms_good_guesses_and_estimates_bad_ones() -> None:
         threshold_scale=Fraction(1, 1000),
         query_scale=Fraction(1, 1000),
         estimate_scale=Fraction(1, 1000),
-        rng=6,
+        rng=source(kind, 6),
     )
     assert gc.check(q(1), 11).outcome == "confirmed"
     bad = gc.check(q(2), 40)
@@ -199,9 +210,10 @@ def test_tolerance_must_be_positive(tol: float) -> None:
         GuessAndCheck(lambda q: 0, tolerance=tol, c=1, threshold_scale=1, query_scale=1, estimate_scale=1)
 
 
-def test_noisy_counts_session_charges_each_answer_and_refuses_beyond_its_budget() -> None:
+@on_both_sources
+def test_noisy_counts_session_charges_each_answer_and_refuses_beyond_its_budget(kind: str) -> None:
     table = Table([5] * 20)
-    session = NoisyCounts(table, budget=PureDP(1.0), per_query=PureDP(0.3), rng=8)
+    session = NoisyCounts(table, budget=PureDP(1.0), per_query=PureDP(0.3), rng=source(kind, 8))
     for k in range(3):
         ans = session.query(point(k))
         assert ans.guarantee == PureDP(0.3) and ans.query_id == f"q{k}"

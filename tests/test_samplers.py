@@ -1,15 +1,21 @@
 """The exact samplers against their exact pmfs (chi-square goodness of fit), and the randomness rules.
 
 Expected pmfs are written here from the definitions (CKS 2020), not taken from the code under test.
-Each test draws a few hundred thousand values with a fixed seed and uses a loose significance level
-(1e-4) so it is stable; a deliberately wrong pmf must be rejected, so the test can fail.
+Each test draws a few hundred thousand values, once from a seeded source (significance level 1e-4, the
+outcome fixed by the seed) and once from the operating system's CSPRNG that a served deployment uses
+(significance level 1e-7: a spurious failure about once in ten million runs; see tests/sources.py). A
+deliberately wrong pmf must be rejected at that level on both sources, so the tests can fail.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import threading
+import time
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,10 +28,13 @@ from overlapdp.mechanisms import (
     SeededRandomSource,
     SparseVector,
     SystemRandomSource,
+    add_noise,
     resolve_source,
+    system_source,
 )
 from overlapdp.mechanisms.randomness import _after_fork_in_child
 from overlapdp.mechanisms.samplers import (
+    _below_const,
     bernoulli_exp_neg_batch,
     bernoulli_exp_neg_scalar,
     discrete_gaussian_batch,
@@ -33,10 +42,11 @@ from overlapdp.mechanisms.samplers import (
     discrete_laplace_batch,
     discrete_laplace_scalar,
 )
+from overlapdp.privacy.definitions import ZCDP
+from sources import alpha_for, on_both_sources, source
 
 N_BATCH = 300_000
 N_SCALAR = 60_000
-ALPHA = 1e-4
 
 
 def laplace_pmf(scale: Fraction, ys: np.ndarray) -> np.ndarray:
@@ -84,75 +94,209 @@ LAPLACE_SCALES = [Fraction(1), Fraction(10), Fraction(7, 3), Fraction(1, 2), Fra
 GAUSS_SIGMA2 = [Fraction(1), Fraction(100), Fraction(201, 2), Fraction(1, 4), Fraction(5000)]
 
 
+@on_both_sources
 @pytest.mark.parametrize("scale", LAPLACE_SCALES)
-def test_discrete_laplace_batch_fits_its_pmf(scale: Fraction) -> None:
-    draws = discrete_laplace_batch(SeededRandomSource(11), scale.numerator, scale.denominator, N_BATCH)
-    assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > ALPHA
+def test_discrete_laplace_batch_fits_its_pmf(scale: Fraction, kind: str) -> None:
+    draws = discrete_laplace_batch(source(kind, 11), scale.numerator, scale.denominator, N_BATCH)
+    assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > alpha_for(kind)
 
 
+@on_both_sources
 @pytest.mark.parametrize("scale", [Fraction(10), Fraction(7, 3)])
-def test_discrete_laplace_scalar_fits_its_pmf(scale: Fraction) -> None:
-    src = SeededRandomSource(12)
+def test_discrete_laplace_scalar_fits_its_pmf(scale: Fraction, kind: str) -> None:
+    src = source(kind, 12)
     draws = np.array(
         [discrete_laplace_scalar(src, scale.numerator, scale.denominator) for _ in range(N_SCALAR)]
     )
-    assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > ALPHA
+    assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > alpha_for(kind)
 
 
+@on_both_sources
 @pytest.mark.parametrize("sigma2", GAUSS_SIGMA2)
-def test_discrete_gaussian_batch_fits_its_pmf(sigma2: Fraction) -> None:
-    draws = discrete_gaussian_batch(SeededRandomSource(13), sigma2.numerator, sigma2.denominator, N_BATCH)
-    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > ALPHA
+def test_discrete_gaussian_batch_fits_its_pmf(sigma2: Fraction, kind: str) -> None:
+    draws = discrete_gaussian_batch(source(kind, 13), sigma2.numerator, sigma2.denominator, N_BATCH)
+    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
+@on_both_sources
 @pytest.mark.parametrize("sigma2", [Fraction(100), Fraction(201, 2)])
-def test_discrete_gaussian_scalar_fits_its_pmf(sigma2: Fraction) -> None:
-    src = SeededRandomSource(14)
+def test_discrete_gaussian_scalar_fits_its_pmf(sigma2: Fraction, kind: str) -> None:
+    src = source(kind, 14)
     draws = np.array(
         [discrete_gaussian_scalar(src, sigma2.numerator, sigma2.denominator) for _ in range(N_SCALAR)]
     )
-    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > ALPHA
+    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
-def test_goodness_of_fit_rejects_a_slightly_wrong_pmf() -> None:
-    """The tests above have power: 5% too little noise is detected."""
-    lap = discrete_laplace_batch(SeededRandomSource(15), 10, 1, N_BATCH)
-    assert gof_pvalue(lap, lambda y: laplace_pmf(Fraction(95, 10), y)) < ALPHA
-    gau = discrete_gaussian_batch(SeededRandomSource(16), 100, 1, N_BATCH)
-    assert gof_pvalue(gau, lambda y: gauss_pmf(Fraction(95), y)) < ALPHA
+@on_both_sources
+def test_goodness_of_fit_rejects_a_slightly_wrong_pmf(kind: str) -> None:
+    """The tests above have power: 5% too little noise is detected at the source's level (measured
+    p-values on the OS source are below 1e-50, so a miss is out of the question)."""
+    lap = discrete_laplace_batch(source(kind, 15), 10, 1, N_BATCH)
+    assert gof_pvalue(lap, lambda y: laplace_pmf(Fraction(95, 10), y)) < alpha_for(kind)
+    gau = discrete_gaussian_batch(source(kind, 16), 100, 1, N_BATCH)
+    assert gof_pvalue(gau, lambda y: gauss_pmf(Fraction(95), y)) < alpha_for(kind)
 
 
-def test_vectorised_gaussian_falls_back_exactly_when_integers_are_large() -> None:
+@on_both_sources
+def test_vectorised_gaussian_falls_back_exactly_when_integers_are_large(kind: str) -> None:
     """A denominator too large for 64-bit arithmetic takes the scalar path; the pmf still fits."""
     sigma2 = Fraction(10**15 + 1, 10**13)  # about 100, with huge integers
-    draws = discrete_gaussian_batch(SeededRandomSource(17), sigma2.numerator, sigma2.denominator, 20_000)
-    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > ALPHA
+    draws = discrete_gaussian_batch(source(kind, 17), sigma2.numerator, sigma2.denominator, 20_000)
+    assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
+@on_both_sources
 @pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(7)])
-def test_bernoulli_exp_neg_has_the_right_mean(gamma: Fraction) -> None:
+def test_bernoulli_exp_neg_has_the_right_mean(gamma: Fraction, kind: str) -> None:
+    alpha = alpha_for(kind)
     n = N_BATCH
     num = np.full(n, gamma.numerator, dtype=np.int64)
-    hits = int(bernoulli_exp_neg_batch(SeededRandomSource(21), num, gamma.denominator).sum())
+    hits = int(bernoulli_exp_neg_batch(source(kind, 21), num, gamma.denominator).sum())
     p = math.exp(-float(gamma))
-    assert chisquare([hits, n - hits], [p * n, (1 - p) * n]).pvalue > ALPHA if 0 < p < 1 else hits == n
-    src = SeededRandomSource(19)
+    assert chisquare([hits, n - hits], [p * n, (1 - p) * n]).pvalue > alpha if 0 < p < 1 else hits == n
+    src = source(kind, 19)
     m = 40_000
     hits_s = sum(bernoulli_exp_neg_scalar(src, gamma.numerator, gamma.denominator) for _ in range(m))
-    assert chisquare([hits_s, m - hits_s], [p * m, (1 - p) * m]).pvalue > ALPHA if 0 < p < 1 else hits_s == m
+    assert chisquare([hits_s, m - hits_s], [p * m, (1 - p) * m]).pvalue > alpha if 0 < p < 1 else hits_s == m
 
 
-def test_randbelow_is_uniform_for_small_and_huge_ranges() -> None:
-    src = SeededRandomSource(20)
+@on_both_sources
+def test_randbelow_is_uniform_for_small_and_huge_ranges(kind: str) -> None:
+    alpha = alpha_for(kind)
+    src = source(kind, 20)
     draws = [src.randbelow(7) for _ in range(70_000)]
-    assert chisquare(np.bincount(draws, minlength=7)).pvalue > ALPHA
+    assert chisquare(np.bincount(draws, minlength=7)).pvalue > alpha
     big = 3 * 2**70 + 5
     top = [src.randbelow(big) * 6 // big for _ in range(30_000)]
     assert all(0 <= v < 6 for v in top)
-    assert chisquare(np.bincount(top, minlength=6)).pvalue > ALPHA
+    assert chisquare(np.bincount(top, minlength=6)).pvalue > alpha
     arr = src.below(np.array([3, 5, 2**63 + 1], dtype=np.uint64).repeat(20_000))
-    assert chisquare(np.bincount(arr[:20_000].astype(np.int64), minlength=3)).pvalue > ALPHA
+    assert chisquare(np.bincount(arr[:20_000].astype(np.int64), minlength=3)).pvalue > alpha
     assert (arr[20_000:40_000] < 5).all() and (arr[40_000:] <= 2**63).all()
+
+
+# -- the OS source hands out read-only bytes: samplers must never write into them (issue 12, item 5) ---
+def test_words_are_fresh_writable_arrays_on_every_source() -> None:
+    for src in (system_source(), SystemRandomSource(), SeededRandomSource(1)):
+        a, b = src.words(64), src.words(64)
+        assert a.flags.writeable
+        a[:] = 0  # the caller owns it ...
+        assert not np.shares_memory(a, b) and b.any()  # ... and it is not shared with later draws
+
+
+def test_rejection_sampling_on_the_os_source_with_many_rejections() -> None:
+    """m = 2^63 + 1 rejects each 64-bit word with probability about 1/2, so the loop that redraws
+    rejected words in place runs (on the old code it wrote into np.frombuffer(os.urandom(...)), a
+    read-only array, and raised ValueError with probability 1 - 2^-1000 here). The values must still be
+    uniform: the top quarter-ranges are tested by chi-square at 1e-7."""
+    m = 2**63 + 1
+    draws = _below_const(system_source(), m, 4000)
+    assert draws.dtype == np.uint64 and (draws < np.uint64(m)).all()
+    quarters = np.array([int(v) * 4 // m for v in draws.tolist()])
+    assert chisquare(np.bincount(quarters, minlength=4)).pvalue > alpha_for("os")
+
+
+def test_exact_samplers_with_large_integers_run_on_the_os_source() -> None:
+    """The public paths of issue 12 on the served source: a discrete Laplace whose scale 2^54 + 1 makes
+    about one word in 1024 a rejection (so each call of 10,000 draws rejects ~15 words: the old code
+    failed with probability above 1 - e^-10), the issue's discrete Gaussian and zCDP(1e-6) counts."""
+    src = system_source()
+    scale = Fraction(2**54 + 1)
+    for _ in range(3):
+        draws = DiscreteLaplace(scale).sample_many(src, 10_000)
+        assert draws.size == 10_000
+    # Scale 2^54: |Y| above 2^54 happens with probability e^-1 ~ 0.37 (tail 2 q^{w+1}/(1+q)).
+    share = float(np.mean(np.abs(draws) > 2**54))
+    assert abs(share - 2 * math.exp(-(2**54 + 1) / float(scale)) / (1 + math.exp(-1 / float(scale)))) < 0.03
+    for _ in range(10):
+        assert DiscreteGaussian(Fraction(10**6)).sample_many(src, 1000).size == 1000
+        answers = add_noise(np.zeros(1000, dtype=np.int64), ZCDP(1e-6), rng=src)
+        assert len(answers) == 1000
+
+
+# -- a source shared by threads (a served deployment shares one) ----------------------------------------
+class _YieldingList(list[int]):
+    """A pool whose emptiness check lets other threads run right after it: the window between seeing
+    a draw in the pool and popping it, which the interpreter rarely switches in, opens on every call."""
+
+    def __len__(self) -> int:
+        n = super().__len__()
+        time.sleep(0.0002)  # long enough that the other threads really run
+        return n
+
+
+class _Draws:
+    """What a refill returns: ``tolist()`` gives the pool (a :class:`_YieldingList`)."""
+
+    def __init__(self, values: list[int]) -> None:
+        self.values = values
+
+    def tolist(self) -> _YieldingList:
+        return _YieldingList(self.values)
+
+
+def _run_threads(n: int, work: Any) -> list[BaseException]:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            work()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_threads_draining_a_small_pool_never_fail_and_never_share_a_draw() -> None:
+    """Pools of TWO draws, 8 threads: the refilling thread takes one and the other threads all see the
+    last one; on the old code they all popped it and all but one raised IndexError (reliably, since each
+    emptiness check of the pool yields to the other threads). Each draw (numbered by the refill) must
+    reach exactly one caller: a draw handed out twice would be reused noise."""
+    src = SeededRandomSource(1)
+    numbers = itertools.count()
+    lock = threading.Lock()
+
+    def refill(n: int) -> Any:
+        with lock:
+            return _Draws([next(numbers), next(numbers)])
+
+    got: list[int] = []
+
+    def work() -> None:
+        mine = [src.pooled("k", refill) for _ in range(100)]
+        with lock:
+            got.extend(mine)
+
+    errors = _run_threads(8, work)
+    assert not errors, errors[:1]
+    assert len(got) == 8 * 100 and len(set(got)) == len(got)
+
+
+def test_threads_sharing_the_os_source_get_distinct_words_and_draws() -> None:
+    """Many threads drawing words and pooled noise from the shared OS source: no error, no word twice
+    (64-bit words from the CSPRNG collide with probability below 2^-40 here)."""
+    src = system_source()
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        mine = [src.word() for _ in range(5000)]
+        for _ in range(2000):
+            DiscreteLaplace(Fraction(7, 3)).sample(src)
+        with lock:
+            got.extend(mine)
+
+    errors = _run_threads(8, work)
+    assert not errors, errors[:1]
+    assert len(set(got)) == len(got) == 8 * 5000
 
 
 def test_default_randomness_is_the_operating_system_csprng() -> None:

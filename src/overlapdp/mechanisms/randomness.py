@@ -12,12 +12,15 @@ the caller declares a served (production) context, or when the environment varia
 
 Words (and pools of ready noise draws, :meth:`RandomSource.pooled`) are buffered for speed; they are
 dropped in a forked child (``os.register_at_fork``) so two
-processes never reuse the same random words or noise.
+processes never reuse the same random words or noise. A source may be shared by threads (a served
+deployment shares one): each buffered word and each pooled draw is handed to exactly one caller, and an
+empty buffer or pool is refilled instead of raising.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -43,6 +46,8 @@ class RandomSource(ABC):
     def __init__(self) -> None:
         self._buffer: list[int] = []
         self._pools: dict[Hashable, list[int]] = {}
+        # Guards refilling and evicting pools (the slow path); taking a draw is a lock-free list.pop.
+        self._pool_lock = threading.Lock()
         _LIVE_SOURCES.add(self)
 
     @abstractmethod
@@ -50,15 +55,23 @@ class RandomSource(ABC):
         """``n`` fresh uniform words from the underlying generator."""
 
     def words(self, n: int) -> npt.NDArray[np.uint64]:
-        """``n`` uniform 64-bit words as a numpy array (for the vectorised samplers)."""
-        return self._fresh_words(n)
+        """``n`` uniform 64-bit words as a fresh, WRITABLE numpy array that the caller owns (the
+        vectorised samplers overwrite rejected words in place)."""
+        w = self._fresh_words(n)
+        if not w.flags.writeable:  # e.g. a view of an immutable bytes object: never write into it
+            w = w.copy()
+        return w
 
     def word(self) -> int:
         """One uniform 64-bit word as a Python int."""
         buf = self._buffer
-        if not buf:
-            buf.extend(self._fresh_words(_BUFFER_WORDS).tolist())
-        return buf.pop()
+        while True:
+            # list.pop is atomic: when another thread takes the last word between a check and the pop,
+            # the pop fails and this thread refills rather than raising (words are never handed out twice).
+            try:
+                return buf.pop()
+            except IndexError:
+                buf.extend(self._fresh_words(_BUFFER_WORDS).tolist())
 
     def randbelow(self, m: int) -> int:
         """A uniform integer in ``[0, m)``, exactly (rejection, no modulo bias), for any ``m >= 1``."""
@@ -101,18 +114,27 @@ class RandomSource(ABC):
 
         Draws from a pool are exactly as independent and as exactly distributed as direct draws; the
         pool only amortises numpy's per-call cost for mechanisms that need one draw at a time.
+        Thread-safe: each draw goes to exactly one caller (``list.pop`` is atomic); a caller that finds
+        the pool empty, or loses the race for its last draw, refills it under a lock and tries again.
         """
-        pool = self._pools.get(key)
-        if not pool:
-            if key not in self._pools and len(self._pools) >= _MAX_POOLS:
-                self._pools.pop(next(iter(self._pools)))
-            pool = refill(_POOL_SIZE).tolist()
-            self._pools[key] = pool
-        return pool.pop()
+        while True:
+            pool = self._pools.get(key)
+            if pool:
+                try:
+                    return pool.pop()
+                except IndexError:  # another thread took the last draw after the check
+                    pass
+            with self._pool_lock:
+                if not self._pools.get(key):  # no other thread refilled it meanwhile
+                    if key not in self._pools and len(self._pools) >= _MAX_POOLS:
+                        self._pools.pop(next(iter(self._pools)))
+                    self._pools[key] = refill(_POOL_SIZE).tolist()
 
     def _drop_buffer(self) -> None:
         self._buffer.clear()
         self._pools.clear()
+        # A lock held by another thread at fork time would stay locked forever in the child.
+        self._pool_lock = threading.Lock()
 
 
 class SystemRandomSource(RandomSource):
@@ -122,7 +144,9 @@ class SystemRandomSource(RandomSource):
     secure = True
 
     def _fresh_words(self, n: int) -> npt.NDArray[np.uint64]:
-        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+        # np.frombuffer over the immutable bytes from os.urandom is READ-ONLY; a bytearray makes the
+        # array writable and owned by the caller, as RandomSource.words promises.
+        return np.frombuffer(bytearray(os.urandom(8 * n)), dtype=np.uint64)
 
     def __repr__(self) -> str:
         return "SystemRandomSource()"

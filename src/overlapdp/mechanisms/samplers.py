@@ -117,8 +117,8 @@ def _below_const(src: RandomSource, m: int, n: int) -> npt.NDArray[np.uint64]:
     if m & (m - 1) == 0:  # a power of two: mask, nothing rejected
         return src.words(n) & np.uint64(m - 1)
     floor = np.uint64(((1 << 64) - m) % m)
-    w = src.words(n)
-    bad = w < floor
+    w = src.words(n)  # a fresh writable array this function owns (RandomSource.words): rejected words
+    bad = w < floor  # are redrawn in place
     while bad.any():
         idx = np.flatnonzero(bad)
         w[idx] = src.words(idx.size)
