@@ -116,6 +116,14 @@ class DefinitionGuarantee:
 
     ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
     delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+
+    ``overlap`` is never above ``sequential``: the sequential composition of every charge bounds each
+    row's loss too (a row pays a subset of the charges and composition is monotone in adding mechanisms),
+    so when an overlap route only reaches a looser safe bound (a search that gave up, the doubling bound
+    for replace-one-row) the sequential value is reported instead. ``bound`` says which side gave the
+    value: ``"overlap"``, ``"sequential"``, or ``"mixed"`` (RDP: some orders from each side, each order
+    being its own guarantee). ``exact`` stays the overlap route's: when the route is exact the two
+    agree up to round-off.
     """
 
     definition: str
@@ -126,6 +134,7 @@ class DefinitionGuarantee:
     witness: dict[str, Any] | None
     exact: bool
     method: str
+    bound: str = "overlap"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +145,7 @@ class DefinitionGuarantee:
             "witness": self.witness,
             "exact": self.exact,
             "method": self.method,
+            "bound": self.bound,
         }
 
 
@@ -153,6 +163,7 @@ class OdometerReport:
     overlap_method: str
     witness: dict[str, Any] | None
     pure_epsilon: tuple[float, float] | None  # (sequential, overlap) for all-pure ledgers
+    overlap_bound: str = "overlap"  # the ``bound`` of the definition that gave ``overlap_epsilon``
 
     def to_json(self) -> dict[str, Any]:
         seq: dict[str, Any] = {"epsilon": _num(self.sequential_epsilon), "method": self.sequential_method}
@@ -160,6 +171,7 @@ class OdometerReport:
             "epsilon": _num(self.overlap_epsilon),
             "witness": self.witness,
             "method": self.overlap_method,
+            "bound": self.overlap_bound,
         }
         if self.pure_epsilon is not None:
             seq["pure_epsilon"], ovl["pure_epsilon"] = self.pure_epsilon
@@ -268,6 +280,7 @@ class Odometer:
             pure_epsilon=(float(pure.sequential), float(pure.overlap))  # type: ignore[arg-type]
             if pure is not None
             else None,
+            overlap_bound=ovl_def.bound,
         )
 
     def _additive(
@@ -305,6 +318,15 @@ class Odometer:
                 exact = False
                 witness = _witness(res, self._best_component(name, ovl_load, delta))
                 method = "doubling"
+        # The sequential load bounds every row's (and every pair's) load as well: cap a route that only
+        # reached a looser safe bound (per component for RDP: each order is its own guarantee). An exact
+        # route is the maximum itself, so there the cap only absorbs summation round-off.
+        capped = seq_load < ovl_load
+        bound = "overlap"
+        if capped.any():
+            ovl_load = np.minimum(ovl_load, seq_load)
+            if not exact:
+                bound = "sequential" if capped.all() else "mixed"
         seq_v, ovl_v = _native(name, seq_load), _native(name, ovl_load)
         return DefinitionGuarantee(
             definition=name,
@@ -315,6 +337,7 @@ class Odometer:
             witness=witness,
             exact=exact,
             method=method,
+            bound=bound,
         )
 
     def _best_component(self, name: str, load: np.ndarray, delta: float) -> int:
@@ -344,7 +367,18 @@ class Odometer:
         """Add/remove overlap-aware epsilon(delta): the maximum over maximal overlapping sets of the PLD
         (or KOV) composition of their mechanisms (MATH.md 2), by max_overlap with a SetComp whose cheap
         upper bound is the best closed-form conversion of the set. Returns (epsilon, exact, witness,
-        method); when not exact the epsilon is a safe upper bound."""
+        method); when not exact the epsilon is a safe upper bound, never above the composition of ALL of
+        ``mechs`` (which bounds every row's subset; method ``"sequential"`` when that was the tighter)."""
+        eps, exact, witness, method = self._overlap_route(mechs, queries, delta)
+        seq = self._compose_eps(mechs, delta)
+        if seq < eps:
+            return seq, exact, witness, method if exact else "sequential"
+        return eps, exact, witness, method
+
+    def _overlap_route(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str]:
+        """:meth:`overlap_approx` before the cap by the sequential composition."""
 
         def value(idx: Sequence[int]) -> float:
             return self._compose_eps([mechs[i] for i in idx], delta)
@@ -420,7 +454,8 @@ class Odometer:
     ) -> DefinitionGuarantee:
         """Sequential: the PLD / KOV composition of all charges. Overlap-aware: the maximum over maximal
         overlapping sets of epsilon(delta) of their composition (MATH.md 2), by max_overlap with a SetComp
-        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack)."""
+        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack),
+        capped by the sequential value (a valid bound of every row's subset; ``bound="sequential"``)."""
         seq = self._compose_eps(mechs, delta)
 
         def value(idx: Sequence[int]) -> float:
@@ -429,7 +464,7 @@ class Odometer:
         exact = True
         witness: dict[str, Any] | None = None
         if self.neighbouring == "add_remove":
-            ovl, exact, witness, method = self.overlap_approx(mechs, queries, delta)
+            ovl, exact, witness, method = self._overlap_route(mechs, queries, delta)
         else:
             pats = row_patterns(queries, self.schema)
             if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
@@ -448,7 +483,14 @@ class Odometer:
                 ovl = min(ovl, _doubled_basic(mechs, queries, delta, self.effort))
                 exact = False
                 method = "doubling"
-        return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method)
+        # The composition of every charge bounds every row's (and pair's) subset: never report more
+        # (when the route is exact the two agree up to round-off, and the route's value is the truth).
+        bound = "overlap"
+        if seq < ovl:
+            ovl = seq
+            if not exact:
+                bound = "sequential"
+        return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method, bound)
 
 
 #: Most maximal covering patterns composed one by one before falling back to a bounded search.
@@ -688,7 +730,15 @@ class PrivacyFilter:
                     lambda m: self._eps_delta(m)[1],
                     lambda m: Fraction(self._eps_delta(m)[1]),
                 ),
+                # basic composition's sum of epsilons: a row may stay within budget by either rule
+                # (MATH.md 5, the combined filter), so the rule is decided per row, not per track
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: self._eps_delta(m)[0],
+                    lambda m: Fraction(self._eps_delta(m)[0]),
+                ),
             ]
+            self._joint = True
             self._check = self._advanced_check(budget.epsilon, budget.delta - slack, slack)
             self._exact_ok = self._exact_advanced(budget.epsilon, budget.delta, slack)
         else:
@@ -696,7 +746,11 @@ class PrivacyFilter:
 
     # -- checks ---------------------------------------------------------------------------------------
     # ``_check`` reports the float value; ``_exact_ok`` decides admission from exact per-track maxima.
+    # When ``_joint`` is set the rule is a condition on each row's JOINT per-track loads that is monotone
+    # in every load: holding at the per-track maxima (possibly at different rows) suffices, but failing
+    # there does not show that some row fails, so refusals are decided on actual rows.
     _exact_ok: Callable[[list[Any]], bool]
+    _joint: bool = False
 
     def _exact_scalar(self, b: Fraction) -> Callable[[list[Any]], bool]:
         def ok(values: list[Any]) -> bool:
@@ -705,15 +759,22 @@ class PrivacyFilter:
         return ok
 
     def _exact_advanced(self, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
-        """sum delta <= delta_g - delta' exactly; the epsilon formula (transcendental) in floats from
-        the sum of squares rounded up, with a relative margin far above its few ulps of round-off."""
+        """The combined filter's rule on one row's loads ``[sum eps^2, sum delta, sum eps]`` (MATH.md 5):
+        sum delta <= delta_g - delta' exactly, and EITHER sum eps <= eps_g exactly (basic composition)
+        OR the advanced-composition epsilon, a transcendental formula evaluated in floats from the sum
+        of squares rounded up with a relative margin far above its few ulps of round-off, is <= eps_g."""
         delta_room = Fraction(delta_g) - Fraction(slack)
+        eps_room = Fraction(eps_g)
         log_term = -2 * math.log(slack)  # log of the exact float slack: accurate to an ulp
 
         def ok(values: list[Any]) -> bool:
+            if not self._fx * values[1] <= delta_room:
+                return False
+            if self._fx * values[2] <= eps_room:
+                return True
             s2 = _float_up(self._fx * values[0])
             e = (math.sqrt(log_term * s2) + s2 / 2) * (1 + 1e-14)
-            return e <= eps_g and self._fx * values[1] <= delta_room
+            return e <= eps_g
 
         return ok
 
@@ -744,9 +805,11 @@ class PrivacyFilter:
         log_term = 2 * math.log(1 / slack)
 
         def check(values: list[Any]) -> tuple[bool, Any]:
+            # the value: the smaller of the two rules' epsilons at the per-track maxima (an upper bound
+            # of every row's own smaller one)
             s2 = self._factor * float(values[0])
             sd = self._factor * float(values[1])
-            e = math.sqrt(log_term * s2) + s2 / 2
+            e = min(math.sqrt(log_term * s2) + s2 / 2, self._factor * float(values[2]))
             return (e <= eps_g and sd <= delta_g), e
 
         return check
@@ -827,10 +890,32 @@ class PrivacyFilter:
                 uppers.append(_scale(w, 1 + _NEAR))
         if self._exact_ok(uppers):
             return True
+        if self._joint:
+            # a rule on each row's joint loads: refuse when one witness row fails it with all its
+            # loads, else decide row by row
+            for r in peeks:
+                row = [_witness_exact(t, r, q.id, e) for t, e in zip(self._tracks, exact, strict=True)]
+                if r.exact and all(v is not None for v in row) and not self._exact_ok(row):
+                    return False
+            return self._exact_rows_ok(q, exact)
         if witnesses is not None and not self._exact_ok(witnesses):
             return False
         maxima = self._exact_maxima(q, exact)
         return maxima is not None and self._exact_ok(maxima)
+
+    def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool:
+        """Whether every row pattern of the admitted charges plus ``q`` passes ``_exact_ok`` with its own
+        exact loads (False, i.e. refuse, when the patterns are too many to enumerate)."""
+        charges = self.odometer.charges
+        pats = row_patterns([c.query for c in charges] + [q], self.schema)
+        if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
+            return False
+        loads = [[t.loads[c.id] for c in charges] + [e] for t, e in zip(self._tracks, exact, strict=True)]
+        for row in pats.members:
+            idx = np.flatnonzero(row).tolist()
+            if not self._exact_ok([sum((ls[i] for i in idx), Fraction(0)) for ls in loads]):
+                return False
+        return True
 
     def _exact_maxima(self, q: PredicateQuery, exact: list[Any]) -> list[Any] | None:
         """Per track, the exact maximum over every row pattern of the admitted charges plus ``q``."""
