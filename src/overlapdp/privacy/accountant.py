@@ -42,7 +42,13 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
   so the row's run is $(\\sum_t\\delta_t)$-approximate $\\rho$-zCDP with $\\rho=\\frac12\\sum_t\\varepsilon_t^2$ (the
   deltas ADD); and $\\rho$-zCDP gives $(\\rho+2\\sqrt{\\rho\\ln(1/\\delta')},\\delta')$-DP (Bun and Steinke 2016,
   Prop. 1.3), which with that $\\rho$ is the left-hand side above; the approximation adds
-  $\\sum_t\\delta_t$ to $\\delta'$.
+  $\\sum_t\\delta_t$ to $\\delta'$. A row also fits when basic composition keeps it within budget,
+  $\\sum_t\\varepsilon_t\\le\\varepsilon_g$ with the SAME delta condition: the filter that admits while
+  EITHER epsilon condition holds (per row) is still $(\\varepsilon_g,\\delta_g)$-DP under full adaptivity
+  (MATH.md 5, the combined filter: off the deltas' bad events the loss is at most the sum of epsilons
+  surely, and at most the advanced value outside the time-uniform Ville event of probability
+  $\\delta'$). So a pure 1-DP child fits an ApproxDP(5, 1e-6) budget though advanced composition alone
+  values it at 5.89.
 
 Exact arithmetic: the filter admits only if every row stays within budget in EXACT arithmetic of the
 declared float costs (Fractions; ten charges of 0.1 exceed 1.0), see ``PrivacyFilter._admissible``.
