@@ -62,6 +62,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -403,6 +404,9 @@ class Odometer:
                 if v > best:
                     best, best_row = v, row
             return best, True, _row_witness(self.schema, best_row), "pld/patterns"
+        counted = self._counted_patterns(mechs, queries, delta)
+        if counted is not None:
+            return counted
 
         def upper(idx: Sequence[int]) -> float:
             return _cheap_upper([mechs[i] for i in idx], delta, self.h)
@@ -442,6 +446,49 @@ class Odometer:
         if best >= upper:
             return upper, True, witness, "pld/grouped"
         return None
+
+    def _counted_patterns(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """Exact when the atom grid is small but its maximal patterns are many (e.g. one charge per value
+        of many binary attributes): a row's composed epsilon depends only on how many charges of each
+        distinct mechanism cover it (identical mechanisms compose identically) and grows with each count,
+        so composing the Pareto-maximal count vectors over all row patterns gives the maximum over rows
+        (MATH.md 1 per-row view, MATH.md 2). None when the grid or the vectors are too many. Past the
+        effort limit the vectors not yet composed are bounded together by the composition of their
+        componentwise maximum (a safe upper bound, not exact)."""
+        groups: dict[str, int] = {}
+        label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
+        pats = row_patterns(queries, self.schema, limit=_APPROX_GRID_LIMIT)
+        if pats is None:
+            return None
+        onehot = np.zeros((len(mechs), len(groups)), dtype=np.int64)
+        onehot[np.arange(len(mechs)), label] = 1
+        counts = pats.members.astype(np.int64) @ onehot  # patterns x groups
+        vecs, first = np.unique(counts, axis=0, return_index=True)
+        keep = [
+            i
+            for i in range(vecs.shape[0])
+            if not bool(np.any(np.all(vecs >= vecs[i], axis=1) & np.any(vecs > vecs[i], axis=1)))
+        ]
+        if len(keep) > _APPROX_MAX_PATTERNS:
+            return None
+        rep = [mechs[label.index(g)] for g in range(len(groups))]
+
+        def compose(vec: np.ndarray) -> float:
+            return self._compose_eps([rep[g] for g in range(len(groups)) for _ in range(int(vec[g]))], delta)
+
+        keep.sort(key=lambda i: -int(vecs[i].sum()))  # the likely worst first
+        deadline = None if self.effort is None else time.monotonic() + self.effort
+        best, best_row = 0.0, pats.rows[0]
+        for n, i in enumerate(keep):
+            if deadline is not None and n > 0 and time.monotonic() > deadline:
+                rest = compose(vecs[keep[n:]].max(axis=0))
+                return max(best, rest), False, _row_witness(self.schema, best_row), "pld/counted-patterns"
+            v = compose(vecs[i])
+            if v > best:
+                best, best_row = v, pats.rows[int(first[i])]
+        return best, True, _row_witness(self.schema, best_row), "pld/counted-patterns"
 
     def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
         key = (delta, *sorted(repr(m.key) for m in mechs))
@@ -503,6 +550,8 @@ class Odometer:
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
 _APPROX_MAX_GROUPS = 32
+#: Largest (atom cells x charges) matrix enumerated by the counted-patterns route.
+_APPROX_GRID_LIMIT = 2_000_000
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
