@@ -297,3 +297,21 @@ def test_counted_patterns_route_equals_brute_force(case, effort) -> None:  # typ
     if got.exact:
         assert got.overlap == pytest.approx(truth, rel=1e-9, abs=1e-12)
     assert got.overlap <= got.sequential  # type: ignore[operator]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    mechs=st.lists(
+        st.sampled_from([Laplace(2.0), Gaussian(3.0), OpaqueApproxDP(0.5, 1e-7), OpaqueApproxDP(1.0, 1e-6)]),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_cheap_upper_bounds_the_pld_composition_of_mixes(mechs) -> None:  # type: ignore[no-untyped-def]
+    """The bounded search's cheap upper bound (now finite for zCDP mechanisms mixed with opaque
+    (epsilon, delta) ones) is at least the PLD value it bounds and the peer's optimistic value."""
+    got = acc._cheap_upper(mechs, DELTA, DEFAULT_H)
+    assert got >= compose_approx(mechs).epsilon_at(DELTA)
+    assert got >= _dp_epsilon(mechs, pessimistic=False)
+    if any(isinstance(m, Gaussian) for m in mechs) and any(isinstance(m, OpaqueApproxDP) for m in mechs):
+        assert math.isfinite(got)

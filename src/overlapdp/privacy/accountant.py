@@ -483,7 +483,19 @@ class Odometer:
         best, best_row = 0.0, pats.rows[0]
         for n, i in enumerate(keep):
             if deadline is not None and n > 0 and time.monotonic() > deadline:
-                rest = compose(vecs[keep[n:]].max(axis=0))
+                # the rest together: one composition of their componentwise maximum, or each by the
+                # closed forms (valid bounds of its loss)
+                rest = min(
+                    compose(vecs[keep[n:]].max(axis=0)),
+                    max(
+                        _cheap_upper(
+                            [rep[g] for g in range(len(groups)) for _ in range(int(vecs[j, g]))],
+                            delta,
+                            self.h,
+                        )
+                        for j in keep[n:]
+                    ),
+                )
                 return max(best, rest), False, _row_witness(self.schema, best_row), "pld/counted-patterns"
             v = compose(vecs[i])
             if v > best:
@@ -556,9 +568,11 @@ _APPROX_GRID_LIMIT = 2_000_000
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
-    basic composition (pure / (eps, delta) with the deltas within budget) and the zCDP conversion, plus
+    basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
+    a mix of zCDP mechanisms with opaque (eps, delta) ones basic composition of the two parts (the
+    opaque part's sum of epsilons and of deltas, the zCDP part converted at the delta left), plus
     h per mechanism for the PLD's upward grid rounding (connect-the-dots is dominated by rounding every
-    loss up by at most h), and a relative margin for round-off."""
+    loss up by at most h), and a relative margin for round-off. Every form grows with the set."""
     if not mechs:
         return 0.0
     best = math.inf
@@ -579,6 +593,13 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     zs = [m.zcdp() for m in mechs]
     if all(z is not None for z in zs):
         best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+    elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
+        rho = math.fsum(z.rho for z in zs if z is not None)
+        opaque = [m for z, m in zip(zs, mechs, strict=True) if z is None and isinstance(m, OpaqueApproxDP)]
+        d_opaque = math.fsum(m.delta for m in opaque) * (1 + 1e-12)
+        if d_opaque < delta:
+            e_z = ZCDP(rho).epsilon_at(delta - d_opaque) if rho > 0 else 0.0
+            best = min(best, e_z + math.fsum(m.epsilon for m in opaque))
     return best * (1 + 1e-6) + h * len(mechs) + 1e-9
 
 
