@@ -315,3 +315,23 @@ def test_cheap_upper_bounds_the_pld_composition_of_mixes(mechs) -> None:  # type
     assert got >= _dp_epsilon(mechs, pessimistic=False)
     if any(isinstance(m, Gaussian) for m in mechs) and any(isinstance(m, OpaqueApproxDP) for m in mechs):
         assert math.isfinite(got)
+
+
+def test_approx_filter_basic_rule_is_exact_in_the_declared_costs() -> None:
+    # Row a < 5: ten charges of 0.1 sum to 0.9999999999999999 in floats but exceed 1.0 exactly
+    # (Fraction(0.1) > 1/10), and advanced composition gives 1.08 > 1: the tenth is refused. Row a >= 5
+    # holds one charge of 1.0 (basic: exactly 1.0 <= 1.0; advanced: 3.76), so no global rule settles it.
+    schema = Schema((IntAttribute("a", 0, 9),))
+    budget = ApproxDP(1.0, 1e-2)
+    low, high = parse_where(schema, "a < 5"), parse_where(schema, "a >= 5")
+    flt = PrivacyFilter(schema, budget)
+    assert flt.try_charge(Laplace(1.0), high, id="high").admitted
+    assert 10 * Fraction(Laplace(10.0).pure().epsilon) > 1 and math.fsum([0.1] * 10) == 1.0
+    assert sum([0.1] * 10) < 1.0  # the running float sum an index keeps
+    assert _advanced(10 * 0.1**2, budget.delta / 2) > 1.0
+    results = [flt.try_charge(Laplace(10.0), low, id=f"low{i}").admitted for i in range(10)]
+    assert results == [True] * 9 + [False]
+    with pytest.MonkeyPatch.context() as mp:  # the same decision on the row-by-row path
+        mp.setattr(acc, "_witness_exact", lambda *a: None)
+        assert not flt.try_charge(Laplace(10.0), low, id="again").admitted
+        assert flt.try_charge(Laplace(1e6), low, id="tiny").admitted  # 0.9 + 1e-6 fits

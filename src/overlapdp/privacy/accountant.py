@@ -91,6 +91,9 @@ _PAIR_PLD_LIMIT = 40
 _NEAR = Fraction(1, 10**9)
 # (row patterns x charges) summed with Fractions in that recomputation; beyond it the charge is refused.
 _EXACT_WORK_LIMIT = 2_000_000
+# (atom cells x charges) enumerated when the (epsilon, delta) filter decides its rule row by row; it runs
+# on refusals no witness row settles, so it must stay cheap (beyond it: the global rule, see the filter).
+_JOINT_GRID_LIMIT = 200_000
 
 
 class AdaptivityError(BudgetError):
@@ -815,6 +818,7 @@ class PrivacyFilter:
                 ),
             ]
             self._joint = True
+            self._row_verdict = self._float_advanced(budget.epsilon, budget.delta, slack)
             self._check = self._advanced_check(budget.epsilon, budget.delta - slack, slack)
             self._exact_ok = self._exact_advanced(budget.epsilon, budget.delta, slack)
         else:
@@ -827,6 +831,7 @@ class PrivacyFilter:
     # there does not show that some row fails, so refusals are decided on actual rows.
     _exact_ok: Callable[[list[Any]], bool]
     _joint: bool = False
+    _row_verdict: Callable[[np.ndarray], bool | None]
 
     def _exact_scalar(self, b: Fraction) -> Callable[[list[Any]], bool]:
         def ok(values: list[Any]) -> bool:
@@ -853,6 +858,29 @@ class PrivacyFilter:
             return e <= eps_g
 
         return ok
+
+    def _float_advanced(
+        self, eps_g: float, delta_g: float, slack: float
+    ) -> Callable[[np.ndarray], bool | None]:
+        """The combined rule on one row's float sums ``[sum eps^2, sum delta, sum eps]``: True / False when
+        they clear / miss every condition by the relative margin ``_NEAR`` (far above their round-off),
+        None when the row must be summed exactly (``_exact_advanced``)."""
+        room = delta_g - slack
+        log_term = -2 * math.log(slack)
+        up, down = 1 + float(_NEAR), 1 - float(_NEAR)
+
+        def adv(s2: float) -> float:
+            return math.sqrt(log_term * s2) + s2 / 2
+
+        def verdict(s: np.ndarray) -> bool | None:
+            s2, sd, s1 = (self._factor * float(x) for x in s)
+            if sd * down > room or (s1 * down > eps_g and adv(s2 * down) > eps_g):
+                return False
+            if sd * up <= room and (s1 * up <= eps_g or adv(s2 * up) <= eps_g):
+                return True
+            return None
+
+        return verdict
 
     def _scalar_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
         def check(values: list[Any]) -> tuple[bool, Any]:
@@ -981,15 +1009,23 @@ class PrivacyFilter:
 
     def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool:
         """Whether every row pattern of the admitted charges plus ``q`` passes ``_exact_ok`` with its own
-        exact loads (False, i.e. refuse, when the patterns are too many to enumerate)."""
+        exact loads (False, i.e. refuse, when the atom grid is too large to enumerate: the decision is
+        then the global one, either rule holding at the per-track maxima, sound and at least as
+        permissive as either rule alone)."""
         charges = self.odometer.charges
-        pats = row_patterns([c.query for c in charges] + [q], self.schema)
+        pats = row_patterns([c.query for c in charges] + [q], self.schema, limit=_JOINT_GRID_LIMIT)
         if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
             return False
         loads = [[t.loads[c.id] for c in charges] + [e] for t, e in zip(self._tracks, exact, strict=True)]
-        for row in pats.members:
-            idx = np.flatnonzero(row).tolist()
-            if not self._exact_ok([sum((ls[i] for i in idx), Fraction(0)) for ls in loads]):
+        # float sums decide the rows far from the budget (their error, at most t ulps relative, is far
+        # below the _NEAR margin); the rest are summed exactly
+        sums = pats.members.astype(float) @ np.array([[float(x) for x in ls] for ls in loads]).T
+        for row, s in zip(pats.members, sums, strict=True):
+            verdict = self._row_verdict(s)
+            if verdict is None:
+                idx = np.flatnonzero(row).tolist()
+                verdict = self._exact_ok([sum((ls[i] for i in idx), Fraction(0)) for ls in loads])
+            if not verdict:
                 return False
         return True
 
