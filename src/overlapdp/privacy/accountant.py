@@ -469,6 +469,8 @@ class Odometer:
         onehot[np.arange(len(mechs)), label] = 1
         counts = pats.members.astype(np.int64) @ onehot  # patterns x groups
         vecs, first = np.unique(counts, axis=0, return_index=True)
+        if vecs.shape[0] > _APPROX_MAX_VECTORS:  # the Pareto filter below is quadratic
+            return None
         keep = [
             i
             for i in range(vecs.shape[0])
@@ -565,8 +567,10 @@ class Odometer:
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
 _APPROX_MAX_GROUPS = 32
-#: Largest (atom cells x charges) matrix enumerated by the counted-patterns route.
+#: Largest (atom cells x charges) matrix enumerated by the counted-patterns route, and most distinct
+#: count vectors it filters down to the Pareto-maximal ones.
 _APPROX_GRID_LIMIT = 2_000_000
+_APPROX_MAX_VECTORS = 5_000
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
