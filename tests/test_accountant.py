@@ -157,6 +157,8 @@ BUDGETS = [
     (GDP(1.0), [Gaussian(1.5), Gaussian(4.0)]),
     (RDP(ORDERS, tuple(0.1 * a for a in ORDERS)), [Gaussian(3.0), Laplace(5.0)]),
     (ApproxDP(2.0, 1e-5), [Laplace(2.0), Laplace(8.0), OpaqueApproxDP(0.3, 1e-7)]),
+    # rows that fit by advanced composition only (many small charges) beside rows that fit by basic only
+    (ApproxDP(1.0, 0.5), [Laplace(10.0), Laplace(12.0), Laplace(2.0), OpaqueApproxDP(0.2, 1e-2)]),
 ]
 
 
@@ -181,10 +183,13 @@ def _row_costs(budget, rows_charges) -> list[object]:  # type: ignore[no-untyped
                 else [Fraction(0)] * len(ORDERS)
             )
         else:
+            # the combined filter (MATH.md 5): advanced composition's epsilon, the sum of deltas, and
+            # basic composition's sum of epsilons (exact); a row fits by either epsilon rule
             s2 = math.fsum((m.pure().epsilon if m.pure() else m.epsilon) ** 2 for m in ms)
             sd = math.fsum(0.0 if m.pure() else m.delta for m in ms)
+            s1 = sum((Fraction(m.pure().epsilon if m.pure() else m.epsilon) for m in ms), Fraction(0))
             slack = budget.delta / 2
-            out.append((math.sqrt(2 * math.log(1 / slack) * s2) + s2 / 2, sd))
+            out.append((math.sqrt(2 * math.log(1 / slack) * s2) + s2 / 2, sd, s1))
     return out
 
 
@@ -197,7 +202,7 @@ def _within(budget, cost) -> bool:  # type: ignore[no-untyped-def]
         return cost <= Fraction(budget.mu) ** 2
     if isinstance(budget, RDP):
         return all(c <= Fraction(b) for c, b in zip(cost, budget.epsilons, strict=True))
-    return cost[0] <= budget.epsilon and cost[1] <= budget.delta / 2
+    return (cost[0] <= budget.epsilon or cost[2] <= Fraction(budget.epsilon)) and cost[1] <= budget.delta / 2
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,13 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
   so the row's run is $(\\sum_t\\delta_t)$-approximate $\\rho$-zCDP with $\\rho=\\frac12\\sum_t\\varepsilon_t^2$ (the
   deltas ADD); and $\\rho$-zCDP gives $(\\rho+2\\sqrt{\\rho\\ln(1/\\delta')},\\delta')$-DP (Bun and Steinke 2016,
   Prop. 1.3), which with that $\\rho$ is the left-hand side above; the approximation adds
-  $\\sum_t\\delta_t$ to $\\delta'$.
+  $\\sum_t\\delta_t$ to $\\delta'$. A row also fits when basic composition keeps it within budget,
+  $\\sum_t\\varepsilon_t\\le\\varepsilon_g$ with the SAME delta condition: the filter that admits while
+  EITHER epsilon condition holds (per row) is still $(\\varepsilon_g,\\delta_g)$-DP under full adaptivity
+  (MATH.md 5, the combined filter: off the deltas' bad events the loss is at most the sum of epsilons
+  surely, and at most the advanced value outside the time-uniform Ville event of probability
+  $\\delta'$). So a pure 1-DP child fits an ApproxDP(5, 1e-6) budget though advanced composition alone
+  values it at 5.89.
 
 Exact arithmetic: the filter admits only if every row stays within budget in EXACT arithmetic of the
 declared float costs (Fractions; ten charges of 0.1 exceed 1.0), see ``PrivacyFilter._admissible``.
@@ -56,6 +62,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -85,6 +92,9 @@ _PAIR_PLD_LIMIT = 40
 _NEAR = Fraction(1, 10**9)
 # (row patterns x charges) summed with Fractions in that recomputation; beyond it the charge is refused.
 _EXACT_WORK_LIMIT = 2_000_000
+# (atom cells x charges) enumerated when the (epsilon, delta) filter decides its rule row by row; it runs
+# on refusals no witness row settles, so it must stay cheap (beyond it: the global rule, see the filter).
+_JOINT_GRID_LIMIT = 200_000
 
 
 class AdaptivityError(BudgetError):
@@ -117,6 +127,14 @@ class DefinitionGuarantee:
 
     ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
     delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+
+    ``overlap`` is never above ``sequential``: the sequential composition of every charge bounds each
+    row's loss too (a row pays a subset of the charges and composition is monotone in adding mechanisms),
+    so when an overlap route only reaches a looser safe bound (a search that gave up, the doubling bound
+    for replace-one-row) the sequential value is reported instead. ``bound`` says which side gave the
+    value: ``"overlap"``, ``"sequential"``, or ``"mixed"`` (RDP: some orders from each side, each order
+    being its own guarantee). ``exact`` stays the overlap route's: when the route is exact the two
+    agree up to round-off.
     """
 
     definition: str
@@ -127,6 +145,7 @@ class DefinitionGuarantee:
     witness: dict[str, Any] | None
     exact: bool
     method: str
+    bound: str = "overlap"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +156,7 @@ class DefinitionGuarantee:
             "witness": self.witness,
             "exact": self.exact,
             "method": self.method,
+            "bound": self.bound,
         }
 
 
@@ -154,6 +174,7 @@ class OdometerReport:
     overlap_method: str
     witness: dict[str, Any] | None
     pure_epsilon: tuple[float, float] | None  # (sequential, overlap) for all-pure ledgers
+    overlap_bound: str = "overlap"  # the ``bound`` of the definition that gave ``overlap_epsilon``
 
     def to_json(self) -> dict[str, Any]:
         seq: dict[str, Any] = {"epsilon": _num(self.sequential_epsilon), "method": self.sequential_method}
@@ -161,6 +182,7 @@ class OdometerReport:
             "epsilon": _num(self.overlap_epsilon),
             "witness": self.witness,
             "method": self.overlap_method,
+            "bound": self.overlap_bound,
         }
         if self.pure_epsilon is not None:
             seq["pure_epsilon"], ovl["pure_epsilon"] = self.pure_epsilon
@@ -269,6 +291,7 @@ class Odometer:
             pure_epsilon=(float(pure.sequential), float(pure.overlap))  # type: ignore[arg-type]
             if pure is not None
             else None,
+            overlap_bound=ovl_def.bound,
         )
 
     def _additive(
@@ -312,6 +335,15 @@ class Odometer:
                 exact = False
                 witness = _witness(res, self._best_component(name, ovl_load, delta))
                 method = "doubling"
+        # The sequential load bounds every row's (and every pair's) load as well: cap a route that only
+        # reached a looser safe bound (per component for RDP: each order is its own guarantee). An exact
+        # route is the maximum itself, so there the cap only absorbs summation round-off.
+        capped = seq_load < ovl_load
+        bound = "overlap"
+        if capped.any():
+            ovl_load = np.minimum(ovl_load, seq_load)
+            if not exact:
+                bound = "sequential" if capped.all() else "mixed"
         seq_v, ovl_v = _native(name, seq_load, shift), _native(name, ovl_load, shift)
         return DefinitionGuarantee(
             definition=name,
@@ -322,6 +354,7 @@ class Odometer:
             witness=witness,
             exact=exact,
             method=method,
+            bound=bound,
         )
 
     def _best_component(self, name: str, load: np.ndarray, delta: float) -> int:
@@ -351,7 +384,18 @@ class Odometer:
         """Add/remove overlap-aware epsilon(delta): the maximum over maximal overlapping sets of the PLD
         (or KOV) composition of their mechanisms (MATH.md 2), by max_overlap with a SetComp whose cheap
         upper bound is the best closed-form conversion of the set. Returns (epsilon, exact, witness,
-        method); when not exact the epsilon is a safe upper bound."""
+        method); when not exact the epsilon is a safe upper bound, never above the composition of ALL of
+        ``mechs`` (which bounds every row's subset; method ``"sequential"`` when that was the tighter)."""
+        eps, exact, witness, method = self._overlap_route(mechs, queries, delta)
+        seq = self._compose_eps(mechs, delta)
+        if seq < eps:
+            return seq, exact, witness, method if exact else "sequential"
+        return eps, exact, witness, method
+
+    def _overlap_route(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str]:
+        """:meth:`overlap_approx` before the cap by the sequential composition."""
 
         def value(idx: Sequence[int]) -> float:
             return self._compose_eps([mechs[i] for i in idx], delta)
@@ -370,6 +414,9 @@ class Odometer:
                 if v > best:
                     best, best_row = v, row
             return best, True, _row_witness(self.schema, best_row), "pld/patterns"
+        counted = self._counted_patterns(mechs, queries, delta)
+        if counted is not None:
+            return counted
 
         def upper(idx: Sequence[int]) -> float:
             return _cheap_upper([mechs[i] for i in idx], delta, self.h)
@@ -410,6 +457,63 @@ class Odometer:
             return upper, True, witness, "pld/grouped"
         return None
 
+    def _counted_patterns(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """Exact when the atom grid is small but its maximal patterns are many (e.g. one charge per value
+        of many binary attributes): a row's composed epsilon depends only on how many charges of each
+        distinct mechanism cover it (identical mechanisms compose identically) and grows with each count,
+        so composing the Pareto-maximal count vectors over all row patterns gives the maximum over rows
+        (MATH.md 1 per-row view, MATH.md 2). None when the grid or the vectors are too many. Past the
+        effort limit the vectors not yet composed are bounded together by the composition of their
+        componentwise maximum (a safe upper bound, not exact)."""
+        groups: dict[str, int] = {}
+        label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
+        pats = row_patterns(queries, self.schema, limit=_APPROX_GRID_LIMIT)
+        if pats is None:
+            return None
+        onehot = np.zeros((len(mechs), len(groups)), dtype=np.int64)
+        onehot[np.arange(len(mechs)), label] = 1
+        counts = pats.members.astype(np.int64) @ onehot  # patterns x groups
+        vecs, first = np.unique(counts, axis=0, return_index=True)
+        if vecs.shape[0] > _APPROX_MAX_VECTORS:  # the Pareto filter below is quadratic
+            return None
+        keep = [
+            i
+            for i in range(vecs.shape[0])
+            if not bool(np.any(np.all(vecs >= vecs[i], axis=1) & np.any(vecs > vecs[i], axis=1)))
+        ]
+        if len(keep) > _APPROX_MAX_PATTERNS:
+            return None
+        rep = [mechs[label.index(g)] for g in range(len(groups))]
+
+        def compose(vec: np.ndarray) -> float:
+            return self._compose_eps([rep[g] for g in range(len(groups)) for _ in range(int(vec[g]))], delta)
+
+        keep.sort(key=lambda i: -int(vecs[i].sum()))  # the likely worst first
+        deadline = None if self.effort is None else time.monotonic() + self.effort
+        best, best_row = 0.0, pats.rows[0]
+        for n, i in enumerate(keep):
+            if deadline is not None and n > 0 and time.monotonic() > deadline:
+                # the rest together: one composition of their componentwise maximum, or each by the
+                # closed forms (valid bounds of its loss)
+                rest = min(
+                    compose(vecs[keep[n:]].max(axis=0)),
+                    max(
+                        _cheap_upper(
+                            [rep[g] for g in range(len(groups)) for _ in range(int(vecs[j, g]))],
+                            delta,
+                            self.h,
+                        )
+                        for j in keep[n:]
+                    ),
+                )
+                return max(best, rest), False, _row_witness(self.schema, best_row), "pld/counted-patterns"
+            v = compose(vecs[i])
+            if v > best:
+                best, best_row = v, pats.rows[int(first[i])]
+        return best, True, _row_witness(self.schema, best_row), "pld/counted-patterns"
+
     def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
         key = (delta, *sorted(repr(m.key) for m in mechs))
         hit = self._cache.get(key)
@@ -427,7 +531,8 @@ class Odometer:
     ) -> DefinitionGuarantee:
         """Sequential: the PLD / KOV composition of all charges. Overlap-aware: the maximum over maximal
         overlapping sets of epsilon(delta) of their composition (MATH.md 2), by max_overlap with a SetComp
-        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack)."""
+        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack),
+        capped by the sequential value (a valid bound of every row's subset; ``bound="sequential"``)."""
         seq = self._compose_eps(mechs, delta)
 
         def value(idx: Sequence[int]) -> float:
@@ -436,7 +541,7 @@ class Odometer:
         exact = True
         witness: dict[str, Any] | None = None
         if self.neighbouring == "add_remove":
-            ovl, exact, witness, method = self.overlap_approx(mechs, queries, delta)
+            ovl, exact, witness, method = self._overlap_route(mechs, queries, delta)
         else:
             pats = row_patterns(queries, self.schema)
             if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
@@ -455,20 +560,33 @@ class Odometer:
                 ovl = min(ovl, _doubled_basic(mechs, queries, delta, self.effort))
                 exact = False
                 method = "doubling"
-        return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method)
+        # The composition of every charge bounds every row's (and pair's) subset: never report more
+        # (when the route is exact the two agree up to round-off, and the route's value is the truth).
+        bound = "overlap"
+        if seq < ovl:
+            ovl = seq
+            if not exact:
+                bound = "sequential"
+        return DefinitionGuarantee("approx", seq, ovl, seq, ovl, witness, exact, method, bound)
 
 
 #: Most maximal covering patterns composed one by one before falling back to a bounded search.
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
 _APPROX_MAX_GROUPS = 32
+#: Largest (atom cells x charges) matrix enumerated by the counted-patterns route, and most distinct
+#: count vectors it filters down to the Pareto-maximal ones.
+_APPROX_GRID_LIMIT = 2_000_000
+_APPROX_MAX_VECTORS = 5_000
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
-    basic composition (pure / (eps, delta) with the deltas within budget) and the zCDP conversion, plus
+    basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
+    a mix of zCDP mechanisms with opaque (eps, delta) ones basic composition of the two parts (the
+    opaque part's sum of epsilons and of deltas, the zCDP part converted at the delta left), plus
     h per mechanism for the PLD's upward grid rounding (connect-the-dots is dominated by rounding every
-    loss up by at most h), and a relative margin for round-off."""
+    loss up by at most h), and a relative margin for round-off. Every form grows with the set."""
     if not mechs:
         return 0.0
     best = math.inf
@@ -489,6 +607,13 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     zs = [m.zcdp() for m in mechs]
     if all(z is not None for z in zs):
         best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+    elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
+        rho = math.fsum(z.rho for z in zs if z is not None)
+        opaque = [m for z, m in zip(zs, mechs, strict=True) if z is None and isinstance(m, OpaqueApproxDP)]
+        d_opaque = math.fsum(m.delta for m in opaque) * (1 + 1e-12)
+        if d_opaque < delta:
+            e_z = ZCDP(rho).epsilon_at(delta - d_opaque) if rho > 0 else 0.0
+            best = min(best, e_z + math.fsum(m.epsilon for m in opaque))
     return best * (1 + 1e-6) + h * len(mechs) + 1e-9
 
 
@@ -708,7 +833,16 @@ class PrivacyFilter:
                     lambda m: self._eps_delta(m)[1],
                     lambda m: Fraction(self._eps_delta(m)[1]),
                 ),
+                # basic composition's sum of epsilons: a row may stay within budget by either rule
+                # (MATH.md 5, the combined filter), so the rule is decided per row, not per track
+                _Track(
+                    OverlapIndex(schema, "sum"),
+                    lambda m: self._eps_delta(m)[0],
+                    lambda m: Fraction(self._eps_delta(m)[0]),
+                ),
             ]
+            self._joint = True
+            self._row_verdict = self._float_advanced(budget.epsilon, budget.delta, slack)
             self._check = self._advanced_check(budget.epsilon, budget.delta - slack, slack)
             self._exact_ok = self._exact_advanced(budget.epsilon, budget.delta, slack)
         else:
@@ -716,7 +850,12 @@ class PrivacyFilter:
 
     # -- checks ---------------------------------------------------------------------------------------
     # ``_check`` reports the float value; ``_exact_ok`` decides admission from exact per-track maxima.
+    # When ``_joint`` is set the rule is a condition on each row's JOINT per-track loads that is monotone
+    # in every load: holding at the per-track maxima (possibly at different rows) suffices, but failing
+    # there does not show that some row fails, so refusals are decided on actual rows.
     _exact_ok: Callable[[list[Any]], bool]
+    _joint: bool = False
+    _row_verdict: Callable[[np.ndarray], bool | None]
 
     def _exact_scalar(self, b: Fraction) -> Callable[[list[Any]], bool]:
         def ok(values: list[Any]) -> bool:
@@ -725,22 +864,52 @@ class PrivacyFilter:
         return ok
 
     def _exact_advanced(self, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
-        """sum delta <= delta_g - delta' exactly; the epsilon formula (transcendental) in floats from
-        the sum of squares rounded up, with a relative margin far above its few ulps of round-off.
+        """The combined filter's rule on one row's loads ``[sum eps^2, sum delta, sum eps]`` (MATH.md 5):
+        sum delta <= delta_g - delta' exactly, and EITHER sum eps <= eps_g exactly (basic composition)
+        OR the advanced-composition epsilon, a transcendental formula evaluated in floats from the sum
+        of squares rounded up with a relative margin far above its few ulps of round-off, is <= eps_g.
         The square root is taken of the exact sum (rounded up) and multiplied by sqrt(2 ln(1/delta')):
         the product 2 ln(1/delta') * s2 would lose precision when s2 is subnormal (epsilons < 1e-154)."""
         delta_room = Fraction(delta_g) - Fraction(slack)
+        eps_room = Fraction(eps_g)
         root_log = math.sqrt(-2 * math.log(slack))  # log of the exact float slack: accurate to an ulp
 
         def ok(values: list[Any]) -> bool:
+            if not self._fx * values[1] <= delta_room:
+                return False
+            if self._fx * values[2] <= eps_room:
+                return True
             total = self._fx * values[0]
             half = float_up(total / 2)  # inf beyond the float range: then above any budget
             if half > eps_g:
                 return False
             e = (root_log * sqrt_up(total) + half) * (1 + 1e-14)
-            return e <= eps_g and self._fx * values[1] <= delta_room
+            return e <= eps_g
 
         return ok
+
+    def _float_advanced(
+        self, eps_g: float, delta_g: float, slack: float
+    ) -> Callable[[np.ndarray], bool | None]:
+        """The combined rule on one row's float sums ``[sum eps^2, sum delta, sum eps]``: True / False when
+        they clear / miss every condition by the relative margin ``_NEAR`` (far above their round-off),
+        None when the row must be summed exactly (``_exact_advanced``)."""
+        room = delta_g - slack
+        log_term = -2 * math.log(slack)
+        up, down = 1 + float(_NEAR), 1 - float(_NEAR)
+
+        def adv(s2: float) -> float:
+            return math.sqrt(log_term * s2) + s2 / 2
+
+        def verdict(s: np.ndarray) -> bool | None:
+            s2, sd, s1 = (self._factor * float(x) for x in s)
+            if sd * down > room or (s1 * down > eps_g and adv(s2 * down) > eps_g):
+                return False
+            if sd * up <= room and (s1 * up <= eps_g or adv(s2 * up) <= eps_g):
+                return True
+            return None
+
+        return verdict
 
     def _scalar_check(self, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
         def check(values: list[Any]) -> tuple[bool, Any]:
@@ -769,9 +938,11 @@ class PrivacyFilter:
         log_term = 2 * math.log(1 / slack)
 
         def check(values: list[Any]) -> tuple[bool, Any]:
+            # the value: the smaller of the two rules' epsilons at the per-track maxima (an upper bound
+            # of every row's own smaller one)
             root = math.sqrt(self._factor) * float(values[0])  # the l2 index holds sqrt(sum eps^2)
             sd = self._factor * float(values[1])
-            e = math.sqrt(log_term) * root + root * root / 2
+            e = min(math.sqrt(log_term) * root + root * root / 2, self._factor * float(values[2]))
             return (e <= eps_g and sd <= delta_g), e
 
         return check
@@ -852,10 +1023,49 @@ class PrivacyFilter:
                 uppers.append(_scale(w, 1 + _NEAR))
         if self._exact_ok(uppers):
             return True
+        if self._joint:
+            # a rule on each row's joint loads: refuse when one witness row fails it with all its
+            # loads, else decide row by row
+            for r in peeks:
+                row = [_witness_exact(t, r, q.id, e) for t, e in zip(self._tracks, exact, strict=True)]
+                if r.exact and all(v is not None for v in row) and not self._exact_ok(row):
+                    return False
+            return self._exact_rows_ok(q, exact)
         if witnesses is not None and not self._exact_ok(witnesses):
             return False
         maxima = self._exact_maxima(q, exact)
         return maxima is not None and self._exact_ok(maxima)
+
+    def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool:
+        """Whether every row pattern of the admitted charges plus ``q`` passes ``_exact_ok`` with its own
+        exact loads (False, i.e. refuse, when the atom grid is too large to enumerate: the decision is
+        then the global one, either rule holding at the per-track maxima, sound and at least as
+        permissive as either rule alone)."""
+        charges = self.odometer.charges
+        pats = row_patterns([c.query for c in charges] + [q], self.schema, limit=_JOINT_GRID_LIMIT)
+        if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
+            return False
+        loads = [[t.loads[c.id] for c in charges] + [e] for t, e in zip(self._tracks, exact, strict=True)]
+        # float sums decide the rows far from the budget (their error, at most t ulps relative, is far
+        # below the _NEAR margin); the rest are summed exactly
+        # ... unless a load is beyond the float range or so small that its float (or a sum of squares)
+        # loses relative precision: then every row is summed exactly (MATH.md 7, magnitudes)
+        in_range = all(
+            x == 0 or _FLOAT_SAFE[0] <= x <= _FLOAT_SAFE[1] for ls in loads for v in ls for x in _flat(v)
+        )
+        sums = (
+            pats.members.astype(float) @ np.array([[float(x) for x in ls] for ls in loads]).T
+            if in_range
+            else None
+        )
+        for k, row in enumerate(pats.members):
+            verdict = self._row_verdict(sums[k]) if sums is not None else None
+            if verdict is None:
+                idx = np.flatnonzero(row).tolist()
+                verdict = self._exact_ok([sum((ls[i] for i in idx), Fraction(0)) for ls in loads])
+            if not verdict:
+                return False
+        return True
 
     def _exact_maxima(self, q: PredicateQuery, exact: list[Any]) -> list[Any] | None:
         """Per track, the exact maximum over every row pattern of the admitted charges plus ``q``."""
@@ -912,9 +1122,13 @@ class PrivacyFilter:
         return len(self._ids)
 
 
-def _float_up(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+# Loads whose floats keep full relative precision in the row sums of the joint rule (2^-900 to 2^900:
+# a sum of up to 2^50 of them is neither subnormal nor beyond the float range).
+_FLOAT_SAFE = (Fraction(1, 2**900), Fraction(2**900))
+
+
+def _flat(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, tuple) else (x,)
 
 
 def _scale(v: Any, factor: Fraction) -> Any:
