@@ -16,6 +16,10 @@ new query's coverage with :func:`max_overlap`; ``remove`` of a witness query rec
 Exact unless the engine's effort limit stops it, in which case the index reports a safe upper bound with
 ``exact=False``.
 
+Savepoints (:meth:`OverlapIndex.savepoint`, :meth:`rollback`, :meth:`release`): while one is open, every
+``add`` keeps an undo record (the prior values of the cells it wrote and of the best-cell bookkeeping), so
+a trial admission of several queries is undone in time proportional to what it wrote, never by a rebuild.
+
 Values are recomputed from the witness: the reported ``lower`` is the exact comp (``math.fsum``) of the
 queries covering the witness row. The location of the maximum is found on float sums, so with real
 weights it is exact up to floating-point rounding (about 1e-12 relative). Not thread-safe.
@@ -55,6 +59,24 @@ Region = tuple[Any, ...]
 
 
 @dataclass
+class _Undo:
+    """How to undo one ``add`` (see :meth:`OverlapIndex._undo_record`)."""
+
+    id: str
+    empty: bool
+    k: int | None
+    dense: bool
+    generic: OverlapResult | None
+    cached: OverlapResult | None
+    load: Any = None
+    axes: int = 0
+    member: list[np.ndarray] | None = None
+    best: Any = None
+    best_cell: list[tuple[int, ...] | None] | None = None
+    cells: list[tuple[Region, Any]] | None = None
+
+
+@dataclass
 class _Entry:
     query: PredicateQuery
     weight: float | FloatArray
@@ -89,6 +111,9 @@ class OverlapIndex:
         self._reset_dense()
         self._generic_result: OverlapResult | None = None
         self._cached: OverlapResult | None = None
+        # Undo records of the adds made since the outermost open savepoint (None: no savepoint open).
+        self._journal: list[_Undo] | None = None
+        self._marks: list[int] = []  # journal length at each open savepoint, outermost first
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -134,6 +159,8 @@ class OverlapIndex:
         if query.id in self._entries:
             raise DuplicateQueryError(f"the index already holds a query with id {query.id!r}")
         w, load = self._check(query, weight)
+        if self._journal is not None:
+            self._journal.append(self._undo_record(query))
         if self._k is None:
             self._k = int(load.size)
             self._reset_dense()
@@ -170,7 +197,14 @@ class OverlapIndex:
         return self._generic_peek(query, load)
 
     def remove(self, id: str) -> None:
-        """Remove the query with this id (for example to roll back a reservation)."""
+        """Remove the query with this id (for example to roll back a reservation).
+
+        Inside a savepoint only the query added last may be removed (its add is undone)."""
+        if self._journal is not None:
+            if not self._journal or self._journal[-1].id != id:
+                raise UnknownQueryError("inside a savepoint only the query added last can be removed")
+            self._undo(self._journal.pop())
+            return
         entry = self._entries.pop(id, None)
         if entry is None:
             raise UnknownQueryError(f"the index holds no query with id {id!r}")
@@ -550,3 +584,87 @@ class OverlapIndex:
         if not changed:
             return current
         return combine_components(parts) if self._name == "vector" else parts[0]
+
+    # -- savepoints ---------------------------------------------------------------------------------
+    def savepoint(self) -> int:
+        """Open a (nested) savepoint; the returned token is given to :meth:`rollback` or :meth:`release`
+        (closing a savepoint closes the ones opened inside it too)."""
+        if self._journal is None:
+            self._journal = []
+        self._marks.append(len(self._journal))
+        return len(self._marks) - 1
+
+    def rollback(self, token: int) -> None:
+        """Undo every add made since the savepoint ``token`` was opened, and close it."""
+        if self._journal is None or not 0 <= token < len(self._marks):
+            raise UnknownQueryError("no such savepoint is open")
+        mark = self._marks[token]
+        while len(self._journal) > mark:
+            self._undo(self._journal.pop())
+        self.release(token)
+
+    def release(self, token: int) -> None:
+        """Close the savepoint ``token``, keeping its adds (undo records go with the outermost one)."""
+        if not 0 <= token < len(self._marks):
+            raise UnknownQueryError("no such savepoint is open")
+        del self._marks[token:]
+        if not self._marks:
+            self._journal = None
+
+    def _undo_record(self, query: PredicateQuery) -> _Undo:
+        """What ``add(query)`` is about to change, saved so that :meth:`_undo` can restore it exactly."""
+        assert query.id is not None
+        u = _Undo(
+            id=query.id,
+            empty=not self._entries,
+            k=self._k,
+            dense=self._dense,
+            generic=self._generic_result,
+            cached=self._cached,
+        )
+        if u.empty or self._name == "set" or not self._dense:
+            return u
+        u.load = self._load
+        u.axes = len(self._axes)
+        u.member = self._member
+        u.best = self._best.copy()
+        u.best_cell = list(self._best_cell)
+        if self._dense and self._fits(query) and all(p in self._axes for p in query.active):
+            # The array keeps its shape: only the cells the query covers change (saved by value).
+            u.cells = [(region, self._load[region].copy()) for region in self._regions(query)]
+        return u
+
+    def _undo(self, u: _Undo) -> None:
+        entry = self._entries.pop(u.id)
+        if u.empty:
+            self._k = u.k
+            self._reset_dense()
+            self._generic_result = None
+            self._cached = None
+            return
+        if entry.slot >= 0:
+            self._used[entry.slot] = False
+            self._slot_load[entry.slot] = 0.0
+            self._slot_id[entry.slot] = None
+            self._free.append(entry.slot)
+        if u.dense and u.load is not None:
+            if u.cells is not None:
+                for region, before in u.cells:
+                    self._load[region] = before
+            else:  # the array grew new axes, or the index left dense mode: the old array is untouched
+                self._load = u.load
+                del self._axes[u.axes :]
+                del self._sizes[u.axes :]
+                # Member masks: the old list when the index left dense mode; else those of the old axes
+                # (possibly re-allocated with more slots, which stay free).
+                if not self._dense:
+                    assert u.member is not None
+                    self._member = u.member
+                else:
+                    self._member = self._member[: u.axes]
+            assert u.best_cell is not None
+            self._best = u.best
+            self._best_cell = u.best_cell
+        self._dense = u.dense
+        self._generic_result = u.generic
+        self._cached = u.cached
