@@ -886,6 +886,109 @@ class PrivacyFilter:
     def __len__(self) -> int:
         return len(self._ids)
 
+    # -- recorded charges, savepoints and budget changes (the service's admission) -----------------------
+    def record(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Charge:
+        """Add a charge WITHOUT the budget test: one already committed elsewhere (a durable ledger read
+        back after a restart, or another service instance's). It is never refused, so replaying a
+        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2)."""
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            if charge.id in self._ids:
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            q = charge.query.with_id(charge.id)
+            loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
+            exact = [t.exact(mechanism) for t in self._tracks]
+            added: list[_Track] = []
+            try:
+                for t, w in zip(self._tracks, loads, strict=True):
+                    t.index.add(q, w)
+                    added.append(t)
+            except BaseException:
+                for t in reversed(added):
+                    t.index.remove(charge.id)
+                raise
+            for t, e in zip(self._tracks, exact, strict=True):
+                t.loads[charge.id] = e
+            self._ids.add(charge.id)
+            self._n += 1
+            self.odometer.extend([charge])
+            return charge
+
+    def savepoint(self) -> tuple[int, tuple[int, ...]]:
+        """Open a (nested) savepoint: every charge admitted or recorded after it can be undone by
+        :meth:`rollback` in time proportional to what it changed (the indexes keep undo records), never
+        by a rebuild. Close it with :meth:`rollback` or :meth:`release`, innermost first."""
+        with self._lock:
+            return len(self.odometer), tuple(t.index.savepoint() for t in self._tracks)
+
+    def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Forget every charge added since ``savepoint`` (and close it)."""
+        n, marks = savepoint
+        with self._lock:
+            for t, m in zip(self._tracks, marks, strict=True):
+                t.index.rollback(m)
+            with self.odometer._lock:
+                undone = self.odometer._charges[n:]
+                del self.odometer._charges[n:]
+            for c in undone:
+                self._ids.discard(c.id)
+                for t in self._tracks:
+                    t.loads.pop(c.id, None)
+            self._n -= len(undone)
+
+    def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Close ``savepoint`` and keep what was added since."""
+        with self._lock:
+            for t, m in zip(self._tracks, savepoint[1], strict=True):
+                t.index.release(m)
+
+    def set_budget(self, budget: PureDP | ZCDP | GDP) -> None:
+        """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
+        filter refuses new charges until the worst row is back within budget, which it never is again."""
+        if type(budget) is not type(self.budget) or not isinstance(budget, PureDP | ZCDP | GDP):
+            raise BudgetError(
+                f"the budget of a {type(self.budget).__name__} filter can change to another "
+                f"{type(self.budget).__name__} budget only (pure DP, zCDP or Gaussian DP)"
+            )
+        fresh = PrivacyFilter(self.schema, budget, neighbouring=self.neighbouring)
+        with self._lock:
+            self.budget = budget
+            self._check, self._exact_ok = fresh._check, fresh._exact_ok
+
+    _spent: tuple[OverlapResult, float] | None = None
+
+    def spent(self) -> float:
+        """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
+        located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
+        charges of 1.0 and 2^-53 report above 1.0). Other budgets: :meth:`value`. Cached until the
+        admitted charges change."""
+        if self._optimal or len(self._tracks) != 1 or not isinstance(self.budget, PureDP | ZCDP):
+            v = self.value()
+            if not isinstance(v, float):
+                raise BudgetError("spent() reports a single number; use value() for a Rényi DP budget")
+            return v
+        with self._lock:
+            if not self._ids:
+                return 0.0
+            t = self._tracks[0]
+            r = t.index.result()
+            if self._spent is not None and self._spent[0] is r:
+                return self._spent[1]
+            if r.exact and r.witness_row is not None and all(i in t.loads for i in r.queries):
+                loads = [float(t.loads[i]) for i in r.queries]  # exactly the declared floats
+                total = math.fsum(loads)
+                # fsum rounds to nearest; the sign of the (correctly rounded) remainder tells whether
+                # the exact sum lies above it.
+                if math.fsum([*loads, -total]) > 0:
+                    total = math.nextafter(total, math.inf)
+                value = self._factor * total
+            else:
+                value = self._factor * float(r.upper)
+            self._spent = (r, value)
+            return value
+
 
 def _float_up(x: Fraction) -> float:
     f = float(x)
