@@ -154,6 +154,12 @@ class OverlapIndex:
 
     def add(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
         """Add ``query`` (its ``id`` must be set and new) with ``weight`` (default ``query.weight``)."""
+        self.insert(query, weight)
+        return self.result()
+
+    def insert(self, query: PredicateQuery, weight: Any = None) -> None:
+        """:meth:`add` without computing the new result (it is computed when next asked for: replaying
+        many queries then costs no witness recomputation per query)."""
         if query.id is None:
             raise DuplicateQueryError("a query added to an OverlapIndex needs an id")
         if query.id in self._entries:
@@ -168,7 +174,7 @@ class OverlapIndex:
             self._store(query, w, load, slot=-1)
             self._generic_result = None
             self._cached = None
-            return self.result()
+            return
         if self._dense and not self._ensure_axes(query):
             self._to_generic()
         if self._dense:
@@ -185,7 +191,6 @@ class OverlapIndex:
             self._store(query, w, load, slot=-1)
             self._generic_result = new
             self._cached = None
-        return self.result()
 
     def peek(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
         """The result ``add(query, weight)`` would give, without adding (no id needed)."""

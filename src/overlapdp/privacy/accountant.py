@@ -788,7 +788,7 @@ class PrivacyFilter:
             added: list[_Track] = []
             try:
                 for t, w in zip(self._tracks, loads, strict=True):
-                    t.index.add(q, w)
+                    t.index.insert(q, w)
                     added.append(t)
             except BaseException:
                 for t in added:
@@ -903,7 +903,7 @@ class PrivacyFilter:
             added: list[_Track] = []
             try:
                 for t, w in zip(self._tracks, loads, strict=True):
-                    t.index.add(q, w)
+                    t.index.insert(q, w)
                     added.append(t)
             except BaseException:
                 for t in reversed(added):
