@@ -22,6 +22,7 @@ need no limit (the noise is then at least ``10^-6`` wide, see :func:`gaussian_si
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import TypeAlias
 
@@ -103,7 +104,7 @@ def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> 
 def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> DiscreteGaussian:
     """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc);
     :class:`BudgetError` naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE`."""
-    m = check_positive(name, mu)
+    m = _declarable_mu(name, mu)
     delta = check_sensitivity(sensitivity)
     sigma2 = Fraction(delta * delta) / (Fraction(m) * Fraction(m))
     if sigma2 > MAX_SCALE * MAX_SCALE:
@@ -154,5 +155,14 @@ def declared_guarantee(budget: CountBudget) -> PureDP | ZCDP:
     if isinstance(budget, ZCDP):
         return budget
     if isinstance(budget, GDP):
-        return ZCDP(float_up(Fraction(budget.mu) * Fraction(budget.mu) / 2))
+        mu = _declarable_mu("mu", budget.mu)
+        return ZCDP(float_up(Fraction(mu) * Fraction(mu) / 2))
     raise MechanismError(f"cannot calibrate noise to a {type(budget).__name__} budget")
+
+
+def _declarable_mu(name: str, mu: float) -> float:
+    """A GDP ``mu`` whose declared ``mu^2/2``-zCDP is a float (``mu <= 1.8e154``)."""
+    m = check_positive(name, mu)
+    if Fraction(m) * Fraction(m) / 2 > Fraction(sys.float_info.max):
+        raise BudgetError(f"{name} = {mu!r} is too large: the declared rho = {name}^2/2 is not a float")
+    return m

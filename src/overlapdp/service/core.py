@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, QueryError
+from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.service import runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
@@ -430,7 +431,10 @@ class QueryService:
                 raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
             parsed = state.request_cache.get(key)
             if parsed is None:
-                parsed = parse_query(state.schema, spec)
+                try:
+                    parsed = parse_query(state.schema, spec)
+                except RecursionError:  # a condition nested deeper than the parser can follow
+                    raise QueryError(f"query #{i} is nested too deeply") from None
                 if len(state.request_cache) >= 10_000:
                     state.request_cache.clear()
                 state.request_cache[key] = parsed
@@ -890,12 +894,11 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     tol = params.get("tolerance")
     if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
         raise QueryError("tolerance must be a positive finite number")
-    return {
-        "epsilon": eps,
-        "epsilon_estimates": runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps)),
-        "tolerance": float(tol),
-        "max_failures": _positive_int("max_failures", params.get("max_failures", 1)),
-    }
+    eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
+    failures = _positive_int("max_failures", params.get("max_failures", 1))
+    # Each failed guess releases a count with Laplace scale max_failures / epsilon_estimates.
+    laplace_scale(eps_est, failures, name="epsilon_estimates")
+    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": float(tol), "max_failures": failures}
 
 
 def _check_key(key: str | None) -> str | None:

@@ -269,7 +269,9 @@ def open_session(
     try:
         mech = _build(kind, params, count)
     except MechanismError as exc:  # a noise scale beyond the supported range
-        raise BudgetError(f"epsilon is too small for this session's noise ({exc})") from None
+        raise BudgetError(
+            f"epsilon is too small for this session's noise with its max_positives / max_failures ({exc})"
+        ) from None
     return dict(params), _state_of(mech), float(mech.guarantee.epsilon)
 
 
