@@ -267,3 +267,28 @@ def test_cli_answer_refuses_a_tiny_budget_with_exit_2(tmp_path: Path) -> None:
         )
         assert out.returncode == 2, out.stderr
         assert "budget" in out.stderr and "epsilon" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("k", [2, 3, 9])
+def test_recording_a_group_equals_recording_each_charge(k: int) -> None:
+    """``record(times=k)`` (how the service replays a long ledger) holds exactly what k records hold:
+    the same spend and the same decisions just below, at and above the budget."""
+    q, other = parse_where(GRID, "a < 4"), parse_where(GRID, "a >= 2")
+    grouped, single = PrivacyFilter(GRID, PureDP(1.0)), PrivacyFilter(GRID, PureDP(1.0))
+    sp = grouped.savepoint()
+    grouped.record(OpaqueApproxDP(0.1), q, "g", times=k)
+    assert len(grouped) == k
+    grouped.rollback(sp)  # undone as a whole
+    assert len(grouped) == 0 and grouped.spent() == 0.0
+    grouped.record(OpaqueApproxDP(0.1), q, "g", times=k)
+    for j in range(k):
+        single.record(OpaqueApproxDP(0.1), q, f"s{j}")
+    exact = k * Fraction(0.1)
+    assert grouped.spent() == single.spent() == _float_up(exact)
+    room = 1 - exact
+    for eps in (float(room), math.nextafter(float(room), 0), math.nextafter(float(room), 1), 0.05):
+        truth = exact + Fraction(eps) <= 1
+        for f in (grouped, single):
+            sp = f.savepoint()
+            assert f.try_charge(OpaqueApproxDP(eps), other, "t").admitted is truth, (eps, k)
+            f.rollback(sp)

@@ -888,18 +888,30 @@ class PrivacyFilter:
 
     # -- recorded charges, savepoints and budget changes (the service's admission) -----------------------
     def record(
-        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+        self,
+        mechanism: Mechanism,
+        query: PredicateQuery | None = None,
+        id: str | None = None,
+        *,
+        times: int = 1,
     ) -> Charge:
         """Add a charge WITHOUT the budget test: one already committed elsewhere (a durable ledger read
         back after a restart, or another service instance's). It is never refused, so replaying a
-        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2)."""
+        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2).
+
+        ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
+        entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
+        it, MATH.md 1), so replaying a long ledger keeps the index small."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise BudgetError(f"times must be a positive integer, got {times!r}")
         with self._lock:
             charge = _make_charge(self.schema, mechanism, query, id, self._n)
-            if charge.id in self._ids:
+            ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
+            if any(i in self._ids for i in ids):
                 raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
             q = charge.query.with_id(charge.id)
-            loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
-            exact = [t.exact(mechanism) for t in self._tracks]
+            loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
+            exact = [_times(t.exact(mechanism), times) for t in self._tracks]
             added: list[_Track] = []
             try:
                 for t, w in zip(self._tracks, loads, strict=True):
@@ -909,11 +921,16 @@ class PrivacyFilter:
                 for t in reversed(added):
                     t.index.remove(charge.id)
                 raise
+            # The group's exact load sits on its first id; the others carry 0 (so that every
+            # odometer charge has a load and the exact enumeration sums to the group's load).
             for t, e in zip(self._tracks, exact, strict=True):
                 t.loads[charge.id] = e
-            self._ids.add(charge.id)
-            self._n += 1
-            self.odometer.extend([charge])
+                zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
+                for i in ids[1:]:
+                    t.loads[i] = zero
+            self._ids.update(ids)
+            self._n += times
+            self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
             return charge
 
     def savepoint(self) -> tuple[int, tuple[int, ...]]:
@@ -962,8 +979,8 @@ class PrivacyFilter:
     def spent(self) -> float:
         """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
         located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
-        charges of 1.0 and 2^-53 report above 1.0). Other budgets: :meth:`value`. Cached until the
-        admitted charges change."""
+        charges of 1.0 and 2^-53 report above 1.0); a safe upper bound when the index is not exact.
+        Other budgets: :meth:`value`. Cached until the admitted charges change."""
         if self._optimal or len(self._tracks) != 1 or not isinstance(self.budget, PureDP | ZCDP):
             v = self.value()
             if not isinstance(v, float):
@@ -977,17 +994,34 @@ class PrivacyFilter:
             if self._spent is not None and self._spent[0] is r:
                 return self._spent[1]
             if r.exact and r.witness_row is not None and all(i in t.loads for i in r.queries):
-                loads = [float(t.loads[i]) for i in r.queries]  # exactly the declared floats
-                total = math.fsum(loads)
-                # fsum rounds to nearest; the sign of the (correctly rounded) remainder tells whether
-                # the exact sum lies above it.
-                if math.fsum([*loads, -total]) > 0:
-                    total = math.nextafter(total, math.inf)
-                value = self._factor * total
+                value = self._factor * _float_up(_dyadic_sum([t.loads[i] for i in r.queries]))
             else:
                 value = self._factor * float(r.upper)
             self._spent = (r, value)
             return value
+
+
+def _times(load: Any, k: int) -> Any:
+    """``k`` copies of one charge's load: exact for Fractions; floats (which only locate the worst
+    row) rounded to nearest, within the fast path's margin ``_NEAR``."""
+    if k == 1:
+        return load
+    if isinstance(load, tuple):
+        return tuple(k * x for x in load)
+    if isinstance(load, list):
+        return [k * x for x in load]
+    return k * load
+
+
+def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:
+    """The exact sum of Fractions whose denominators are powers of two (exact float values and their
+    integer multiples), on integers: much faster than adding Fractions one by one."""
+    if not values:
+        return Fraction(0)
+    den = max(v.denominator for v in values)
+    if any(den % v.denominator for v in values):
+        return sum(values, Fraction(0))
+    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
 def _float_up(x: Fraction) -> float:

@@ -194,14 +194,21 @@ class _DatasetState:
         """Add committed ledger rows to the filters (start-up and catch-up with other instances).
 
         Each charge is recorded with its exact recorded load and never refused, so the filters hold
-        exactly what the live instance that admitted them held (the same exact per-row sums).
+        exactly what the live instance that admitted them held (the same exact per-row sums). Charges
+        with the same coverage and the same load are recorded together (one index entry, the exact
+        multiple of the load), which keeps the index small for a long ledger.
         """
+        per_query: dict[tuple[str | None, float], int] = {}
+        per_analyst: dict[tuple[str, str | None, float], int] = {}
         for seq, analyst, query, load in rows:
             if load > 0:
-                q = self.parse_recorded(query)
-                self.global_filter.record(q, load)
-                self.analyst_filter(analyst).record(q, load)
+                per_query[query, load] = per_query.get((query, load), 0) + 1
+                per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
+        for (query, load), k in per_query.items():
+            self.global_filter.record(self.parse_recorded(query), load, k)
+        for (analyst, query, load), k in per_analyst.items():
+            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
 
 
 # -- the service ------------------------------------------------------------------------------------

@@ -196,9 +196,9 @@ class ServiceFilter:
         self._filter.release(sp)
         return True
 
-    def record(self, query: PredicateQuery | None, load: float) -> None:
-        """Add a committed charge (never refused)."""
-        self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}")
+    def record(self, query: PredicateQuery | None, load: float, times: int = 1) -> None:
+        """Add ``times`` committed charges of ``load`` on ``query`` (never refused)."""
+        self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
 
     def savepoint(self) -> tuple[int, tuple[int, ...]]:
         return self._filter.savepoint()
