@@ -165,8 +165,10 @@ class OverlapIndex:
         if query.id in self._entries:
             raise DuplicateQueryError(f"the index already holds a query with id {query.id!r}")
         w, load = self._check(query, weight)
+        undo = None
         if self._journal is not None:
-            self._journal.append(self._undo_record(query))
+            undo = self._undo_record(query)
+            self._journal.append(undo)
         if self._k is None:
             self._k = int(load.size)
             self._reset_dense()
@@ -180,7 +182,12 @@ class OverlapIndex:
         if self._dense:
             slot = self._alloc_slot(query, load)
             self._store(query, w, load, slot)
-            regions = self._regions(query)
+            # (the undo record already holds the regions when the array kept its shape)
+            regions = (
+                [r for r, _ in undo.cells]
+                if undo is not None and undo.cells is not None
+                else self._regions(query)
+            )
             for region in regions:
                 self._load[region] += load
             covers_best = any(self._best_cell[c] is not None and self._in(query, c) for c in range(self._kk))

@@ -664,10 +664,12 @@ class QueryService:
         if p.kind == "dry-run":
             return self._dry_run(state, mine, quota, pairs, cost), []
         # Admission: the charges go into both filters, or (the caller rolls back) into neither.
-        remaining = max(0.0, quota - mine.max_load())
+        mark = mine.savepoint()
         own_ok = mine.try_all(pairs)
         global_ok = own_ok and state.global_filter.try_all(pairs)
         if not (own_ok and global_ok):
+            mine.rollback(mark)
+            remaining = max(0.0, quota - mine.max_load())
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()
                 global_ok = state.global_filter.try_all(pairs)
@@ -680,6 +682,7 @@ class QueryService:
                 quota_admits=own_ok,
                 global_admits=global_ok,
             )
+        mine.release(mark)
         if p.kind == "session":
             return self._session_open(tx, state, p)
         assert p.mechanism is not None

@@ -187,6 +187,10 @@ class ServiceFilter:
 
     def try_all(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
         """Admit every charge or none (each one sees those before it)."""
+        if len(charges) == 1:  # a refused charge leaves nothing behind: no savepoint needed
+            query, load = charges[0]
+            a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+            return a.admitted
         sp = self._filter.savepoint()
         for query, load in charges:
             a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
