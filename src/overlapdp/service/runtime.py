@@ -5,11 +5,14 @@ and ``overlapdp.engine`` goes through this module:
 
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
   set's privacy definition and the additive per-row load it puts on each row it covers;
-- :class:`OverlapFilter`: the overlap-aware per-row (individual) filter: a charge is admitted iff the
-  maximum over rows of the sum of the loads of the charges covering the row stays within the budget
-  (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers, Roth, Ullman, Vadhan 2016) and for
-  zCDP with per-row loads (Feldman and Zrnic 2021)); the maximum is kept by
-  :class:`overlapdp.overlap.OverlapIndex`, which reports a safe upper bound when it is not exact;
+- :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
+  filter, :class:`overlapdp.privacy.accountant.PrivacyFilter`: a charge is admitted iff the maximum over
+  rows of the sum of the loads of the charges covering the row stays within the budget, decided in EXACT
+  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers,
+  Roth, Ullman, Vadhan 2016) and for zCDP with per-row loads (Feldman and Zrnic 2021));
+- :data:`MAX_AMOUNT`, :func:`check_amount` and :func:`mechanism_for`: the ranges of budgets and
+  per-query parameters (every calibrated noise scale finite and representable,
+  :mod:`overlapdp.mechanisms.calibration`);
 - :func:`noisy_counts`: released answers with exact integer noise from the OS CSPRNG and error bars
   (:func:`overlapdp.mechanisms.add_noise`, served mode: a seeded generator is refused);
 - sessions: :class:`overlapdp.mechanisms.SparseVector` and :class:`overlapdp.mechanisms.GuessAndCheck`,
