@@ -245,7 +245,9 @@ def test_noisy_counts_session_in_zcdp_and_kind_mismatch() -> None:
 
 @pytest.mark.parametrize(
     ("eps", "eps1", "eps3"),
-    [(3.0, 2.0**-60, None), (3.0, 2.0**-60, 0.5), (1.0, 0.25, None), (0.7, None, None)],
+    # 16384 - 2^-40 rounds up to 16384 in floats: epsilon_2 is worth more than asked. (A threshold
+    # epsilon of 2^-60 would need a noise scale of 2^60, beyond the supported 2^40: refused below.)
+    [(16384.0, 2.0**-40, None), (16384.0, 2.0**-40, 0.5), (1.0, 0.25, None), (0.7, None, None)],
 )
 def test_sparse_vector_declares_at_least_the_epsilon_of_its_noise(
     eps: float, eps1: float | None, eps3: float | None
@@ -260,3 +262,8 @@ def test_sparse_vector_declares_at_least_the_epsilon_of_its_noise(
     if svt.release_noise is not None:
         true += Fraction(c) / svt.release_noise.scale
     assert Fraction(svt.guarantee.epsilon) >= true
+
+
+def test_sparse_vector_refuses_noise_beyond_the_supported_scale() -> None:
+    with pytest.raises(MechanismError, match="2\\^40"):
+        SparseVector(lambda q: 0, epsilon=3.0, c=1, threshold=0, threshold_epsilon=2.0**-60, rng=3)

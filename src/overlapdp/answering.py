@@ -39,7 +39,7 @@ from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, no
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.definitions import GDP, ZCDP, PureDP, check_positive
+from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_positive
 from overlapdp.query import PredicateQuery
 
 Definition = Literal["pure", "zcdp", "gdp"]
@@ -151,7 +151,16 @@ class AnswerPlan:
     def noise_reduction(self) -> float:
         """1 - (noise std under overlap-aware shares) / (noise std under sequential shares), from the
         exact discrete noise distributions."""
-        return 1 - self.noise_std(self.overlap_share) / self.noise_std(self.sequential_share)
+        try:
+            seq = self.noise_std(self.sequential_share)
+        except BudgetError:  # the sequential share would need noise beyond the supported scale
+            seq = math.inf
+        if seq == 0 or math.isinf(seq):
+            # No noise either way (huge budgets), or too much to calibrate sequentially: the ratio of
+            # the continuous scales, gamma/t (Laplace) or sqrt(gamma/t) (Gaussian).
+            ratio = self.gamma / self.queries
+            return 0.0 if seq == 0 else 1 - (ratio if self.definition == "pure" else math.sqrt(ratio))
+        return 1 - self.noise_std(self.overlap_share) / seq
 
     def to_json(self) -> dict[str, Any]:
         unit = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}[self.definition]
@@ -213,6 +222,11 @@ def plan_answers(
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
     seq = even_share(d, b, len(qs))
     ovl = even_share(d, b, gamma)
+    used = ovl if accounting == "overlap" else seq
+    try:  # every calibrated noise scale must be finite and representable (mechanisms.calibration)
+        noise_for(_budget_object(d, used))
+    except BudgetError as exc:
+        raise BudgetError(f"budget = {budget!r} is too small: its per-query share {exc}") from None
     return AnswerPlan(
         definition=d,
         accounting=accounting,

@@ -10,18 +10,26 @@ guarantee it gives (MATH.md section 6).
 
 Parameters are rounded towards MORE noise (:mod:`overlapdp.mechanisms.rationals`), so the noise's
 true guarantee is never weaker than the declared one, which is computed from the requested budget.
+
+Ranges: a per-query budget whose noise would be wider than :data:`~overlapdp.mechanisms.noise.MAX_SCALE`
+(``2^40``, about ``1.1e12``: Laplace scale ``t`` or Gaussian ``sigma``) is refused with a
+:class:`BudgetError` naming the parameter, so every calibrated scale is a finite, representable number:
+for sensitivity ``Delta``, ``epsilon >= Delta 2^-40`` (about ``9.1e-13``), ``rho >= Delta^2 2^-81``
+(about ``4.1e-25``) and ``mu >= Delta 2^-40``. Large budgets
+need no limit (the noise is then at least ``10^-6`` wide, see :func:`gaussian_sigma2`).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import TypeAlias
 
 from overlapdp.mechanisms.errors import MechanismError
-from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace, Noise
+from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussian, DiscreteLaplace, Noise
 from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, PureDP, check_positive
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_positive
 
 PrivacyDefinition: TypeAlias = PureDP | ApproxDP | ZCDP | GDP | RDP
 #: Budgets a noisy count can be calibrated to.
@@ -44,37 +52,64 @@ def positive_epsilon(value: float, name: str = "epsilon") -> float:
     return PureDP(check_positive(name, value)).epsilon
 
 
-def laplace_scale(epsilon: float, sensitivity: int = 1) -> Fraction:
-    """``t >= Delta/epsilon`` as a short rational (rounded up)."""
-    eps = check_positive("epsilon", epsilon)
-    return round_up(Fraction(check_sensitivity(sensitivity)) / Fraction(eps))
+def _too_small(name: str, value: float, smallest: Fraction) -> BudgetError:
+    return BudgetError(
+        f"{name} = {value!r} is too small: its noise would be wider than 2^40; "
+        f"the smallest supported {name} here is {float_up(smallest):.4g}"
+    )
+
+
+def laplace_scale(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") -> Fraction:
+    """``t >= Delta/epsilon`` as a short rational (rounded up); :class:`BudgetError` naming ``name``
+    when ``t`` would exceed :data:`MAX_SCALE` (``epsilon < Delta 2^-40``)."""
+    eps = check_positive(name, epsilon)
+    delta = Fraction(check_sensitivity(sensitivity))
+    if delta / Fraction(eps) > MAX_SCALE:
+        raise _too_small(name, epsilon, delta / MAX_SCALE)
+    return round_up(delta / Fraction(eps))
 
 
 def gaussian_sigma2(sigma2: Fraction) -> Fraction:
-    """``sigma^2`` rounded UP to a rational whose integers suit the vectorised sampler."""
+    """``sigma^2`` rounded UP to a rational whose integers suit the vectorised sampler.
+
+    A tiny ``sigma^2`` (a huge rho or mu) gets the largest denominator (the noise then has
+    ``sigma^2 >= 10^-6``, more than asked, so the declared guarantee still holds)."""
+    if sigma2 > MAX_SCALE * MAX_SCALE:
+        raise BudgetError("sigma^2 must be at most 2^80")
     s2 = float(sigma2)
+    if s2 <= 0 or not math.isfinite(s2):  # below the float range: the largest denominator
+        return round_up(sigma2, max_denominator=MAX_DENOMINATOR, name="sigma^2")
     t = math.sqrt(s2) + 1
     limit = min(math.sqrt(_GAUSS_DEN_BUDGET / (2 * s2 * t * t)), _GAUSS_NUM_BUDGET / s2)
-    return round_up(sigma2, max_denominator=max(1, min(MAX_DENOMINATOR, int(limit))), name="sigma^2")
+    den = MAX_DENOMINATOR if not limit < MAX_DENOMINATOR else max(1, int(limit))
+    return round_up(sigma2, max_denominator=den, name="sigma^2")
 
 
-def laplace_for(epsilon: float, sensitivity: int = 1) -> DiscreteLaplace:
+def laplace_for(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") -> DiscreteLaplace:
     """Discrete Laplace noise that makes a sensitivity-``Delta`` count ``epsilon``-DP."""
-    return DiscreteLaplace(laplace_scale(epsilon, sensitivity))
+    return DiscreteLaplace(laplace_scale(epsilon, sensitivity, name=name))
 
 
-def gaussian_for_rho(rho: float, sensitivity: int = 1) -> DiscreteGaussian:
-    """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP."""
-    r = check_positive("rho", rho)
+def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> DiscreteGaussian:
+    """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP; :class:`BudgetError`
+    naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE` (``rho < Delta^2 2^-81``)."""
+    r = check_positive(name, rho)
     delta = check_sensitivity(sensitivity)
-    return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (2 * Fraction(r))))
+    sigma2 = Fraction(delta * delta) / (2 * Fraction(r))
+    if sigma2 > MAX_SCALE * MAX_SCALE:
+        raise _too_small(name, rho, Fraction(delta * delta) / (2 * MAX_SCALE * MAX_SCALE))
+    return DiscreteGaussian(gaussian_sigma2(sigma2))
 
 
-def gaussian_for_mu(mu: float, sensitivity: int = 1) -> DiscreteGaussian:
-    """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc)."""
-    m = check_positive("mu", mu)
+def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> DiscreteGaussian:
+    """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc);
+    :class:`BudgetError` naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE`."""
+    m = _declarable_mu(name, mu)
     delta = check_sensitivity(sensitivity)
-    return DiscreteGaussian(gaussian_sigma2(Fraction(delta * delta) / (Fraction(m) * Fraction(m))))
+    sigma2 = Fraction(delta * delta) / (Fraction(m) * Fraction(m))
+    if sigma2 > MAX_SCALE * MAX_SCALE:
+        raise _too_small(name, mu, Fraction(delta) / MAX_SCALE)
+    return DiscreteGaussian(gaussian_sigma2(sigma2))
 
 
 def noise_for(budget: CountBudget, sensitivity: int = 1) -> Noise:
@@ -120,5 +155,14 @@ def declared_guarantee(budget: CountBudget) -> PureDP | ZCDP:
     if isinstance(budget, ZCDP):
         return budget
     if isinstance(budget, GDP):
-        return ZCDP(float_up(Fraction(budget.mu) * Fraction(budget.mu) / 2))
+        mu = _declarable_mu("mu", budget.mu)
+        return ZCDP(float_up(Fraction(mu) * Fraction(mu) / 2))
     raise MechanismError(f"cannot calibrate noise to a {type(budget).__name__} budget")
+
+
+def _declarable_mu(name: str, mu: float) -> float:
+    """A GDP ``mu`` whose declared ``mu^2/2``-zCDP is a float (``mu <= 1.8e154``)."""
+    m = check_positive(name, mu)
+    if Fraction(m) * Fraction(m) / 2 > Fraction(sys.float_info.max):
+        raise BudgetError(f"{name} = {mu!r} is too large: the declared rho = {name}^2/2 is not a float")
+    return m

@@ -37,6 +37,12 @@ from overlapdp.mechanisms.samplers import (
 )
 
 _SUMMED_SIGMA_LIMIT = 1e5
+#: Largest noise scale (discrete Laplace ``t``, discrete Gaussian ``sigma``) that is sampled and described.
+#: ``2^40`` (about ``1.1e12``): beyond it the float error bars lose their accuracy (``1 - e^{-1/t}`` keeps
+#: about 4 of its 16 digits at ``t = 2^40`` and none near ``2^54``) and draws could leave 64-bit integers; a
+#: noise that large hides any count a table can hold, so a budget that needs it is refused as too small
+#: (:mod:`.calibration`).
+MAX_SCALE = 2**40
 # Parameters whose integers the vectorised samplers handle without falling back element by element.
 _POOLED_LIMIT = 1 << 31
 
@@ -59,6 +65,11 @@ class DiscreteLaplace:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", as_positive_fraction("scale", self.scale))
+        if self.scale > MAX_SCALE:
+            raise MechanismError(
+                "the discrete Laplace scale is above the largest supported, 2^40: "
+                "the privacy parameter that asks for it is too small"
+            )
 
     @property
     def _q(self) -> float:
@@ -115,6 +126,11 @@ class DiscreteGaussian:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma2", as_positive_fraction("sigma^2", self.sigma2))
+        if self.sigma2 > MAX_SCALE * MAX_SCALE:
+            raise MechanismError(
+                "the discrete Gaussian sigma is above the largest supported, 2^40: "
+                "the privacy parameter that asks for it is too small"
+            )
 
     @property
     def sigma(self) -> float:

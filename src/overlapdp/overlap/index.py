@@ -16,6 +16,10 @@ new query's coverage with :func:`max_overlap`; ``remove`` of a witness query rec
 Exact unless the engine's effort limit stops it, in which case the index reports a safe upper bound with
 ``exact=False``.
 
+Savepoints (:meth:`OverlapIndex.savepoint`, :meth:`rollback`, :meth:`release`): while one is open, every
+``add`` keeps an undo record (the prior values of the cells it wrote and of the best-cell bookkeeping), so
+a trial admission of several queries is undone in time proportional to what it wrote, never by a rebuild.
+
 Magnitudes (MATH.md section 7): the stored loads are normalised per component, divided by $2^E$ for the
 largest weight exponent $E$ held so far (squared after scaling for ``l2``, rounded up where inexact),
 so no sum overflows and no square underflows; a heavier query re-normalises the index (the dense array is
@@ -60,6 +64,27 @@ Region = tuple[Any, ...]
 
 
 @dataclass
+class _Undo:
+    """How to undo one ``add`` (see :meth:`OverlapIndex._undo_record`)."""
+
+    id: str
+    empty: bool
+    k: int | None
+    dense: bool
+    generic: OverlapResult | None
+    cached: OverlapResult | None
+    load: Any = None
+    axes: int = 0
+    member: list[np.ndarray] | None = None
+    best: Any = None
+    best_cell: list[tuple[int, ...] | None] | None = None
+    cells: list[tuple[Region, Any]] | None = None
+    # A heavier weight re-normalises every held load (MATH.md 7): the exponents, the entries' loads and
+    # the slots' loads before it (the dense array itself is then saved whole in ``load``).
+    renorm: tuple[np.ndarray, dict[str, FloatArray], FloatArray | None] | None = None
+
+
+@dataclass
 class _Entry:
     query: PredicateQuery
     weight: float | FloatArray
@@ -97,6 +122,9 @@ class OverlapIndex:
         self._reset_dense()
         self._generic_result: OverlapResult | None = None
         self._cached: OverlapResult | None = None
+        # Undo records of the adds made since the outermost open savepoint (None: no savepoint open).
+        self._journal: list[_Undo] | None = None
+        self._marks: list[int] = []  # journal length at each open savepoint, outermost first
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -137,11 +165,21 @@ class OverlapIndex:
 
     def add(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
         """Add ``query`` (its ``id`` must be set and new) with ``weight`` (default ``query.weight``)."""
+        self.insert(query, weight)
+        return self.result()
+
+    def insert(self, query: PredicateQuery, weight: Any = None) -> None:
+        """:meth:`add` without computing the new result (it is computed when next asked for: replaying
+        many queries then costs no witness recomputation per query)."""
         if query.id is None:
             raise DuplicateQueryError("a query added to an OverlapIndex needs an id")
         if query.id in self._entries:
             raise DuplicateQueryError(f"the index already holds a query with id {query.id!r}")
         w, raw = self._check(query, weight)
+        undo = None
+        if self._journal is not None:
+            undo = self._undo_record(query, raw)
+            self._journal.append(undo)
         if self._k is None:
             self._k = int(raw.size)
             self._reset_dense()
@@ -150,13 +188,18 @@ class OverlapIndex:
             self._store(query, w, raw, load, slot=-1)
             self._generic_result = None
             self._cached = None
-            return self.result()
+            return
         if self._dense and not self._ensure_axes(query):
             self._to_generic()
         if self._dense:
             slot = self._alloc_slot(query, load, raw)
             self._store(query, w, raw, load, slot)
-            regions = self._regions(query)
+            # (the undo record already holds the regions when the array kept its shape)
+            regions = (
+                [r for r, _ in undo.cells]
+                if undo is not None and undo.cells is not None
+                else self._regions(query)
+            )
             for region in regions:
                 self._load[region] += load
             covers_best = any(self._best_cell[c] is not None and self._in(query, c) for c in range(self._kk))
@@ -167,7 +210,6 @@ class OverlapIndex:
             self._store(query, w, raw, load, slot=-1)
             self._generic_result = new
             self._cached = None
-        return self.result()
 
     def peek(self, query: PredicateQuery, weight: Any = None) -> OverlapResult:
         """The result ``add(query, weight)`` would give, without adding (no id needed)."""
@@ -181,7 +223,14 @@ class OverlapIndex:
         return self._generic_peek(query, raw, load)
 
     def remove(self, id: str) -> None:
-        """Remove the query with this id (for example to roll back a reservation)."""
+        """Remove the query with this id (for example to roll back a reservation).
+
+        Inside a savepoint only the query added last may be removed (its add is undone)."""
+        if self._journal is not None:
+            if not self._journal or self._journal[-1].id != id:
+                raise UnknownQueryError("inside a savepoint only the query added last can be removed")
+            self._undo(self._journal.pop())
+            return
         entry = self._entries.pop(id, None)
         if entry is None:
             raise UnknownQueryError(f"the index holds no query with id {id!r}")
@@ -610,3 +659,108 @@ class OverlapIndex:
         if not changed:
             return current
         return combine_components(parts) if self._name == "vector" else parts[0]
+
+    # -- savepoints ---------------------------------------------------------------------------------
+    def savepoint(self) -> int:
+        """Open a (nested) savepoint; the returned token is given to :meth:`rollback` or :meth:`release`
+        (closing a savepoint closes the ones opened inside it too)."""
+        if self._journal is None:
+            self._journal = []
+        self._marks.append(len(self._journal))
+        return len(self._marks) - 1
+
+    def rollback(self, token: int) -> None:
+        """Undo every add made since the savepoint ``token`` was opened, and close it."""
+        if self._journal is None or not 0 <= token < len(self._marks):
+            raise UnknownQueryError("no such savepoint is open")
+        mark = self._marks[token]
+        while len(self._journal) > mark:
+            self._undo(self._journal.pop())
+        self.release(token)
+
+    def release(self, token: int) -> None:
+        """Close the savepoint ``token``, keeping its adds (undo records go with the outermost one)."""
+        if not 0 <= token < len(self._marks):
+            raise UnknownQueryError("no such savepoint is open")
+        del self._marks[token:]
+        if not self._marks:
+            self._journal = None
+
+    def _undo_record(self, query: PredicateQuery, raw: FloatArray) -> _Undo:
+        """What ``add(query)`` is about to change, saved so that :meth:`_undo` can restore it exactly."""
+        assert query.id is not None
+        u = _Undo(
+            id=query.id,
+            empty=not self._entries,
+            k=self._k,
+            dense=self._dense,
+            generic=self._generic_result,
+            cached=self._cached,
+        )
+        if u.empty:
+            return u
+        renorm = self._shift is not None and not bool(np.all(self._exponents(raw[None, :]) <= self._shift))
+        if renorm:
+            assert self._shift is not None
+            u.renorm = (
+                self._shift.copy(),
+                {i: e.load.copy() for i, e in self._entries.items()},
+                self._slot_load.copy() if self._dense else None,
+            )
+        if self._name == "set" or not self._dense:
+            return u
+        # re-normalising rewrites the array in place: then it is saved whole, by value
+        u.load = self._load.copy() if renorm else self._load
+        u.axes = len(self._axes)
+        u.member = self._member
+        u.best = self._best.copy()
+        u.best_cell = list(self._best_cell)
+        if not renorm and self._fits(query) and all(p in self._axes for p in query.active):
+            # The array keeps its shape: only the cells the query covers change (saved by value).
+            u.cells = [(region, self._load[region].copy()) for region in self._regions(query)]
+        return u
+
+    def _undo(self, u: _Undo) -> None:
+        entry = self._entries.pop(u.id)
+        if u.empty:
+            self._k = u.k
+            self._shift = None
+            self._reset_dense()
+            self._generic_result = None
+            self._cached = None
+            return
+        if entry.slot >= 0:
+            self._used[entry.slot] = False
+            self._slot_load[entry.slot] = 0.0
+            self._slot_raw[entry.slot] = 0.0
+            self._slot_id[entry.slot] = None
+            self._free.append(entry.slot)
+        if u.renorm is not None:
+            shift, loads, slot_load = u.renorm
+            self._shift = shift
+            for i, e in self._entries.items():
+                e.load = loads[i]
+            if slot_load is not None:
+                n = slot_load.shape[0]
+                self._slot_load[:n] = slot_load
+        if u.dense and u.load is not None:
+            if u.cells is not None:
+                for region, before in u.cells:
+                    self._load[region] = before
+            else:  # the array grew new axes, or the index left dense mode: the old array is untouched
+                self._load = u.load
+                del self._axes[u.axes :]
+                del self._sizes[u.axes :]
+                # Member masks: the old list when the index left dense mode; else those of the old axes
+                # (possibly re-allocated with more slots, which stay free).
+                if not self._dense:
+                    assert u.member is not None
+                    self._member = u.member
+                else:
+                    self._member = self._member[: u.axes]
+            assert u.best_cell is not None
+            self._best = u.best
+            self._best_cell = u.best_cell
+        self._dense = u.dense
+        self._generic_result = u.generic
+        self._cached = u.cached

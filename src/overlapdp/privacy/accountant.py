@@ -984,7 +984,7 @@ class PrivacyFilter:
             added: list[_Track] = []
             try:
                 for t, w in zip(self._tracks, loads, strict=True):
-                    t.index.add(q, w)
+                    t.index.insert(q, w)
                     added.append(t)
             except BaseException:
                 for t in added:
@@ -1120,6 +1120,143 @@ class PrivacyFilter:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    # -- recorded charges, savepoints and budget changes (the service's admission) -----------------------
+    def record(
+        self,
+        mechanism: Mechanism,
+        query: PredicateQuery | None = None,
+        id: str | None = None,
+        *,
+        times: int = 1,
+    ) -> Charge:
+        """Add a charge WITHOUT the budget test: one already committed elsewhere (a durable ledger read
+        back after a restart, or another service instance's). It is never refused, so replaying a
+        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2).
+
+        ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
+        entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
+        it, MATH.md 1), so replaying a long ledger keeps the index small."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise BudgetError(f"times must be a positive integer, got {times!r}")
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
+            if any(i in self._ids for i in ids):
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            q = charge.query.with_id(charge.id)
+            loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
+            exact = [_times(t.exact(mechanism), times) for t in self._tracks]
+            added: list[_Track] = []
+            try:
+                for t, w in zip(self._tracks, loads, strict=True):
+                    t.index.insert(q, w)
+                    added.append(t)
+            except BaseException:
+                for t in reversed(added):
+                    t.index.remove(charge.id)
+                raise
+            # The group's exact load sits on its first id; the others carry 0 (so that every
+            # odometer charge has a load and the exact enumeration sums to the group's load).
+            for t, e in zip(self._tracks, exact, strict=True):
+                t.loads[charge.id] = e
+                zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
+                for i in ids[1:]:
+                    t.loads[i] = zero
+            self._ids.update(ids)
+            self._n += times
+            self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
+            return charge
+
+    def savepoint(self) -> tuple[int, tuple[int, ...]]:
+        """Open a (nested) savepoint: every charge admitted or recorded after it can be undone by
+        :meth:`rollback` in time proportional to what it changed (the indexes keep undo records), never
+        by a rebuild. Close it with :meth:`rollback` or :meth:`release`, innermost first."""
+        with self._lock:
+            return len(self.odometer), tuple(t.index.savepoint() for t in self._tracks)
+
+    def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Forget every charge added since ``savepoint`` (and close it)."""
+        n, marks = savepoint
+        with self._lock:
+            for t, m in zip(self._tracks, marks, strict=True):
+                t.index.rollback(m)
+            with self.odometer._lock:
+                undone = self.odometer._charges[n:]
+                del self.odometer._charges[n:]
+            for c in undone:
+                self._ids.discard(c.id)
+                for t in self._tracks:
+                    t.loads.pop(c.id, None)
+            self._n -= len(undone)
+
+    def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Close ``savepoint`` and keep what was added since."""
+        with self._lock:
+            for t, m in zip(self._tracks, savepoint[1], strict=True):
+                t.index.release(m)
+
+    def set_budget(self, budget: PureDP | ZCDP | GDP) -> None:
+        """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
+        filter refuses new charges until the worst row is back within budget, which it never is again."""
+        if type(budget) is not type(self.budget) or not isinstance(budget, PureDP | ZCDP | GDP):
+            raise BudgetError(
+                f"the budget of a {type(self.budget).__name__} filter can change to another "
+                f"{type(self.budget).__name__} budget only (pure DP, zCDP or Gaussian DP)"
+            )
+        fresh = PrivacyFilter(self.schema, budget, neighbouring=self.neighbouring)
+        with self._lock:
+            self.budget = budget
+            self._check, self._exact_ok = fresh._check, fresh._exact_ok
+
+    _spent: tuple[OverlapResult, float] | None = None
+
+    def spent(self) -> float:
+        """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
+        located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
+        charges of 1.0 and 2^-53 report above 1.0); a safe upper bound when the index is not exact.
+        Other budgets: :meth:`value`. Cached until the admitted charges change."""
+        if self._optimal or len(self._tracks) != 1 or not isinstance(self.budget, PureDP | ZCDP):
+            v = self.value()
+            if not isinstance(v, float):
+                raise BudgetError("spent() reports a single number; use value() for a Rényi DP budget")
+            return v
+        with self._lock:
+            if not self._ids:
+                return 0.0
+            t = self._tracks[0]
+            r = t.index.result()
+            if self._spent is not None and self._spent[0] is r:
+                return self._spent[1]
+            if r.exact and r.witness_row is not None and all(i in t.loads for i in r.queries):
+                value = self._factor * float_up(_dyadic_sum([t.loads[i] for i in r.queries]))
+            else:
+                value = self._factor * float(r.upper)
+            self._spent = (r, value)
+            return value
+
+
+def _times(load: Any, k: int) -> Any:
+    """``k`` copies of one charge's load: exact for Fractions; floats (which only locate the worst
+    row) rounded to nearest, within the fast path's margin ``_NEAR``."""
+    if k == 1:
+        return load
+    if isinstance(load, tuple):
+        return tuple(k * x for x in load)
+    if isinstance(load, list):
+        return [k * x for x in load]
+    return k * load
+
+
+def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:
+    """The exact sum of Fractions whose denominators are powers of two (exact float values and their
+    integer multiples), on integers: much faster than adding Fractions one by one."""
+    if not values:
+        return Fraction(0)
+    den = max(v.denominator for v in values)
+    if any(den % v.denominator for v in values):
+        return sum(values, Fraction(0))
+    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
 # Loads whose floats keep full relative precision in the row sums of the joint rule (2^-900 to 2^900:

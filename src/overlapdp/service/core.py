@@ -11,8 +11,14 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   so a crash can lose an answer, never a charge.
 - Group commit: requests that arrive while a transaction is running wait in a queue and are admitted
   one after another in the next transaction (each sees the charges of those before it), which pays one
-  durable commit for many requests.
-- A restart never resets a budget: the filters are rebuilt from the ledger.
+  durable commit for many requests. A request is prepared before it joins a group (parsed, checked,
+  counted and its noise drawn), and each admission runs under a savepoint of the ledger and of the
+  filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
+  to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
+- One admission path: the filters are the library's exact :class:`PrivacyFilter` through
+  :class:`overlapdp.service.runtime.ServiceFilter` (exact at the budget).
+- A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
+  spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
 """
 
@@ -20,16 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, QueryError
+from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.service import runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
@@ -45,6 +52,8 @@ from overlapdp.service.ledger import (
     SessionRecord,
 )
 from overlapdp.service.ledger.base import LoadRow, dumps
+
+log = logging.getLogger("overlapdp.service")
 
 
 class ServiceError(OverlapDPError):
@@ -105,6 +114,8 @@ class _Pending:
     queries: list[PredicateQuery | None] = field(default_factory=list)
     query_json: list[dict[str, Any] | None] = field(default_factory=list)
     true_counts: list[int] = field(default_factory=list)
+    #: The released answers, drawn before the request joins a group (discarded if it is refused).
+    noisy: list[dict[str, Any]] = field(default_factory=list)
     mechanism: runtime.Mechanism | None = None
     loads: list[float] = field(default_factory=list)
     session_id: str | None = None
@@ -128,21 +139,38 @@ class _DatasetState:
         self.queue: list[_Pending] = []
         # Parsed queries by their request text (parsing SQL costs more than counting a small table).
         self.request_cache: dict[str, PredicateQuery] = {}
+        from overlapdp.schema import Schema
+
+        self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
+        # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
+        self._group: dict[int, tuple[runtime.ServiceFilter, tuple[int, tuple[int, ...]]]] = {}
         self.reset()
 
     def reset(self) -> None:
+        """Empty filters (then :meth:`apply` replays the ledger); only when the definition changes."""
         schema = self.schema
         self.last_seq = 0
         self.global_filter = runtime.make_filter(schema, self.record.definition, self.record.budget)
         self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
         self._parsed: dict[str, PredicateQuery] = {}
-        self.stale = False
 
     @property
     def schema(self) -> Any:
-        from overlapdp.schema import Schema
+        return self._schema
 
-        return self.loaded.schema if self.loaded is not None else Schema.from_json(self.record.schema)
+    def touch(self, f: runtime.ServiceFilter) -> None:
+        """Open a savepoint on ``f`` for the group being admitted (once per filter and group)."""
+        if id(f) not in self._group:
+            self._group[id(f)] = (f, f.savepoint())
+
+    def end_group(self, *, committed: bool) -> None:
+        """Keep (committed) or undo (the commit failed) everything the group added to the filters."""
+        group, self._group = self._group, {}
+        for f, sp in reversed(list(group.values())):
+            if committed:
+                f.release(sp)
+            else:
+                f.rollback(sp)
 
     def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
         f = self.analyst_filters.get(analyst)
@@ -163,31 +191,24 @@ class _DatasetState:
         return q
 
     def apply(self, rows: Sequence[LoadRow]) -> None:
-        """Add committed ledger rows to the filters (catch-up and rebuild).
+        """Add committed ledger rows to the filters (start-up and catch-up with other instances).
 
-        Charges with the same coverage are added as one charge with the summed load: the per-row load
-        (a sum over the charges covering the row, MATH.md 1-2) is the same, and the index stays small.
+        Each charge is recorded with its exact recorded load and never refused, so the filters hold
+        exactly what the live instance that admitted them held (the same exact per-row sums). Charges
+        with the same coverage and the same load are recorded together (one index entry, the exact
+        multiple of the load), which keeps the index small for a long ledger.
         """
-        per_analyst: dict[tuple[str, str | None], list[float]] = {}
-        per_query: dict[str | None, list[float]] = {}
+        per_query: dict[tuple[str | None, float], int] = {}
+        per_analyst: dict[tuple[str, str | None, float], int] = {}
         for seq, analyst, query, load in rows:
             if load > 0:
-                per_analyst.setdefault((analyst, query), []).append(load)
-                per_query.setdefault(query, []).append(load)
+                per_query[query, load] = per_query.get((query, load), 0) + 1
+                per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
-        for query, loads in per_query.items():
-            self.global_filter.add(self.parse_recorded(query), _sum_up(loads))
-        for (analyst, query), loads in per_analyst.items():
-            self.analyst_filter(analyst).add(self.parse_recorded(query), _sum_up(loads))
-
-
-def _sum_up(loads: list[float]) -> float:
-    """The sum of the loads rounded up (never below the exact sum of the recorded floats)."""
-    if len(loads) == 1:
-        return loads[0]
-    total = math.fsum(loads)
-    exact = sum((Fraction(x) for x in loads), Fraction(0))
-    return total if Fraction(total) >= exact else math.nextafter(total, math.inf)
+        for (query, load), k in per_query.items():
+            self.global_filter.record(self.parse_recorded(query), load, k)
+        for (analyst, query, load), k in per_analyst.items():
+            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
 
 
 # -- the service ------------------------------------------------------------------------------------
@@ -309,10 +330,8 @@ class QueryService:
         return info
 
     def _catch_up(self, state: _DatasetState) -> None:
-        """Bring the filters up to the ledger's committed rows (rebuilding them if a commit failed)."""
+        """Bring the filters up to the ledger's committed rows."""
         with state.admit_lock:
-            if state.stale:
-                state.reset()
             state.apply(self.store.loads_since(state.record.name, state.last_seq))
 
     # -- analysts ---------------------------------------------------------------------------------
@@ -419,7 +438,10 @@ class QueryService:
                 raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
             parsed = state.request_cache.get(key)
             if parsed is None:
-                parsed = parse_query(state.schema, spec)
+                try:
+                    parsed = parse_query(state.schema, spec)
+                except RecursionError:  # a condition nested deeper than the parser can follow
+                    raise QueryError(f"query #{i} is nested too deeply") from None
                 if len(state.request_cache) >= 10_000:
                     state.request_cache.clear()
                 state.request_cache[key] = parsed
@@ -473,8 +495,10 @@ class QueryService:
             loads=[load] * len(queries),
         )
         if not dry_run:
-            # The exact counts never depend on the ledger: computed outside the lock.
+            # The exact counts and the noise never depend on the ledger: both are ready before the
+            # request joins a group, so a failure here concerns this request alone.
             pending.true_counts = loaded.counts(queries)
+            pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
         return self._submit(state, pending)
 
     def open_session(
@@ -566,26 +590,39 @@ class QueryService:
         """Admit ``batch`` in one ledger transaction; results are published only after the commit."""
         staged: list[tuple[_Pending, dict[str, Any]]] = []
         try:
-            if state.stale:
-                state.reset()
             with self.store.admission(state.record.name) as tx:
                 state.record = tx.dataset()
+                if state.record.definition != state.global_filter.definition:
+                    # Another instance changed the definition: replay the ledger (an admin action).
+                    state.reset()
+                    state.apply(tx.loads_since(0))
                 state.global_filter.budget = state.record.budget
-                state.apply(tx.loads_since(state.last_seq))
+                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's savepoint
+                state.touch(state.global_filter)
                 new_seqs: list[int] = []
                 for p in batch:
+                    filters = (state.global_filter, state.analyst_filter(p.analyst))
+                    state.touch(filters[1])
+                    marks = [f.savepoint() for f in filters]
                     try:
                         with tx.savepoint():
                             result, seqs = self._admit_one(tx, state, p)
-                        staged.append((p, result))
-                        new_seqs.extend(seqs)
-                    except OverlapDPError as exc:
-                        p.error = exc
+                    except Exception as exc:
+                        # This request alone fails: its rows and its filter updates are undone.
+                        for f, sp in reversed(list(zip(filters, marks, strict=True))):
+                            f.rollback(sp)
+                        p.error = exc if isinstance(exc, OverlapDPError) else _failed(exc)
+                        continue
+                    for f, sp in reversed(list(zip(filters, marks, strict=True))):
+                        f.release(sp)
+                    staged.append((p, result))
+                    new_seqs.extend(seqs)
+            state.end_group(committed=True)
             if new_seqs:
                 state.last_seq = max(state.last_seq, *new_seqs)
         except BaseException as exc:
-            # Nothing of this transaction is committed: forget the staged filter updates.
-            state.stale = True
+            # Nothing of this transaction is committed: undo the group's filter updates.
+            state.end_group(committed=False)
             for p in batch:
                 if p.error is None:
                     p.error = _unavailable(exc)
@@ -618,8 +655,6 @@ class QueryService:
         if p.kind == "session-query":
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
-        own_ok, own_after = mine.peek_many(pairs)
-        global_ok, _ = state.global_filter.peek_many(pairs)
         definition = state.record.definition
         cost = {
             "definition": definition,
@@ -627,31 +662,34 @@ class QueryService:
             "queries": len(p.queries),
         }
         if p.kind == "dry-run":
-            return {
-                "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
-                "spent_after": own_after,
-                "admissible": own_ok and global_ok,
-                "quota_admits": own_ok,
-                "global_admits": global_ok,
-                "remaining": max(0.0, quota - mine.max_load()),
-            }, []
+            return self._dry_run(state, mine, quota, pairs, cost), []
+        # Admission: the charges go into both filters, or (the caller rolls back) into neither.
+        mark = mine.savepoint()
+        own_ok = mine.try_all(pairs)
+        global_ok = own_ok and state.global_filter.try_all(pairs)
         if not (own_ok and global_ok):
+            mine.rollback(mark)
+            remaining = max(0.0, quota - mine.max_load())
+            if not own_ok:  # say whether the global budget alone would have paid, too
+                sp = state.global_filter.savepoint()
+                global_ok = state.global_filter.try_all(pairs)
+                state.global_filter.rollback(sp)
             raise QuotaExceeded(
                 "the analyst's quota cannot pay for this request"
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
-                remaining=max(0.0, quota - mine.max_load()),
+                remaining=remaining,
                 quota_admits=own_ok,
                 global_admits=global_ok,
             )
+        mine.release(mark)
         if p.kind == "session":
             return self._session_open(tx, state, p)
         assert p.mechanism is not None
         answers = []
         seqs = []
         now = time.time()
-        noisy = runtime.noisy_counts(p.true_counts, p.mechanism)
-        for i, (qjson, answer) in enumerate(zip(p.query_json, noisy, strict=True)):
+        for i, (qjson, answer) in enumerate(zip(p.query_json, p.noisy, strict=True)):
             row = tx.insert(
                 NewCharge(
                     dataset=state.record.name,
@@ -675,10 +713,6 @@ class QueryService:
                 raise Conflict("this idempotency key is being used by a concurrent request")
             answers.append({"charge": row.id, "seq": row.seq, **answer})
             seqs.append(row.seq)
-        # Only once every row of the request is in the transaction (a refusal above rolls all back).
-        for q, load in zip(p.queries, p.loads, strict=True):
-            state.global_filter.add(q, load)
-            mine.add(q, load)
         return {
             "answers": answers,
             "cost": cost,
@@ -720,8 +754,6 @@ class QueryService:
         )
         if row is None:
             raise Conflict("this idempotency key is being used by a concurrent request")
-        state.global_filter.add(None, load)
-        state.analyst_filter(p.analyst).add(None, load)
         return {"session": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
 
     def _session_step(
@@ -762,6 +794,36 @@ class QueryService:
         return {"answer": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
 
     @staticmethod
+    def _dry_run(
+        state: _DatasetState,
+        mine: runtime.ServiceFilter,
+        quota: float,
+        pairs: list[tuple[PredicateQuery | None, float]],
+        cost: dict[str, Any],
+    ) -> dict[str, Any]:
+        """What the batch would cost and whether both filters would admit it now (all undone)."""
+        remaining = max(0.0, quota - mine.max_load())
+        sp = mine.savepoint()
+        for q, load in pairs:
+            mine.record(q, load)
+        after = mine.max_load()
+        mine.rollback(sp)
+        verdicts = []
+        for f in (mine, state.global_filter):
+            sp = f.savepoint()
+            verdicts.append(f.try_all(pairs))
+            f.rollback(sp)
+        own_ok, global_ok = verdicts
+        return {
+            "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
+            "spent_after": after,
+            "admissible": own_ok and global_ok,
+            "quota_admits": own_ok,
+            "global_admits": global_ok,
+            "remaining": remaining,
+        }
+
+    @staticmethod
     def _replay(p: _Pending, recorded: list[ChargeRecord]) -> dict[str, Any]:
         if p.kind == "session":
             r = recorded[0]
@@ -781,6 +843,17 @@ class QueryService:
 
 def _rows(state: _DatasetState) -> int | None:
     return None if state.loaded is None else state.loaded.rows
+
+
+def _failed(exc: BaseException) -> ServiceError:
+    """A request that failed for a reason other than its input: nothing of it was recorded."""
+    log.error("admission of one request failed: %s: %s", type(exc).__name__, exc)
+    err = ServiceError(
+        f"the request could not be completed ({type(exc).__name__}); nothing was charged and no answer "
+        "was released"
+    )
+    err.status = 500
+    return err
 
 
 def _unavailable(exc: BaseException) -> ServiceError:
@@ -831,12 +904,11 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     tol = params.get("tolerance")
     if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
         raise QueryError("tolerance must be a positive finite number")
-    return {
-        "epsilon": eps,
-        "epsilon_estimates": runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps)),
-        "tolerance": float(tol),
-        "max_failures": _positive_int("max_failures", params.get("max_failures", 1)),
-    }
+    eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
+    failures = _positive_int("max_failures", params.get("max_failures", 1))
+    # Each failed guess releases a count with Laplace scale max_failures / epsilon_estimates.
+    laplace_scale(eps_est, failures, name="epsilon_estimates")
+    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": float(tol), "max_failures": failures}
 
 
 def _check_key(key: str | None) -> str | None:

@@ -5,11 +5,14 @@ and ``overlapdp.engine`` goes through this module:
 
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
   set's privacy definition and the additive per-row load it puts on each row it covers;
-- :class:`OverlapFilter`: the overlap-aware per-row (individual) filter: a charge is admitted iff the
-  maximum over rows of the sum of the loads of the charges covering the row stays within the budget
-  (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers, Roth, Ullman, Vadhan 2016) and for
-  zCDP with per-row loads (Feldman and Zrnic 2021)); the maximum is kept by
-  :class:`overlapdp.overlap.OverlapIndex`, which reports a safe upper bound when it is not exact;
+- :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
+  filter, :class:`overlapdp.privacy.accountant.PrivacyFilter`: a charge is admitted iff the maximum over
+  rows of the sum of the loads of the charges covering the row stays within the budget, decided in EXACT
+  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers,
+  Roth, Ullman, Vadhan 2016) and for zCDP with per-row loads (Feldman and Zrnic 2021));
+- :data:`MAX_AMOUNT`, :func:`check_amount` and :func:`mechanism_for`: the ranges of budgets and
+  per-query parameters (every calibrated noise scale finite and representable,
+  :mod:`overlapdp.mechanisms.calibration`);
 - :func:`noisy_counts`: released answers with exact integer noise from the OS CSPRNG and error bars
   (:func:`overlapdp.mechanisms.add_noise`, served mode: a seeded generator is refused);
 - sessions: :class:`overlapdp.mechanisms.SparseVector` and :class:`overlapdp.mechanisms.GuessAndCheck`,
@@ -24,13 +27,17 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-from overlapdp.mechanisms import GuessAndCheck, SparseVector, add_noise
-from overlapdp.overlap import OverlapIndex
+import numpy as np
+
+from overlapdp.mechanisms import GuessAndCheck, MechanismError, SparseVector, add_noise, noise_for
 from overlapdp.privacy import BudgetError
+from overlapdp.privacy.accountant import PrivacyFilter, whole_domain
 from overlapdp.privacy.concurrent import concurrent_composition
 from overlapdp.privacy.definitions import ZCDP, PureDP, check_positive
+from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -46,9 +53,18 @@ def check_definition(definition: str) -> str:
     return definition
 
 
+#: Largest budget, quota or per-query parameter the service takes. It keeps every sum of loads the
+#: filters form finite (10^15 times any realistic number of charges is far below the float range), and
+#: no privacy is left at such values anyway.
+MAX_AMOUNT = 1e15
+
+
 def check_amount(name: str, value: Any) -> float:
-    """A budget or per-query parameter: a positive finite number."""
-    return check_positive(name, value)
+    """A budget or per-query parameter: a positive finite number at most :data:`MAX_AMOUNT`."""
+    v = check_positive(name, value)
+    if v > MAX_AMOUNT:
+        raise BudgetError(f"{name} must be at most {MAX_AMOUNT:.0e}, got {value!r}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -73,8 +89,13 @@ class Mechanism:
 
 
 def mechanism_for(definition: str, parameter: float) -> Mechanism:
+    """The mechanism for a per-query parameter, refused (:class:`BudgetError` naming the parameter)
+    unless it lies in the service's range and its noise scale is representable
+    (:func:`overlapdp.mechanisms.noise_for`: epsilon >= 2^-40, rho >= 2^-81)."""
     check_definition(definition)
-    return Mechanism(definition, check_amount(DEFINITIONS[definition], parameter))
+    mech = Mechanism(definition, check_amount(DEFINITIONS[definition], parameter))
+    noise_for(mech.guarantee)  # raises before anything is counted or drawn
+    return mech
 
 
 def load_of(definition: str, parameter: float) -> float:
@@ -84,9 +105,10 @@ def load_of(definition: str, parameter: float) -> float:
 
 
 def pure_to_definition(definition: str, epsilon: float) -> float:
-    """An epsilon-DP mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5)."""
+    """An epsilon-DP mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5,
+    rounded UP to a float so that the charge is never below the exact cost)."""
     check_definition(definition)
-    return epsilon if definition == "pure" else epsilon * epsilon / 2.0
+    return epsilon if definition == "pure" else _float_up(Fraction(epsilon) ** 2 / 2)
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -94,71 +116,135 @@ def pure_to_definition(definition: str, epsilon: float) -> float:
 _ids = itertools.count()
 
 
-class OverlapFilter:
-    """The overlap-aware per-row filter over one :class:`OverlapIndex` (comp ``sum``).
+@dataclass(frozen=True)
+class Charged(PrivacyMechanism):
+    """One charge as the service records it: its load under the data set's definition, declared
+    exactly as the float the ledger holds (``epsilon``-DP for ``pure``, ``rho``-zCDP for ``zcdp``)."""
 
-    ``budget`` may change (an admin raises or lowers it); recorded charges are never refused, so a
-    rebuild from the ledger always reproduces the spend, even one that a lowered budget no longer allows.
-    """
-
-    def __init__(self, schema: Schema, budget: float) -> None:
-        self.schema = schema
-        self.budget = budget
-        self._index = OverlapIndex(schema, "sum")
-        self._everything = PredicateQuery.from_coverages(schema, {})
-
-    def _query(self, query: PredicateQuery | None) -> PredicateQuery:
-        return (query or self._everything).with_id(f"c{next(_ids)}")
-
-    def peek_many(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> tuple[bool, float]:
-        """Would all of ``charges`` together keep the worst row within the budget, and what would the
-        worst row's load be? (Nothing is kept.)"""
-        if len(charges) == 1:
-            query, load = charges[0]
-            after = float(self._index.peek(self._query(query), load).upper)
-            return after <= self.budget, after
-        added: list[str] = []
-        try:
-            for query, load in charges:
-                q = self._query(query)
-                self._index.add(q, load)
-                assert q.id is not None
-                added.append(q.id)
-            after = self.max_load()
-            return after <= self.budget, after
-        finally:
-            for qid in added:
-                self._index.remove(qid)
-
-    def add(self, query: PredicateQuery | None, load: float) -> None:
-        """Record a committed charge (never refused)."""
-        self._index.add(self._query(query), load)
-
-    def max_load(self) -> float:
-        """The worst row's load: exact, or a safe upper bound when :attr:`exact` is False."""
-        if len(self._index) == 0:
-            return 0.0
-        return float(self._index.result().upper)
+    definition: str
+    load: float
+    name = "charge"
 
     @property
-    def exact(self) -> bool:
-        return len(self._index) == 0 or bool(self._index.result().exact)
+    def guarantee(self) -> PureDP | ZCDP:
+        return PureDP(self.load) if self.definition == "pure" else ZCDP(self.load)
+
+    def pure(self) -> PureDP | None:
+        g = self.guarantee
+        return g if isinstance(g, PureDP) else None
+
+    def zcdp(self) -> ZCDP | None:
+        g = self.guarantee
+        return g if isinstance(g, ZCDP) else None
+
+    def epsilon_at(self, delta: float) -> float:
+        return self.guarantee.epsilon_at(delta)
+
+    def delta_at(self, epsilon: float) -> float:
+        return self.guarantee.delta_at(epsilon)
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        return np.array([self.guarantee.delta_at(float(e)) for e in np.atleast_1d(epsilons)])
+
+    def loss_range(self) -> tuple[float, float]:
+        if self.definition != "pure":
+            raise BudgetError("a zCDP charge has no bounded privacy loss: compose it as zCDP")
+        return (-self.load, self.load)
 
 
-QuotaFilter = OverlapFilter
+def _budget_of(definition: str, amount: float) -> PureDP | ZCDP:
+    return PureDP(amount) if check_definition(definition) == "pure" else ZCDP(amount)
+
+
+class ServiceFilter:
+    """The service's thin adapter over :class:`overlapdp.privacy.accountant.PrivacyFilter`, the one
+    overlap-aware per-row filter of the library (MATH.md 2, "Adaptive use"): a charge is admitted iff
+    every row's load stays within the budget in EXACT arithmetic of the declared float loads.
+
+    Loads are epsilon (``pure``) or rho (``zcdp``). A batch is admitted all or nothing
+    (:meth:`try_all`: a savepoint, each charge through the filter, a rollback on the first refusal);
+    committed charges read back from the ledger go through :meth:`record`, which never refuses, so a
+    restart replays the same exact loads through the same filter and reproduces the spend exactly. The
+    budget may change (an admin raises or lowers it).
+    """
+
+    def __init__(self, schema: Schema, definition: str, budget: float) -> None:
+        self.schema = schema
+        self.definition = check_definition(definition)
+        self._budget = float(budget)
+        self._filter = PrivacyFilter(schema, _budget_of(definition, budget))
+        self._everything = whole_domain(schema)
+
+    @property
+    def budget(self) -> float:
+        return self._budget
+
+    @budget.setter
+    def budget(self, amount: float) -> None:
+        if amount != self._budget:
+            self._filter.set_budget(_budget_of(self.definition, amount))
+            self._budget = float(amount)
+
+    def _charge(self, load: float) -> Charged:
+        return Charged(self.definition, load)
+
+    def try_all(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
+        """Admit every charge or none (each one sees those before it)."""
+        if len(charges) == 1:  # a refused charge leaves nothing behind: no savepoint needed
+            query, load = charges[0]
+            a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+            return a.admitted
+        sp = self._filter.savepoint()
+        for query, load in charges:
+            a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+            if not a.admitted:
+                self._filter.rollback(sp)
+                return False
+        self._filter.release(sp)
+        return True
+
+    def record(self, query: PredicateQuery | None, load: float, times: int = 1) -> None:
+        """Add ``times`` committed charges of ``load`` on ``query`` (never refused)."""
+        self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
+
+    def savepoint(self) -> tuple[int, tuple[int, ...]]:
+        return self._filter.savepoint()
+
+    def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        self._filter.rollback(savepoint)
+
+    def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        self._filter.release(savepoint)
+
+    def max_load(self) -> float:
+        """The worst row's load: its exact value rounded up (a safe upper bound when the index is not
+        exact), :meth:`PrivacyFilter.spent`."""
+        return self._filter.spent()
+
+    def __len__(self) -> int:
+        return len(self._filter)
+
+
+QuotaFilter = ServiceFilter
 
 
 def batch_cost(schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]]) -> dict[str, float]:
-    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential."""
-    alone = OverlapFilter(schema, math.inf)
+    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential, both
+    from the exact sums of the loads rounded up."""
+    alone = ServiceFilter(schema, "pure", 1.0)  # record() never refuses: the budget plays no part
     for query, load in charges:
-        alone.add(query, load)
-    return {"overlap": alone.max_load(), "sequential": math.fsum(load for _, load in charges)}
+        alone.record(query, load)
+    sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
+    return {"overlap": alone.max_load(), "sequential": sequential}
 
 
-def make_filter(schema: Schema, definition: str, budget: float) -> OverlapFilter:
-    check_definition(definition)
-    return OverlapFilter(schema, budget)
+def make_filter(schema: Schema, definition: str, budget: float) -> ServiceFilter:
+    return ServiceFilter(schema, definition, budget)
+
+
+def _float_up(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 # -- noise ----------------------------------------------------------------------------------------
@@ -187,7 +273,12 @@ def open_session(
     ``max_positives`` "above" answers. Guess-and-check: epsilon_SVT + c/b (Lyu 2022 App. B; MATH.md 4).
     The charge is the mechanism's declared guarantee (computed from its rounded-up noise scales).
     """
-    mech = _build(kind, params, count)
+    try:
+        mech = _build(kind, params, count)
+    except MechanismError as exc:  # a noise scale beyond the supported range
+        raise BudgetError(
+            f"epsilon is too small for this session's noise with its max_positives / max_failures ({exc})"
+        ) from None
     return dict(params), _state_of(mech), float(mech.guarantee.epsilon)
 
 
