@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from overlapdp.errors import DomainValueError, QueryError, QueryTooComplexError, SchemaError, with_prefix
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import MAX_DEPTH, MAX_TERMS
 from overlapdp.query.predicates import Compare, Contradiction, Equals, InSet, Not, Predicate, Range, Tautology
 from overlapdp.schema import Attribute, IndexSet, Schema
@@ -37,19 +37,19 @@ def parse_conditions(
 ) -> PredicateQuery:
     """Read the ``"conditions"`` object into a :class:`PredicateQuery`."""
     if not isinstance(conditions, Mapping):
-        raise QueryError(f"query {id!r}: 'conditions' must be an object of attribute -> condition")
+        raise QueryError(f"{query_label(id)}'conditions' must be an object of attribute -> condition")
     _check_size(conditions, id)
     covs: dict[int, IndexSet] = {}
     for name, cond in conditions.items():
         try:
             pos = schema.position(str(name))
         except SchemaError as exc:
-            raise QueryError(f"query {id!r}: {exc}") from None
+            raise QueryError(f"{query_label(id)}{exc}") from None
         attr = schema.attributes[pos]
         try:
             cov = condition_coverage(attr, cond)
         except QueryError as exc:
-            raise with_prefix(exc, f"query {id!r}: ") from None
+            raise with_prefix(exc, query_label(id)) from None
         covs[pos] = covs[pos] & cov if pos in covs else cov
     return PredicateQuery.from_coverages(schema, covs, id=id, weight=weight)
 
@@ -64,7 +64,7 @@ def _check_size(conditions: Mapping[Any, Any], id: str | None) -> None:
             continue  # reported by condition_coverage with the attribute's name
         if depth > MAX_DEPTH:
             raise QueryTooComplexError(
-                f"query {id!r}: conditions nest 'not' more than {MAX_DEPTH} levels deep; "
+                f"{query_label(id)}conditions nest 'not' more than {MAX_DEPTH} levels deep; "
                 f"the limit is a depth of {MAX_DEPTH}",
                 limit="depth",
                 maximum=MAX_DEPTH,
@@ -72,7 +72,7 @@ def _check_size(conditions: Mapping[Any, Any], id: str | None) -> None:
         keys += len(cond)
         if keys > MAX_TERMS:
             raise QueryTooComplexError(
-                f"query {id!r}: conditions hold more than {MAX_TERMS} keys; the limit is {MAX_TERMS} terms",
+                f"{query_label(id)}conditions hold more than {MAX_TERMS} keys; the limit is {MAX_TERMS} terms",
                 limit="terms",
                 maximum=MAX_TERMS,
             )

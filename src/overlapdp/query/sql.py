@@ -32,7 +32,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from overlapdp.errors import QueryError, QuerySyntaxError, SchemaError, with_prefix
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import check_condition_text, too_deep
 from overlapdp.schema import IndexSet, Schema
 
@@ -48,11 +48,11 @@ def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: flo
     :class:`~overlapdp.errors.QuerySyntaxError`, :class:`~overlapdp.errors.DomainValueError` (a value
     or range outside the domain) or :class:`~overlapdp.errors.QueryError`; never RecursionError.
     """
-    prefix = f"query {id!r}: " if id is not None else ""
+    prefix = query_label(id)
     if not isinstance(text, str):
         raise QuerySyntaxError(f"{prefix}a condition must be a string, got {type(text).__name__}")
     if not text.strip():
-        raise QuerySyntaxError(f"query {id!r}: empty condition")
+        raise QuerySyntaxError(f"{query_label(id)}empty condition")
     try:
         check_condition_text(text)
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.jsonform import parse_conditions
 from overlapdp.query.sql import parse_where
 from overlapdp.schema import Schema
@@ -30,24 +30,26 @@ def parse_query(
     if isinstance(spec, str):
         return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
     if not isinstance(spec, Mapping):
-        raise QueryError(f"query {id!r}: expected a condition string or an object")
+        raise QueryError(f"{query_label(id)}expected a condition string or an object")
     unknown = [k for k in spec if k not in _QUERY_KEYS]
     if unknown:
         raise QueryError(
-            f"query {id!r}: unknown key {str(unknown[0])[:60]!r} (a query object takes "
+            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} (a query object takes "
             f"{', '.join(repr(k) for k in _QUERY_KEYS)})"
         )
     qid = spec.get("id", id)
     if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
-        raise QueryError(f"query {id!r}: 'id' must be a string or an integer")
+        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
     qid = None if qid is None else str(qid)
     w = spec.get("weight", 1.0) if weight is None else weight
     has_where, has_cond = "where" in spec, "conditions" in spec
     if has_where == has_cond:
-        raise QueryError(f"query {qid!r}: give exactly one of 'where' or 'conditions'")
+        raise QueryError(f"{query_label(qid)}give exactly one of 'where' or 'conditions'")
     if has_where:
         if not isinstance(spec["where"], str):
-            raise QueryError(f"query {qid!r}: 'where' must be a string, got {type(spec['where']).__name__}")
+            raise QueryError(
+                f"{query_label(qid)}'where' must be a string, got {type(spec['where']).__name__}"
+            )
         return parse_where(schema, spec["where"], id=qid, weight=w)
     return parse_conditions(schema, spec["conditions"], id=qid, weight=w)
 
