@@ -553,6 +553,51 @@ def test_legal_contradiction_is_answered_recorded_and_replayed(http: dict[str, A
         again.store.close()
 
 
+def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Path) -> None:
+    """Through uvicorn: each hostile condition is a 400 on a connection that stays open (a RecursionError
+    used to end in a 500 and a reset keep-alive connection), and nothing is charged."""
+    import time
+
+    import httpx
+    import uvicorn
+
+    from test_service_support import free_port
+
+    data = tmp_path / "d.csv"
+    _frame().to_csv(data, index=False)
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    service.register_dataset("people", str(data), SCHEMA_JSON, "pandas", "pure", 10.0)
+    token = service.create_analyst("alice", {"people": 2.0})["token"]
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}
+        ) as c:
+            ports = set()
+            for text, _ in HOSTILE.values():
+                r = c.post("/v1/datasets/people/query", json={"query": text, "epsilon": 0.1})
+                assert r.status_code in (400, 413), r.text
+                ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
+            r = c.post("/v1/datasets/people/query", json={"query": OR_800, "epsilon": 0.1})
+            assert r.status_code == 200, r.text
+            ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
+            assert len(ports) == 1  # one keep-alive connection served every request
+        assert len(service.ledger()) == 1  # only the OR chain was charged
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        service.store.close()
+
+
 # -- properties: nothing but the typed errors ------------------------------------------------------------
 
 LEAVES = [
