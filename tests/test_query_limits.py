@@ -631,6 +631,8 @@ def hostile_conditions(draw: st.DrawFn) -> str:
     """Random nests of parentheses, NOT, unary minus, AND / OR chains over valid and invalid leaves."""
     text = draw(st.sampled_from(LEAVES))
     for _ in range(draw(st.integers(0, 6))):
+        if len(text) > 20_000:
+            break
         shape = draw(st.sampled_from(["paren", "not", "neg", "chain", "wrap"]))
         n = draw(st.one_of(st.integers(0, 20), st.integers(0, 400)))
         if shape == "paren":
@@ -641,7 +643,9 @@ def hostile_conditions(draw: st.DrawFn) -> str:
             text = text.replace("30", "- " * n + "30")
         elif shape == "chain":
             joiner = draw(st.sampled_from([" AND ", " OR ", " XOR ", ", ", " + "]))
-            text = joiner.join([text] * max(1, n * draw(st.integers(1, 4))))
+            # (at most about 20 000 characters: past the length limit, and memory stays small)
+            copies = min(max(1, n * draw(st.integers(1, 4))), 1 + 20_000 // max(1, len(text)))
+            text = joiner.join([text] * copies)
         else:
             text = draw(st.sampled_from(["(NOT ", "NOT (", "((", "- ("])) * n + text + ")" * n
     return text

@@ -114,7 +114,15 @@ class Attribute(ABC):
         for bound in (lo, hi):
             if bound is not None:
                 _as_number(self.name, bound)
-        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
+        if lo is not None and hi is not None and lo == hi and (lo_open or hi_open):
+            raise DomainValueError(
+                f"attribute {self.name!r}: {_range_text(lo, hi, lo_open, hi_open)} is empty "
+                f"(both bounds are {_show(lo)} and one is excluded)",
+                attribute=self.name,
+                value=(lo, hi),
+                suggestions=(),
+            )
+        if lo is not None and hi is not None and lo > hi:
             raise DomainValueError(
                 f"attribute {self.name!r}: {_range_text(lo, hi, lo_open, hi_open)} is inverted "
                 f"(the lower bound {_show(lo)} is above the upper bound {_show(hi)}); "
