@@ -48,10 +48,14 @@ def _lit(v: Any) -> str:
 
 @st.composite
 def atom_condition(draw: st.DrawFn, attr: Attribute) -> str:
-    """A condition on one attribute using values in and just outside the domain."""
+    """A valid condition on one attribute: values in the domain, bounds in and just outside it.
+
+    Every leaf covers at least one value (a value outside the domain, an inverted range or a range
+    that covers nothing is an error, tested in test_query_limits.py); combinations may still be empty.
+    """
     name = attr.name
     if isinstance(attr, CategoricalAttribute):
-        pool = [*CATS, "zz"]
+        pool = list(attr.values)
         op = draw(st.sampled_from(["=", "!=", "IN", "NOT IN"]))
         if op in ("IN", "NOT IN"):
             vals = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
@@ -59,27 +63,36 @@ def atom_condition(draw: st.DrawFn, attr: Attribute) -> str:
         return f"{name} {op} {_lit(draw(st.sampled_from(pool)))}"
     if isinstance(attr, BinnedAttribute):
         # Only bin-aligned conditions: comparisons at edges, equality at lower edges.
-        pool_e = [*attr.edges, attr.edges[-1] + 7]
+        lower = list(attr.edges[:-1])
+        upper = [*attr.edges[1:], attr.edges[-1] + 7]
         op = draw(st.sampled_from(["<", ">=", "=", "!=", "IN", "BETWEEN"]))
         if op == "IN":
-            vals = draw(st.lists(st.sampled_from(list(attr.edges[:-1])), min_size=1, max_size=3))
+            vals = draw(st.lists(st.sampled_from(lower), min_size=1, max_size=3))
             return f"{name} IN ({', '.join(str(v) for v in vals)})"
-        if op in ("=", "!="):
-            return f"{name} {op} {draw(st.sampled_from(list(attr.edges[:-1])))}"
+        if op in ("=", "!=", ">="):
+            return f"{name} {op} {draw(st.sampled_from(lower))}"
         if op == "BETWEEN":
-            # x >= e1 AND x < e2 is the aligned form of a bin range.
-            e1, e2 = sorted(draw(st.lists(st.sampled_from(pool_e), min_size=2, max_size=2)))
-            return f"({name} >= {e1} AND {name} < {e2})"
-        return f"{name} {op} {draw(st.sampled_from(pool_e))}"
+            # x >= e1 AND x < e2 is the aligned form of a bin range (empty when e2 <= e1).
+            return f"({name} >= {draw(st.sampled_from(lower))} AND {name} < {draw(st.sampled_from(upper))})"
+        return f"{name} < {draw(st.sampled_from(upper))}"
     assert isinstance(attr, IntAttribute)
-    pool_i = st.integers(attr.min - 2, attr.max + 2)
+    lo, hi = attr.min, attr.max
     op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "BETWEEN", "IN", "NOT IN"]))
     if op == "BETWEEN":
-        return f"{name} BETWEEN {draw(pool_i)} AND {draw(pool_i)}"
+        a = draw(st.integers(lo - 2, hi))
+        return f"{name} BETWEEN {a} AND {draw(st.integers(max(a, lo), hi + 2))}"
     if op in ("IN", "NOT IN"):
-        vals = draw(st.lists(pool_i, min_size=1, max_size=3))
+        vals = draw(st.lists(st.integers(lo, hi), min_size=1, max_size=3))
         return f"{name} {op} ({', '.join(str(v) for v in vals)})"
-    return f"{name} {op} {draw(pool_i)}"
+    bounds = {
+        "=": (lo, hi),
+        "!=": (lo, hi),
+        "<": (lo + 1, hi + 2),
+        "<=": (lo, hi + 2),
+        ">": (lo - 2, hi - 1),
+        ">=": (lo - 2, hi),
+    }[op]
+    return f"{name} {op} {draw(st.integers(*bounds))}"
 
 
 @st.composite

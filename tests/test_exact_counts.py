@@ -45,7 +45,7 @@ CODED: list[tuple[str, Mask]] = [
     ),
     ("fnlwgt < 50 AND fnlwgt >= 10", lambda d: d["fnlwgt"].between(10, 49)),
     ("(age < 5 OR age > 70) AND sex = 0", lambda d: ((d["age"] < 5) | (d["age"] > 70)) & (d["sex"] == 0)),
-    ("age = 500", lambda d: d["age"] == 500),
+    ("age > 70 AND age < 5", lambda d: (d["age"] > 70) & (d["age"] < 5)),
     ("TRUE", lambda d: d["age"] >= 0),
 ]
 
@@ -71,7 +71,10 @@ RAW: list[tuple[str, Mask]] = [
         "native_country != 'United-States'",
         lambda d: d["native_country"].notna() & (d["native_country"] != "United-States"),
     ),
-    ("occupation = 'Nowhere'", lambda d: d["occupation"] == "Nowhere"),
+    (
+        "occupation = 'Sales' AND occupation = 'Exec-managerial'",
+        lambda d: (d["occupation"] == "Sales") & (d["occupation"] == "Exec-managerial"),
+    ),
     (
         "marital_status = 'Never-married' AND age < 25",
         lambda d: (d["marital_status"] == "Never-married") & (d["age"] < 25),

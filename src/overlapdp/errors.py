@@ -30,3 +30,49 @@ class DataError(OverlapDPError):
 
 class WorkloadError(OverlapDPError):
     """A workload file is malformed (bad JSON line, bad weight, duplicate id)."""
+
+
+class QueryTooComplexError(QuerySyntaxError):
+    """A condition exceeds a parser limit (length, nesting depth or number of terms).
+
+    Raised before the condition reaches the SQL parser, so that no input can exhaust the stack (a deep
+    condition used to raise RecursionError: an HTTP 500 and a traceback per request). ``limit`` names
+    the limit (``"characters"``, ``"depth"``, ``"terms"``) and ``maximum`` its value.
+    """
+
+    def __init__(self, message: str, *, limit: str | None = None, maximum: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.maximum = maximum
+
+
+class DomainValueError(QueryError):
+    """A condition names a value, or a range, that the attribute's domain does not hold.
+
+    ``sex = 'female'`` when the domain has ``'Female'``, ``race IN ('Whte')``, ``age BETWEEN 200 AND
+    300``, an inverted range ``[60, 20]``: each would be a silently empty query (answered with noise
+    around zero and recorded), so it is refused. ``attribute`` and ``value`` name the offending part
+    and ``suggestions`` holds the nearest valid values (the message says "did you mean ...?").
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attribute: str | None = None,
+        value: object = None,
+        suggestions: tuple[object, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.attribute = attribute
+        self.value = value
+        self.suggestions = suggestions
+
+
+def with_prefix(exc: OverlapDPError, prefix: str) -> OverlapDPError:
+    """A copy of ``exc`` (same type and attributes) whose message starts with ``prefix``."""
+    import copy
+
+    out = copy.copy(exc)
+    out.args = (prefix + str(exc),)
+    return out

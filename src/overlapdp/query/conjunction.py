@@ -5,6 +5,7 @@ predicates are)."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -161,13 +162,21 @@ def joint_coverage(queries: Iterable[PredicateQuery]) -> tuple[IndexSet, ...] | 
 
 
 def _check_weight(weight: float, id: str | None) -> float:
+    # Strict: a string ("2") or a boolean (true) is refused, not converted (JSON types are checked).
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+        raise QueryError(f"{query_label(id)}weight must be a number, got {type(weight).__name__}")
     try:
         w = float(weight)
-    except (TypeError, ValueError):
-        raise QueryError(f"query {id!r}: weight must be a number") from None
+    except OverflowError:
+        raise QueryError(f"{query_label(id)}weight must be a finite non-negative number") from None
     if not math.isfinite(w) or w < 0:
-        raise QueryError(f"query {id!r}: weight must be a finite non-negative number, got {weight!r}")
+        raise QueryError(f"{query_label(id)}weight must be a finite non-negative number, got {weight!r}")
     return w
+
+
+def query_label(id: str | None) -> str:
+    """``"query 'x': "`` to start a message about query ``x``; empty for a query without an id."""
+    return f"query {id!r}: " if id is not None else ""
 
 
 def _same_schema(a: PredicateQuery, b: PredicateQuery) -> None:

@@ -7,6 +7,15 @@ with one or more of these keys (all must hold):
   ``"not_in": [...]``, ``"lt"``, ``"le"``, ``"gt"``, ``"ge"`` (ordered attributes only),
 - ``"bins": [i, ...]`` (value indices, mostly for binned attributes),
 - ``"not": {...}`` (the complement of a nested condition), ``"all": true`` / ``"none": true``.
+
+The rules of the SQL form hold (:mod:`overlapdp.query.sql`): every value must be in the domain, a
+range must not be inverted (``[60, 20]``) nor cover no value of the domain (``[200, 300]``, ``{"lt":
+17}`` when the domain starts at 17), bin indices must exist, ``all`` / ``none`` take booleans: each is
+a :class:`~overlapdp.errors.DomainValueError` or :class:`~overlapdp.errors.QueryError` naming the
+attribute. Several keys on one attribute that contradict each other (``{"gt": 30, "lt": 20}``), an
+empty ``"in": []`` and ``"none": true`` are legal empty conditions. ``"not"`` may nest at most
+``MAX_DEPTH`` (16) levels and a query may hold at most ``MAX_TERMS`` (1 000) condition keys
+(:class:`~overlapdp.errors.QueryTooComplexError`).
 """
 
 from __future__ import annotations
@@ -14,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from overlapdp.errors import QueryError, SchemaError
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.errors import DomainValueError, QueryError, QueryTooComplexError, SchemaError, with_prefix
+from overlapdp.query.conjunction import PredicateQuery, query_label
+from overlapdp.query.limits import MAX_DEPTH, MAX_TERMS
 from overlapdp.query.predicates import Compare, Contradiction, Equals, InSet, Not, Predicate, Range, Tautology
 from overlapdp.schema import Attribute, IndexSet, Schema
 
@@ -27,24 +37,51 @@ def parse_conditions(
 ) -> PredicateQuery:
     """Read the ``"conditions"`` object into a :class:`PredicateQuery`."""
     if not isinstance(conditions, Mapping):
-        raise QueryError(f"query {id!r}: 'conditions' must be an object of attribute -> condition")
+        raise QueryError(f"{query_label(id)}'conditions' must be an object of attribute -> condition")
+    _check_size(conditions, id)
     covs: dict[int, IndexSet] = {}
     for name, cond in conditions.items():
         try:
             pos = schema.position(str(name))
         except SchemaError as exc:
-            raise QueryError(f"query {id!r}: {exc}") from None
+            raise QueryError(f"{query_label(id)}{exc}") from None
         attr = schema.attributes[pos]
         try:
             cov = condition_coverage(attr, cond)
         except QueryError as exc:
-            raise QueryError(f"query {id!r}: {exc}") from None
+            raise with_prefix(exc, query_label(id)) from None
         covs[pos] = covs[pos] & cov if pos in covs else cov
     return PredicateQuery.from_coverages(schema, covs, id=id, weight=weight)
 
 
+def _check_size(conditions: Mapping[Any, Any], id: str | None) -> None:
+    """Depth of nested ``"not"`` and number of condition keys, counted without recursion."""
+    keys = 0
+    stack: list[tuple[Any, int]] = [(cond, 1) for cond in conditions.values()]
+    while stack:
+        cond, depth = stack.pop()
+        if not isinstance(cond, Mapping):
+            continue  # reported by condition_coverage with the attribute's name
+        if depth > MAX_DEPTH:
+            raise QueryTooComplexError(
+                f"{query_label(id)}conditions nest 'not' more than {MAX_DEPTH} levels deep; "
+                f"the limit is a depth of {MAX_DEPTH}",
+                limit="depth",
+                maximum=MAX_DEPTH,
+            )
+        keys += len(cond)
+        if keys > MAX_TERMS:
+            raise QueryTooComplexError(
+                f"{query_label(id)}conditions hold more than {MAX_TERMS} keys; the limit is {MAX_TERMS} terms",
+                limit="terms",
+                maximum=MAX_TERMS,
+            )
+        if "not" in cond:
+            stack.append((cond["not"], depth + 1))
+
+
 def condition_coverage(attr: Attribute, cond: Any) -> IndexSet:
-    """Coverage of one attribute's JSON condition."""
+    """Coverage of one attribute's JSON condition (all keys must hold)."""
     if not isinstance(cond, Mapping) or not cond:
         raise QueryError(f"attribute {attr.name!r}: a condition must be a non-empty object with keys {_KEYS}")
     cov = attr.full()
@@ -58,7 +95,16 @@ class _Indices(Predicate):
         self.indices = indices
 
     def coverage(self, attribute: Attribute) -> IndexSet:
-        return IndexSet.from_indices(i for i in self.indices if 0 <= i < attribute.size)
+        for i in self.indices:
+            if not 0 <= i < attribute.size:
+                raise DomainValueError(
+                    f"attribute {attribute.name!r}: bin index {i} does not exist "
+                    f"(the indices are 0 to {attribute.size - 1})",
+                    attribute=attribute.name,
+                    value=i,
+                    suggestions=(0, attribute.size - 1),
+                )
+        return IndexSet.from_indices(self.indices)
 
 
 class _Nested(Predicate):
@@ -90,10 +136,12 @@ def _predicate(attr: Attribute, key: str, arg: Any) -> Predicate:
         return _Indices(arg)
     if key == "not":
         return Not(_Nested(arg))
-    if key == "all":
-        return Tautology() if arg is True else Contradiction()
-    if key == "none":
-        return Contradiction() if arg is True else Tautology()
+    if key in ("all", "none"):
+        if not isinstance(arg, bool):
+            raise QueryError(
+                f"attribute {attr.name!r}: {key!r} takes true or false, got {type(arg).__name__}"
+            )
+        return Tautology() if arg == (key == "all") else Contradiction()
     raise QueryError(
         f"attribute {attr.name!r}: unknown condition key {key!r} (use one of {', '.join(_KEYS)})"
     )

@@ -1,5 +1,11 @@
 """Predicates on one attribute: each is a rule that yields its coverage, a subset of the attribute's
-value indices (MATH.md section 1: $C_\\phi(A_j) \\subseteq A_j$)."""
+value indices (MATH.md section 1: $C_\\phi(A_j) \\subseteq A_j$).
+
+Every leaf predicate must name the domain: a value that is not in it, an inverted range and a range
+covering no value raise :class:`~overlapdp.errors.DomainValueError` (see
+:mod:`overlapdp.schema.attributes`). Combinations of valid leaves may be empty (``Not(Tautology())``,
+two disjoint ranges intersected by a query): that is a well-formed contradiction, not an error.
+"""
 
 from __future__ import annotations
 
@@ -32,12 +38,7 @@ class Range(Predicate):
             raise QueryError(
                 f"attribute {attribute.name!r} is categorical (unordered); a range does not apply"
             )
-        cov = attribute.full()
-        if self.lo is not None:
-            cov = cov & attribute.compare(">=", self.lo)
-        if self.hi is not None:
-            cov = cov & attribute.compare("<=", self.hi)
-        return cov
+        return attribute.interval(self.lo, self.hi)
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,14 @@ class Compare(Predicate):
             raise QueryError(
                 f"attribute {attribute.name!r} is categorical (unordered); {self.op!r} does not apply, use = or IN"
             )
-        return attribute.compare(self.op, self.value)  # type: ignore[arg-type]
+        if self.op in ("<", "<="):
+            return attribute.interval(None, self.value, hi_open=self.op == "<")
+        return attribute.interval(self.value, None, lo_open=self.op == ">")
 
 
 @dataclass(frozen=True)
 class InSet(Predicate):
-    """``x IN (v1, v2, ...)``; values outside the domain are ignored."""
+    """``x IN (v1, v2, ...)``; every value must be in the domain (an empty list covers nothing)."""
 
     values: tuple[Any, ...]
 
@@ -72,7 +75,7 @@ class InSet(Predicate):
 
 @dataclass(frozen=True)
 class Equals(Predicate):
-    """``x = value``."""
+    """``x = value``; the value must be in the domain."""
 
     value: Any
 

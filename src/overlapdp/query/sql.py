@@ -4,6 +4,23 @@ Supported: ``=``, ``!=`` / ``<>``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``
 ``AND`` across attributes, ``OR`` when both sides constrain the same single attribute, parentheses and
 ``TRUE`` / ``FALSE``. Names that are not plain identifiers (``education-num``) are double-quoted.
 Anything else is refused: a predicate query is a conjunction of per-attribute predicates (MATH.md 1).
+
+Checks, in order, each a typed :class:`~overlapdp.errors.OverlapDPError` naming what is wrong:
+
+1. size (:mod:`overlapdp.query.limits`): at most 10 000 characters, nesting depth 16, 1 000 terms,
+   checked by a linear scan before sqlglot sees the text (:class:`~overlapdp.errors.QueryTooComplexError`);
+2. syntax (:class:`~overlapdp.errors.QuerySyntaxError`);
+3. every leaf against the domain (:class:`~overlapdp.errors.DomainValueError`): a value that is not in
+   the domain (``sex = 'female'``, ``race IN ('Whte')``, ``age = 200``), an inverted ``BETWEEN`` and a
+   comparison or ``BETWEEN`` that covers no value of the domain (``age > 300``, ``age < 17`` when the
+   domain starts at 17) are errors with the nearest valid values.
+
+A contradiction built from valid leaves (``sex = 'Male' AND sex = 'Female'``, ``age > 30 AND age <
+20``, ``NOT age >= 0``) stays a legal, empty query, as do the explicit ``FALSE`` and ``IN ()``: each
+leaf says something true of the domain, the emptiness is the query's logic (generated workloads that
+intersect ranges produce such queries on purpose), and a query that covers no row adds no load to any
+row (MATH.md 1), so it costs nothing. The JSON form (:mod:`overlapdp.query.jsonform`) follows the same
+rules.
 """
 
 from __future__ import annotations
@@ -14,8 +31,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from overlapdp.errors import QueryError, QuerySyntaxError, SchemaError
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.errors import QueryError, QuerySyntaxError, SchemaError, with_prefix
+from overlapdp.query.conjunction import PredicateQuery, query_label
+from overlapdp.query.limits import check_condition_text, too_deep
 from overlapdp.schema import IndexSet, Schema
 
 # A condition tree evaluates to coverages keyed by attribute position (missing = tautology), or to
@@ -24,23 +42,36 @@ _Cov = dict[int, IndexSet]
 
 
 def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: float = 1.0) -> PredicateQuery:
-    """Parse ``text`` (the part after WHERE) into a :class:`PredicateQuery` over ``schema``."""
-    if not isinstance(text, str) or not text.strip():
-        raise QuerySyntaxError(f"query {id!r}: empty condition")
+    """Parse ``text`` (the part after WHERE) into a :class:`PredicateQuery` over ``schema``.
+
+    Raises :class:`~overlapdp.errors.QueryTooComplexError` (a limit, before parsing),
+    :class:`~overlapdp.errors.QuerySyntaxError`, :class:`~overlapdp.errors.DomainValueError` (a value
+    or range outside the domain) or :class:`~overlapdp.errors.QueryError`; never RecursionError.
+    """
+    prefix = query_label(id)
+    if not isinstance(text, str):
+        raise QuerySyntaxError(f"{prefix}a condition must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise QuerySyntaxError(f"{query_label(id)}empty condition")
     try:
-        tree = sqlglot.condition(text)
-    except (ParseError, TokenError) as exc:
-        first = str(exc).splitlines()[0]
-        raise QuerySyntaxError(f"query {id!r}: cannot parse condition: {first}") from None
-    try:
+        check_condition_text(text)
+        try:
+            tree = sqlglot.condition(text)
+        except (ParseError, TokenError) as exc:
+            first = str(exc).splitlines()[0]
+            raise QuerySyntaxError(f"cannot parse condition: {first[:200]}") from None
         covs = _Walker(schema).walk(tree)
+    except RecursionError:
+        raise with_prefix(too_deep(), prefix) from None
     except QueryError as exc:
-        prefix = f"query {id!r}: " if id is not None else ""
-        raise type(exc)(prefix + str(exc)) from None
+        raise with_prefix(exc, prefix) from None
     return PredicateQuery.from_coverages(schema, covs, id=id, weight=weight, text=text.strip())
 
 
 class _Walker:
+    """Evaluates a sqlglot tree; AND / OR chains are walked iteratively (their length does not use
+    the stack), only parentheses and NOT recurse, and their depth is bounded by the pre-scan."""
+
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
 
@@ -48,7 +79,10 @@ class _Walker:
         if isinstance(node, exp.Paren):
             return self.walk(node.this)
         if isinstance(node, exp.And):
-            return _intersect(self.walk(node.left), self.walk(node.right))
+            cov: _Cov = {}
+            for part in _chain(node, exp.And):
+                cov = _intersect(cov, self.walk(part))
+            return cov
         if isinstance(node, exp.Or):
             return self._or(node)
         if isinstance(node, exp.Not):
@@ -58,12 +92,12 @@ class _Walker:
         if isinstance(node, exp.Between):
             pos = self._column(node.this)
             attr = self.schema.attributes[pos]
-            lo, hi = self._literal(node.args["low"]), self._literal(node.args["high"])
             if not attr.ordered:
                 raise QueryError(
                     f"attribute {attr.name!r} is categorical (unordered); BETWEEN does not apply"
                 )
-            return {pos: attr.compare(">=", lo) & attr.compare("<=", hi)}
+            lo, hi = self._literal(node.args["low"]), self._literal(node.args["high"])
+            return {pos: attr.interval(lo, hi)}
         if isinstance(node, exp.In):
             pos = self._column(node.this)
             if node.args.get("query") is not None:
@@ -82,7 +116,7 @@ class _Walker:
             if isinstance(node, cls):
                 assert isinstance(node, exp.Binary)
                 return self._compare(node, op)
-        raise QueryError(f"unsupported condition {node.sql()!r}: use comparisons, BETWEEN, IN, NOT, AND, OR")
+        raise QueryError(f"unsupported condition {_sql(node)!r}: use comparisons, BETWEEN, IN, NOT, AND, OR")
 
     def _false(self) -> _Cov:
         return {0: IndexSet.empty()}
@@ -95,7 +129,7 @@ class _Walker:
         elif isinstance(right, exp.Column):
             column, literal, op = right, left, flip[op]
         else:
-            raise QueryError(f"condition {node.sql()!r} must compare an attribute with a constant")
+            raise QueryError(f"condition {_sql(node)!r} must compare an attribute with a constant")
         pos = self._column(column)
         attr = self.schema.attributes[pos]
         value = self._literal(literal)
@@ -107,11 +141,13 @@ class _Walker:
             raise QueryError(
                 f"attribute {attr.name!r} is categorical (unordered); {op!r} does not apply, use = or IN"
             )
-        return {pos: attr.compare(op, value)}  # type: ignore[arg-type]
+        if op in ("<", "<="):
+            return {pos: attr.interval(None, value, hi_open=op == "<")}
+        return {pos: attr.interval(value, None, lo_open=op == ">")}
 
     def _or(self, node: exp.Or) -> _Cov:
-        # Decided on the text, not on the coverages: "age = 3 OR race = 'x'" is refused even when
-        # age = 3 happens to lie outside the domain.
+        # Decided on the text, before the values: "age = 3 OR race = 'x'" is refused as a whole even
+        # when age = 3 lies outside the domain. One chain is one OR node here (linear, not quadratic).
         mentioned = self._mentioned(node)
         if len(mentioned) > 1:
             names = sorted(self.schema.attributes[p].name for p in mentioned)
@@ -119,16 +155,17 @@ class _Walker:
                 f"OR across attributes ({', '.join(names)}) is not a predicate query; "
                 "split it into separate queries"
             )
-        left, right = self.walk(node.left), self.walk(node.right)
         # A tautology side makes the OR a tautology; a contradiction side is the neutral element.
-        if not left or not right:
-            return {}
-        if _is_contradiction(left):
-            return right
-        if _is_contradiction(right):
-            return left
-        pos = next(iter(left))
-        return {pos: left[pos] | right[pos]}
+        out: _Cov = {}
+        for part in _chain(node, exp.Or):
+            cov = self.walk(part)
+            if not cov:
+                return {}
+            if _is_contradiction(cov):
+                continue
+            pos, c = next(iter(cov.items()))
+            out[pos] = out[pos] | c if pos in out else c
+        return out or self._false()
 
     def _not(self, node: exp.Not) -> _Cov:
         mentioned = self._mentioned(node)
@@ -144,13 +181,14 @@ class _Walker:
         return {pos: cov.complement(self.schema.attributes[pos].size)}
 
     def _mentioned(self, node: exp.Expr) -> set[int]:
+        # find_all is a breadth-first loop, not a recursion.
         return {self._column(c) for c in node.find_all(exp.Column)}
 
     def _column(self, node: exp.Expr) -> int:
         if not isinstance(node, exp.Column):
-            raise QueryError(f"expected an attribute name, found {node.sql()!r}")
+            raise QueryError(f"expected an attribute name, found {_sql(node)!r}")
         if node.table:
-            raise QueryError(f"qualified name {node.sql()!r}: use the bare attribute name")
+            raise QueryError(f"qualified name {_sql(node)!r}: use the bare attribute name")
         try:
             return self.schema.position(node.name)
         except SchemaError as exc:
@@ -160,7 +198,7 @@ class _Walker:
         if isinstance(node, exp.Neg):
             value = self._literal(node.this)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise QueryError(f"cannot negate {node.this.sql()!r}")
+                raise QueryError(f"cannot negate {_sql(node.this)!r}")
             return -value
         if isinstance(node, exp.Paren):
             return self._literal(node.this)
@@ -173,12 +211,36 @@ class _Walker:
             try:
                 return int(text)
             except ValueError:
+                pass
+            try:
                 return float(text)
+            except ValueError:
+                raise QueryError(f"cannot read the number {_sql(node)!r}") from None
         if isinstance(node, exp.Column):
             raise QueryError(
-                f"{node.sql()!r} is read as an attribute name; quote text values with single quotes"
+                f"{_sql(node)!r} is read as an attribute name; quote text values with single quotes"
             )
-        raise QueryError(f"expected a constant, found {node.sql()!r}")
+        raise QueryError(f"expected a constant, found {_sql(node)!r}")
+
+
+def _chain(node: exp.Expr, cls: type[exp.Connector]) -> list[exp.Expr]:
+    """The operands of a chain ``a OP b OP c ...`` (a left-deep tree), left to right, without recursion."""
+    out: list[exp.Expr] = []
+    stack: list[exp.Expr] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cls):
+            stack.append(n.right)
+            stack.append(n.left)
+        else:
+            out.append(n)
+    return out
+
+
+def _sql(node: exp.Expr) -> str:
+    """A node's SQL for a message, cut short."""
+    text = node.sql()
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_contradiction(cov: _Cov) -> bool:

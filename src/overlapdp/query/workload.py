@@ -1,8 +1,11 @@
 """Workloads: ordered lists of predicate queries with ids and weights, read from JSON Lines.
 
-Each line is ``{"where": "..."}`` or ``{"conditions": {...}}``, with optional ``"id"`` (default: the
-line number) and ``"weight"`` (default 1, finite and non-negative). Blank lines and lines starting with
-``#`` are skipped.
+Each line is ``{"where": "..."}`` or ``{"conditions": {...}}``, with optional ``"id"`` (a string or an
+integer; default: the line number) and ``"weight"`` (a JSON number, finite and non-negative; default 1).
+Any other key is an error (a misspelt ``"wieght"`` would otherwise be silently ignored), except
+``"text"``, the condition as written, which the service's ledger records next to ``"conditions"`` and
+which is ignored here. Types are strict: ``"weight": "2"`` or ``true`` is an error. Blank lines and
+lines starting with ``#`` are skipped.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from overlapdp.errors import OverlapDPError, QueryError, WorkloadError
-from overlapdp.query.conjunction import PredicateQuery
+from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
+from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.jsonform import parse_conditions
 from overlapdp.query.sql import parse_where
 from overlapdp.schema import Schema
@@ -27,18 +30,31 @@ def parse_query(
     if isinstance(spec, str):
         return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
     if not isinstance(spec, Mapping):
-        raise QueryError(f"query {id!r}: expected a condition string or an object")
+        raise QueryError(f"{query_label(id)}expected a condition string or an object")
+    unknown = [k for k in spec if k not in _QUERY_KEYS]
+    if unknown:
+        raise QueryError(
+            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} (a query object takes "
+            f"{', '.join(repr(k) for k in _QUERY_KEYS)})"
+        )
     qid = spec.get("id", id)
-    if qid is not None and not isinstance(qid, str | int):
-        raise QueryError(f"query {id!r}: 'id' must be a string or an integer")
+    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
+        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
     qid = None if qid is None else str(qid)
     w = spec.get("weight", 1.0) if weight is None else weight
     has_where, has_cond = "where" in spec, "conditions" in spec
     if has_where == has_cond:
-        raise QueryError(f"query {qid!r}: give exactly one of 'where' or 'conditions'")
+        raise QueryError(f"{query_label(qid)}give exactly one of 'where' or 'conditions'")
     if has_where:
+        if not isinstance(spec["where"], str):
+            raise QueryError(
+                f"{query_label(qid)}'where' must be a string, got {type(spec['where']).__name__}"
+            )
         return parse_where(schema, spec["where"], id=qid, weight=w)
     return parse_conditions(schema, spec["conditions"], id=qid, weight=w)
+
+
+_QUERY_KEYS = ("where", "conditions", "id", "weight", "text")
 
 
 @dataclass(frozen=True)
@@ -86,12 +102,14 @@ class Workload(Sequence[PredicateQuery]):
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"{source} line {n}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise WorkloadError(f"{source} line {n}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{source} line {n}: expected a JSON object")
             try:
                 q = parse_query(schema, obj, id=f"line{n}" if "id" not in obj else None)
             except OverlapDPError as exc:
-                raise type(exc)(f"{source} line {n}: {exc}") from None
+                raise with_prefix(exc, f"{source} line {n}: ") from None
             queries.append(q)
         return Workload(schema, tuple(queries))
 

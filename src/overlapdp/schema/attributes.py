@@ -6,11 +6,19 @@
 
 Each attribute turns a comparison with a constant into the set of value indices it covers (its
 coverage) and maps raw data values to indices (``-1`` for a value outside the domain).
+
+Queries are checked against the domain (:meth:`Attribute.values_in`, :meth:`Attribute.interval`): a
+value that is not in the domain, an inverted range and a range that covers no value of the domain are
+:class:`~overlapdp.errors.DomainValueError` naming the attribute, the value and the nearest valid values
+(``did you mean 'Female'?``), since such a query is almost always a typo and would otherwise be a
+silently empty count that is still answered and recorded.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from overlapdp.errors import DataError, QueryError, SchemaError
+from overlapdp.errors import DataError, DomainValueError, QueryError, SchemaError
 from overlapdp.schema.indexset import IndexSet
 
 Comparison = Literal["<", "<=", ">", ">="]
@@ -32,8 +40,8 @@ def _as_number(attribute: str, value: Any) -> float:
         raise QueryError(
             f"attribute {attribute!r} is numeric; cannot compare it with a {type(value).__name__}"
         )
-    if isinstance(value, float) and math.isnan(value):
-        raise QueryError(f"attribute {attribute!r}: NaN is not a comparable value")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QueryError(f"attribute {attribute!r}: {value!r} is not a finite number")
     return float(value) if isinstance(value, float) else value
 
 
@@ -73,9 +81,95 @@ class Attribute(ABC):
         return IndexSet.full(self.size)
 
     def values_in(self, values: Sequence[Any]) -> IndexSet:
-        """Coverage of ``attribute IN values``; values outside the domain are ignored (narrower, not an error)."""
-        indices = [self.index_of(self._check_scalar(v)) for v in values]
-        return IndexSet.from_indices(i for i in indices if i is not None)
+        """Coverage of ``attribute IN values``.
+
+        Every value must be a value of the domain: one that is not (a typo such as ``'female'`` for
+        ``'Female'``, an impossible number such as ``age = 200``) raises
+        :class:`~overlapdp.errors.DomainValueError` naming the attribute, the value and the nearest
+        valid values. An empty list is a well-formed empty set (a contradiction).
+        """
+        out = []
+        for v in values:
+            i = self.index_of(self._check_scalar(v))
+            if i is None:
+                raise self.not_in_domain(v)
+            out.append(i)
+        return IndexSet.from_indices(out)
+
+    def interval(
+        self, lo: Any = None, hi: Any = None, *, lo_open: bool = False, hi_open: bool = False
+    ) -> IndexSet:
+        """Coverage of the range from ``lo`` to ``hi`` (None: unbounded; ``*_open``: bound excluded).
+
+        A bound may lie outside the domain (``age <= 500`` is clipped to the domain), but an inverted
+        range (``lo > hi``) and a range that covers no value of the domain (``age > 300``,
+        ``age BETWEEN 200 AND 300``, ``age < 17`` when the domain starts at 17) raise
+        :class:`~overlapdp.errors.DomainValueError` naming the attribute and the domain's bounds. Only
+        ordered attributes have ranges.
+        """
+        if not self.ordered:
+            raise QueryError(
+                f"attribute {self.name!r} is categorical (unordered); a range does not apply, use = or IN"
+            )
+        for bound in (lo, hi):
+            if bound is not None:
+                _as_number(self.name, bound)
+        if lo is not None and hi is not None and lo == hi and (lo_open or hi_open):
+            raise DomainValueError(
+                f"attribute {self.name!r}: {_range_text(lo, hi, lo_open, hi_open)} is empty "
+                f"(both bounds are {_show(lo)} and one is excluded)",
+                attribute=self.name,
+                value=(lo, hi),
+                suggestions=(),
+            )
+        if lo is not None and hi is not None and lo > hi:
+            raise DomainValueError(
+                f"attribute {self.name!r}: {_range_text(lo, hi, lo_open, hi_open)} is inverted "
+                f"(the lower bound {_show(lo)} is above the upper bound {_show(hi)}); "
+                f"did you mean {_range_text(hi, lo, hi_open, lo_open)}?",
+                attribute=self.name,
+                value=(lo, hi),
+                suggestions=((hi, lo),),
+            )
+        cov = self.full()
+        if lo is not None:
+            cov = cov & self.compare(">" if lo_open else ">=", lo)
+        if hi is not None:
+            cov = cov & self.compare("<" if hi_open else "<=", hi)
+        if not cov:
+            raise DomainValueError(
+                f"attribute {self.name!r}: {_range_text(lo, hi, lo_open, hi_open)} covers no value of "
+                f"the domain ({self.describe_domain()})",
+                attribute=self.name,
+                value=(lo, hi),
+                suggestions=self.bounds(),
+            )
+        return cov
+
+    def describe_domain(self) -> str:
+        """A short description of the domain for error messages."""
+        return f"{self.size} values"
+
+    def bounds(self) -> tuple[Any, ...]:
+        """The smallest and largest values (ordered attributes), for suggestions."""
+        return ()
+
+    def suggest(self, value: Any) -> tuple[Any, ...]:
+        """The nearest valid values to ``value`` (at most three), best first."""
+        return ()
+
+    def not_in_domain(self, value: Any) -> DomainValueError:
+        """The error for a value that is not in the domain, with suggestions."""
+        suggestions = self.suggest(value)
+        message = (
+            f"attribute {self.name!r}: {_show(value)} is not a value of the domain ({self.describe_domain()})"
+        )
+        if suggestions:
+            message += "; did you mean " + " or ".join(_show(s) for s in suggestions) + "?"
+        note = _lookalike_note(value)
+        if note:
+            message += f" ({note})"
+        return DomainValueError(message, attribute=self.name, value=value, suggestions=suggestions)
 
     def _check_scalar(self, value: Any) -> Any:
         return value
@@ -117,6 +211,20 @@ class IntAttribute(Attribute):
 
     def value_at(self, index: int) -> int:
         return self.min + index
+
+    def describe_domain(self) -> str:
+        return f"integers {self.min} to {self.max}"
+
+    def bounds(self) -> tuple[Any, ...]:
+        return (self.min,) if self.min == self.max else (self.min, self.max)
+
+    def suggest(self, value: Any) -> tuple[Any, ...]:
+        """The nearest bound for a value outside ``min..max``; the integers around a fraction inside."""
+        if value < self.min:
+            return (self.min,)
+        if value > self.max:
+            return (self.max,)
+        return tuple(dict.fromkeys((math.floor(value), math.ceil(value))))
 
     def compare(self, op: Comparison, value: Any) -> IndexSet:
         v = _as_number(self.name, value)
@@ -193,6 +301,29 @@ class CategoricalAttribute(Attribute):
     def value_at(self, index: int) -> Scalar:
         return self.values[index]
 
+    def describe_domain(self) -> str:
+        if len(self.values) <= 8:
+            return "one of " + ", ".join(_show(v) for v in self.values)
+        return f"{len(self.values)} values, listed in the schema"
+
+    def suggest(self, value: Any) -> tuple[Any, ...]:
+        """Values equal up to case, Unicode look-alikes and spacing first, then close spellings.
+
+        A value that differs only in case (``'female'``), width or compatibility forms (NFKC), zero-width
+        characters, surrounding spaces or Cyrillic / Greek look-alike letters (``'Whitе'`` with a
+        Cyrillic ``е``) is matched by its skeleton; otherwise :func:`difflib.get_close_matches` on the
+        skeletons proposes up to three values.
+        """
+        text = str(value)
+        key = _skeleton(text)
+        skeletons: dict[str, list[Scalar]] = {}
+        for v in self.values:
+            skeletons.setdefault(_skeleton(str(v)), []).append(v)
+        if key in skeletons:
+            return tuple(skeletons[key][:3])
+        close = difflib.get_close_matches(key, list(skeletons), n=3, cutoff=0.6)
+        return tuple(v for k in close for v in skeletons[k])[:3]
+
     def compare(self, op: Comparison, value: Any) -> IndexSet:
         raise QueryError(
             f"attribute {self.name!r} is categorical (unordered); {op!r} does not apply, use = or IN"
@@ -251,14 +382,24 @@ class BinnedAttribute(Attribute):
     def index_of(self, value: Any) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             return None
-        v = float(value)
-        if not (self.edges[0] <= v < self.edges[-1]):
+        if not (self.edges[0] <= value < self.edges[-1]):
             return None
+        v = float(value)
         return int(np.searchsorted(np.asarray(self.edges), v, side="right")) - 1
 
     def value_at(self, index: int) -> str:
         lo, hi = self.edges[index], self.edges[index + 1]
         return f"[{_fmt(lo)}, {_fmt(hi)})"
+
+    def describe_domain(self) -> str:
+        return f"{self.size} bins covering [{_fmt(self.edges[0])}, {_fmt(self.edges[-1])})"
+
+    def bounds(self) -> tuple[Any, ...]:
+        return (self.edges[0], self.edges[-1])
+
+    def suggest(self, value: Any) -> tuple[Any, ...]:
+        """The first bin's lower edge below the domain; the last bin's lower edge above it."""
+        return (self.edges[0],) if value < self.edges[0] else (self.edges[-2],)
 
     def compare(self, op: Comparison, value: Any) -> IndexSet:
         v = _as_number(self.name, value)
@@ -291,6 +432,49 @@ class BinnedAttribute(Attribute):
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.kind, "edges": list(self.edges)}
+
+
+# A few letters of other scripts that render like Latin ones (from Unicode's confusables.txt, the
+# Cyrillic and Greek letters most often typed by accident); NFKC handles width and compatibility forms.
+_CONFUSABLES = str.maketrans(
+    "аеорсухіјѕԁһӏԛԝАВЕКМНОРСТХУІЈЅαβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+    "aeopcyxijsdhlqwABEKMHOPCTXYIJSaBeikvopTuxABEZHIKMNOPTYX",
+)
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def _skeleton(text: str) -> str:
+    """A comparison key: NFKC, look-alike letters mapped to Latin, invisible characters dropped,
+    spacing collapsed, case folded."""
+    t = unicodedata.normalize("NFKC", text).translate(_INVISIBLE).translate(_CONFUSABLES)
+    return " ".join(t.split()).casefold()
+
+
+def _lookalike_note(value: Any) -> str:
+    """Names the non-ASCII characters of a text value that look like ASCII ones (or are invisible)."""
+    if not isinstance(value, str):
+        return ""
+    odd = []
+    for ch in dict.fromkeys(value):
+        if ord(ch) in _CONFUSABLES or ord(ch) in _INVISIBLE:
+            odd.append(f"U+{ord(ch):04X} {unicodedata.name(ch, '?')}")
+    return "it contains " + ", ".join(odd[:3]) if odd else ""
+
+
+def _show(value: Any) -> str:
+    """A value for a message: its repr, cut short (an analyst's value may be long)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _range_text(lo: Any, hi: Any, lo_open: bool, hi_open: bool) -> str:
+    if lo is None and hi is None:
+        return "the unbounded range"
+    if lo is None:
+        return f"'{'<' if hi_open else '<='} {_show(hi)}'"
+    if hi is None:
+        return f"'{'>' if lo_open else '>='} {_show(lo)}'"
+    return f"the range {'(' if lo_open else '['}{_show(lo)}, {_show(hi)}{')' if hi_open else ']'}"
 
 
 def _fmt(x: float) -> str:

@@ -1,17 +1,45 @@
-"""Request bodies of the HTTP API (pydantic); unknown fields are refused so typos do not pass silently."""
+"""Request bodies of the HTTP API (pydantic).
+
+- Unknown fields are refused (422), so typos do not pass silently; unknown keys inside a query object
+  are refused by the query parser (400).
+- Types are strict: a number field takes a JSON number (an integer is accepted where a float is
+  expected), never a string or a boolean, so ``"epsilon": true`` or ``"epsilon": "0.1"`` is a 422 and
+  charges nothing (it used to be read as 1.0 and 0.1); an integer field takes a JSON integer, a
+  boolean field ``true`` / ``false``.
+- A query object may nest at most ``MAX_QUERY_JSON_DEPTH`` levels (422): deeper ones would exhaust the
+  stack while the request is being hashed, before the parser's own, smaller limits apply.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+#: Nesting of objects and lists in one query (the parser's own limit, 16 nested "not", is lower).
+MAX_QUERY_JSON_DEPTH = 64
+
+
+def _shallow(value: Any) -> Any:
+    """Refuse a query nested deeper than ``MAX_QUERY_JSON_DEPTH`` (an iterative walk, no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_QUERY_JSON_DEPTH:
+                raise ValueError(
+                    f"a query may nest at most {MAX_QUERY_JSON_DEPTH} levels of objects and lists"
+                )
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return value
+
 
 #: A query: SQL-style condition text, or ``{"where": "..."}``, or ``{"conditions": {...}}``.
-QuerySpec = str | dict[str, Any]
+QuerySpec = Annotated[str | dict[str, Any], AfterValidator(_shallow)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class QueryRequest(_Body):
