@@ -220,23 +220,24 @@ class _Depth:
         if not gdims:
             return float(w.sum()), point
         g = len(gdims)
-        shape = [int(kept[j].size) + 1 for j in gdims]  # + 1: padding for the upper corners
+        shape = [int(kept[j].size) for j in gdims]
         strides = np.ones(g, dtype=np.int64)
         for k in range(g - 2, -1, -1):
             strides[k] = strides[k + 1] * shape[k + 1]
         gl = np.stack([np.searchsorted(kept[j], lc[:, j] - clo[j]) for j in gdims], axis=1)
         gh = np.stack([np.searchsorted(kept[j], hc[:, j] - clo[j]) for j in gdims], axis=1)
         bits = ((np.arange(1 << g)[:, None] >> np.arange(g)[None, :]) & 1).astype(bool)
-        corner = np.where(bits[:, None, :], gh[None, :, :], gl[None, :, :]) @ strides
+        corners = np.where(bits[:, None, :], gh[None, :, :], gl[None, :, :])
+        # Corners past the last piece change no cell of the grid (no padding: it would multiply the
+        # cells by up to 2 per attribute).
+        inside = np.all(corners < np.array(shape), axis=2)
         sign = np.where(bits.sum(axis=1) % 2 == 1, -1.0, 1.0)
-        acc = np.bincount(
-            corner.reshape(-1),
-            weights=(sign[:, None] * w[None, :]).reshape(-1),
-            minlength=int(np.prod(shape)),
+        weights = sign[:, None] * w[None, :]
+        grid = np.bincount(
+            (corners[inside] @ strides), weights=weights[inside], minlength=int(np.prod(shape))
         ).reshape(shape)
         for k in range(g):
-            np.cumsum(acc, axis=k, out=acc)
-        grid = acc[tuple(slice(0, s - 1) for s in shape)]
+            np.cumsum(grid, axis=k, out=grid)
         flat = int(np.argmax(grid))
         cell = np.unravel_index(flat, grid.shape)
         for k, j in enumerate(gdims):
