@@ -45,9 +45,11 @@ from overlapdp.overlap.compiled import AttributeSegments, BoolArray, Compiled, I
 from overlapdp.overlap.result import FloatArray
 
 # Cells of a leaf's dense grid (its non-slab boundaries): small enough that a leaf costs well under a ms.
-LEAF_CELLS = 1 << 16
+LEAF_CELLS = 1 << 17
 # Cells of the projected grid that bounds a larger cell.
-BOUND_CELLS = 1 << 13
+BOUND_CELLS = 1 << 15
+# Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
+ASCENT_STARTS = 48
 # Largest product of atoms over the enumerated (value-set) attributes, and the largest
 # combinations x queries table built to rank them.
 COMBO_LIMIT = 1 << 14
@@ -180,8 +182,8 @@ class _Depth:
 
     def _functions(
         self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, dim: IntArray
-    ) -> float:
-        """Sum over attributes of the largest one-attribute depth of the boxes assigned to it."""
+    ) -> FloatArray:
+        """Per attribute the largest one-attribute depth of the boxes assigned to it."""
         size = chi - clo
         off = np.zeros(self.d, dtype=np.int64)
         off[1:] = np.cumsum(size + 1)[:-1]
@@ -193,7 +195,40 @@ class _Depth:
                 minlength=int(off[-1] + size[-1] + 1),
             )
         )
-        return float(sum(float(f[off[j] : off[j] + size[j]].max()) for j in np.unique(dim).tolist()))
+        out = np.zeros(self.d)
+        for j in np.unique(dim).tolist():
+            out[j] = float(f[off[j] : off[j] + size[j]].max())
+        return out
+
+    def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
+        """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
+        d = self.d
+        point = point.copy()
+        inside = (self.lo <= point) & (self.hi > point)
+        cnt = inside.sum(axis=1)
+        value = float(self.w[cnt == d].sum())
+        for _ in range(4):
+            moved = False
+            for j in range(d):
+                others = cnt - inside[:, j] == d - 1
+                m = int(self.sizes[j])
+                f = np.cumsum(
+                    np.bincount(
+                        np.concatenate([self.lo[others, j], self.hi[others, j]]),
+                        np.concatenate([self.w[others], -self.w[others]]),
+                        minlength=m + 1,
+                    )[:m]
+                )
+                x = int(np.argmax(f))
+                if f[x] > _slack(value) and x != point[j]:
+                    point[j] = x
+                    inside[:, j] = (self.lo[:, j] <= x) & (self.hi[:, j] > x)
+                    cnt = inside.sum(axis=1)
+                    value = float(self.w[cnt == d].sum())
+                    moved = True
+            if not moved:
+                break
+        return value, point
 
     def _value(self, idx: IntArray, point: IntArray) -> float:
         inside = np.all((self.lo[idx] <= point) & (self.hi[idx] > point), axis=1)
@@ -273,37 +308,42 @@ class _Depth:
             kept, cells = self._grid(clo, chi, lc, hc)
             nonslab = ~cell.slab
             counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
-            if cells <= LEAF_CELLS:
-                dims = list(range(self.d))
-            else:
+            if cells > BOUND_CELLS:
+                # A relaxed grid first: much cheaper than the exact one, and often enough to prune.
                 # The attributes the non-slab boxes cross most, while their grid fits.
                 dims, size = [], 1
                 for j in np.argsort(-counts, kind="stable").tolist():
                     if size * kept[j].size <= BOUND_CELLS:
                         dims.append(j)
                         size *= int(kept[j].size)
-            outside = np.ones(self.d, dtype=bool)
-            outside[dims] = False
-            # Every box goes either to the grid over ``dims`` (its extent on the other attributes
-            # ignored) or to a one-attribute function of an outside attribute it crosses (its extent
-            # elsewhere ignored), whichever region is smaller; each is counted once, so the grid's
-            # maximum plus the functions' maxima bounds the depth.
-            frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
-            cross_out = part & outside
-            ofrac = np.where(cross_out, frac, 2.0)
-            to = np.argmin(ofrac, axis=1)
-            away = cross_out.any(axis=1) & (ofrac.min(axis=1) < np.prod(frac[:, ~outside], axis=1))
-            top, point = self._project(clo, lc[~away], hc[~away], cell.w[~away], kept, dims)
-            extra = 0.0
-            if away.any():
-                extra = self._functions(clo, chi, lc[away], hc[away], cell.w[away], to[away])
-            if len(dims) < self.d:
+                outside = np.ones(self.d, dtype=bool)
+                outside[dims] = False
+                # Every box goes either to the grid over ``dims`` (its extent on the other attributes
+                # ignored) or to a one-attribute function of an outside attribute it crosses (its
+                # extent elsewhere ignored), whichever region is smaller; each is counted once, so the
+                # grid's maximum plus the functions' maxima bounds the depth.
+                frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
+                cross_out = part & outside
+                ofrac = np.where(cross_out, frac, 2.0)
+                to = np.argmin(ofrac, axis=1)
+                away = cross_out.any(axis=1) & (ofrac.min(axis=1) < np.prod(frac[:, ~outside], axis=1))
+                top, point = self._project(clo, lc[~away], hc[~away], cell.w[~away], kept, dims)
+                extra = np.zeros(self.d)
+                if away.any():
+                    extra = self._functions(clo, chi, lc[away], hc[away], cell.w[away], to[away])
                 point[outside] = cell.point[outside]
-            value = base + self._value(idx, point)
-            if value > best:
-                best, best_point = value, point
-            bound = min(cell.bound, top + extra)
-            if len(dims) == self.d or base + bound <= _slack(best):
+                value = base + self._value(idx, point)
+                if value > best:
+                    best, best_point = value, point
+                bound = min(cell.bound, top + float(extra.sum()))
+                if base + bound <= _slack(best):
+                    return
+            if cells <= LEAF_CELLS:
+                # Small enough: the cell's exact maximum on its full grid.
+                _, point = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
+                value = base + self._value(idx, point)
+                if value > best:
+                    best, best_point = value, point
                 return
             # Cut an attribute the bound relaxes (its crossing boxes are what loosens it).
             j = int(np.argmax(np.where(outside, counts, -1)))
@@ -315,6 +355,16 @@ class _Depth:
             cut = int(np.partition(inner, inner.size // 2)[inner.size // 2])
             heapq.heappush(heap, (-(base + bound), next(counter), base, clo, chi, idx, j, cut))
 
+        # A good incumbent first (the search proves far fewer cells when it is the optimum early):
+        # coordinate ascent from the centres of some boxes, heaviest first, spread over the rest.
+        order = np.argsort(-self.w, kind="stable")
+        starts = order[
+            np.unique(np.linspace(0, order.size - 1, min(ASCENT_STARTS, order.size // 16)).astype(int))
+        ]
+        for b in starts.tolist():
+            value, point = self._ascend((self.lo[b] + self.hi[b] - 1) // 2)
+            if value > best:
+                best, best_point = value, point
         push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
         while heap:
             negb, _, base, clo, chi, idx, j, cut = heap[0]
