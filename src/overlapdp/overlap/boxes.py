@@ -49,7 +49,7 @@ LEAF_CELLS = 1 << 17
 # Cells of the projected grid that bounds a larger cell.
 BOUND_CELLS = 1 << 15
 # Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
-ASCENT_STARTS = 48
+ASCENT_STARTS = 24
 # Largest product of atoms over the enumerated (value-set) attributes, and the largest
 # combinations x queries table built to rank them.
 COMBO_LIMIT = 1 << 14
@@ -180,26 +180,6 @@ class _Depth:
         bound = float(np.min(smax.sum() - smax + pmax))
         return _Cell(bound, point, w, smax, slab, part, lc, hc)
 
-    def _functions(
-        self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, dim: IntArray
-    ) -> FloatArray:
-        """Per attribute the largest one-attribute depth of the boxes assigned to it."""
-        size = chi - clo
-        off = np.zeros(self.d, dtype=np.int64)
-        off[1:] = np.cumsum(size + 1)[:-1]
-        rows = np.arange(dim.shape[0])
-        f = np.cumsum(
-            np.bincount(
-                np.concatenate([off[dim] + lc[rows, dim] - clo[dim], off[dim] + hc[rows, dim] - clo[dim]]),
-                np.concatenate([w, -w]),
-                minlength=int(off[-1] + size[-1] + 1),
-            )
-        )
-        out = np.zeros(self.d)
-        for j in np.unique(dim).tolist():
-            out[j] = float(f[off[j] : off[j] + size[j]].max())
-        return out
-
     def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
         """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
         d = self.d
@@ -309,44 +289,50 @@ class _Depth:
             nonslab = ~cell.slab
             counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
             if cells > BOUND_CELLS:
-                # A relaxed grid first: much cheaper than the exact one, and often enough to prune.
-                # The attributes the non-slab boxes cross most, while their grid fits.
-                dims, size = [], 1
+                # A relaxed bound first: much cheaper than the exact grid, and often enough to prune.
+                # Attributes in groups whose grids fit (most crossed first); every box goes to the
+                # group where the region it covers is the smallest fraction of the cell, its extent
+                # on the other attributes ignored. Each box is counted once, in one group's grid, so
+                # the sum of the groups' maxima bounds the depth.
+                groups: list[list[int]] = []
+                size = BOUND_CELLS + 1
                 for j in np.argsort(-counts, kind="stable").tolist():
-                    if size * kept[j].size <= BOUND_CELLS:
-                        dims.append(j)
-                        size *= int(kept[j].size)
-                outside = np.ones(self.d, dtype=bool)
-                outside[dims] = False
-                # Every box goes either to the grid over ``dims`` (its extent on the other attributes
-                # ignored) or to a one-attribute function of an outside attribute it crosses (its
-                # extent elsewhere ignored), whichever region is smaller; each is counted once, so the
-                # grid's maximum plus the functions' maxima bounds the depth.
+                    if size * kept[j].size > BOUND_CELLS:
+                        groups.append([])
+                        size = 1
+                    groups[-1].append(j)
+                    size *= int(kept[j].size)
                 frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
-                cross_out = part & outside
-                ofrac = np.where(cross_out, frac, 2.0)
-                to = np.argmin(ofrac, axis=1)
-                away = cross_out.any(axis=1) & (ofrac.min(axis=1) < np.prod(frac[:, ~outside], axis=1))
-                top, point = self._project(clo, lc[~away], hc[~away], cell.w[~away], kept, dims)
-                extra = np.zeros(self.d)
-                if away.any():
-                    extra = self._functions(clo, chi, lc[away], hc[away], cell.w[away], to[away])
-                point[outside] = cell.point[outside]
+                score = np.stack([np.prod(frac[:, g], axis=1) for g in groups], axis=1)
+                owner = np.argmin(score, axis=1)
+                point = cell.point.copy()
+                top = 0.0
+                ignored = np.zeros(self.d)
+                for k, g in enumerate(groups):
+                    sel = owner == k
+                    if not sel.any():
+                        continue
+                    gtop, gpoint = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    top += gtop
+                    point[g] = gpoint[g]
+                    others = np.ones(self.d, dtype=bool)
+                    others[g] = False
+                    ignored += cell.w[sel] @ (part[sel] & others)
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
-                bound = min(cell.bound, top + float(extra.sum()))
+                bound = min(cell.bound, top)
                 if base + bound <= _slack(best):
                     return
-            if cells <= LEAF_CELLS:
+            if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
                 _, point = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
                 return
-            # Cut an attribute the bound relaxes (its crossing boxes are what loosens it).
-            j = int(np.argmax(np.where(outside, counts, -1)))
+            # Cut the attribute whose crossings the bound ignored most (they are what loosens it).
+            j = int(np.argmax(ignored)) if ignored.max() > 0 else int(np.argmax(counts))
             lcj, hcj = lc[nonslab, j], hc[nonslab, j]
             inner = np.concatenate([lcj[lcj > clo[j]], hcj[hcj < chi[j]]])
             if inner.size == 0:
