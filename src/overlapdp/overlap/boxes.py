@@ -5,22 +5,27 @@ deepest point of the arrangement. The search here is a best-first divide and con
 (compressed) coordinate space in the style of Chan's depth algorithm ("Klee's measure problem made
 easy", FOCS 2013):
 
-- A cell keeps the boxes that cross it (``partial``) and the total load of the boxes that cover it
-  entirely (``base``); boxes that miss it are dropped.
-- Simplification: a partial box that covers the cell on all attributes but one is a slab; the slabs of
-  attribute ``j`` add a one-variable function ``s_j(x_j)``, so the depth in the cell is
-  ``base + sum_j s_j(x_j) + (the other partial boxes)``. The leaf grid below only needs the boundaries
-  of the non-slab boxes: inside one of their elementary intervals ``s_j`` is replaced by its maximum.
-- Bound (never below the truth): for every attribute ``j``,
-  ``base + sum_{i != j} max s_i + max_{x_j} (s_j + projection on j of the non-slab boxes)``; the
-  smallest over ``j`` is the cell's upper bound.
-- Leaf: when the grid of the non-slab boxes' boundaries inside the cell is small, its exact maximum
-  (inclusion-exclusion corners, cumulative sums, plus the slab maxima) is the cell's maximum.
-- Split: otherwise at the median boundary of the attribute with the most non-slab boundaries.
+- Coordinates are first compressed per attribute to the pieces between a left and a right endpoint
+  (:func:`compress_axis`; some kept piece is covered by a superset of the queries of any piece).
+- A cell keeps the boxes that cross it and the total load ``base`` of the boxes that cover it
+  entirely; boxes that miss it are dropped.
+- Simplification: a crossing box that covers the cell on all attributes but one is a slab; the slabs
+  of attribute ``j`` add a one-variable function ``s_j(x_j)``.
+- Bounds (never below the cell's maximum): for every attribute ``j``,
+  ``base + sum_{i != j} max s_i + max_{x_j} (s_j + the other crossing boxes projected on j)``; and,
+  with the attributes partitioned into groups whose compressed grids fit ``BOUND_CELLS``, every
+  crossing box charged to ONE group (the one where it covers the smallest fraction of the cell, its
+  extent on the other attributes ignored): ``base + sum over groups of the group grid's maximum``
+  (``1[x in b] <= 1[x_G in b_G]``, and each box is counted once).
+- Leaf: a cell whose compressed grid fits ``LEAF_CELLS`` is solved exactly (inclusion-exclusion
+  corners, cumulative sums).
+- Split: otherwise at the median crossing boundary of the attribute whose crossings the grouped bound
+  ignored most.
+- Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
 
-Best-first on the bound: the search stops when no open cell can beat the best row found (exact), or at
-the deadline, when the largest open bound is a SAFE upper bound. Coordinates are first compressed per
-attribute to the segments that lie between a left and a right endpoint (only those can hold a maximum).
+Best-first on the bound: the search stops when no open cell can beat the best row found (exact, up to
+the relative 1e-12 slack of float sums that every search here uses), or at the deadline, when the
+largest open bound is a SAFE upper bound.
 
 Value sets: attributes on which some query has several intervals are enumerated over their atoms
 (:func:`overlapdp.overlap.branch.atom_tables`); each combination of atoms is a box problem on the
@@ -44,9 +49,9 @@ from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
-# Cells of a leaf's dense grid (its non-slab boundaries): small enough that a leaf costs well under a ms.
+# Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.
 LEAF_CELLS = 1 << 17
-# Cells of the projected grid that bounds a larger cell.
+# Cells of each group's grid in the bound of a larger cell.
 BOUND_CELLS = 1 << 15
 # Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
 ASCENT_STARTS = 24
