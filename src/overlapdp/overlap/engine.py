@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap import wcsp
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables, branch_and_bound
@@ -69,7 +70,7 @@ from overlapdp.overlap.sweep import sweep_2d
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Algorithm = Literal["auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "wcsp"]
+Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"]
 
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
@@ -122,7 +123,7 @@ def max_overlap(
         isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
     ):
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
-    if algorithm not in ("auto", "grid", "sweep2d", "gridbranch", "branch", "milp", "wcsp"):
+    if algorithm not in ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
@@ -222,6 +223,14 @@ def _scalar(
             raise CompError("sweep2d needs two active attributes and one interval per query")
         _, cell2 = sweep_2d(c, lw.loads)
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
+    # -- issue 13 hook: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
+    if algorithm == "boxes" or (algorithm == "auto" and box_route.applies(c)):
+        if not box_route.applies(c):
+            raise CompError("the boxes route needs a one-interval attribute and few value-set atoms")
+        out = box_route.max_depth(c, lw.loads, deadline)
+        row = None if out.cell is None else c.row(out.cell)
+        return _finish(queries, c, row, lw, out.exact, out.upper, "boxes")
+    # -- end of the issue 13 hook.
     return _search(queries, c, lw, deadline, algorithm)
 
 

@@ -1,0 +1,476 @@
+"""Maximum weighted depth of boxes, and value sets over few atoms (MATH.md section 7, issue 13).
+
+A query with one interval on every attribute is a box; boxes are Helly, so the maximum overlap is the
+deepest point of the arrangement. The search here is a best-first divide and conquer over cells of the
+(compressed) coordinate space in the style of Chan's depth algorithm ("Klee's measure problem made
+easy", FOCS 2013):
+
+- Coordinates are first compressed per attribute to the pieces between a left and a right endpoint
+  (:func:`compress_axis`; some kept piece is covered by a superset of the queries of any piece).
+- A cell keeps the boxes that cross it and the total load ``base`` of the boxes that cover it
+  entirely; boxes that miss it are dropped.
+- Simplification: a crossing box that covers the cell on all attributes but one is a slab; the slabs
+  of attribute ``j`` add a one-variable function ``s_j(x_j)``.
+- Bounds (never below the cell's maximum): for every attribute ``j``,
+  ``base + sum_{i != j} max s_i + max_{x_j} (s_j + the other crossing boxes projected on j)``; and,
+  with the attributes partitioned into groups whose compressed grids fit ``BOUND_CELLS``, every
+  crossing box charged to ONE group (the one where it covers the smallest fraction of the cell, its
+  extent on the other attributes ignored): ``base + sum over groups of the group grid's maximum``
+  (``1[x in b] <= 1[x_G in b_G]``, and each box is counted once).
+- Leaf: a cell whose compressed grid fits ``LEAF_CELLS`` is solved exactly (inclusion-exclusion
+  corners, cumulative sums).
+- Split: otherwise at the median crossing boundary of the attribute whose crossings the grouped bound
+  ignored most.
+- Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
+
+Best-first on the bound: the search stops when no open cell can beat the best row found (exact, up to
+the relative 1e-12 slack of float sums that every search here uses), or at the deadline, when the
+largest open bound is a SAFE upper bound.
+
+Value sets: attributes on which some query has several intervals are enumerated over their atoms
+(:func:`overlapdp.overlap.branch.atom_tables`); each combination of atoms is a box problem on the
+other attributes restricted to the queries compatible with it. Combinations are visited by decreasing
+compatible load, which is also their upper bound, and the search stops when it drops to the best row.
+
+Only additive loads (count, sum, l2 after squaring, one component of a vector at a time) are handled;
+a :class:`~overlapdp.overlap.result.SetComp` stays with the branch and bound.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from overlapdp.overlap.branch import atom_tables
+from overlapdp.overlap.compiled import AttributeSegments, BoolArray, Compiled, IntArray
+from overlapdp.overlap.result import FloatArray
+
+# Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.
+LEAF_CELLS = 1 << 17
+# Cells of each group's grid in the bound of a larger cell.
+BOUND_CELLS = 1 << 15
+# Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
+ASCENT_STARTS = 24
+# Largest product of atoms over the enumerated (value-set) attributes, and the largest
+# combinations x queries table built to rank them.
+COMBO_LIMIT = 1 << 14
+COMBO_TABLE_LIMIT = 50_000_000
+# Relative slack on float bounds that are sums of many loads (as in the other searches).
+_REL = 1e-12
+
+
+@dataclass(frozen=True)
+class BoxOutcome:
+    """``cell`` (segment indices of the compiled workload, or None) attains ``best``; ``upper`` is safe."""
+
+    cell: tuple[int, ...] | None
+    best: float
+    upper: float
+    exact: bool
+    nodes: int
+
+
+def _single(a: AttributeSegments) -> bool:
+    """Whether every query has at most one interval on this attribute."""
+    return a.query.size == 0 or int(np.bincount(a.query).max()) <= 1
+
+
+def applies(c: Compiled) -> bool:
+    """Whether the route takes this workload: some box attribute, and few combinations of the others.
+
+    The segment count bounds the atom count, so the product of segment counts over the value-set
+    attributes is a cheap conservative test of the enumeration's size.
+    """
+    if not c.attributes or c.live.size == 0:
+        return False
+    combos = 1
+    boxes = 0
+    for a in c.attributes:
+        if _single(a):
+            boxes += 1
+        else:
+            combos *= a.size
+    return boxes > 0 and combos <= COMBO_LIMIT and combos * c.live.size <= COMBO_TABLE_LIMIT
+
+
+def _slack(v: float) -> float:
+    return v + _REL * max(abs(v), 1e-300)
+
+
+def compress_axis(lo: IntArray, hi: IntArray, m: int) -> tuple[IntArray, IntArray, IntArray]:
+    """Segments between a left and a right endpoint, and the intervals in their indices.
+
+    Between consecutive endpoints the coverage is constant; a piece not starting at a left endpoint
+    is covered by a subset of the piece before it, and one not ending at a right endpoint by a subset
+    of the piece after it, so some kept piece is covered by a superset of any piece. Returns the
+    kept segments (their first segment in the original indices) and every interval's new ``lo, hi``
+    (never empty: the piece of an interval ending at its own right endpoint is kept).
+    """
+    start = np.zeros(m + 1, dtype=bool)
+    end = np.zeros(m + 1, dtype=bool)
+    start[lo] = True
+    end[hi] = True
+    start[0] = end[m] = True
+    b = np.flatnonzero(start | end)
+    keep = start[b[:-1]] & end[b[1:]]
+    kept = b[:-1][keep].astype(np.int64)
+    return kept, np.searchsorted(kept, lo).astype(np.int64), np.searchsorted(kept, hi).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A cell's analysis: bound without ``base``, a good point, and its partial boxes (clipped)."""
+
+    bound: float
+    point: IntArray
+    w: FloatArray
+    smax: FloatArray
+    slab: BoolArray
+    part: BoolArray
+    lc: IntArray
+    hc: IntArray
+
+
+class _Depth:
+    """Best-first divide and conquer for the deepest point of weighted boxes ``[lo, hi)`` in ``[0, m)``."""
+
+    def __init__(self, lo: IntArray, hi: IntArray, sizes: IntArray, w: FloatArray) -> None:
+        self.lo, self.hi, self.sizes, self.w = lo, hi, sizes, w
+        self.d = int(lo.shape[1])
+        self.nodes = 0
+
+    def _analyse(self, clo: IntArray, chi: IntArray, idx: IntArray) -> _Cell:
+        """The cell's one-attribute bound, a good point, and its partial boxes clipped to it."""
+        d = self.d
+        lc = np.maximum(self.lo[idx], clo)
+        hc = np.minimum(self.hi[idx], chi)
+        w = self.w[idx]
+        part = (lc > clo) | (hc < chi)
+        slab = part.sum(axis=1) == 1
+        size = chi - clo
+        off = np.zeros(d, dtype=np.int64)
+        off[1:] = np.cumsum(size + 1)[:-1]
+        total = int(off[-1] + size[-1] + 1)
+        rows, cols = np.nonzero(part)
+        pos_lo = off[cols] + lc[rows, cols] - clo[cols]
+        pos_hi = off[cols] + hc[rows, cols] - clo[cols]
+        wr = w[rows]
+        # All partial boxes projected on each attribute, and the slabs alone (one bincount each).
+        proj = np.cumsum(
+            np.bincount(np.concatenate([pos_lo, pos_hi]), np.concatenate([wr, -wr]), minlength=total)
+        )
+        sl = slab[rows]
+        slabf = np.cumsum(
+            np.bincount(
+                np.concatenate([pos_lo[sl], pos_hi[sl]]), np.concatenate([wr[sl], -wr[sl]]), minlength=total
+            )
+        )
+        nonslab = ~slab
+        w_ns = w[nonslab]
+        # Non-slab boxes that do not cross attribute j add a constant to its projection.
+        const = w_ns @ ~part[nonslab] if w_ns.size else np.zeros(d)
+        point = np.empty(d, dtype=np.int64)
+        smax = np.empty(d)
+        pmax = np.empty(d)
+        for j in range(d):
+            seg = proj[off[j] : off[j] + size[j]]
+            k = int(np.argmax(seg))
+            point[j] = clo[j] + k
+            pmax[j] = seg[k] + const[j]
+            smax[j] = float(slabf[off[j] : off[j] + size[j]].max())
+        bound = float(np.min(smax.sum() - smax + pmax))
+        return _Cell(bound, point, w, smax, slab, part, lc, hc)
+
+    def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
+        """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
+        d = self.d
+        point = point.copy()
+        inside = (self.lo <= point) & (self.hi > point)
+        cnt = inside.sum(axis=1)
+        value = float(self.w[cnt == d].sum())
+        for _ in range(4):
+            moved = False
+            for j in range(d):
+                others = cnt - inside[:, j] == d - 1
+                m = int(self.sizes[j])
+                f = np.cumsum(
+                    np.bincount(
+                        np.concatenate([self.lo[others, j], self.hi[others, j]]),
+                        np.concatenate([self.w[others], -self.w[others]]),
+                        minlength=m + 1,
+                    )[:m]
+                )
+                x = int(np.argmax(f))
+                if f[x] > _slack(value) and x != point[j]:
+                    point[j] = x
+                    inside[:, j] = (self.lo[:, j] <= x) & (self.hi[:, j] > x)
+                    cnt = inside.sum(axis=1)
+                    value = float(self.w[cnt == d].sum())
+                    moved = True
+            if not moved:
+                break
+        return value, point
+
+    def _value(self, idx: IntArray, point: IntArray) -> float:
+        inside = np.all((self.lo[idx] <= point) & (self.hi[idx] > point), axis=1)
+        return float(self.w[idx][inside].sum())
+
+    def _grid(self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray) -> tuple[list[IntArray], int]:
+        """Per attribute the cell's pieces that can hold a maximum (:func:`compress_axis`), and their grid."""
+        kept = []
+        cells = 1
+        for j in range(self.d):
+            k, _, _ = compress_axis(lc[:, j] - clo[j], hc[:, j] - clo[j], int(chi[j] - clo[j]))
+            kept.append(k)
+            cells *= int(k.size)
+        return kept, cells
+
+    def _project(
+        self, clo: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
+    ) -> tuple[float, IntArray]:
+        """Dense grid over the compressed pieces of ``dims`` (the boxes projected on them, exact when
+        ``dims`` holds every attribute a box crosses): its maximum and the point (other attributes at
+        the cell's first piece)."""
+        point = clo + np.array([int(k[0]) for k in kept], dtype=np.int64)
+        gdims = [j for j in dims if kept[j].size > 1]
+        if not gdims:
+            return float(w.sum()), point
+        g = len(gdims)
+        shape = [int(kept[j].size) for j in gdims]
+        strides = np.ones(g, dtype=np.int64)
+        for k in range(g - 2, -1, -1):
+            strides[k] = strides[k + 1] * shape[k + 1]
+        gl = np.stack([np.searchsorted(kept[j], lc[:, j] - clo[j]) for j in gdims], axis=1)
+        gh = np.stack([np.searchsorted(kept[j], hc[:, j] - clo[j]) for j in gdims], axis=1)
+        bits = ((np.arange(1 << g)[:, None] >> np.arange(g)[None, :]) & 1).astype(bool)
+        corners = np.where(bits[:, None, :], gh[None, :, :], gl[None, :, :])
+        # Corners past the last piece change no cell of the grid (no padding: it would multiply the
+        # cells by up to 2 per attribute).
+        inside = np.all(corners < np.array(shape), axis=2)
+        sign = np.where(bits.sum(axis=1) % 2 == 1, -1.0, 1.0)
+        weights = sign[:, None] * w[None, :]
+        grid = np.bincount(
+            (corners[inside] @ strides), weights=weights[inside], minlength=int(np.prod(shape))
+        ).reshape(shape)
+        for k in range(g):
+            np.cumsum(grid, axis=k, out=grid)
+        flat = int(np.argmax(grid))
+        cell = np.unravel_index(flat, grid.shape)
+        for k, j in enumerate(gdims):
+            point[j] = clo[j] + int(kept[j][cell[k]])
+        return float(grid.reshape(-1)[flat]), point
+
+    def run(self, floor: float, deadline: float | None) -> tuple[IntArray | None, float, float, bool]:
+        """``(point, best, upper, exact)``: the deepest point if deeper than ``floor`` (else None)."""
+        d = self.d
+        best = floor
+        best_point: IntArray | None = None
+        counter = itertools.count()
+        clo0 = np.zeros(d, dtype=np.int64)
+        chi0 = self.sizes.astype(np.int64)
+        full = np.all((self.lo <= clo0) & (self.hi >= chi0), axis=1)
+        heap: list[tuple[float, int, float, IntArray, IntArray, IntArray, int, int]] = []
+
+        def push(clo: IntArray, chi: IntArray, idx: IntArray, base: float) -> None:
+            """Bound the cell; solve it at once when its grid is small, else queue it with its cut."""
+            nonlocal best, best_point
+            self.nodes += 1
+            if idx.size == 0:
+                if base > best:
+                    best, best_point = base, clo.copy()
+                return
+            cell = self._analyse(clo, chi, idx)
+            value = base + self._value(idx, cell.point)
+            if value > best:
+                best, best_point = value, cell.point
+            if base + cell.bound <= _slack(best):
+                return
+            lc, hc, part = cell.lc, cell.hc, cell.part
+            kept, cells = self._grid(clo, chi, lc, hc)
+            nonslab = ~cell.slab
+            counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
+            if cells > BOUND_CELLS:
+                # A relaxed bound first: much cheaper than the exact grid, and often enough to prune.
+                # Attributes in groups whose grids fit (most crossed first); every box goes to the
+                # group where the region it covers is the smallest fraction of the cell, its extent
+                # on the other attributes ignored. Each box is counted once, in one group's grid, so
+                # the sum of the groups' maxima bounds the depth.
+                groups: list[list[int]] = []
+                size = BOUND_CELLS + 1
+                for j in np.argsort(-counts, kind="stable").tolist():
+                    if size * kept[j].size > BOUND_CELLS:
+                        groups.append([])
+                        size = 1
+                    groups[-1].append(j)
+                    size *= int(kept[j].size)
+                frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
+                score = np.stack([np.prod(frac[:, g], axis=1) for g in groups], axis=1)
+                owner = np.argmin(score, axis=1)
+                point = cell.point.copy()
+                top = 0.0
+                ignored = np.zeros(self.d)
+                for k, g in enumerate(groups):
+                    sel = owner == k
+                    if not sel.any():
+                        continue
+                    gtop, gpoint = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    top += gtop
+                    point[g] = gpoint[g]
+                    others = np.ones(self.d, dtype=bool)
+                    others[g] = False
+                    ignored += cell.w[sel] @ (part[sel] & others)
+                value = base + self._value(idx, point)
+                if value > best:
+                    best, best_point = value, point
+                bound = min(cell.bound, top)
+                if base + bound <= _slack(best):
+                    return
+            if cells <= max(LEAF_CELLS, BOUND_CELLS):
+                # Small enough: the cell's exact maximum on its full grid.
+                _, point = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
+                value = base + self._value(idx, point)
+                if value > best:
+                    best, best_point = value, point
+                return
+            # Cut the attribute whose crossings the bound ignored most (they are what loosens it).
+            j = int(np.argmax(ignored)) if ignored.max() > 0 else int(np.argmax(counts))
+            lcj, hcj = lc[nonslab, j], hc[nonslab, j]
+            inner = np.concatenate([lcj[lcj > clo[j]], hcj[hcj < chi[j]]])
+            if inner.size == 0:
+                j = int(np.argmax([k.size for k in kept]))
+                inner = clo[j] + kept[j][1:]
+            cut = int(np.partition(inner, inner.size // 2)[inner.size // 2])
+            heapq.heappush(heap, (-(base + bound), next(counter), base, clo, chi, idx, j, cut))
+
+        # A good incumbent first (the search proves far fewer cells when it is the optimum early):
+        # coordinate ascent from the centres of some boxes, heaviest first, spread over the rest.
+        order = np.argsort(-self.w, kind="stable")
+        starts = order[
+            np.unique(np.linspace(0, order.size - 1, min(ASCENT_STARTS, order.size // 16)).astype(int))
+        ]
+        for b in starts.tolist():
+            value, point = self._ascend((self.lo[b] + self.hi[b] - 1) // 2)
+            if value > best:
+                best, best_point = value, point
+        push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
+        while heap:
+            negb, _, base, clo, chi, idx, j, cut = heap[0]
+            if -negb <= _slack(best):
+                heap.clear()
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            heapq.heappop(heap)
+            for a, b in ((int(clo[j]), cut), (cut, int(chi[j]))):
+                c_lo, c_hi = clo.copy(), chi.copy()
+                c_lo[j], c_hi[j] = a, b
+                meets = (self.lo[idx, j] < b) & (self.hi[idx, j] > a)
+                sub = idx[meets]
+                covers = np.all((self.lo[sub] <= c_lo) & (self.hi[sub] >= c_hi), axis=1)
+                push(c_lo, c_hi, sub[~covers], base + float(self.w[sub[covers]].sum()))
+        if heap:
+            return best_point, best, max(best, -heap[0][0]), False
+        return best_point, best, best, True
+
+
+def max_depth(c: Compiled, loads: FloatArray, deadline: float | None = None) -> BoxOutcome:
+    """The largest total of ``loads`` (one per query, length ``c.t``, non-negative) over rows.
+
+    Needs :func:`applies`. Exact unless ``deadline`` passes first; then ``upper`` is a safe bound.
+    """
+    live = c.live
+    n = live.shape[0]
+    col = np.full(c.t, -1, dtype=np.int64)
+    col[live] = np.arange(n)
+    lw = loads[live]
+    box = [j for j, a in enumerate(c.attributes) if _single(a)]
+    enum = [j for j in range(len(c.attributes)) if j not in box]
+    sizes = np.array([c.attributes[j].size for j in box], dtype=np.int64)
+    lo = np.zeros((n, len(box)), dtype=np.int64)
+    hi = np.tile(sizes, (n, 1))
+    for k, j in enumerate(box):
+        a = c.attributes[j]
+        lo[col[a.query], k] = a.lo
+        hi[col[a.query], k] = a.hi
+    # Combinations of atoms of the value-set attributes, with the queries compatible with each.
+    masks = np.ones((1, n), dtype=bool)
+    combo = np.zeros((1, 0), dtype=np.int64)
+    segs: list[IntArray] = []
+    if enum:
+        tables = atom_tables(replace(c, attributes=tuple(c.attributes[j] for j in enum)))
+        for t in tables:
+            segs.append(t.segment)
+            masks = (masks[:, None, :] & t.member[None, :, :]).reshape(-1, n)
+            combo = np.concatenate(
+                [np.repeat(combo, t.size, axis=0), np.tile(np.arange(t.size), combo.shape[0])[:, None]],
+                axis=1,
+            )
+    masks &= lw > 0
+    ub = masks.astype(np.float64) @ lw
+    order = np.argsort(-ub, kind="stable")
+    best = -1.0
+    best_cell: tuple[int, ...] | None = None
+    nodes = 0
+    upper = -1.0
+    exact = True
+    seen: set[bytes] = set()
+    for rank, ci in enumerate(order.tolist()):
+        if ub[ci] <= _slack(best):
+            break
+        if deadline is not None and time.monotonic() > deadline and best_cell is not None:
+            upper = float(ub[ci])
+            exact = False
+            break
+        key = np.packbits(masks[ci]).tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        sub = np.flatnonzero(masks[ci])
+        # Compress every box attribute for these queries; attributes they all cover drop out.
+        keep_dims: list[int] = []
+        kept_segs: list[IntArray] = []
+        clo: list[IntArray] = []
+        chi: list[IntArray] = []
+        for k in range(len(box)):
+            kept, a_lo, a_hi = compress_axis(lo[sub, k], hi[sub, k], int(sizes[k]))
+            if kept.size > 1:
+                keep_dims.append(k)
+                clo.append(a_lo)
+                chi.append(a_hi)
+            kept_segs.append(kept)
+        point: IntArray | None
+        if keep_dims:
+            solver = _Depth(
+                np.stack(clo, axis=1),
+                np.stack(chi, axis=1),
+                np.array([kept_segs[k].size for k in keep_dims], dtype=np.int64),
+                lw[sub],
+            )
+            point, value, up, ok = solver.run(best, deadline)
+            nodes += solver.nodes
+        else:
+            point, value, up, ok = np.zeros(0, dtype=np.int64), float(ub[ci]), float(ub[ci]), True
+        if point is not None and value > best:
+            cell = [0] * len(c.attributes)
+            for k, j in enumerate(box):
+                cell[j] = int(kept_segs[k][0])
+            for k, x in zip(keep_dims, point.tolist(), strict=True):
+                cell[box[k]] = int(kept_segs[k][x])
+            for k, j in enumerate(enum):
+                cell[j] = int(segs[k][combo[ci, k]])
+            best, best_cell = value, tuple(cell)
+        if not ok:
+            exact = False
+            rest = float(ub[order[rank + 1]]) if rank + 1 < order.size else -1.0
+            upper = max(up, rest)
+            break
+    if best_cell is None:
+        # Nothing carries load (or nothing was reached): any row, value 0 when nothing carries load.
+        best = 0.0 if float(ub.max(initial=0.0)) <= 0 else best
+    if exact:
+        upper = best
+    return BoxOutcome(best_cell, best, max(upper, best), exact, nodes)
