@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -36,6 +38,15 @@ def representative(attr: Attribute, index: int) -> Any:
     if isinstance(attr, BinnedAttribute):
         return attr.edges[index]
     return attr.value_at(index)
+
+
+def compose(values: Sequence[float], comp: str) -> float:
+    """The comp of one row's weights, computed directly (count, l2, otherwise sum)."""
+    if comp == "count":
+        return float(len(values))
+    if comp == "l2":
+        return math.sqrt(math.fsum(v * v for v in values))
+    return math.fsum(values)
 
 
 def all_rows(schema: Schema) -> list[tuple[int, ...]]:

@@ -34,7 +34,7 @@ from overlapdp.overlap.wcsp import integral_loads
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
-from strategies import schemas, where_clauses
+from strategies import compose, schemas, where_clauses
 
 weights_st = st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False), st.integers(0, 4).map(float))
 
@@ -46,14 +46,6 @@ def workloads(draw: st.DrawFn, max_queries: int = 7) -> tuple[Schema, list[Predi
     queries = [parse_where(schema, draw(where_clauses(schema)), id=f"q{i}") for i in range(n)]
     weights = [draw(weights_st) for _ in range(n)]
     return schema, queries, weights
-
-
-def compose(values: Sequence[float], comp: str) -> float:
-    if comp == "count":
-        return float(len(values))
-    if comp == "l2":
-        return math.sqrt(math.fsum(v * v for v in values))
-    return math.fsum(values)
 
 
 def check_witness(

@@ -7,7 +7,7 @@ and bound grids, so the divide and conquer, its bounds and its pruning decide th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -20,6 +20,7 @@ from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap.compiled import compile_workload
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+from strategies import compose
 
 
 @contextmanager
@@ -31,14 +32,6 @@ def tiny_grids(leaf: int, bound: int) -> Iterator[None]:
         yield
     finally:
         box_route.LEAF_CELLS, box_route.BOUND_CELLS = old
-
-
-def compose(values: Sequence[float], comp: str) -> float:
-    if comp == "count":
-        return float(len(values))
-    if comp == "l2":
-        return math.sqrt(math.fsum(v * v for v in values))
-    return math.fsum(values)
 
 
 def check(queries: list[PredicateQuery], weights: list[float], comp: str, r: OverlapResult) -> None:
