@@ -1,0 +1,157 @@
+"""When float sums locate the maximum exactly, and what to report when they may not (MATH.md section 7).
+
+The routes add normalised loads (:mod:`overlapdp.overlap.magnitude`) in floating point. Two rows whose
+exact values differ can tie in floats (weights ``1e16`` and ``1``, or ``0.1`` and ``0.3``), and a route
+may then return the lighter one; its value, recomputed exactly and rounded up, would be BELOW the true
+maximum. The rule applied here:
+
+- Dyadic-exact: when every stored load equals its exact scaled value, is an integer multiple of a common
+  $2^{-k}$, and every intermediate of the route is at most $B<2^{53}$ such units (``B`` per route: the
+  sum of the loads, or for the dense grid the sum of the absolute corner entries plus the loads), every
+  float operation is exact: the float optimum is the exact maximum (counts, integer, half, quarter
+  weights: the common case).
+- Otherwise each route supplies an absolute error bound ``A`` (scaled units) such that the true maximum
+  is at most ``F + A`` where ``F`` is its float optimum. The dense grid then resolves the band exactly:
+  every cell whose float value is at least ``F - 2A`` is evaluated on integers and the exact maximum
+  taken (:func:`grid_exact`). The search routes report the safe bound ``F + A`` rounded down to a
+  multiple of the unit, and are exact only when that bound and the witness's exact value round up to
+  the same float (:func:`certify`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from overlapdp.overlap.compiled import Compiled, IntArray
+from overlapdp.overlap.grid import GridPlan
+from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
+from overlapdp.overlap.result import FloatArray
+
+# Unit roundoff of binary64 (round to nearest).
+U = 2.0**-53
+# Bits per limb when exact loads are summed as float64 matrix products (exact for < 2^29 queries).
+_LIMB_BITS = 24
+# Largest candidates x queries x limbs the exact band evaluation of the dense grid may cost.
+BAND_WORK_LIMIT = 200_000_000
+
+
+def dyadic_exact(lw: Loads, bound: float) -> bool:
+    """Whether float arithmetic on ``lw.loads`` is exact for a route whose intermediates are at most
+    ``bound`` in absolute value (scaled units): see the module docstring."""
+    if not lw.loads_exact:
+        return False
+    _, k = lw.units
+    limit = math.ldexp(1.0, 53 - k) if 53 - k > -1074 else 0.0
+    return bound * (1 + 1e-12) < limit
+
+
+def load_error(lw: Loads, live: IntArray | None = None) -> float:
+    """A bound on |sum of stored loads - sum of exact loads| over any set of queries (scaled units):
+    scaled weights are exact or rounded up from below the normal range, squares within 2^-53."""
+    if lw.loads_exact:
+        return 0.0
+    loads = lw.loads if live is None else lw.loads[live]
+    return 2 * U * float(loads.sum()) + loads.shape[0] * 2.0**-1073
+
+
+def sum_error(lw: Loads, live: IntArray, terms: int) -> float:
+    """Absolute error bound of a float sum (in any order, or a dot product with 0/1 entries) of at most
+    ``terms`` of the live loads, plus the loads' own rounding: ``2 n u S`` (Higham's gamma_n, n u < 1/2)."""
+    total = float(lw.loads[live].sum())
+    return 2 * max(terms, 1) * U * total * (1 + 1e-9) + load_error(lw, live)
+
+
+def grid_bounds(plan: GridPlan, loads: FloatArray) -> tuple[float, float]:
+    """``(B, A)`` of the dense grid on ``loads``: the largest intermediate magnitude (the sum of the
+    absolute corner entries plus the loads added cell by cell) and the arithmetic error bound
+    ``2 u n B`` with ``n`` the additions on any path (the largest bin, one cumulative sum per axis, the
+    queries added cell by cell)."""
+    corner = float(np.abs(plan.sign * loads[plan.owner]).sum()) if plan.owner.size else 0.0
+    direct = [qi for qi, _ in plan.direct]
+    direct_total = float(loads[direct].sum()) if direct else 0.0
+    bound = (corner + direct_total) * (1 + 1e-9)
+    largest_bin = int(np.bincount(plan.flat).max()) if plan.flat.size else 0
+    ops = largest_bin + sum(plan.shape) + len(direct) + 1
+    return bound, 2 * U * ops * bound
+
+
+def exact_sums(lw: Loads, live: IntArray, cover: np.ndarray) -> list[int]:
+    """Exact sums (``nums`` units of ``lw.units``) of the live queries' loads selected by each row of the
+    boolean matrix ``cover`` (rows x live): limbs of 24 bits, summed as exact float64 products."""
+    nums, _ = lw.units
+    vals = [nums[i] for i in live.tolist()]
+    bits = max((v.bit_length() for v in vals), default=0)
+    limbs = max(1, -(-bits // _LIMB_BITS))
+    mask = (1 << _LIMB_BITS) - 1
+    table = np.array(
+        [[(v >> (_LIMB_BITS * j)) & mask for j in range(limbs)] for v in vals], dtype=np.float64
+    ).reshape(len(vals), limbs)
+    sums = cover.astype(np.float64) @ table
+    out = []
+    for row in sums.tolist():
+        out.append(sum(int(x) << (_LIMB_BITS * j) for j, x in enumerate(row)))
+    return out
+
+
+def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
+    """The dense grid of ``c`` (all its active attributes) on the loads of ``lw``: a maximising cell and
+    ``None`` when that cell is PROVEN an exact maximum (dyadic-exact, or the band resolved on
+    integers), else the float maximum plus its error bound as a safe bound in scaled units."""
+    plan = GridPlan(c)
+    grid = plan.loads(lw.loads)
+    sizes = tuple(a.size for a in c.attributes)
+    flat = int(np.argmax(grid))
+    best_cell = tuple(int(v) for v in np.unravel_index(flat, sizes)) if sizes else ()
+    top = float(grid.reshape(-1)[flat])
+    bound, err = grid_bounds(plan, lw.loads)
+    if dyadic_exact(lw, bound):
+        return best_cell, None
+    err += load_error(lw, c.live)
+    cand = np.flatnonzero(grid.reshape(-1) >= top - 2 * err)
+    nums, _ = lw.units
+    bits = max((nums[i].bit_length() for i in c.live.tolist()), default=1)
+    work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
+    if work > BAND_WORK_LIMIT:
+        return best_cell, top + err
+    members = [a.membership(c.live) for a in c.attributes]
+    best_val = -1
+    for start in range(0, cand.size, 4096):
+        chunk = cand[start : start + 4096]
+        cells = np.unravel_index(chunk, sizes)
+        cover = np.ones((chunk.size, c.live.size), dtype=bool)
+        for m, idx in zip(members, cells, strict=True):
+            cover &= m[idx]
+        for i, v in enumerate(exact_sums(lw, c.live, cover)):
+            if v > best_val:
+                best_val = v
+                best_cell = tuple(int(x[i]) for x in cells)
+    return best_cell, None
+
+
+def certify(lw: Loads, covering: Sequence[int] | IntArray, bound: float, lower: float) -> tuple[float, bool]:
+    """``(upper, exact)`` from the exact value of the witness's queries and a safe bound ``bound`` on the
+    maximum in scaled units (a float, exactly as given). The maximum is a multiple of the unit ``2^-k``
+    at most ``bound``; ``exact`` when that multiple is the witness's value, or when both round up to the
+    same float ``lower`` (then ``upper == lower``). :class:`MagnitudeError` when the bound exceeds the
+    float range."""
+    nums, k = lw.units
+    witness = sum(nums[i] for i in np.asarray(covering, dtype=np.int64).tolist())
+    scaled = Fraction(max(bound, 0.0))
+    cap = max((scaled.numerator << k) // scaled.denominator, witness)
+    if cap == witness:
+        return lower, True
+    if lw.name == "count":
+        upper = float(cap)
+    else:
+        factor = Fraction(2) ** (lw.shift if lw.name == "sum" else 2 * lw.shift)
+        value = Fraction(cap, 1 << k) * factor
+        upper = float_up(value) if lw.name == "sum" else sqrt_up(value)
+    if not math.isfinite(upper):
+        raise MagnitudeError(
+            f"{lw._heaviest(None)}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})"
+        )
+    return (lower, True) if upper == lower else (max(upper, lower), False)
