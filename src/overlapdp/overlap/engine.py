@@ -47,6 +47,7 @@ from overlapdp.overlap.exactness import (
     U,
     certify,
     dyadic_exact,
+    exact_branch,
     grid_bounds,
     grid_exact,
     load_error,
@@ -315,8 +316,20 @@ def _search(
 
     def proved(err: float) -> OverlapResult:
         """The optimum proved in floats by a route whose float optimum is within ``err`` of the true
-        one: exact when the bound pins the witness's exact value (certify)."""
-        return _finish(queries, c, row, lw, False, max(best, 0.0) + err, "+".join(used), True)
+        one: exact when the bound pins the witness's exact value (certify), else when the exact search
+        over the tie band settles it (small workloads, within its node limit and the effort limit)."""
+        res = _finish(queries, c, row, lw, False, max(best, 0.0) + err, "+".join(used), True)
+        if res.exact or not small:
+            return res
+        nums, k = lw.units
+        live_nums = [nums[i] for i in c.live.tolist()]
+        witness = sum(nums[i] for i in res.query_indices)
+        found = exact_branch(t2, loads, live_nums, k, err_sum, witness, deadline=deadline)
+        if found is None:
+            return res
+        cell, _ = found
+        better = row if cell is None else c2.row(cell)
+        return _finish(queries, c, better, lw, True, 0.0, "+".join(used))
 
     def milp_err() -> float:
         top = float(loads.max()) if loads.size else 0.0

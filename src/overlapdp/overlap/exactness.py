@@ -13,20 +13,24 @@ maximum. The rule applied here:
 - Otherwise each route supplies an absolute error bound ``A`` (scaled units) such that the true maximum
   is at most ``F + A`` where ``F`` is its float optimum. The dense grid then resolves the band exactly:
   every cell whose float value is at least ``F - 2A`` is evaluated on integers and the exact maximum
-  taken (:func:`grid_exact`). The search routes report the safe bound ``F + A`` rounded down to a
-  multiple of the unit, and are exact only when that bound and the witness's exact value round up to
-  the same float (:func:`certify`).
+  taken (:func:`grid_exact`). The search routes are exact when the safe bound ``F + A``, rounded down
+  to a multiple of the unit, and the witness's exact value round up to the same float
+  (:func:`certify`); otherwise a depth-first search over the tie band with exact integer leaf values
+  settles it (:func:`exact_branch`, within a node limit), or the safe bound is reported with
+  ``exact=False``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
 
-from overlapdp.overlap.compiled import Compiled, IntArray
+from overlapdp.overlap.branch import AtomTable
+from overlapdp.overlap.compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.grid import GridPlan
 from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
 from overlapdp.overlap.result import FloatArray
@@ -37,6 +41,9 @@ U = 2.0**-53
 _LIMB_BITS = 24
 # Largest candidates x queries x limbs the exact band evaluation of the dense grid may cost.
 BAND_WORK_LIMIT = 200_000_000
+# Nodes of the exact tie-band search of the other routes before it gives up (the answer is then the
+# safe bound with exact=False).
+EXACT_NODE_LIMIT = 20_000
 
 
 def dyadic_exact(lw: Loads, bound: float) -> bool:
@@ -155,3 +162,77 @@ def certify(lw: Loads, covering: Sequence[int] | IntArray, bound: float, lower: 
             f"{lw._heaviest(None)}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})"
         )
     return (lower, True) if upper == lower else (max(upper, lower), False)
+
+
+def exact_branch(
+    tables: Sequence[AtomTable],
+    loads: FloatArray,
+    nums: Sequence[int],
+    k: int,
+    err: float,
+    incumbent: int,
+    *,
+    deadline: float | None = None,
+    node_limit: int = EXACT_NODE_LIMIT,
+) -> tuple[tuple[int, ...] | None, int] | None:
+    """The exact maximum over atom tuples (``nums`` units of ``2^-k``), or None past the limits.
+
+    Depth-first branch and bound as :mod:`overlapdp.overlap.branch` (same bound: for every unfixed
+    attribute the best atom's float load), started from the ``incumbent`` (the witness's exact value):
+    a node is pruned only when its float bound plus ``err`` (the float error of any sum of loads) is
+    below the incumbent, so only the tie band is explored; a solved node's value is its exact integer
+    sum. Returns ``(cell, value)`` with ``cell`` None when no row beats the incumbent.
+    """
+    d = len(tables)
+    n_live = loads.shape[0]
+    positive = loads > 0
+    scale = Fraction(1, 1 << k)
+    best = incumbent
+    best_cell: tuple[int, ...] | None = None
+    nodes = 0
+
+    def threshold() -> float:
+        # A float at most (incumbent - err): a node whose float bound is below it cannot beat it.
+        t = float(best * scale)
+        return t * (1 - 8 * U) - err * (1 + 4 * U)
+
+    stack: list[tuple[BoolArray, tuple[int, ...]]] = [(np.ones(n_live, dtype=bool), tuple([-1] * d))]
+    while stack:
+        nodes += 1
+        if nodes > node_limit or (deadline is not None and nodes % 64 == 0 and time.monotonic() > deadline):
+            return None
+        mask, fixed = stack.pop()
+        idx = np.flatnonzero(mask & positive)
+        need = idx.shape[0]
+        completion = list(fixed)
+        solved = True
+        best_j, best_max, best_loads = -1, math.inf, None
+        for j in range(d):
+            if fixed[j] >= 0:
+                continue
+            sub = tables[j].as_float[:, idx]
+            cnt = sub.sum(axis=1)
+            top = int(np.argmax(cnt))
+            if cnt[top] >= need - 0.5:
+                completion[j] = top
+                continue
+            solved = False
+            ld = sub @ loads[idx]
+            m = float(ld.max())
+            if m < best_max:
+                best_j, best_max, best_loads = j, m, ld
+        if solved:
+            value = sum(nums[i] for i in idx.tolist())
+            if value > best:
+                best, best_cell = value, tuple(completion)
+            continue
+        assert best_loads is not None
+        limit = threshold()
+        member = tables[best_j].member
+        for a in np.argsort(best_loads, kind="stable").tolist():  # heaviest popped first
+            if float(best_loads[a]) < limit:
+                continue
+            nf = list(fixed)
+            nf[best_j] = int(a)
+            stack.append((mask & member[a], tuple(nf)))
+    return best_cell, best
