@@ -440,7 +440,9 @@ def test_index_add_and_peek_are_safe_at_every_magnitude(
                 rest = exact_max(
                     [h[0] for h in held], [w_of(h[1]) for h in held], "l2" if comp == "l2" else "sum"
                 )
-                assert_safe_index(float(index.value), index.result().exact, rest, "l2" if comp == "l2" else "sum")
+                assert_safe_index(
+                    float(index.value), index.result().exact, rest, "l2" if comp == "l2" else "sum"
+                )
 
 
 # -- filters -------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def load_error(lw: Loads, live: IntArray | None = None) -> float:
     if lw.loads_exact:
         return 0.0
     loads = lw.loads if live is None else lw.loads[live]
-    return 2 * U * float(loads.sum()) + loads.shape[0] * 2.0**-1073
+    return 2 * U * float(loads.sum()) + int(loads.shape[0]) * 2.0**-1073
 
 
 def sum_error(lw: Loads, live: IntArray, terms: int) -> float:

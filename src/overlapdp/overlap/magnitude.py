@@ -27,8 +27,8 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
