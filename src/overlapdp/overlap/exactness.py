@@ -118,7 +118,8 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     if dyadic_exact(lw, bound):
         return best_cell, None
     err += load_error(lw, c.live)
-    cand = np.flatnonzero(grid.reshape(-1) >= top - 2 * err)
+    # 3 err, not 2: the subtraction itself may round up by at most u * top <= err / 2.
+    cand = np.flatnonzero(grid.reshape(-1) >= top - 3 * err)
     nums, _ = lw.units
     bits = max((nums[i].bit_length() for i in c.live.tolist()), default=1)
     work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
