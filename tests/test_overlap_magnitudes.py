@@ -30,6 +30,7 @@ from overlapdp.overlap import (
     graph_overlap,
     max_overlap,
 )
+from overlapdp.overlap import exactness
 from overlapdp.overlap.magnitude import MagnitudeError, compose_up, sqrt_up
 from overlapdp.overlap.wcsp import available as wcsp_available
 from overlapdp.privacy.accountant import Odometer, PrivacyFilter
@@ -256,6 +257,48 @@ def test_cli_overlap_reports_the_heavier_of_a_float_tie(
         exact_truth = truth if truth is not None else Fraction(weights[1]) + Fraction(weights[2])
         assert_safe(got["value"], got["exact"], exact_truth, "sum", strict=True)
         assert got["exact"] and got["witness"] == {"x": 1, "y": 1}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_with_many_near_ties_is_exact(seed: int) -> None:
+    # 150 random intervals over 400 values weighing tenths: many cells tie in floats; the exact maximum
+    # is computed here per value with integers (tenths as the floats' exact dyadic rationals).
+    import random
+
+    rnd = random.Random(seed)
+    s = Schema((IntAttribute("x", 0, 399),))
+    queries, weights, spans = [], [], []
+    for i in range(150):
+        a, b = sorted((rnd.randrange(400), rnd.randrange(400)))
+        queries.append(parse_where(s, f"x >= {a} AND x <= {b}", id=f"q{i}"))
+        weights.append(rnd.choice([0.1, 0.2, 0.3, 0.7, 0.7999999999999999]))
+        spans.append((a, b))
+    exact = [Fraction(w) for w in weights]
+    truth = max(
+        sum((e for e, (a, b) in zip(exact, spans, strict=True) if a <= x <= b), Fraction(0)) for x in range(400)
+    )
+    r = max_overlap(queries, weights, "sum")
+    assert r.exact
+    assert_safe(float(r.value), r.exact, truth, "sum", strict=True)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(("comp", "weights"), TIES)
+def test_without_tie_resolution_the_value_is_a_safe_bound(
+    route: str, comp: str, weights: tuple[float, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the exact tie-band evaluation disabled, every route must fall back to its float error
+    # bound: value >= the exact maximum, and exact only if that bound pins the value.
+    monkeypatch.setattr(exactness, "BAND_WORK_LIMIT", 0)
+    monkeypatch.setattr(exactness, "EXACT_NODE_LIMIT", 0)
+    queries = tie_workload(Schema(SQUARE))
+    truth = exact_max(queries, list(weights), comp)
+    try:
+        r = max_overlap(queries, list(weights), comp, algorithm=route)  # type: ignore[arg-type]
+    except CompError:
+        pytest.skip(f"route {route} does not apply")
+    assert_safe(float(r.value), r.exact, truth, comp)
+    assert float(r.lower) <= float(r.value) == float(r.upper)
 
 
 @pytest.mark.xfail(

@@ -174,7 +174,7 @@ def exact_branch(
     incumbent: int,
     *,
     deadline: float | None = None,
-    node_limit: int = EXACT_NODE_LIMIT,
+    node_limit: int | None = None,
 ) -> tuple[tuple[int, ...] | None, int] | None:
     """The exact maximum over atom tuples (``nums`` units of ``2^-k``), or None past the limits.
 
@@ -191,6 +191,7 @@ def exact_branch(
     best = incumbent
     best_cell: tuple[int, ...] | None = None
     nodes = 0
+    limit_nodes = EXACT_NODE_LIMIT if node_limit is None else node_limit
 
     def threshold() -> float:
         # A float at most (incumbent - err): a node whose float bound is below it cannot beat it.
@@ -200,7 +201,7 @@ def exact_branch(
     stack: list[tuple[BoolArray, tuple[int, ...]]] = [(np.ones(n_live, dtype=bool), tuple([-1] * d))]
     while stack:
         nodes += 1
-        if nodes > node_limit or (deadline is not None and nodes % 64 == 0 and time.monotonic() > deadline):
+        if nodes > limit_nodes or (deadline is not None and nodes % 64 == 0 and time.monotonic() > deadline):
             return None
         mask, fixed = stack.pop()
         idx = np.flatnonzero(mask & positive)
