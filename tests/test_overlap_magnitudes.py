@@ -27,10 +27,10 @@ from overlapdp.overlap import (
     OverlapIndex,
     OverlapResult,
     brute_force_overlap,
+    exactness,
     graph_overlap,
     max_overlap,
 )
-from overlapdp.overlap import exactness
 from overlapdp.overlap.magnitude import MagnitudeError, compose_up, sqrt_up
 from overlapdp.overlap.wcsp import available as wcsp_available
 from overlapdp.privacy.accountant import Odometer, PrivacyFilter
@@ -275,7 +275,8 @@ def test_sweep_with_many_near_ties_is_exact(seed: int) -> None:
         spans.append((a, b))
     exact = [Fraction(w) for w in weights]
     truth = max(
-        sum((e for e, (a, b) in zip(exact, spans, strict=True) if a <= x <= b), Fraction(0)) for x in range(400)
+        sum((e for e, (a, b) in zip(exact, spans, strict=True) if a <= x <= b), Fraction(0))
+        for x in range(400)
     )
     r = max_overlap(queries, weights, "sum")
     assert r.exact
