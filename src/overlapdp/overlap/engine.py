@@ -23,6 +23,9 @@ algorithms. The route is picked from the workload's shape:
 Magnitudes (MATH.md section 7): every route runs on loads normalised by a power of two near the largest
 weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
 a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
+Float sums may round (non-dyadic weights, or more than 2^53 units): then each route's float error is
+bounded and float ties are resolved on integers, or the answer is a safe bound with ``exact=False``
+(:mod:`overlapdp.overlap.exactness`): ``exact`` means the value is the smallest float >= the maximum.
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``, computed exactly from the original weights and rounded up. If the effort limit stops the search, ``value`` is the SAFE
@@ -467,8 +470,9 @@ def _search(
             ws = run.outcome()
             offer(ws.cell, ws.best * unit)
             if ws.exact:
-                # toulbar2 is exact on the integer multiples; the product by the unit rounds once.
-                return proved(2 * U * max(best, 0.0) + load_error(lw, c.live))
+                # toulbar2 is exact on the integer multiples; the product by the unit rounds once
+                # unless float sums of the loads are exact (then so is that product).
+                return proved(0.0 if exact_sums else 2 * U * max(best, 0.0) + load_error(lw, c.live))
             if ws.upper is not None:
                 safe.append(ws.upper * unit)
     finally:
