@@ -51,7 +51,8 @@ from overlapdp.overlap.exactness import (
     certify,
     dyadic_exact,
     exact_branch,
-    grid_bounds,
+    grid_bound,
+    grid_error,
     grid_exact,
     load_error,
     sum_error,
@@ -449,9 +450,9 @@ def _search(
             else:
                 until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
             plan = GridPlan(c2, split.grid)
-            g_bound, g_err = grid_bounds(plan, lw.loads)
+            g_bound = grid_bound(plan, lw.loads)
             g_exact = exact_sums and dyadic_exact(lw, g_bound)
-            grid_err = 0.0 if g_exact else g_err
+            grid_err = 0.0 if g_exact else grid_error(plan, g_bound)
             gb = grid_branch(
                 c2,
                 t2,
@@ -549,7 +550,7 @@ def _vector(
         for start in range(0, k, chunk):
             block = scaled[:, start : start + chunk]
             for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
-                if dyadic_exact(lws[j], grid_bounds(plan, lws[j].loads)[0]):
+                if dyadic_exact(lws[j], grid_bound(plan, lws[j].loads)):
                     parts.append(_finish(queries, c, c.row(cell), lws[j], True, 0.0, name))
                 else:  # float ties possible: this component's band resolved exactly (MATH.md 7)
                     parts.append(_grid(queries, c, c, lws[j], name))

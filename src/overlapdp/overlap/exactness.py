@@ -72,18 +72,22 @@ def sum_error(lw: Loads, live: IntArray, terms: int) -> float:
     return 2 * max(terms, 1) * U * total * (1 + 1e-9) + load_error(lw, live)
 
 
-def grid_bounds(plan: GridPlan, loads: FloatArray) -> tuple[float, float]:
-    """``(B, A)`` of the dense grid on ``loads``: the largest intermediate magnitude (the sum of the
-    absolute corner entries plus the loads added cell by cell) and the arithmetic error bound
-    ``2 u n B`` with ``n`` the additions on any path (the largest bin, one cumulative sum per axis, the
-    queries added cell by cell)."""
+def grid_bound(plan: GridPlan, loads: FloatArray) -> float:
+    """``B`` of the dense grid on ``loads``: the largest magnitude of any intermediate (the sum of the
+    absolute corner entries plus the loads added cell by cell bounds every bin, prefix sum and cell)."""
     corner = float(np.abs(plan.sign * loads[plan.owner]).sum()) if plan.owner.size else 0.0
     direct = [qi for qi, _ in plan.direct]
     direct_total = float(loads[direct].sum()) if direct else 0.0
-    bound = (corner + direct_total) * (1 + 1e-9)
+    return (corner + direct_total) * (1 + 1e-9)
+
+
+def grid_error(plan: GridPlan, bound: float) -> float:
+    """The dense grid's arithmetic error bound ``2 u n B`` (Higham's gamma_n), ``n`` the additions any
+    corner entry goes through: its bin's accumulation, one cumulative sum per axis, the queries added
+    cell by cell."""
     largest_bin = int(np.bincount(plan.flat).max()) if plan.flat.size else 0
-    ops = largest_bin + sum(plan.shape) + len(direct) + 1
-    return bound, 2 * U * ops * bound
+    ops = largest_bin + sum(plan.shape) + len(plan.direct) + 1
+    return 2 * U * ops * bound
 
 
 def exact_sums(lw: Loads, live: IntArray, cover: np.ndarray) -> list[int]:
@@ -114,10 +118,10 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     flat = int(np.argmax(grid))
     best_cell = tuple(int(v) for v in np.unravel_index(flat, sizes)) if sizes else ()
     top = float(grid.reshape(-1)[flat])
-    bound, err = grid_bounds(plan, lw.loads)
+    bound = grid_bound(plan, lw.loads)
     if dyadic_exact(lw, bound):
         return best_cell, None
-    err += load_error(lw, c.live)
+    err = grid_error(plan, bound) + load_error(lw, c.live)
     # 3 err, not 2: the subtraction itself may round up by at most u * top <= err / 2.
     cand = np.flatnonzero(grid.reshape(-1) >= top - 3 * err)
     nums, _ = lw.units
