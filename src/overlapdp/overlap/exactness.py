@@ -43,7 +43,8 @@ _LIMB_BITS = 24
 BAND_WORK_LIMIT = 200_000_000
 # Nodes of the exact tie-band search of the other routes before it gives up (the answer is then the
 # safe bound with exact=False).
-EXACT_NODE_LIMIT = 20_000
+EXACT_NODE_LIMIT = 5_000
+EXACT_SECONDS = 1.0
 
 
 def dyadic_exact(lw: Loads, bound: float) -> bool:
@@ -94,7 +95,13 @@ def exact_sums(lw: Loads, live: IntArray, cover: np.ndarray) -> list[int]:
     """Exact sums (``nums`` units of ``lw.units``) of the live queries' loads selected by each row of the
     boolean matrix ``cover`` (rows x live): limbs of 24 bits, summed as exact float64 products."""
     nums, _ = lw.units
-    vals = [nums[i] for i in live.tolist()]
+    used = np.flatnonzero(cover.any(axis=0))
+    if cover.shape[0] <= 64:
+        # Few rows: plain integer sums over the covering queries.
+        live_l = live.tolist()
+        return [sum(nums[live_l[j]] for j in np.flatnonzero(r).tolist()) for r in cover]
+    cover = cover[:, used]
+    vals = [nums[i] for i in live[used].tolist()]
     bits = max((v.bit_length() for v in vals), default=0)
     limbs = max(1, -(-bits // _LIMB_BITS))
     mask = (1 << _LIMB_BITS) - 1
@@ -124,8 +131,7 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     err = grid_error(plan, bound) + load_error(lw, c.live)
     # 3 err, not 2: the subtraction itself may round up by at most u * top <= err / 2.
     cand = np.flatnonzero(grid.reshape(-1) >= top - 3 * err)
-    nums, _ = lw.units
-    bits = max((nums[i].bit_length() for i in c.live.tolist()), default=1)
+    bits = lw.units[1] + 1  # every exact scaled load is below 1: nums < 2^k
     work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
     if work > BAND_WORK_LIMIT:
         return best_cell, top + err
@@ -180,7 +186,8 @@ def exact_branch(
     deadline: float | None = None,
     node_limit: int | None = None,
 ) -> tuple[tuple[int, ...] | None, int] | None:
-    """The exact maximum over atom tuples (``nums`` units of ``2^-k``), or None past the limits.
+    """The exact maximum over atom tuples (``nums`` units of ``2^-k``), or None past the limits (the
+    deadline, ``EXACT_SECONDS``, ``node_limit`` or ``EXACT_NODE_LIMIT`` nodes).
 
     Depth-first branch and bound as :mod:`overlapdp.overlap.branch` (same bound: for every unfixed
     attribute the best atom's float load), started from the ``incumbent`` (the witness's exact value):
@@ -196,6 +203,9 @@ def exact_branch(
     best_cell: tuple[int, ...] | None = None
     nodes = 0
     limit_nodes = EXACT_NODE_LIMIT if node_limit is None else node_limit
+    stop_at = time.monotonic() + EXACT_SECONDS
+    if deadline is not None:
+        stop_at = min(stop_at, deadline)
 
     def threshold() -> float:
         # A float at most (incumbent - err): a node whose float bound is below it cannot beat it.
@@ -205,7 +215,7 @@ def exact_branch(
     stack: list[tuple[BoolArray, tuple[int, ...]]] = [(np.ones(n_live, dtype=bool), tuple([-1] * d))]
     while stack:
         nodes += 1
-        if nodes > limit_nodes or (deadline is not None and nodes % 64 == 0 and time.monotonic() > deadline):
+        if nodes > limit_nodes or (nodes % 64 == 0 and time.monotonic() > stop_at):
             return None
         mask, fixed = stack.pop()
         idx = np.flatnonzero(mask & positive)
