@@ -11,9 +11,10 @@ maximum. The rule applied here:
   float operation is exact: the float optimum is the exact maximum (counts, integer, half, quarter
   weights: the common case).
 - Otherwise each route supplies an absolute error bound ``A`` (scaled units) such that the true maximum
-  is at most ``F + A`` where ``F`` is its float optimum. The dense grid then resolves the band exactly:
-  every cell whose float value is at least ``F - 2A`` is evaluated on integers and the exact maximum
-  taken (:func:`grid_exact`). The search routes are exact when the safe bound ``F + A``, rounded down
+  is at most ``F + A`` where ``F`` is its float optimum (sums: Higham's 2 n u times the sum of the loads; HiGHS: its
+  optimality tolerance, relative 1e-6, as milp.py widens its dual bound). The dense grid then resolves
+  the band exactly: every cell whose float value is at least ``F - 3A`` is evaluated on integers and
+  the exact maximum taken (:func:`grid_exact`); the 2-D sweep runs on Python integers. The search routes are exact when the safe bound ``F + A``, rounded down
   to a multiple of the unit, and the witness's exact value round up to the same float
   (:func:`certify`); otherwise a depth-first search over the tie band with exact integer leaf values
   settles it (:func:`exact_branch`, within a node limit), or the safe bound is reported with
