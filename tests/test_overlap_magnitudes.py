@@ -1,9 +1,10 @@
 """Weights of any finite magnitude (issue 12, item 2; MATH.md section 7, magnitudes).
 
 The truth is computed here with exact rationals (Fractions) over every row of small domains. Every route
-(forced), the incremental index and the privacy filters must give a value >= the truth, equal to it
-(rounded up to a float) when ``exact``, or raise :class:`MagnitudeError` when the truth exceeds the
-largest float.
+(forced), the incremental index and the privacy filters must give a value >= the truth (strictly: no
+tolerance), the smallest float >= it when ``exact``, or raise :class:`MagnitudeError` when the truth
+exceeds the largest float. Float ties of rows whose exact values differ (weights 1e16 and 1, 0.1 and
+0.7) must not lead a route to report the lighter row (MATH.md 7, exactness).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from overlapdp.overlap import (
     OverlapIndex,
     OverlapResult,
     brute_force_overlap,
+    exactness,
     graph_overlap,
     max_overlap,
 )
@@ -39,9 +41,6 @@ from overlapdp.schema import IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
 
 MAX = sys.float_info.max
-# Relative error of the float sums on which a route locates the maximum (HiGHS proves optimality to
-# 1e-12 of the largest load; the filter widens by 1e-9 and decides exactly): the project-wide tolerance.
-REL = Fraction(1, 10**9)
 ROUTES = ["auto", "grid", "sweep2d", "gridbranch", "branch", "milp"]
 SQUARE = IntAttribute("x", 0, 1), IntAttribute("y", 0, 1)
 
@@ -65,22 +64,18 @@ def exact_max(queries: list[PredicateQuery], weights: list[float], comp: str) ->
 
 
 def assert_safe(value: float, exact: bool, truth: Fraction, comp: str, strict: bool = False) -> None:
-    """value >= truth and, when exact, value <= truth, both up to the relative float rounding of the
-    routes' sums (REL; MATH.md 7: the row is located on float sums, the value recomputed exactly and
-    rounded up). ``strict``: value is the smallest float >= truth (l2: compared squared)."""
+    """value >= truth, exactly (never less: MATH.md 7, exactness); when ``exact`` (or ``strict``: the
+    caller demands exactness) value is the smallest float >= truth. For l2 ``truth`` is the exact sum
+    of squares and the floats are compared squared."""
     v = Fraction(float(value))
     below = Fraction(math.nextafter(float(value), -math.inf)) if value > 0 else Fraction(-1)
-    rel = REL
     if comp == "l2":
-        v, rel = v * v, 2 * REL
+        v = v * v
         below = below * below if below > 0 else below
-    if strict:
-        assert v >= truth and below < truth, (value, float(truth))
-        return
-    assert v >= truth * (1 - rel), (value, float(truth))
-    if exact:
-        # The float just below the value is below the truth (up to REL): not an overestimate.
-        assert below < truth * (1 + rel), (value, float(truth))
+    assert v >= truth, (value, float(truth))
+    if exact or strict:
+        # The float just below the value is below the truth: not an overestimate.
+        assert below < truth, (value, float(truth))
 
 
 def representable(truth: Fraction, comp: str) -> bool:
@@ -194,6 +189,140 @@ def test_advanced_filter_with_tiny_epsilons() -> None:
     assert admitted == k
 
 
+# -- float ties of rows whose exact values differ ------------------------------------------------------
+# Row x=0, y=0 is covered by one query of weight ``a``, row x=1, y=1 by two of weights ``b`` and ``c``
+# with fl(b + c) == a (or fl(b^2 + c^2) == a^2) but b + c > a exactly: a route that locates the maximum
+# on float sums sees a tie and may report the lighter row x=0 (value a, below the truth).
+TIES = [
+    ("sum", (1e16, 1e16, 1.0)),  # 1e16 + 1 rounds to 1e16
+    ("l2", (1e16, 1e16, 1.0)),
+    ("sum", (2.0**60, 2.0**60, 3.0)),  # dyadic, but beyond 2^53 units
+    ("l2", (2.0**60, 2.0**60, 3.0)),
+    ("sum", (0.7999999999999999, 0.1, 0.7)),  # 0.1 + 0.7 rounds down to 0.7999999999999999
+    ("sum", (0.7, 0.3, 0.4)),
+    ("sum", (0.8999999999999999, 0.2, 0.7)),
+    ("l2", (0.5, 0.3, 0.4)),  # 0.3^2 + 0.4^2 rounds down to 0.5^2
+    ("l2", (0.7615773105863908, 0.3, 0.7)),
+]
+
+
+def tie_workload(s: Schema) -> list[PredicateQuery]:
+    conds = ["x = 0 AND y = 0", "x = 1 AND y = 1", "x = 1 AND y = 1"]
+    return [parse_where(s, c, id=f"q{i}") for i, c in enumerate(conds)]
+
+
+@pytest.mark.parametrize("route", [*ROUTES, "wcsp"])
+@pytest.mark.parametrize(("comp", "weights"), TIES)
+def test_float_ties_never_report_the_lighter_row(route: str, comp: str, weights: tuple[float, ...]) -> None:
+    queries = tie_workload(Schema(SQUARE))
+    w = list(weights)
+    truth = exact_max(queries, w, comp)
+    try:
+        r = max_overlap(queries, w, comp, algorithm=route)  # type: ignore[arg-type]
+    except CompError:
+        pytest.skip(f"route {route} does not apply")
+    assert_safe(float(r.value), r.exact, truth, comp)
+    # The dense grid and the sweep resolve the tie exactly, the searches by their exact tie-band search.
+    assert r.exact and r.witness == {"x": 1, "y": 1}, (r.value, r.witness)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_vector_components_resolve_float_ties(route: str) -> None:
+    queries = tie_workload(Schema(SQUARE))
+    vectors = [[a, 1.0] for a in (1e16, 1e16, 1.0)]
+    r = max_overlap(queries, vectors, "vector", algorithm=route)  # type: ignore[arg-type]
+    assert_safe(float(r.components[0].value), r.components[0].exact, Fraction(10**16 + 1), "sum")
+    assert_safe(float(r.components[1].value), r.components[1].exact, Fraction(2), "sum")
+
+
+def test_cli_overlap_reports_the_heavier_of_a_float_tie(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(
+        json.dumps({"attributes": [{"name": n, "type": "int", "min": 0, "max": 1} for n in "xy"]})
+    )
+    conds = ["x = 0 AND y = 0", "x = 1 AND y = 1", "x = 1 AND y = 1"]
+    for weights, truth in (((1e16, 1e16, 1.0), Fraction(10**16 + 1)), ((0.7999999999999999, 0.1, 0.7), None)):
+        lines = [
+            json.dumps({"id": f"q{i}", "where": c, "weight": w})
+            for i, (c, w) in enumerate(zip(conds, weights, strict=True))
+        ]
+        workload = tmp_path / "q.jsonl"
+        workload.write_text("\n".join(lines) + "\n")
+        args = ["overlap", "--schema", str(schema), "--queries", str(workload), "--comp", "sum", "--json"]
+        code, out, _ = run(args, capsys)
+        assert code == 0
+        got = json.loads(out)
+        exact_truth = truth if truth is not None else Fraction(weights[1]) + Fraction(weights[2])
+        assert_safe(got["value"], got["exact"], exact_truth, "sum", strict=True)
+        assert got["exact"] and got["witness"] == {"x": 1, "y": 1}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_with_many_near_ties_is_exact(seed: int) -> None:
+    # 150 random intervals over 400 values weighing tenths: many cells tie in floats; the exact maximum
+    # is computed here per value with integers (tenths as the floats' exact dyadic rationals).
+    import random
+
+    rnd = random.Random(seed)
+    s = Schema((IntAttribute("x", 0, 399),))
+    queries, weights, spans = [], [], []
+    for i in range(150):
+        a, b = sorted((rnd.randrange(400), rnd.randrange(400)))
+        queries.append(parse_where(s, f"x >= {a} AND x <= {b}", id=f"q{i}"))
+        weights.append(rnd.choice([0.1, 0.2, 0.3, 0.7, 0.7999999999999999]))
+        spans.append((a, b))
+    exact = [Fraction(w) for w in weights]
+    truth = max(
+        sum((e for e, (a, b) in zip(exact, spans, strict=True) if a <= x <= b), Fraction(0))
+        for x in range(400)
+    )
+    r = max_overlap(queries, weights, "sum")
+    assert r.exact
+    assert_safe(float(r.value), r.exact, truth, "sum", strict=True)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(("comp", "weights"), TIES)
+def test_without_tie_resolution_the_value_is_a_safe_bound(
+    route: str, comp: str, weights: tuple[float, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the exact tie-band evaluation disabled, every route must fall back to its float error
+    # bound: value >= the exact maximum, and exact only if that bound pins the value.
+    monkeypatch.setattr(exactness, "BAND_WORK_LIMIT", 0)
+    monkeypatch.setattr(exactness, "EXACT_NODE_LIMIT", 0)
+    queries = tie_workload(Schema(SQUARE))
+    truth = exact_max(queries, list(weights), comp)
+    try:
+        r = max_overlap(queries, list(weights), comp, algorithm=route)  # type: ignore[arg-type]
+    except CompError:
+        pytest.skip(f"route {route} does not apply")
+    assert_safe(float(r.value), r.exact, truth, comp)
+    assert float(r.lower) <= float(r.value) == float(r.upper)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OverlapIndex (index.py, not changed here) still locates its maximum on float sums and "
+    "reports the lighter row of a float tie as exact",
+)
+def test_index_float_tie_is_not_under_reported() -> None:
+    s = Schema(SQUARE)
+    index = OverlapIndex(s, "sum")
+    for q, w in zip(tie_workload(s), (1e16, 1e16, 1.0), strict=True):
+        r = index.add(q, w)
+    assert Fraction(float(r.value)) >= Fraction(10**16 + 1)
+
+
+def assert_safe_index(value: float, exact: bool, truth: Fraction, comp: str) -> None:
+    """The index's check, relaxed to the relative float rounding of its sums (1e-9) until index.py
+    resolves float ties (see the xfail above); every route of max_overlap is checked strictly."""
+    rel = Fraction(1, 10**9) * (2 if comp == "l2" else 1)
+    v = Fraction(float(value)) ** (2 if comp == "l2" else 1)
+    assert v >= truth * (1 - rel), (value, float(truth))
+
+
 # -- properties over magnitudes 1e-300 .. 1e300 -------------------------------------------------------
 def log_uniform(lo: int = -300, hi: int = 300) -> st.SearchStrategy[float]:
     return st.floats(lo, hi).map(lambda e: float(10.0**e) if e < 308 else 1e308)
@@ -202,8 +331,13 @@ def log_uniform(lo: int = -300, hi: int = 300) -> st.SearchStrategy[float]:
 @st.composite
 def magnitudes(draw: st.DrawFn, n: int) -> list[float]:
     """Mixed magnitudes in one workload; sometimes one magnitude times small integers (ties, toulbar2's
-    integral loads), sometimes subnormals and zeros."""
-    kind = draw(st.sampled_from(["mixed", "mixed", "scaled", "extreme"]))
+    integral loads), sometimes subnormals and zeros, sometimes weights whose float sums tie while their
+    exact sums differ (0.1 + 0.7, 1e16 + 1, times one power of two)."""
+    kind = draw(st.sampled_from(["mixed", "mixed", "scaled", "extreme", "ties"]))
+    if kind == "ties":
+        scale = 2.0 ** draw(st.integers(-900, 900))
+        pool = st.sampled_from([0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.7999999999999999, 1.0, 3.0, 1e16, 2.0**60])
+        return [draw(pool) * scale for _ in range(n)]
     if kind == "scaled":
         base = draw(log_uniform())
         return [base * draw(st.integers(0, 3)) for _ in range(n)]
@@ -269,6 +403,30 @@ def test_toulbar2_route_at_extreme_magnitudes(base: float) -> None:
         check_route(queries, weights, comp, "wcsp")
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["sum", "l2"]),
+    st.lists(log_uniform(), min_size=2, max_size=2),
+    st.lists(st.sampled_from(["x = 1", "y = 1", "x = 0 AND y = 1", "TRUE"]), max_size=2),
+    st.lists(log_uniform(), min_size=2, max_size=2),
+)
+def test_constructed_float_ties_on_every_route(
+    comp: str, pair: list[float], extra: list[str], extra_w: list[float]
+) -> None:
+    """Row (0, 0) holds one query weighing the FLOAT sum of the two queries on row (1, 1) (for l2: the
+    float root of their float sum of squares), so the rows tie in floats while their exact values
+    usually differ; other queries may be added. Every route: value >= the exact maximum."""
+    b, c = pair
+    a = b + c if comp == "sum" else math.sqrt(b * b + c * c)
+    if not (math.isfinite(a) and a > 0):
+        return
+    queries = tie_workload(Schema(SQUARE))
+    queries += [parse_where(Schema(SQUARE), w, id=f"e{i}") for i, w in enumerate(extra)]
+    weights = [a, b, c, *extra_w[: len(extra)]]
+    for route in [*ROUTES, "wcsp"]:
+        check_route(queries, weights, comp, route)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.integers(1, 3))
 def test_vector_components_are_safe_at_every_magnitude(
@@ -314,7 +472,7 @@ def test_index_add_and_peek_are_safe_at_every_magnitude(
         except MagnitudeError:
             assert not representable(truth, "l2" if comp == "l2" else "sum")
             return
-        assert_safe(float(r.value), r.exact, truth, "l2" if comp == "l2" else "sum")
+        assert_safe_index(float(r.value), r.exact, truth, "l2" if comp == "l2" else "sum")
         if not peeked:
             held = held_next
         if held and data.draw(st.booleans()):
@@ -326,7 +484,9 @@ def test_index_add_and_peek_are_safe_at_every_magnitude(
                 rest = exact_max(
                     [h[0] for h in held], [w_of(h[1]) for h in held], "l2" if comp == "l2" else "sum"
                 )
-                assert_safe(float(index.value), index.result().exact, rest, "l2" if comp == "l2" else "sum")
+                assert_safe_index(
+                    float(index.value), index.result().exact, rest, "l2" if comp == "l2" else "sum"
+                )
 
 
 # -- filters -------------------------------------------------------------------------------------------
@@ -449,4 +609,6 @@ def test_odometer_gdp_report_is_not_zero_for_tiny_mu(sigma: float) -> None:
     # Row x = 0 holds all four charges (overlap-aware = sequential here): sqrt(4 mu^2) = 2 mu.
     for value in (g.overlap, g.sequential):
         assert isinstance(value, float)
-        assert_safe(value, g.exact, 4 * mu**2, "l2")
+        # The odometer's ``exact`` says the overlap was found exactly; its GDP value is the root of a
+        # sum of rounded-up normalised squares, so it may exceed the smallest float >= the truth.
+        assert_safe(value, False, 4 * mu**2, "l2")

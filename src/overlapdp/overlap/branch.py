@@ -103,12 +103,15 @@ def branch_and_bound(
     set_upper: Callable[[IntArray], float] | None = None,
     deadline: float | None = None,
     node_limit: int | None = None,
+    rel: float = _REL,
 ) -> BranchOutcome:
     """Maximise the total load (or ``set_value``) over rows; see the module docstring.
 
     ``loads`` (one per live query, non-negative) selects the additive form; otherwise ``set_value`` and
     ``set_upper`` take arrays of live positions. Stops at ``deadline`` (``time.monotonic()``) or after
-    ``node_limit`` expansions with ``exact=False`` and the largest open bound as ``upper``.
+    ``node_limit`` expansions with ``exact=False`` and the largest open bound as ``upper``. A node is
+    pruned when its bound is at most ``best * (1 + rel)``: ``rel=0`` when the float sums are exact
+    (:mod:`overlapdp.overlap.exactness`), else the caller adds ``rel * best`` to its error bound.
     """
     d = len(tables)
     n_live = c.live.shape[0]
@@ -206,7 +209,7 @@ def branch_and_bound(
             break
 
     def slack(v: float) -> float:
-        return v + _REL * max(abs(v), 1e-300)
+        return v + rel * max(abs(v), 1e-300)
 
     while heap:
         negb, _, mask, fixed = heap[0]

@@ -23,6 +23,9 @@ algorithms. The route is picked from the workload's shape:
 Magnitudes (MATH.md section 7): every route runs on loads normalised by a power of two near the largest
 weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
 a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
+Float sums may round (non-dyadic weights, or more than 2^53 units): then each route's float error is
+bounded and float ties are resolved on integers, or the answer is a safe bound with ``exact=False``
+(:mod:`overlapdp.overlap.exactness`): ``exact`` means the value is the smallest float >= the maximum.
 
 Every answer is checked from its witness: the queries covering the witness row are found again from the
 raw intervals and their comp is ``lower``, computed exactly from the original weights and rounded up. If the effort limit stops the search, ``value`` is the SAFE
@@ -44,7 +47,18 @@ from overlapdp.overlap import wcsp
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables, branch_and_bound
 from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
-from overlapdp.overlap.grid import grid_feasible, grid_maximum
+from overlapdp.overlap.exactness import (
+    U,
+    certify,
+    dyadic_exact,
+    exact_branch,
+    grid_bound,
+    grid_error,
+    grid_exact,
+    load_error,
+    sum_error,
+)
+from overlapdp.overlap.grid import GridPlan, grid_feasible, grid_maximum
 from overlapdp.overlap.gridbranch import (
     NODE_GRID_LIMIT,
     Split,
@@ -96,8 +110,10 @@ BOX_GRIDBRANCH_SECONDS = 120.0
 # pure branch and bound (float64 copies of the table) is tried.
 TABLE_LIMIT = 200_000_000
 BRANCH_TABLE_LIMIT = 25_000_000
-# Relative slack on float bounds that are sums of many loads.
-_BOUND_SLACK = 1e-12
+# HiGHS's optimality tolerance as the route's error (MATH.md 7, exactness): relative and absolute (in
+# its units, 1e6 per the largest load), as milp.py widens its dual bound.
+_MILP_REL = 1e-6
+_MILP_ABS = 2e-6
 
 
 def max_overlap(
@@ -166,14 +182,23 @@ def _finish(
     exact: bool,
     upper_load: float,
     algorithm: str,
+    may_prove: bool = False,
 ) -> OverlapResult:
-    """The result from a witness row: covering queries and ``lower`` recomputed from raw intervals."""
+    """The result from a witness row: covering queries and ``lower`` recomputed from raw intervals.
+
+    ``exact``: the row is PROVEN a maximum in exact arithmetic (``upper_load`` ignored). Otherwise
+    ``upper_load`` is a safe bound on the maximum in scaled units, float errors included (MATH.md 7,
+    exactness); with ``may_prove`` the result is exact when that bound pins the value to ``lower``.
+    """
     if row is None:
         # The search stopped before any row: any point of the heaviest query is a witness.
         row = c.row(_cell_of_query(c, int(c.live[np.argmax(lw.loads[c.live])])))
     covering = c.covering(row)
     lower = lw.compose(covering)
-    upper = lower if exact else max(lower, lw.outer(upper_load * (1 + _BOUND_SLACK)))
+    upper = lower
+    if not exact:
+        upper, proven = certify(lw, covering, upper_load, lower)
+        exact = proven and may_prove
     return _at_row(queries, c, row, covering, lower, upper, exact, algorithm)
 
 
@@ -216,12 +241,13 @@ def _scalar(
         return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
     if algorithm in ("auto", "grid") and grid_feasible(c):
-        ((_, cell),) = grid_maximum(c, lw.loads[:, None])
-        return _finish(queries, c, c.row(cell), lw, True, 0.0, "sweep" if d == 1 else "grid")
+        return _grid(queries, c, c, lw, "sweep" if d == 1 else "grid")
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
-        _, cell2 = sweep_2d(c, lw.loads)
+        # Float sums are exact for dyadic loads; otherwise the sweep runs on exact integers (MATH.md 7).
+        exact_floats = dyadic_exact(lw, float(lw.loads[c.live].sum()))
+        _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     # -- issue 13 hook: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
     if algorithm == "boxes" or (algorithm == "auto" and box_route.applies(c)):
@@ -232,6 +258,15 @@ def _scalar(
         return _finish(queries, c, row, lw, out.exact, out.upper, "boxes")
     # -- end of the issue 13 hook.
     return _search(queries, c, lw, deadline, algorithm)
+
+
+def _grid(
+    queries: Sequence[PredicateQuery], c: Compiled, grid_of: Compiled, lw: Loads, algorithm: str
+) -> OverlapResult:
+    """The dense grid of ``grid_of`` (``c`` or its atoms): exact where floats are, else the tie band
+    resolved on integers (:func:`~overlapdp.overlap.exactness.grid_exact`)."""
+    cell, bound = grid_exact(grid_of, lw)
+    return _finish(queries, c, grid_of.row(cell), lw, bound is None, bound or 0.0, algorithm, True)
 
 
 def _time_left(deadline: float | None) -> bool:
@@ -257,16 +292,18 @@ def _search(
     """Atoms, then: the atom grid if it fits, else grid-branch / branch and bound, then HiGHS."""
     loads = lw.loads[c.live]
     total = float(loads.sum())
+    # Error of any float sum of live loads (MATH.md 7, exactness): zero when floats are exact.
+    exact_sums = dyadic_exact(lw, total)
+    err_sum = 0.0 if exact_sums else sum_error(lw, c.live, c.live.size)
     segments = sum(a.size for a in c.attributes)
     if segments * c.live.size > TABLE_LIMIT:
         # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
-        return _finish(queries, c, None, lw, False, total, "trivial-bound")
+        return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
     tables = atom_tables(c)
     c2 = compress(c, tables)
     t2 = kept_tables(tables)
     if algorithm in ("auto", "grid") and grid_feasible(c2):
-        ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
-        return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+        return _grid(queries, c, c2, lw, "grid (atoms)")
     if algorithm == "grid":
         raise CompError("the dense grid does not fit the memory limit for this workload")
     safe = [total]
@@ -284,8 +321,32 @@ def _search(
         if cell is not None and value > best:
             row, best = c2.row(cell), value
 
-    def proved() -> OverlapResult:
-        return _finish(queries, c, row, lw, True, 0.0, "+".join(used))
+    # Extra error of the grid-branch bounds, once its plan is known (MATH.md 7, exactness).
+    grid_err = 0.0
+    # The searches prune without slack: a pruned row's exact value is at most the incumbent plus the
+    # float error of the sums (err_sum, grid_err), which the proofs below add.
+    rel = 0.0
+
+    def proved(err: float) -> OverlapResult:
+        """The optimum proved in floats by a route whose float optimum is within ``err`` of the true
+        one: exact when the bound pins the witness's exact value (certify), else when the exact search
+        over the tie band settles it (small workloads, within its node limit and the effort limit)."""
+        res = _finish(queries, c, row, lw, False, max(best, 0.0) + err, "+".join(used), True)
+        if res.exact or not small:
+            return res
+        nums, k = lw.units
+        live_nums = [nums[i] for i in c.live.tolist()]
+        witness = sum(nums[i] for i in res.query_indices)
+        found = exact_branch(t2, loads, live_nums, k, err_sum, witness, deadline=deadline)
+        if found is None:
+            return res
+        cell, _ = found
+        better = row if cell is None else c2.row(cell)
+        return _finish(queries, c, better, lw, True, 0.0, "+".join(used))
+
+    def milp_err() -> float:
+        top = float(loads.max()) if loads.size else 0.0
+        return _MILP_REL * max(best, 0.0) + _MILP_ABS * top / 1e6 + err_sum + 2 * U * max(best, 0.0)
 
     def run_milp(until: float | None) -> bool:
         used.append("milp")
@@ -302,11 +363,16 @@ def _search(
         used.append("branch")
         node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
         out = branch_and_bound(
-            c2, t2, loads, deadline=remaining(0.1 if algorithm == "auto" else 1.0), node_limit=node_limit
+            c2,
+            t2,
+            loads,
+            deadline=remaining(0.1 if algorithm == "auto" else 1.0),
+            node_limit=node_limit,
+            rel=rel,
         )
         offer(out.cell, out.best)
         if out.exact:
-            return proved()
+            return proved(err_sum)
         safe.append(out.upper)
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
@@ -316,8 +382,7 @@ def _search(
     if split is not None and not split.rest:
         # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
         if len(split.grid) < 2:
-            ((_, cell),) = grid_maximum(c2, lw.loads[:, None])
-            return _finish(queries, c, c2.row(cell), lw, True, 0.0, "grid (atoms)")
+            return _grid(queries, c, c2, lw, "grid (atoms)")
         split = Split(split.grid[:-1], [split.grid[-1]])
     # Whether toulbar2 applies; its network is built only when it is started (after HiGHS's try on
     # small workloads, which usually proves them first: admissions run this path for every query).
@@ -351,7 +416,7 @@ def _search(
     # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves them
     # before a child process would have started. Large ones start toulbar2 first.
     if c.live.size < WCSP_FIRST_QUERIES and quick_milp():
-        return proved()
+        return proved(milp_err())
     # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
     # prove the optimum ends the others.
     run: wcsp.Run | None = None
@@ -370,7 +435,7 @@ def _search(
             run = started
     try:
         if c.live.size >= WCSP_FIRST_QUERIES and quick_milp():
-            return proved()
+            return proved(milp_err())
         coloured = False
         if deadline is not None:
             # Under an effort limit the search may stop early: the colouring bound is taken now, inside
@@ -393,16 +458,31 @@ def _search(
                 until = _until(deadline, 0.8, BOX_GRIDBRANCH_SECONDS)
             else:
                 until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
-            gb = grid_branch(c2, t2, loads, split, deadline=until, stop=None if run is None else run.proved)
+            plan = GridPlan(c2, split.grid)
+            g_bound = grid_bound(plan, lw.loads)
+            g_exact = exact_sums and dyadic_exact(lw, g_bound)
+            grid_err = 0.0 if g_exact else grid_error(plan, g_bound)
+            gb = grid_branch(
+                c2,
+                t2,
+                loads,
+                split,
+                deadline=until,
+                stop=None if run is None else run.proved,
+                rel=0.0,
+                plan=plan,
+            )
             offer(gb.cell, gb.best)
             if gb.exact:
-                return proved()
+                return proved(err_sum + grid_err)
             safe.append(gb.upper)
         if run is not None:
             ws = run.outcome()
             offer(ws.cell, ws.best * unit)
             if ws.exact:
-                return proved()
+                # toulbar2 is exact on the integer multiples; the product by the unit rounds once
+                # unless float sums of the loads are exact (then so is that product).
+                return proved(0.0 if exact_sums else 2 * U * max(best, 0.0) + load_error(lw, c.live))
             if ws.upper is not None:
                 safe.append(ws.upper * unit)
     finally:
@@ -410,12 +490,14 @@ def _search(
             run.cancel()  # a no-op once its outcome is read; otherwise no orphan solver is left running
     if algorithm == "auto" and _worth(deadline, MILP_LAST_SECONDS) and run_milp(deadline):
         # HiGHS again for the time left (to the end when there is no effort limit: then exact).
-        return proved()
+        return proved(milp_err())
     if not coloured:
         col = colouring_bound(t2, loads)
         if col is not None:
             safe.append(col)
-    return _finish(queries, c, row, lw, False, min(safe), "+".join(used) or "bound")
+    # Every safe bound is a float sum of live loads (the grid-branch frontier: a grid's maximum).
+    bound = min(safe) + err_sum + grid_err
+    return _finish(queries, c, row, lw, False, bound, "+".join(used) or "bound")
 
 
 def _wcsp_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
@@ -473,10 +555,14 @@ def _vector(
         # As many components per dense grid as fit the memory limit (RDP has dozens of orders).
         chunk = max(1, min(k, next(n for n in range(k, 0, -1) if n == 1 or grid_feasible(c, n))))
         name = "sweep" if len(c.attributes) == 1 else "grid"
+        plan = GridPlan(c)
         for start in range(0, k, chunk):
             block = scaled[:, start : start + chunk]
             for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
-                parts.append(_finish(queries, c, c.row(cell), lws[j], True, 0.0, name))
+                if dyadic_exact(lws[j], grid_bound(plan, lws[j].loads)):
+                    parts.append(_finish(queries, c, c.row(cell), lws[j], True, 0.0, name))
+                else:  # float ties possible: this component's band resolved exactly (MATH.md 7)
+                    parts.append(_grid(queries, c, c, lws[j], name))
     else:
         for j in range(k):
             parts.append(_scalar(queries, c, lws[j], deadline, algorithm))

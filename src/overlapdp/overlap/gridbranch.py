@@ -96,15 +96,19 @@ def grid_branch(
     deadline: float | None = None,
     node_limit: int | None = None,
     stop: Callable[[], bool] | None = None,
+    rel: float = _REL,
+    plan: GridPlan | None = None,
 ) -> BranchOutcome:
     """Maximise the total load over rows; ``cell`` in the outcome is in segment indices of ``c``.
 
     ``stop`` is asked before every node; when it says True the search ends as at the deadline (used
-    when another solver running alongside has proved the optimum).
+    when another solver running alongside has proved the optimum). Nodes are pruned at
+    ``best * (1 + rel)`` (``rel=0`` when the float sums are exact, MATH.md 7); ``plan`` is the
+    ``GridPlan(c, split.grid)`` when the caller has built it already.
     """
     live = c.live
     n_live = live.shape[0]
-    plan = GridPlan(c, split.grid)
+    plan = GridPlan(c, split.grid) if plan is None else plan
     seg_member = {j: c.attributes[j].membership(live) for j in split.grid}
     rest = split.rest
     weights_full = np.zeros(c.t)
@@ -145,7 +149,7 @@ def grid_branch(
         return bound
 
     def slack(v: float) -> float:
-        return v + _REL * max(abs(v), 1e-300)
+        return v + rel * max(abs(v), 1e-300)
 
     root = np.ones(n_live, dtype=bool)
     # Entries: (-bound, tiebreak, evaluated, mask, fixed atoms of rest[:len(fixed)]).

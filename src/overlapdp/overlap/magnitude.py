@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -260,6 +261,34 @@ class Loads:
         idx = np.asarray(indices, dtype=np.int64)
         value = compose_up(self.name, self.weights[idx].tolist())
         return check_finite(value, self._heaviest(idx))
+
+    @cached_property
+    def units(self) -> tuple[list[int], int]:
+        """``(nums, k)``: the EXACT scaled loads are ``nums[q] / 2**k`` (``f`` of the original weight over
+        $2^E$, or $4^E$ for ``l2``), on integers; the stored float loads may be rounded up from them."""
+        if self.weights is None:
+            return [1] * int(self.loads.shape[0]), 0
+        pairs: list[tuple[int, int]] = []
+        for w in self.weights.tolist():
+            n, d = float(w).as_integer_ratio()
+            k = d.bit_length() - 1 + self.shift  # w / 2**E == n / 2**k, k >= 1 when w > 0
+            if self.name == "l2":
+                n, k = n * n, 2 * k
+            pairs.append((n, k))
+        top = max((k for n, k in pairs if n), default=0)
+        return [n << (top - k) if n else 0 for n, k in pairs], top
+
+    @cached_property
+    def loads_exact(self) -> bool:
+        """Whether every stored float load equals its exact scaled load (no rounding in scale / square)."""
+        if self.weights is None:
+            return True
+        nums, k = self.units
+        for load, n in zip(self.loads.tolist(), nums, strict=True):
+            a, d = float(load).as_integer_ratio()
+            if a * (1 << k) != n * d:
+                return False
+        return True
 
     def _heaviest(self, idx: npt.NDArray[np.int64] | None) -> str:
         """Names the heaviest query (of ``idx``, or of all) for an error message."""

@@ -78,8 +78,9 @@ class OverlapResult:
 
     ``lower`` is attained: the witness row is covered by exactly the queries in ``queries`` and their
     composed weight is ``lower`` (computed exactly from the weights and rounded up to a float, MATH.md 7).
-    ``upper`` is a safe upper bound of the true maximum. When ``exact`` they are equal (the row is located
-    on float sums: up to their relative rounding) and ``value`` is that maximum; otherwise ``value`` is
+    ``upper`` is a safe upper bound of the true maximum. When ``exact`` they are equal and ``value`` is
+    the smallest float >= the exact maximum (MATH.md 7, exactness: float ties are resolved exactly or
+    the answer is not called exact; for ``l2`` compared squared); otherwise ``value`` is
     the SAFE UPPER BOUND ``upper`` (DESIGN.md: never under-report privacy loss). For the vector comp
     ``value``, ``upper`` and ``lower`` are arrays, ``components`` holds one result per component (each
     with its own witness), and the top-level witness is None.

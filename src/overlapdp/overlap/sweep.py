@@ -2,11 +2,16 @@
 keep the second's loads in a segment tree with lazy range add and a global maximum (Imai and Asano
 1983; MATH.md section 7), $O(t\\log t)$.
 
+With ``ints`` (exact integer loads, MATH.md section 7: used when float sums could be inexact) the same
+sweep runs on Python integers, so the maximum and its cell are exact.
+
 At each segment boundary of the first attribute the boxes that end there are removed and those that
 start there are added; the tree's root then holds the largest load of any cell in that column.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,15 +25,18 @@ class MaxAddTree:
     ``top[v]`` is the maximum of ``v``'s subtree including the pending adds stored at ``v`` itself.
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, exact: bool = False) -> None:
         size = 1
         while size < n:
             size *= 2
         self.size = size
-        self.top = [0.0] * (2 * size)
-        self.lazy = [0.0] * (2 * size)
+        zero: float = 0 if exact else 0.0
+        self.top: list[float] = [zero] * (2 * size)
+        self.lazy: list[float] = [zero] * (2 * size)
+        # Padding leaves: below every real leaf (loads are >= 0) and never added to.
+        pad = -1 if exact else float("-inf")
         for i in range(size + n, 2 * size):
-            self.top[i] = float("-inf")
+            self.top[i] = pad
         for i in range(size - 1, 0, -1):
             self.top[i] = max(self.top[2 * i], self.top[2 * i + 1])
 
@@ -66,8 +74,11 @@ class MaxAddTree:
         return v - self.size
 
 
-def sweep_2d(c: Compiled, loads: FloatArray) -> tuple[float, tuple[int, int]]:
-    """Largest cell load and its segment pair; needs exactly two active attributes, one interval each."""
+def sweep_2d(
+    c: Compiled, loads: FloatArray, ints: Sequence[int] | None = None
+) -> tuple[float, tuple[int, int]]:
+    """Largest cell load and its segment pair; needs exactly two active attributes, one interval each.
+    With ``ints`` (one non-negative integer per query) the sweep adds those exactly instead."""
     ax, ay = c.attributes
     t = c.t
     # Interval per query on each attribute (the full range when it does not constrain it).
@@ -78,15 +89,17 @@ def sweep_2d(c: Compiled, loads: FloatArray) -> tuple[float, tuple[int, int]]:
     yhi = np.full(t, ay.size, dtype=np.int64)
     ylo[ay.query], yhi[ay.query] = ay.lo, ay.hi
     live = c.live[loads[c.live] > 0]
-    tree = MaxAddTree(ay.size)
+    tree = MaxAddTree(ay.size, exact=ints is not None)
     # Events sorted by x; removals (at hi) before additions (at lo) at the same x.
     ex = np.concatenate([xhi[live], xlo[live]])
     kind = np.concatenate([np.zeros(live.size, dtype=np.int64), np.ones(live.size, dtype=np.int64)])
     who = np.concatenate([live, live])
     order = np.lexsort((kind, ex))
-    best, cell = 0.0, (0, 0)
+    best: float = 0 if ints is not None else 0.0
+    cell = (0, 0)
     ex_l, kind_l, who_l = ex[order].tolist(), kind[order].tolist(), who[order].tolist()
-    ylo_l, yhi_l, w_l = ylo.tolist(), yhi.tolist(), loads.tolist()
+    ylo_l, yhi_l = ylo.tolist(), yhi.tolist()
+    w_l: list[float] = list(ints) if ints is not None else loads.tolist()
     n = len(ex_l)
     i = 0
     while i < n:

@@ -1,0 +1,255 @@
+"""When float sums locate the maximum exactly, and what to report when they may not (MATH.md section 7).
+
+The routes add normalised loads (:mod:`overlapdp.overlap.magnitude`) in floating point. Two rows whose
+exact values differ can tie in floats (weights ``1e16`` and ``1``, or ``0.1`` and ``0.3``), and a route
+may then return the lighter one; its value, recomputed exactly and rounded up, would be BELOW the true
+maximum. The rule applied here:
+
+- Dyadic-exact: when every stored load equals its exact scaled value, is an integer multiple of a common
+  $2^{-k}$, and every intermediate of the route is at most $B<2^{53}$ such units (``B`` per route: the
+  sum of the loads, or for the dense grid the sum of the absolute corner entries plus the loads), every
+  float operation is exact: the float optimum is the exact maximum (counts, integer, half, quarter
+  weights: the common case).
+- Otherwise each route supplies an absolute error bound ``A`` (scaled units) such that the true maximum
+  is at most ``F + A`` where ``F`` is its float optimum (sums: Higham's 2 n u times the sum of the loads; HiGHS: its
+  optimality tolerance, relative 1e-6, as milp.py widens its dual bound). The dense grid then resolves
+  the band exactly: every cell whose float value is at least ``F - 3A`` is evaluated on integers and
+  the exact maximum taken (:func:`grid_exact`); the 2-D sweep runs on Python integers. The search routes are exact when the safe bound ``F + A``, rounded down
+  to a multiple of the unit, and the witness's exact value round up to the same float
+  (:func:`certify`); otherwise a depth-first search over the tie band with exact integer leaf values
+  settles it (:func:`exact_branch`, within a node limit), or the safe bound is reported with
+  ``exact=False``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from overlapdp.overlap.branch import AtomTable
+from overlapdp.overlap.compiled import BoolArray, Compiled, IntArray
+from overlapdp.overlap.grid import GridPlan
+from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
+from overlapdp.overlap.result import FloatArray
+
+# Unit roundoff of binary64 (round to nearest).
+U = 2.0**-53
+# Bits per limb when exact loads are summed as float64 matrix products (exact for < 2^29 queries).
+_LIMB_BITS = 24
+# Largest candidates x queries x limbs the exact band evaluation of the dense grid may cost.
+BAND_WORK_LIMIT = 200_000_000
+# Nodes of the exact tie-band search of the other routes before it gives up (the answer is then the
+# safe bound with exact=False).
+EXACT_NODE_LIMIT = 5_000
+EXACT_SECONDS = 1.0
+
+
+def dyadic_exact(lw: Loads, bound: float) -> bool:
+    """Whether float arithmetic on ``lw.loads`` is exact for a route whose intermediates are at most
+    ``bound`` in absolute value (scaled units): see the module docstring."""
+    if not lw.loads_exact:
+        return False
+    _, k = lw.units
+    limit = math.ldexp(1.0, 53 - k) if 53 - k > -1074 else 0.0
+    return bound * (1 + 1e-12) < limit
+
+
+def load_error(lw: Loads, live: IntArray | None = None) -> float:
+    """A bound on |sum of stored loads - sum of exact loads| over any set of queries (scaled units):
+    scaled weights are exact or rounded up from below the normal range, squares within 2^-53."""
+    if lw.loads_exact:
+        return 0.0
+    loads = lw.loads if live is None else lw.loads[live]
+    return 2 * U * float(loads.sum()) + int(loads.shape[0]) * 2.0**-1073
+
+
+def sum_error(lw: Loads, live: IntArray, terms: int) -> float:
+    """Absolute error bound of a float sum (in any order, or a dot product with 0/1 entries) of at most
+    ``terms`` of the live loads, plus the loads' own rounding: ``2 n u S`` (Higham's gamma_n, n u < 1/2)."""
+    total = float(lw.loads[live].sum())
+    return 2 * max(terms, 1) * U * total * (1 + 1e-9) + load_error(lw, live)
+
+
+def grid_bound(plan: GridPlan, loads: FloatArray) -> float:
+    """``B`` of the dense grid on ``loads``: the largest magnitude of any intermediate (the sum of the
+    absolute corner entries plus the loads added cell by cell bounds every bin, prefix sum and cell)."""
+    corner = float(np.abs(plan.sign * loads[plan.owner]).sum()) if plan.owner.size else 0.0
+    direct = [qi for qi, _ in plan.direct]
+    direct_total = float(loads[direct].sum()) if direct else 0.0
+    return (corner + direct_total) * (1 + 1e-9)
+
+
+def grid_error(plan: GridPlan, bound: float) -> float:
+    """The dense grid's arithmetic error bound ``2 u n B`` (Higham's gamma_n), ``n`` the additions any
+    corner entry goes through: its bin's accumulation, one cumulative sum per axis, the queries added
+    cell by cell."""
+    largest_bin = int(np.bincount(plan.flat).max()) if plan.flat.size else 0
+    ops = largest_bin + sum(plan.shape) + len(plan.direct) + 1
+    return 2 * U * ops * bound
+
+
+def exact_sums(lw: Loads, live: IntArray, cover: np.ndarray) -> list[int]:
+    """Exact sums (``nums`` units of ``lw.units``) of the live queries' loads selected by each row of the
+    boolean matrix ``cover`` (rows x live): limbs of 24 bits, summed as exact float64 products."""
+    nums, _ = lw.units
+    used = np.flatnonzero(cover.any(axis=0))
+    if cover.shape[0] <= 64:
+        # Few rows: plain integer sums over the covering queries.
+        live_l = live.tolist()
+        return [sum(nums[live_l[j]] for j in np.flatnonzero(r).tolist()) for r in cover]
+    cover = cover[:, used]
+    vals = [nums[i] for i in live[used].tolist()]
+    bits = max((v.bit_length() for v in vals), default=0)
+    limbs = max(1, -(-bits // _LIMB_BITS))
+    mask = (1 << _LIMB_BITS) - 1
+    table = np.array(
+        [[(v >> (_LIMB_BITS * j)) & mask for j in range(limbs)] for v in vals], dtype=np.float64
+    ).reshape(len(vals), limbs)
+    sums = cover.astype(np.float64) @ table
+    out = []
+    for row in sums.tolist():
+        out.append(sum(int(x) << (_LIMB_BITS * j) for j, x in enumerate(row)))
+    return out
+
+
+def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
+    """The dense grid of ``c`` (all its active attributes) on the loads of ``lw``: a maximising cell and
+    ``None`` when that cell is PROVEN an exact maximum (dyadic-exact, or the band resolved on
+    integers), else the float maximum plus its error bound as a safe bound in scaled units."""
+    plan = GridPlan(c)
+    grid = plan.loads(lw.loads)
+    sizes = tuple(a.size for a in c.attributes)
+    flat = int(np.argmax(grid))
+    best_cell = tuple(int(v) for v in np.unravel_index(flat, sizes)) if sizes else ()
+    top = float(grid.reshape(-1)[flat])
+    bound = grid_bound(plan, lw.loads)
+    if dyadic_exact(lw, bound):
+        return best_cell, None
+    err = grid_error(plan, bound) + load_error(lw, c.live)
+    # 3 err, not 2: the subtraction itself may round up by at most u * top <= err / 2.
+    cand = np.flatnonzero(grid.reshape(-1) >= top - 3 * err)
+    bits = lw.units[1] + 1  # every exact scaled load is below 1: nums < 2^k
+    work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
+    if work > BAND_WORK_LIMIT:
+        return best_cell, top + err
+    members = [a.membership(c.live) for a in c.attributes]
+    best_val = -1
+    for start in range(0, cand.size, 4096):
+        chunk = cand[start : start + 4096]
+        cells = np.unravel_index(chunk, sizes)
+        cover = np.ones((chunk.size, c.live.size), dtype=bool)
+        for m, idx in zip(members, cells, strict=True):
+            cover &= m[idx]
+        for i, v in enumerate(exact_sums(lw, c.live, cover)):
+            if v > best_val:
+                best_val = v
+                best_cell = tuple(int(x[i]) for x in cells)
+    return best_cell, None
+
+
+def certify(lw: Loads, covering: Sequence[int] | IntArray, bound: float, lower: float) -> tuple[float, bool]:
+    """``(upper, exact)`` from the exact value of the witness's queries and a safe bound ``bound`` on the
+    maximum in scaled units (a float, exactly as given). The maximum is a multiple of the unit ``2^-k``
+    at most ``bound``; ``exact`` when that multiple is the witness's value, or when both round up to the
+    same float ``lower`` (then ``upper == lower``). :class:`MagnitudeError` when the bound exceeds the
+    float range."""
+    nums, k = lw.units
+    witness = sum(nums[i] for i in np.asarray(covering, dtype=np.int64).tolist())
+    scaled = Fraction(max(bound, 0.0))
+    cap = max((scaled.numerator << k) // scaled.denominator, witness)
+    if cap == witness:
+        return lower, True
+    if lw.name == "count":
+        upper = float(cap)
+    else:
+        factor = Fraction(2) ** (lw.shift if lw.name == "sum" else 2 * lw.shift)
+        value = Fraction(cap, 1 << k) * factor
+        upper = float_up(value) if lw.name == "sum" else sqrt_up(value)
+    if not math.isfinite(upper):
+        raise MagnitudeError(
+            f"{lw._heaviest(None)}: the bound on the maximum overlap exceeds the largest float ({MAX_FLOAT:g})"
+        )
+    return (lower, True) if upper == lower else (max(upper, lower), False)
+
+
+def exact_branch(
+    tables: Sequence[AtomTable],
+    loads: FloatArray,
+    nums: Sequence[int],
+    k: int,
+    err: float,
+    incumbent: int,
+    *,
+    deadline: float | None = None,
+    node_limit: int | None = None,
+) -> tuple[tuple[int, ...] | None, int] | None:
+    """The exact maximum over atom tuples (``nums`` units of ``2^-k``), or None past the limits (the
+    deadline, ``EXACT_SECONDS``, ``node_limit`` or ``EXACT_NODE_LIMIT`` nodes).
+
+    Depth-first branch and bound as :mod:`overlapdp.overlap.branch` (same bound: for every unfixed
+    attribute the best atom's float load), started from the ``incumbent`` (the witness's exact value):
+    a node is pruned only when its float bound plus ``err`` (the float error of any sum of loads) is
+    below the incumbent, so only the tie band is explored; a solved node's value is its exact integer
+    sum. Returns ``(cell, value)`` with ``cell`` None when no row beats the incumbent.
+    """
+    d = len(tables)
+    n_live = loads.shape[0]
+    positive = loads > 0
+    scale = Fraction(1, 1 << k)
+    best = incumbent
+    best_cell: tuple[int, ...] | None = None
+    nodes = 0
+    limit_nodes = EXACT_NODE_LIMIT if node_limit is None else node_limit
+    stop_at = time.monotonic() + EXACT_SECONDS
+    if deadline is not None:
+        stop_at = min(stop_at, deadline)
+
+    def threshold() -> float:
+        # A float at most (incumbent - err): a node whose float bound is below it cannot beat it.
+        t = float(best * scale)
+        return t * (1 - 8 * U) - err * (1 + 4 * U)
+
+    stack: list[tuple[BoolArray, tuple[int, ...]]] = [(np.ones(n_live, dtype=bool), tuple([-1] * d))]
+    while stack:
+        nodes += 1
+        if nodes > limit_nodes or (nodes % 64 == 0 and time.monotonic() > stop_at):
+            return None
+        mask, fixed = stack.pop()
+        idx = np.flatnonzero(mask & positive)
+        need = idx.shape[0]
+        completion = list(fixed)
+        solved = True
+        best_j, best_max, best_loads = -1, math.inf, None
+        for j in range(d):
+            if fixed[j] >= 0:
+                continue
+            sub = tables[j].as_float[:, idx]
+            cnt = sub.sum(axis=1)
+            top = int(np.argmax(cnt))
+            if cnt[top] >= need - 0.5:
+                completion[j] = top
+                continue
+            solved = False
+            ld = sub @ loads[idx]
+            m = float(ld.max())
+            if m < best_max:
+                best_j, best_max, best_loads = j, m, ld
+        if solved:
+            value = sum(nums[i] for i in idx.tolist())
+            if value > best:
+                best, best_cell = value, tuple(completion)
+            continue
+        assert best_loads is not None
+        limit = threshold()
+        member = tables[best_j].member
+        for a in np.argsort(best_loads, kind="stable").tolist():  # heaviest popped first
+            if float(best_loads[a]) < limit:
+                continue
+            nf = list(fixed)
+            nf[best_j] = int(a)
+            stack.append((mask & member[a], tuple(nf)))
+    return best_cell, best
