@@ -67,7 +67,7 @@ from overlapdp.overlap.gridbranch import (
     grid_branch,
     kept_tables,
 )
-from overlapdp.overlap.magnitude import Loads
+from overlapdp.overlap.magnitude import Loads, MagnitudeError
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -250,12 +250,31 @@ def _scalar(
         _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     # -- issue 13 hook: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
-    if algorithm == "boxes" or (algorithm == "auto" and box_route.applies(c)):
+    # Its float sums (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^d
+    # times the total load) are exact only on dyadic loads (MATH.md 7, exactness); on others `auto`
+    # keeps the routes that resolve float ties, and a forced run is certified against its error bound.
+    total = float(lw.loads[c.live].sum())
+    box_bound = math.ldexp(total, len(c.attributes))
+    box_floats_exact = dyadic_exact(lw, box_bound)
+    if algorithm == "boxes" or (algorithm == "auto" and box_floats_exact and box_route.applies(c)):
         if not box_route.applies(c):
             raise CompError("the boxes route needs a one-interval attribute and few value-set atoms")
         out = box_route.max_depth(c, lw.loads, deadline)
         row = None if out.cell is None else c.row(out.cell)
-        return _finish(queries, c, row, lw, out.exact, out.upper, "boxes")
+        if out.exact and box_floats_exact:
+            return _finish(queries, c, row, lw, True, 0.0, "boxes")
+        ops = c.live.size * (1 << len(c.attributes)) + sum(a.size for a in c.attributes) + 1
+        err = 2 * U * ops * box_bound * (1 + 1e-9) + load_error(lw, c.live)
+        try:
+            res = _finish(queries, c, row, lw, False, max(out.upper, out.best) + err, "boxes", out.exact)
+            if res.exact or not out.exact:
+                return res
+        except MagnitudeError:
+            if not out.exact:
+                raise
+        # Not pinned by the bound (or the bound left the float range): rows within the float error may
+        # tie, which the general search resolves exactly (its tie-band search).
+        algorithm = "auto"
     # -- end of the issue 13 hook.
     return _search(queries, c, lw, deadline, algorithm)
 
@@ -331,14 +350,28 @@ def _search(
         """The optimum proved in floats by a route whose float optimum is within ``err`` of the true
         one: exact when the bound pins the witness's exact value (certify), else when the exact search
         over the tie band settles it (small workloads, within its node limit and the effort limit)."""
-        res = _finish(queries, c, row, lw, False, max(best, 0.0) + err, "+".join(used), True)
-        if res.exact or not small:
+        try:
+            res: OverlapResult | None = _finish(
+                queries, c, row, lw, False, max(best, 0.0) + err, "+".join(used), True
+            )
+        except MagnitudeError:
+            # The bound left the float range although the maximum may not have: the exact search
+            # settles it on integers (or the refusal stands).
+            if not small or row is None:
+                raise
+            res = None
+        if res is not None and (res.exact or not small):
             return res
         nums, k = lw.units
         live_nums = [nums[i] for i in c.live.tolist()]
-        witness = sum(nums[i] for i in res.query_indices)
+        assert row is not None
+        witness = sum(nums[i] for i in c.covering(row).tolist())
         found = exact_branch(t2, loads, live_nums, k, err_sum, witness, deadline=deadline)
         if found is None:
+            if res is None:
+                raise MagnitudeError(
+                    f"{lw._heaviest(None)}: the bound on the maximum overlap exceeds the largest float"
+                )
             return res
         cell, _ = found
         better = row if cell is None else c2.row(cell)
