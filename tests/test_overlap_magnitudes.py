@@ -306,25 +306,32 @@ def test_without_tie_resolution_the_value_is_a_safe_bound(
     assert float(r.lower) <= float(r.value) == float(r.upper)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OverlapIndex (index.py, not changed here) still locates its maximum on float sums and "
-    "reports the lighter row of a float tie as exact",
-)
-def test_index_float_tie_is_not_under_reported() -> None:
+@pytest.mark.parametrize("dense_limit", [1 << 22, 1])
+@pytest.mark.parametrize(("comp", "weights"), TIES)
+def test_index_float_tie_is_not_under_reported(comp: str, weights: tuple[float, ...], dense_limit: int) -> None:
+    """The index located its maximum on float sums and reported the lighter row of a float tie as
+    exact (1e16 for 1e16 + 1): the tie band is now valued exactly (MATH.md 7, exactness), on adds and
+    on peeks."""
     s = Schema(SQUARE)
-    index = OverlapIndex(s, "sum")
-    for q, w in zip(tie_workload(s), (1e16, 1e16, 1.0), strict=True):
+    queries = tie_workload(s)
+    truth = exact_max(queries, list(weights), comp)
+    index = OverlapIndex(s, comp, dense_limit=dense_limit)
+    for q, w in zip(queries, weights, strict=True):
         r = index.add(q, w)
-    assert Fraction(float(r.value)) >= Fraction(10**16 + 1)
+    assert_safe(float(r.value), r.exact, truth, comp)
+    assert r.exact and r.witness == {"x": 1, "y": 1}, (r.value, r.witness)
+    fresh = OverlapIndex(s, comp, dense_limit=dense_limit)
+    fresh.add(queries[0], weights[0])
+    fresh.add(queries[1], weights[1])
+    p = fresh.peek(queries[2], weights[2])
+    assert_safe(float(p.value), p.exact, truth, comp)
+    assert p.exact and p.witness == {"x": 1, "y": 1}, (p.value, p.witness)
 
 
 def assert_safe_index(value: float, exact: bool, truth: Fraction, comp: str) -> None:
-    """The index's check, relaxed to the relative float rounding of its sums (1e-9) until index.py
-    resolves float ties (see the xfail above); every route of max_overlap is checked strictly."""
-    rel = Fraction(1, 10**9) * (2 if comp == "l2" else 1)
-    v = Fraction(float(value)) ** (2 if comp == "l2" else 1)
-    assert v >= truth * (1 - rel), (value, float(truth))
+    """The index's check, as strict as every route's: never below the truth, and when exact the
+    smallest float at or above it."""
+    assert_safe(value, exact, truth, comp)
 
 
 # -- properties over magnitudes 1e-300 .. 1e300 -------------------------------------------------------

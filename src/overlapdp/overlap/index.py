@@ -33,13 +33,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from overlapdp.overlap.engine import max_overlap
-from overlapdp.overlap.magnitude import check_finite, compose_up, exponent, scale_up, square_up, unscale_up
+from overlapdp.overlap.magnitude import (
+    check_finite,
+    compose_up,
+    exact_total,
+    exponent,
+    scale_up,
+    square_up,
+    unscale_up,
+)
 from overlapdp.overlap.result import (
     CompError,
     DuplicateQueryError,
@@ -59,6 +68,8 @@ from overlapdp.schema import IndexSet, Schema
 DENSE_LIMIT = 1 << 22
 # A query with more boxes than this (product of its interval counts) is indexed with np.ix_.
 _MAX_BOXES = 16
+# Cells of a float tie band the index values one by one before it reports the safe bound instead.
+_BAND_LIMIT = 256
 
 Region = tuple[Any, ...]
 
@@ -119,6 +130,12 @@ class OverlapIndex:
         self._k: int | None = None if self._name == "vector" else 1
         # Per component: the exponent E the stored loads are divided by (None until the first weight).
         self._shift: np.ndarray | None = None
+        # Per component, what tells whether the float cell sums are exact (MATH.md 7, exactness): how
+        # many held loads have each unit exponent (a load is a multiple of 2^unit), how many are not
+        # the exact normalised weight (rounded), and an upper bound on the sum of the loads.
+        self._units: list[dict[int, int]] = []
+        self._rounded = np.zeros(0, dtype=np.int64)
+        self._total = np.zeros(0)
         self._reset_dense()
         self._generic_result: OverlapResult | None = None
         self._cached: OverlapResult | None = None
@@ -203,7 +220,8 @@ class OverlapIndex:
             for region in regions:
                 self._load[region] += load
             covers_best = any(self._best_cell[c] is not None and self._in(query, c) for c in range(self._kk))
-            if self._improve(regions) or covers_best:
+            # (where the float cell sums may round, a near tie may change the witness: MATH.md 7)
+            if self._improve(regions) or covers_best or self._near_best(regions):
                 self._cached = None
         else:
             new = self._generic_peek(query, raw, load)
@@ -234,6 +252,7 @@ class OverlapIndex:
         entry = self._entries.pop(id, None)
         if entry is None:
             raise UnknownQueryError(f"the index holds no query with id {id!r}")
+        self._account(entry, -1)
         if not self._entries:
             self._shift = None
             self._reset_dense()
@@ -294,7 +313,124 @@ class OverlapIndex:
         self, query: PredicateQuery, w: float | FloatArray, raw: FloatArray, load: FloatArray, slot: int
     ) -> None:
         assert query.id is not None
-        self._entries[query.id] = _Entry(query, w, raw, load, slot)
+        entry = _Entry(query, w, raw, load, slot)
+        self._entries[query.id] = entry
+        self._account(entry, +1)
+
+    # -- exactness of the float cell sums (MATH.md 7) ---------------------------------------------------
+    def _load_units(self, raw: FloatArray, load: FloatArray) -> list[int | None]:
+        """Per component, the unit exponent of the normalised load (it is a multiple of 2^unit), or None
+        when the stored load is not the exact normalised weight (rounded up below the normal range, or
+        a square that rounded)."""
+        out: list[int | None] = []
+        for c in range(load.size):
+            x = float(load[c])
+            if self._name != "count":
+                assert self._shift is not None
+                shift = int(self._shift[c])
+                scaled = math.ldexp(float(raw[c]), -shift)
+                if math.ldexp(scaled, shift) != float(raw[c]) or (
+                    self._name == "l2" and Fraction(scaled) ** 2 != Fraction(x)
+                ):
+                    out.append(None)
+                    continue
+            out.append(-(x.as_integer_ratio()[1].bit_length() - 1))
+        return out
+
+    def _account(self, entry: _Entry, sign: int) -> None:
+        """Count ``entry``'s load in (+1) or out (-1) of the exactness bookkeeping; the sum bound is
+        only ever raised (it stays an upper bound) until :meth:`_recount`."""
+        k = entry.load.size
+        if len(self._units) != k:
+            self._units = [{} for _ in range(k)]
+            self._rounded = np.zeros(k, dtype=np.int64)
+            self._total = np.zeros(k)
+        if not self._entries and sign < 0:
+            self._recount()
+            return
+        for c, unit in enumerate(self._load_units(entry.raw, entry.load)):
+            if unit is None:
+                self._rounded[c] += sign
+            elif entry.load[c] > 0:
+                counts = self._units[c]
+                counts[unit] = counts.get(unit, 0) + sign
+                if counts[unit] == 0:
+                    del counts[unit]
+            if sign > 0:
+                self._total[c] = math.nextafter(self._total[c] + float(entry.load[c]), math.inf)
+
+    def _recount(self) -> None:
+        self._units = []
+        self._rounded = np.zeros(0, dtype=np.int64)
+        self._total = np.zeros(0)
+        for e in self._entries.values():
+            self._account(e, +1)
+
+    def _float_error(self, c: int, extra: tuple[FloatArray, FloatArray] | None, located: float) -> float:
+        """0 when every float cell sum of component ``c`` (with a peeked query's ``(raw, load)`` rows
+        in ``extra``) is exact: all loads exact multiples of 2^u, their total below 2^(53+u) units.
+        Else a bound on how far a cell's exact sum may lie from its float (either way) for cells near
+        the float maximum ``located``: a cell is a sequential float sum of at most n + 1 non-negative
+        loads, off by at most gamma_(n+1) times its value (Higham), plus the loads' own rounding."""
+        if self._name == "count":
+            return 0.0
+        n = len(self._entries)
+        total = float(self._total[c]) if c < self._total.size else 0.0
+        rounded = int(self._rounded[c]) if c < self._rounded.size else 0
+        units = list(self._units[c]) if c < len(self._units) else []
+        if extra is not None:
+            n += 1
+            total = math.nextafter(total + float(extra[1][c]), math.inf)
+            unit = self._load_units(extra[0], extra[1])[c]
+            if unit is None:
+                rounded += 1
+            elif extra[1][c] > 0:
+                units.append(unit)
+        if rounded == 0 and total < math.ldexp(1.0, 53 + min(units, default=0)):
+            return 0.0
+        return 4 * (n + 2) * 2.0**-53 * min(total, 2 * located) * (1 + 1e-9) + (n + 2) * 2.0**-1073
+
+    def _near_best(self, regions: list[Region]) -> bool:
+        """Whether, where the float cell sums may round, a touched region now lies within their error
+        of the held maximum (a float tie: the witness must be settled again, MATH.md 7)."""
+        for c in range(self._kk):
+            err = self._float_error(c, None, float(self._best[c]))
+            if err <= 0:
+                continue
+            for region in regions:
+                vals, _ = self._region_max(region)
+                if vals[c] + 2 * err >= self._best[c]:
+                    return True
+        return False
+
+    def _band(
+        self, c: int, located: float, err: float, extra: PredicateQuery | None, extra_load: float
+    ) -> list[tuple[int, ...]] | None:
+        """The cells whose exact value may be within the float error of the maximum ``located``: every
+        cell whose float is at least ``located - 2 err``, and inside a peeked query's coverage every
+        cell that reaches it with the query's load ``extra_load``; None when they are too many to
+        value one by one."""
+        g = self._load[..., c]
+        thr = located - 2 * err
+        found: set[tuple[int, ...]] = {tuple(int(v) for v in h) for h in np.argwhere(g >= thr)}
+        if extra is not None and len(found) <= _BAND_LIMIT:
+            for region in self._regions(extra):
+                sub = self._load[region][..., c]
+                for h in np.argwhere(sub + extra_load >= thr):
+                    found.add(self._global_cell(region, tuple(int(v) for v in h)))
+                if len(found) > _BAND_LIMIT:
+                    break
+        return None if len(found) > _BAND_LIMIT else sorted(found)
+
+    def _global_cell(self, region: Region, local: tuple[int, ...]) -> tuple[int, ...]:
+        """Global cell coordinates of ``local`` coordinates inside ``region`` (as :meth:`_region_max`)."""
+        out = []
+        for ax, part in enumerate(region):
+            if isinstance(part, slice):
+                out.append(int(part.start) + int(local[ax]))
+            else:
+                out.append(int(np.asarray(part).reshape(-1)[int(local[ax])]))
+        return tuple(out)
 
     # -- magnitudes (MATH.md 7) --------------------------------------------------------------------
     def _exponents(self, raws: np.ndarray) -> np.ndarray:
@@ -325,6 +461,7 @@ class OverlapIndex:
             e.load = self._load_of(e.raw)
             if self._dense and e.slot >= 0:
                 self._slot_load[e.slot] = e.load
+        self._recount()
         if self._dense and self._entries and self._name != "set":
             self._load.fill(0.0)
             for e in self._entries.values():
@@ -483,14 +620,27 @@ class OverlapIndex:
             or new_total[c] > self._best[c]
             or (new_total[c] == self._best[c] and self._in(query, c))
         ]
-        if not wins:
+        # Where the float cell sums may round, a row within their error of the maximum may be the
+        # heavier one (a float tie): those components are settled by the exact tie band (MATH.md 7).
+        ties = [
+            c
+            for c in range(k)
+            if c not in wins
+            and cells[c] is not None
+            and (err := self._float_error(c, (raw, load), float(self._best[c]))) > 0
+            and new_total[c] + 2 * err >= self._best[c]
+        ]
+        if not wins and not ties:
             return self.result()
         parts = self._parts(self.result())
-        for c in wins:
+        for c in wins + ties:
             cell = cells[c]
             assert cell is not None
             row = self._row(cell, query)
-            parts[c] = self._result_at(row, c, query, raw)
+            located = max(
+                float(new_total[c]), float(self._best[c]) if self._best_cell[c] is not None else 0.0
+            )
+            parts[c] = self._result_at(row, c, query, raw, located=located, extra_load=load)
         if k > 1 or self._name == "vector":
             return combine_components(parts)
         return parts[0]
@@ -520,10 +670,44 @@ class OverlapIndex:
         return np.flatnonzero(mask)
 
     def _result_at(
-        self, row: tuple[int, ...], c: int, extra: PredicateQuery | None = None, extra_raw: Any = None
+        self,
+        row: tuple[int, ...],
+        c: int,
+        extra: PredicateQuery | None = None,
+        extra_raw: Any = None,
+        *,
+        located: float | None = None,
+        extra_load: Any = None,
     ) -> OverlapResult:
         """The exact result at ``row`` for component ``c`` (plus a peeked query, when given): the comp
-        of the original weights covering it, rounded up (MATH.md 7, magnitudes)."""
+        of the original weights covering it, rounded up (MATH.md 7, magnitudes).
+
+        ``located``: the float maximum (normalised units) at which the dense array located ``row``.
+        Where the float cell sums may round, another row within their error may be heavier (a float
+        tie): the rows of the tie band are valued exactly and the heaviest is the witness; past
+        ``_BAND_LIMIT`` of them the value is the safe bound ``located + error``, ``exact=False``
+        (MATH.md 7, exactness)."""
+        if located is not None and self._dense:
+            peeked = None if extra is None else (np.asarray(extra_raw, dtype=float), np.asarray(extra_load))
+            err = self._float_error(c, peeked, located)
+            if err > 0:
+                band = self._band(c, located, err, extra, float(peeked[1][c]) if peeked else 0.0)
+                if band is None:
+                    base = self._result_at(row, c, extra, extra_raw)
+                    assert self._shift is not None
+                    name = "l2" if self._name == "l2" else "sum"
+                    bound = unscale_up(
+                        name, math.nextafter(located + err, math.inf), int(self._shift[c]), "index"
+                    )
+                    v = max(bound, float(base.value))
+                    return replace(base, value=v, upper=v, exact=v == float(base.value))
+                rows = [row] + [
+                    self._row(cell, extra)
+                    if extra is not None and self._cell_in(extra, cell)
+                    else self._row(cell)
+                    for cell in band
+                ]
+                row = max(rows, key=lambda r: self._exact_at(r, c, extra, extra_raw))
         if self._dense:
             slots = self._covering_slots(row)
             ids = [self._slot_id[s] for s in slots.tolist()]
@@ -554,6 +738,23 @@ class OverlapIndex:
             algorithm=algorithm,
         )
 
+    def _cell_in(self, query: PredicateQuery, cell: tuple[int, ...]) -> bool:
+        return all(v in query.coverage(p) for p, v in zip(self._axes, cell, strict=True))
+
+    def _exact_at(
+        self, row: tuple[int, ...], c: int, extra: PredicateQuery | None, extra_raw: Any
+    ) -> Fraction:
+        """The exact comp load (sum of f(w) of the original weights) of component ``c`` at ``row``."""
+        if self._dense:
+            weights = self._slot_raw[self._covering_slots(row), c].tolist()
+        else:
+            weights = [float(e.raw[c]) for e in self._entries.values() if e.query.covers(row)]
+        if extra is not None and extra.covers(row):
+            weights.append(float(np.asarray(extra_raw, dtype=float).reshape(-1)[c]))
+        if self._name == "count":
+            return Fraction(len(weights))
+        return exact_total("l2" if self._name == "l2" else "sum", weights)
+
     def _compute_result(self) -> OverlapResult:
         if not self._entries:
             k = self._kk
@@ -572,7 +773,7 @@ class OverlapIndex:
                 self._rescan(c)
                 cell = self._best_cell[c]
             assert cell is not None
-            parts.append(self._result_at(self._row(cell), c))
+            parts.append(self._result_at(self._row(cell), c, located=float(self._best[c])))
         if self._name == "vector":
             return combine_components(parts)
         return parts[0]
@@ -627,19 +828,38 @@ class OverlapIndex:
             cur_scaled = scale_up(np.array([float(cur.upper)]), int(self._shift[c]))
             cur_upper = float((square_up(cur_scaled) if self._name == "l2" else cur_scaled)[0])
             cand_upper = float(inside.upper) + float(load[c])
+            # The same comparison exactly (MATH.md 7, exactness): float sums may round a heavier
+            # candidate down to a tie; both bounds in the normalised units (squares for l2).
+            unit = Fraction(2) ** (int(self._shift[c]) * (2 if self._name == "l2" else 1))
+            cand_bound = (Fraction(float(inside.upper)) + Fraction(float(load[c]))) * unit
+            if self._name == "l2":
+                # squares are rounded to nearest: each at least (1 - 2^-53) times the true square
+                cand_bound /= 1 - Fraction(1, 2**53)
             row = inside.witness_row
             if row is None or not query.covers(row):
                 # No stored query carries load inside C_q there: any point of C_q is as good.
                 row = tuple(query.coverage(p).min() for p in range(len(self._schema)))
             covers_current = cur.witness_row is not None and query.covers(cur.witness_row)
-            if cand_upper <= cur_upper and self._entries and not covers_current:
+            if (
+                self._entries
+                and not covers_current
+                and cur.exact
+                and cur.witness_row is not None
+                and (cand_bound <= self._exact_at(cur.witness_row, c, None, None) or self._name == "count")
+                and cand_upper <= cur_upper
+            ):
+                continue
+            if cand_upper <= cur_upper and self._entries and not covers_current and not cur.exact:
                 continue
             changed = True
             # The best attained row: the candidate inside C_q, or the current witness (now with q).
             options = [self._result_at(row, c, query, raw)]
             if cur.witness_row is not None and self._entries:
                 options.append(self._result_at(cur.witness_row, c, query, raw))
-            best = max(options, key=lambda r: float(r.lower))
+            best = max(
+                options,
+                key=lambda r: self._exact_at(r.witness_row, c, query, raw) if r.witness_row else Fraction(-1),
+            )
             if inside.exact and cur.exact:
                 parts[c] = best
                 continue
@@ -722,6 +942,7 @@ class OverlapIndex:
 
     def _undo(self, u: _Undo) -> None:
         entry = self._entries.pop(u.id)
+        self._account(entry, -1)
         if u.empty:
             self._k = u.k
             self._shift = None
@@ -740,6 +961,7 @@ class OverlapIndex:
             self._shift = shift
             for i, e in self._entries.items():
                 e.load = loads[i]
+            self._recount()
             if slot_load is not None:
                 n = slot_load.shape[0]
                 self._slot_load[:n] = slot_load

@@ -1013,7 +1013,9 @@ class PrivacyFilter:
         uppers: list[Any] = []
         witnesses: list[Any] | None = []
         for t, r, e in zip(self._tracks, peeks, exact, strict=True):
-            w = _witness_exact(t, r, q.id, e) if r.exact else None
+            # The witness is a real row, and when the index's safe bound is within 1e-10 of it (a float
+            # tie band too wide to settle, MATH.md 7), widened by _NEAR it bounds every row as well.
+            w = _witness_exact(t, r, q.id, e) if r.exact or _tight(r) else None
             if w is None:
                 witnesses = None
                 uppers.append(t.upper(r))
@@ -1234,6 +1236,13 @@ class PrivacyFilter:
                 value = self._factor * float(r.upper)
             self._spent = (r, value)
             return value
+
+
+def _tight(r: OverlapResult) -> bool:
+    """Whether a non-exact result's safe bound is within 1e-10 (relative) of its witness's value."""
+    if r.witness_row is None or isinstance(r.upper, np.ndarray) or isinstance(r.lower, np.ndarray):
+        return False
+    return float(r.upper) <= float(r.lower) * (1 + 1e-10)
 
 
 def _times(load: Any, k: int) -> Any:
