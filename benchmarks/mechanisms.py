@@ -10,7 +10,9 @@ Run: ``/work/main/.venv/bin/python benchmarks/mechanisms.py`` (``--quick`` for f
   the path a mechanism that needs one draw at a time takes, served from the source's pool of vectorised
   draws; OpenDP a scalar measurement made once on ``atom_domain(T=int)`` and called per count), and
   overlapdp's unpooled scalar sampler (the path for parameters whose integers exceed 2^31);
-- add_noise rows: overlapdp's full noisy-count path (calibration, noise, error bars as objects).
+- add_noise rows: overlapdp's full noisy-count path (calibration, noise, error bars as objects), on a
+  batch and one count per call, against OpenDP's bare measurements made once (no calibration, no error
+  bars: these rows favour OpenDP).
 
 Both sides draw from the operating system's CSPRNG (overlapdp's default and the only source its served
 mode accepts; OpenDP's only source). Each row seeds its own generator for its counts, so a row run alone
@@ -185,6 +187,23 @@ def add_noise_rows(reps: int) -> list[Row]:
     meas = opendp_vector("gaussian", 10.0)
     o, t = paired(lambda: add_noise(counts, ZCDP(0.005)), BATCH, lambda: meas(counts_list), BATCH, reps)
     rows.append(("add_noise (answers + error bars), rho 0.005", o, t))
+    # One count per call through the full path, against OpenDP's scalar measurement made once.
+    for seed, budget, kind, scale, name in (
+        (302, PureDP(0.1), "laplace", 10.0, "eps 0.1"),
+        (303, ZCDP(0.005), "gaussian", 10.0, "rho 0.005"),
+    ):
+        cs = counts_for(seed, CALLS_OURS).tolist()
+        theirs_cs = cs[:CALLS_OPENDP]
+        one = opendp_scalar(kind, scale)
+
+        def ours(b: PureDP | ZCDP = budget, cs: list[int] = cs) -> object:
+            return [add_noise([c], b) for c in cs]
+
+        def theirs(one: Callable[[int], object] = one, cs: list[int] = theirs_cs) -> object:
+            return [one(c) for c in cs]
+
+        o, t = paired(ours, CALLS_OURS, theirs, CALLS_OPENDP, reps)
+        rows.append((f"add_noise of one count per call, {name}", o, t))
     return rows
 
 

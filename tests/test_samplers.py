@@ -409,3 +409,34 @@ def test_a_forked_child_never_reuses_the_parents_buffered_word_array() -> None:
     os.waitpid(pid, 0)
     parent = src.words(4)
     assert child.size == 4 and not np.array_equal(child, parent)
+
+
+def test_memoised_calibration_still_refuses_a_boolean_sensitivity() -> None:
+    """noise_for is memoised; a cache that treated True as 1 (equal and same hash) would hand back the
+    sensitivity-1 noise instead of refusing the boolean."""
+    from overlapdp.mechanisms.calibration import noise_for
+    from overlapdp.privacy.definitions import PureDP
+
+    assert noise_for(PureDP(0.5), 1) == DiscreteLaplace(Fraction(2))
+    with pytest.raises(MechanismError, match="sensitivity"):
+        noise_for(PureDP(0.5), True)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError):
+        noise_for([0.5])  # type: ignore[arg-type]  # unhashable: still the named error
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1), Fraction(201, 2), Fraction(5000)])
+def test_memoised_gaussian_half_width_is_the_smallest_covering_width(sigma2: Fraction) -> None:
+    """Against the pmf summed here independently (mpmath-free: the normaliser over +-60 sigma), for
+    several levels on the same noise (the memo is keyed by sigma^2 AND level)."""
+    s2 = float(sigma2)
+    m = int(60 * math.sqrt(s2)) + 60
+    ys = np.arange(-m, m + 1)
+    pmf = np.exp(-(ys.astype(float) ** 2) / (2 * s2))
+    pmf /= pmf.sum()
+    noise = DiscreteGaussian(sigma2)
+    for level in (0.5, 0.9, 0.95, 0.99):
+        w = noise.half_width(level)
+        inside = pmf[np.abs(ys) <= w].sum()
+        below = pmf[np.abs(ys) <= w - 1].sum()
+        assert inside >= level - 1e-12 and (w == 0 or below < level + 1e-12), (level, w)
+        assert DiscreteGaussian(sigma2).half_width(level) == w  # a new object, the same answer

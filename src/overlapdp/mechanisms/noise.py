@@ -205,7 +205,12 @@ class DiscreteGaussian:
         return float(2.0 * half[w + 1 :].sum())
 
     def half_width(self, level: float) -> int:
-        alpha = 1 - _check_level(level)
+        """The smallest ``w`` with ``P(|Y| <= w) >= level`` (memoised by ``(sigma^2, level)``: a noisy count
+        per call would otherwise sum the pmf again for every answer)."""
+        return _gaussian_half_width(self.sigma2, _check_level(level))
+
+    def _half_width(self, level: float) -> int:
+        alpha = 1 - level
         half = self._half_pmf
         if half is None:
             return math.ceil(self.sigma * float(-ndtri(alpha / 2)))
@@ -221,6 +226,13 @@ class DiscreteGaussian:
 @lru_cache(maxsize=1024)
 def _laplace_half_width(noise: DiscreteLaplace, level: float) -> int:
     return noise._half_width(level)
+
+
+@lru_cache(maxsize=1024)
+def _gaussian_half_width(sigma2: Fraction, level: float) -> int:
+    # Keyed by the parameters, not the noise object: the object's summed pmf (up to 4 million floats)
+    # is dropped with it instead of being kept alive by the cache.
+    return DiscreteGaussian(sigma2)._half_width(level)
 
 
 def _phi(x: float) -> float:
