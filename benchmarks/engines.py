@@ -72,8 +72,11 @@ def condition_specs(schema: Schema, count: int, seed: int) -> list[Spec]:
                 parts.append((attr.name, op, [x, y]))
             elif op == "in":
                 parts.append((attr.name, op, sorted(rng.sample(range(n), min(n, rng.randint(1, 4))))))
+            elif op == "<":
+                # "< 0" covers no value, which the parser refuses (as it should): "< 1" instead.
+                parts.append((attr.name, op, max(y, 1)))
             else:
-                parts.append((attr.name, op, x if op != "<" else y))
+                parts.append((attr.name, op, x))
         out.append(parts)
     return out
 
