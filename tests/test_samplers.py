@@ -334,3 +334,109 @@ def test_seeded_sources_reproduce_and_forked_children_drop_buffered_words() -> N
 def test_bad_rng_is_refused() -> None:
     with pytest.raises(InsecureRandomnessError):
         resolve_source("seed")  # type: ignore[arg-type]
+
+
+@on_both_sources
+@pytest.mark.parametrize(
+    "noise",
+    [DiscreteLaplace(Fraction(7, 3)), DiscreteGaussian(Fraction(201, 2))],
+    ids=["laplace", "gaussian"],
+)
+def test_single_draws_fit_their_pmf(noise: DiscreteLaplace | DiscreteGaussian, kind: str) -> None:
+    """``sample`` (one draw per call: pools that grow from 512 to 4096 draws, refilled from buffered
+    word arrays) has the exact pmf too, on the seeded and on the served OS source."""
+    src = source(kind, 15)
+    draws = np.array([noise.sample(src) for _ in range(N_SCALAR)])
+    if isinstance(noise, DiscreteLaplace):
+        assert gof_pvalue(draws, lambda y: laplace_pmf(noise.scale, y)) > alpha_for(kind)
+    else:
+        assert gof_pvalue(draws, lambda y: gauss_pmf(noise.sigma2, y)) > alpha_for(kind)
+
+
+def test_pool_refills_double_up_to_the_cap_and_restart_after_eviction() -> None:
+    """A cold distribution costs one small refill; a hot one is refilled in ever larger batches, capped."""
+    src = SeededRandomSource(2)
+    sizes: list[int] = []
+
+    def refill(n: int) -> Any:
+        sizes.append(n)
+        return np.arange(n, dtype=np.int64)
+
+    for _ in range(512 + 1024 + 2048 + 4096 + 4096 + 1):
+        src.pooled("hot", refill)
+    assert sizes == [512, 1024, 2048, 4096, 4096, 4096]
+    for i in range(64):  # 64 other pools evict "hot": its next refill is small again
+        src.pooled(("cold", i), lambda n: np.zeros(n, dtype=np.int64))
+    sizes.clear()
+    src.pooled("hot", refill)
+    assert sizes == [512]
+
+
+@pytest.mark.parametrize("make", [system_source, lambda: SeededRandomSource(4)], ids=["os", "seeded"])
+def test_threads_taking_small_word_arrays_never_share_a_word(make: Any) -> None:
+    """Small ``words(n)`` requests share one buffered array: each word must reach exactly one caller
+    (64-bit words collide by chance with probability below 2^-36 here)."""
+    src = make()
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        mine: list[int] = []
+        for i in range(3000):
+            mine.extend(src.words(1 + i % 7).tolist())
+        with lock:
+            got.extend(mine)
+
+    errors = _run_threads(8, work)
+    assert not errors, errors[:1]
+    assert len(set(got)) == len(got) == 8 * sum(1 + i % 7 for i in range(3000))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_never_reuses_the_parents_buffered_word_array() -> None:
+    """After a fork, parent and child must not hand out the same buffered words (reused noise); the
+    child drops the buffer and refills from the OS. Without the drop both read the same next words."""
+    src = system_source()
+    src.words(4)  # the buffer now holds unread words
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next words and leave at once
+        os.write(write_fd, src.words(4).tobytes())
+        os._exit(0)
+    os.close(write_fd)
+    child = np.frombuffer(os.read(read_fd, 32), dtype=np.uint64)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    parent = src.words(4)
+    assert child.size == 4 and not np.array_equal(child, parent)
+
+
+def test_memoised_calibration_still_refuses_a_boolean_sensitivity() -> None:
+    """noise_for is memoised; a cache that treated True as 1 (equal and same hash) would hand back the
+    sensitivity-1 noise instead of refusing the boolean."""
+    from overlapdp.mechanisms.calibration import noise_for
+    from overlapdp.privacy.definitions import PureDP
+
+    assert noise_for(PureDP(0.5), 1) == DiscreteLaplace(Fraction(2))
+    with pytest.raises(MechanismError, match="sensitivity"):
+        noise_for(PureDP(0.5), True)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError):
+        noise_for([0.5])  # type: ignore[arg-type]  # unhashable: still the named error
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1), Fraction(201, 2), Fraction(5000)])
+def test_memoised_gaussian_half_width_is_the_smallest_covering_width(sigma2: Fraction) -> None:
+    """Against the pmf summed here independently (mpmath-free: the normaliser over +-60 sigma), for
+    several levels on the same noise (the memo is keyed by sigma^2 AND level)."""
+    s2 = float(sigma2)
+    m = int(60 * math.sqrt(s2)) + 60
+    ys = np.arange(-m, m + 1)
+    pmf = np.exp(-(ys.astype(float) ** 2) / (2 * s2))
+    pmf /= pmf.sum()
+    noise = DiscreteGaussian(sigma2)
+    for level in (0.5, 0.9, 0.95, 0.99):
+        w = noise.half_width(level)
+        inside = pmf[np.abs(ys) <= w].sum()
+        below = pmf[np.abs(ys) <= w - 1].sum()
+        assert inside >= level - 1e-12 and (w == 0 or below < level + 1e-12), (level, w)
+        assert DiscreteGaussian(sigma2).half_width(level) == w  # a new object, the same answer

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import sys
 from fractions import Fraction
+from functools import lru_cache
 from typing import TypeAlias
 
 from overlapdp.mechanisms.errors import MechanismError
@@ -113,7 +114,24 @@ def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> Dis
 
 
 def noise_for(budget: CountBudget, sensitivity: int = 1) -> Noise:
-    """The noise a per-query ``budget`` buys for a count of the given sensitivity."""
+    """The noise a per-query ``budget`` buys for a count of the given sensitivity.
+
+    Memoised (budgets are frozen values and the noise is immutable): a noisy count per call would
+    otherwise redo the rational calibration for every answer. ``typed=True`` keeps ``True`` apart from
+    ``1``, so a boolean sensitivity is still refused; errors are never cached.
+    """
+    try:
+        return _noise_for_cached(budget, sensitivity)
+    except TypeError:  # an unhashable argument: not a budget; the uncached path names the problem
+        return _noise_for(budget, sensitivity)
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _noise_for_cached(budget: CountBudget, sensitivity: int) -> Noise:
+    return _noise_for(budget, sensitivity)
+
+
+def _noise_for(budget: CountBudget, sensitivity: int) -> Noise:
     if isinstance(budget, PureDP):
         return laplace_for(budget.epsilon, sensitivity)
     if isinstance(budget, ApproxDP):

@@ -75,12 +75,20 @@ class DiscreteLaplace:
     def _q(self) -> float:
         return math.exp(-1.0 / float(self.scale))
 
+    @cached_property
+    def _pool_key(self) -> tuple[str, int, int] | None:
+        """The pool that serves single draws, or None when the integers are too large to vectorise.
+        (Computed once: ``sample`` is called once per noisy answer.)"""
+        s, r = self.scale.numerator, self.scale.denominator
+        return None if s >= _POOLED_LIMIT or r >= _POOLED_LIMIT else ("discrete Laplace", s, r)
+
     def sample(self, source: RandomSource) -> int:
         """One exact draw (from the source's pool of vectorised draws when the integers are small)."""
-        s, r = self.scale.numerator, self.scale.denominator
-        if s >= _POOLED_LIMIT or r >= _POOLED_LIMIT:
-            return discrete_laplace_scalar(source, s, r)
-        return source.pooled(("discrete Laplace", s, r), lambda n: discrete_laplace_batch(source, s, r, n))
+        key = self._pool_key
+        if key is None:
+            return discrete_laplace_scalar(source, self.scale.numerator, self.scale.denominator)
+        _, s, r = key
+        return source.pooled(key, lambda n: discrete_laplace_batch(source, s, r, n))
 
     def sample_many(self, source: RandomSource, n: int) -> npt.NDArray[np.int64]:
         return discrete_laplace_batch(source, self.scale.numerator, self.scale.denominator, n)
@@ -136,12 +144,19 @@ class DiscreteGaussian:
     def sigma(self) -> float:
         return math.sqrt(float(self.sigma2))
 
+    @cached_property
+    def _pool_key(self) -> tuple[str, int, int] | None:
+        """The pool that serves single draws, or None when the integers are too large to vectorise."""
+        a, b = self.sigma2.numerator, self.sigma2.denominator
+        return None if a >= _POOLED_LIMIT or b >= _POOLED_LIMIT else ("discrete Gaussian", a, b)
+
     def sample(self, source: RandomSource) -> int:
         """One exact draw (from the source's pool of vectorised draws when the integers are small)."""
-        a, b = self.sigma2.numerator, self.sigma2.denominator
-        if a >= _POOLED_LIMIT or b >= _POOLED_LIMIT:
-            return discrete_gaussian_scalar(source, a, b)
-        return source.pooled(("discrete Gaussian", a, b), lambda n: discrete_gaussian_batch(source, a, b, n))
+        key = self._pool_key
+        if key is None:
+            return discrete_gaussian_scalar(source, self.sigma2.numerator, self.sigma2.denominator)
+        _, a, b = key
+        return source.pooled(key, lambda n: discrete_gaussian_batch(source, a, b, n))
 
     def sample_many(self, source: RandomSource, n: int) -> npt.NDArray[np.int64]:
         return discrete_gaussian_batch(source, self.sigma2.numerator, self.sigma2.denominator, n)
@@ -190,7 +205,12 @@ class DiscreteGaussian:
         return float(2.0 * half[w + 1 :].sum())
 
     def half_width(self, level: float) -> int:
-        alpha = 1 - _check_level(level)
+        """The smallest ``w`` with ``P(|Y| <= w) >= level`` (memoised by ``(sigma^2, level)``: a noisy count
+        per call would otherwise sum the pmf again for every answer)."""
+        return _gaussian_half_width(self.sigma2, _check_level(level))
+
+    def _half_width(self, level: float) -> int:
+        alpha = 1 - level
         half = self._half_pmf
         if half is None:
             return math.ceil(self.sigma * float(-ndtri(alpha / 2)))
@@ -206,6 +226,13 @@ class DiscreteGaussian:
 @lru_cache(maxsize=1024)
 def _laplace_half_width(noise: DiscreteLaplace, level: float) -> int:
     return noise._half_width(level)
+
+
+@lru_cache(maxsize=1024)
+def _gaussian_half_width(sigma2: Fraction, level: float) -> int:
+    # Keyed by the parameters, not the noise object: the object's summed pmf (up to 4 million floats)
+    # is dropped with it instead of being kept alive by the cache.
+    return DiscreteGaussian(sigma2)._half_width(level)
 
 
 def _phi(x: float) -> float:

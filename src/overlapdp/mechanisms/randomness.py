@@ -10,11 +10,13 @@ Every sampler draws uniform 64-bit words from a :class:`RandomSource`:
 the caller declares a served (production) context, or when the environment variable
 ``OVERLAPDP_SERVED`` is set to ``1`` (so a deployment can forbid seeded generators globally).
 
-Words (and pools of ready noise draws, :meth:`RandomSource.pooled`) are buffered for speed; they are
-dropped in a forked child (``os.register_at_fork``) so two
+Words (one at a time, in small arrays, and as pools of ready noise draws, :meth:`RandomSource.pooled`)
+are buffered for speed; buffers are dropped in a forked child (``os.register_at_fork``) so two
 processes never reuse the same random words or noise. A source may be shared by threads (a served
 deployment shares one): each buffered word and each pooled draw is handed to exactly one caller, and an
-empty buffer or pool is refilled instead of raising.
+empty buffer or pool is refilled instead of raising. Buffering changes only when words are read from the
+generator, never their distribution: every word is still a fresh uniform 64-bit word used once (words
+left in a buffer that is replaced are discarded unread, which is independent of their values).
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ import numpy.typing as npt
 from overlapdp.mechanisms.errors import InsecureRandomnessError
 
 _BUFFER_WORDS = 2048
+# Small ``words(n)`` requests (the vectorised samplers' rejection and series tails) are served from a
+# buffered array: one system call per 8192 words instead of one per request.
+_ARRAY_BUFFER_WORDS = 8192
+_SMALL_WORDS = 512
+# A pool's first refill makes _POOL_SIZE draws (a cold distribution costs little); each later refill of
+# the same pool doubles, up to _MAX_POOL_SIZE, so a hot distribution pays numpy's per-call cost rarely.
 _POOL_SIZE = 512
+_MAX_POOL_SIZE = 4096
 _MAX_POOLS = 64
 _MASK64 = (1 << 64) - 1
 
@@ -46,8 +55,12 @@ class RandomSource(ABC):
     def __init__(self) -> None:
         self._buffer: list[int] = []
         self._pools: dict[Hashable, list[int]] = {}
+        self._pool_sizes: dict[Hashable, int] = {}
         # Guards refilling and evicting pools (the slow path); taking a draw is a lock-free list.pop.
         self._pool_lock = threading.Lock()
+        self._array: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
+        self._array_pos = 0
+        self._array_lock = threading.Lock()
         _LIVE_SOURCES.add(self)
 
     @abstractmethod
@@ -57,6 +70,14 @@ class RandomSource(ABC):
     def words(self, n: int) -> npt.NDArray[np.uint64]:
         """``n`` uniform 64-bit words as a fresh, WRITABLE numpy array that the caller owns (the
         vectorised samplers overwrite rejected words in place)."""
+        if n <= _SMALL_WORDS:
+            with self._array_lock:  # each buffered word goes to exactly one caller
+                pos = self._array_pos
+                if pos + n > self._array.size:
+                    self._array = self._fresh_words(_ARRAY_BUFFER_WORDS)
+                    pos = 0
+                self._array_pos = pos + n
+                return self._array[pos : pos + n].copy()
         w = self._fresh_words(n)
         if not w.flags.writeable:  # e.g. a view of an immutable bytes object: never write into it
             w = w.copy()
@@ -110,7 +131,8 @@ class RandomSource(ABC):
 
     def pooled(self, key: Hashable, refill: Callable[[int], npt.NDArray[np.int64]]) -> int:
         """One draw of the distribution named ``key``, served from a pool of i.i.d. draws that
-        ``refill(n)`` (an exact vectorised sampler using this source) fills ``_POOL_SIZE`` at a time.
+        ``refill(n)`` (an exact vectorised sampler using this source) fills: ``_POOL_SIZE`` draws at the
+        first refill of ``key``, twice as many at each later one, at most ``_MAX_POOL_SIZE``.
 
         Draws from a pool are exactly as independent and as exactly distributed as direct draws; the
         pool only amortises numpy's per-call cost for mechanisms that need one draw at a time.
@@ -127,14 +149,22 @@ class RandomSource(ABC):
             with self._pool_lock:
                 if not self._pools.get(key):  # no other thread refilled it meanwhile
                     if key not in self._pools and len(self._pools) >= _MAX_POOLS:
-                        self._pools.pop(next(iter(self._pools)))
-                    self._pools[key] = refill(_POOL_SIZE).tolist()
+                        evicted = next(iter(self._pools))
+                        self._pools.pop(evicted)
+                        self._pool_sizes.pop(evicted, None)
+                    size = self._pool_sizes.get(key, _POOL_SIZE)
+                    self._pool_sizes[key] = min(2 * size, _MAX_POOL_SIZE)
+                    self._pools[key] = refill(size).tolist()
 
     def _drop_buffer(self) -> None:
         self._buffer.clear()
         self._pools.clear()
+        self._pool_sizes.clear()
+        self._array = np.empty(0, dtype=np.uint64)
+        self._array_pos = 0
         # A lock held by another thread at fork time would stay locked forever in the child.
         self._pool_lock = threading.Lock()
+        self._array_lock = threading.Lock()
 
 
 class SystemRandomSource(RandomSource):

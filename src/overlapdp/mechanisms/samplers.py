@@ -67,10 +67,16 @@ def _unit_from(src: RandomSource, num: int, den: int, k: int) -> bool:
         k += 1
 
 
+def _exp_neg_one(src: RandomSource) -> bool:
+    """One draw of ``Bernoulli(exp(-1))``: the series loop for ``gamma = 1/1`` from ``k = 2``, since its
+    first test ``A_1 ~ Bernoulli(1)`` always passes (starting at 1 only spends a word)."""
+    return _unit_from(src, 1, 1, 2)
+
+
 def bernoulli_exp_neg_scalar(src: RandomSource, num: int, den: int) -> bool:
     """One draw of ``Bernoulli(exp(-num/den))`` for integers ``num >= 0``, ``den >= 1`` (CKS Alg. 1)."""
     while num > den:
-        if not _unit_from(src, 1, 1, 1):
+        if not _exp_neg_one(src):
             return False
         num -= den
     return _unit_from(src, num, den, 1)
@@ -83,7 +89,7 @@ def discrete_laplace_scalar(src: RandomSource, s: int, r: int) -> int:
         if not _unit_from(src, u, s, 1):
             continue
         v = 0
-        while _unit_from(src, 1, 1, 1):
+        while _exp_neg_one(src):
             v += 1
         y = (u + s * v) // r
         negative = src.word() & 1
