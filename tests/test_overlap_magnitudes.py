@@ -308,7 +308,9 @@ def test_without_tie_resolution_the_value_is_a_safe_bound(
 
 @pytest.mark.parametrize("dense_limit", [1 << 22, 1])
 @pytest.mark.parametrize(("comp", "weights"), TIES)
-def test_index_float_tie_is_not_under_reported(comp: str, weights: tuple[float, ...], dense_limit: int) -> None:
+def test_index_float_tie_is_not_under_reported(
+    comp: str, weights: tuple[float, ...], dense_limit: int
+) -> None:
     """The index located its maximum on float sums and reported the lighter row of a float tie as
     exact (1e16 for 1e16 + 1): the tie band is now valued exactly (MATH.md 7, exactness), on adds and
     on peeks."""
