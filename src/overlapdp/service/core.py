@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, QueryError
@@ -100,6 +101,10 @@ class Limits:
     max_ledger_page: int = 10_000
     #: Engines opened per data set (counts run in parallel on them).
     engine_pool: int = 2
+    #: Each request's time budget in seconds: the search for its batch's own overlap-aware cost stops
+    #: there (a safe upper bound is used), and a request that would need an exact admission decision
+    #: past it gets 503 (:class:`TimeBudgetExceeded`) for itself alone.
+    request_seconds: float = 10.0
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
@@ -123,9 +128,196 @@ class _Pending:
     session_params: dict[str, Any] = field(default_factory=dict)
     session_state: dict[str, Any] = field(default_factory=dict)
     step_arg: float = 0.0
+    #: A safe upper bound on the worst row's load of this request's own charges (computed unlocked).
+    bound: Fraction = Fraction(0)
+    deadline: float | None = None
+    quota: float = 0.0
     done: bool = False
     result: dict[str, Any] | None = None
     error: BaseException | None = None
+
+
+class TimeBudgetExceeded(ServiceError):
+    """The request's own time budget (``Limits.request_seconds``) ran out before it could be decided;
+    nothing of it was charged and no answer was released. Other requests are not affected."""
+
+    status = 503
+
+
+@dataclass
+class _Part:
+    """Charges of one admitted request not yet folded into the exact filter, with a safe upper bound on
+    their own worst row's load (``bound``; every row pays at most that much of them, MATH.md 2)."""
+
+    pairs: list[tuple[Any, float]]
+    bound: Fraction
+    committed: bool
+    #: Replayed ledger rows: ``pairs`` hold recorded query texts, each charged ``times[i]`` times.
+    times: list[int] | None = None
+
+
+class _LazyFilter:
+    """One exact :class:`runtime.ServiceFilter` plus the admitted charges not yet folded into it.
+
+    The guarantee: the worst row's load of (folded charges + pending parts) is at most
+    ``spent + sum(part.bound)`` (a row's load is a sum over the charges covering it, so the maximum of
+    a sum is at most the sum of the maxima, MATH.md 1-2). Admission first tries that bound with the new
+    request's own bound, in exact arithmetic: when it fits, the exact filter would admit too (every row
+    stays within budget), so the decision is the exact filter's without any search. Only when the bound
+    does not fit are the pending parts folded and the exact filter asked (the previous path, identical
+    decision).
+
+    Locks: ``mutex`` guards ``pending`` and ``spent`` (held for list operations only); ``fold_lock``
+    guards the exact filter (held while it searches). The data set's admission lock is never needed to
+    fold, so a search never holds it, except in the exact path near the budget.
+    """
+
+    def __init__(self, filt: runtime.ServiceFilter, parse: Any) -> None:
+        self.filt = filt
+        self.parse = parse  # recorded query text -> PredicateQuery (ledger replay)
+        self.mutex = threading.Lock()
+        self.fold_lock = threading.Lock()
+        self.pending: list[_Part] = []
+        self.spent = 0.0  # filt's exact worst row (rounded up) after the last fold
+
+    @property
+    def budget(self) -> float:
+        return self.filt.budget
+
+    @budget.setter
+    def budget(self, amount: float) -> None:
+        with self.fold_lock:
+            self.filt.budget = amount
+
+    @property
+    def definition(self) -> str:
+        return self.filt.definition
+
+    # -- the cheap bound ---------------------------------------------------------------------------
+    def bound(self, *, committed_only: bool = False) -> tuple[float, list[Fraction]]:
+        with self.mutex:
+            return self.spent, [p.bound for p in self.pending if p.committed or not committed_only]
+
+    def upper(self) -> float:
+        """A safe upper bound on the worst row's load of every admitted charge (rounded up)."""
+        spent, extra = self.bound()
+        return runtime._float_up(Fraction(spent) + sum(extra, Fraction(0)))
+
+    def add(
+        self,
+        pairs: list[tuple[Any, float]],
+        bound: Fraction,
+        *,
+        committed: bool,
+        times: list[int] | None = None,
+    ) -> None:
+        with self.mutex:
+            self.pending.append(_Part(pairs, bound, committed, times))
+
+    def mark(self) -> int:
+        with self.mutex:
+            return len(self.pending)
+
+    def undo(self, mark: int) -> None:
+        """Drop the (uncommitted) parts added since ``mark``."""
+        with self.mutex:
+            assert all(not p.committed for p in self.pending[mark:])
+            del self.pending[mark:]
+
+    def commit(self) -> None:
+        with self.mutex:
+            for p in self.pending:
+                p.committed = True
+
+    # -- folding (outside the admission lock) ------------------------------------------------------
+    def _fold_locked(self) -> None:
+        """Record the committed pending parts in the exact filter (caller holds ``fold_lock``)."""
+        with self.mutex:
+            k = 0
+            while k < len(self.pending) and self.pending[k].committed:
+                k += 1
+            parts = self.pending[:k]
+        if not parts:
+            return
+        for part in parts:
+            self._record(part)
+        spent = self.filt.max_load()
+        with self.mutex:
+            # only uncommitted parts were appended or dropped meanwhile, all after the folded prefix
+            del self.pending[: len(parts)]
+            self.spent = spent
+
+    def _record(self, part: _Part) -> None:
+        if part.times is None:
+            for q, load in part.pairs:
+                if load > 0:
+                    self.filt.record(q, load)
+        else:
+            for (text, load), k in zip(part.pairs, part.times, strict=True):
+                self.filt.record(self.parse(text), load, k)
+
+    def fold(self, *, wait: bool = True) -> bool:
+        """Fold the committed parts; False if another thread holds the exact filter and not ``wait``."""
+        if not self.fold_lock.acquire(blocking=wait):
+            return False
+        try:
+            self._fold_locked()
+        finally:
+            self.fold_lock.release()
+        return True
+
+    def exact_spent(self) -> float:
+        """The exact worst row's load of the committed charges (rounded up): folds first."""
+        with self.fold_lock:
+            self._fold_locked()
+            with self.mutex:
+                if not any(p.committed for p in self.pending):
+                    return self.spent
+        return self.upper()
+
+    def has_pending(self) -> bool:
+        with self.mutex:
+            return bool(self.pending)
+
+    # -- admission ---------------------------------------------------------------------------------
+    def admits(
+        self,
+        pairs: list[tuple[PredicateQuery | None, float]],
+        bound: Fraction,
+        deadline: float | None,
+        *,
+        committed_only: bool = False,
+    ) -> bool:
+        """Whether the filter admits ``pairs`` (all or none, each seeing those before) after every charge
+        admitted so far (or only the committed ones): EXACT, as :meth:`runtime.ServiceFilter.try_all`.
+        Nothing is added. Past ``deadline`` the exact path is refused with :class:`TimeBudgetExceeded`."""
+        if all(load <= 0 for _, load in pairs):
+            return True
+        spent, extra = self.bound(committed_only=committed_only)
+        if runtime.fits(spent, [*extra, bound], self.budget):
+            return True
+        _check_deadline(deadline)
+        with self.fold_lock:
+            self._fold_locked()
+            sp = self.filt.savepoint()
+            try:
+                if not committed_only:
+                    with self.mutex:
+                        others = list(self.pending)
+                    for part in others:
+                        self._record(part)
+                return self.filt.try_all([(q, x) for q, x in pairs if x > 0])
+            finally:
+                self.filt.rollback(sp)
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeBudgetExceeded(
+            "the request's time budget ran out before its admission could be decided exactly; nothing "
+            "was charged and no answer was released (split the batch or retry later)",
+            field="request_seconds",
+        )
 
 
 class _DatasetState:
@@ -142,40 +334,80 @@ class _DatasetState:
         from overlapdp.schema import Schema
 
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
-        # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
-        self._group: dict[int, tuple[runtime.ServiceFilter, tuple[int, tuple[int, ...]]]] = {}
+        # Filters touched by the group being admitted, with their marks (see :meth:`touch`).
+        self._group: dict[int, tuple[_LazyFilter, int]] = {}
+        # The folder: a daemon thread folding committed charges into the exact filters, so that no
+        # request (and never the admission lock) waits for another request's search.
+        self._wake = threading.Event()
+        self._folder: threading.Thread | None = None
+        self._closed = False
         self.reset()
 
     def reset(self) -> None:
         """Empty filters (then :meth:`apply` replays the ledger); only when the definition changes."""
         schema = self.schema
         self.last_seq = 0
-        self.global_filter = runtime.make_filter(schema, self.record.definition, self.record.budget)
-        self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
+        self.global_filter = _LazyFilter(
+            runtime.make_filter(schema, self.record.definition, self.record.budget), self.parse_recorded
+        )
+        self.analyst_filters: dict[str, _LazyFilter] = {}
         self._parsed: dict[str, PredicateQuery] = {}
 
     @property
     def schema(self) -> Any:
         return self._schema
 
-    def touch(self, f: runtime.ServiceFilter) -> None:
-        """Open a savepoint on ``f`` for the group being admitted (once per filter and group)."""
+    def touch(self, f: _LazyFilter) -> None:
+        """Mark ``f`` for the group being admitted (once per filter and group)."""
         if id(f) not in self._group:
-            self._group[id(f)] = (f, f.savepoint())
+            self._group[id(f)] = (f, f.mark())
 
     def end_group(self, *, committed: bool) -> None:
         """Keep (committed) or undo (the commit failed) everything the group added to the filters."""
         group, self._group = self._group, {}
-        for f, sp in reversed(list(group.values())):
+        for f, mark in group.values():
             if committed:
-                f.release(sp)
+                f.commit()
             else:
-                f.rollback(sp)
+                f.undo(mark)
+        if committed and group:
+            self.wake_folder()
 
-    def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
+    def filters(self) -> list[_LazyFilter]:
+        return [self.global_filter, *self.analyst_filters.values()]
+
+    def wake_folder(self) -> None:
+        if self._folder is None or not self._folder.is_alive():
+            self._folder = threading.Thread(
+                target=self._fold_loop, name=f"overlapdp-fold-{self.record.name}", daemon=True
+            )
+            self._folder.start()
+        self._wake.set()
+
+    def _fold_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(timeout=60.0)
+            self._wake.clear()
+            for f in self.filters():
+                try:
+                    f.fold()
+                except Exception:  # pragma: no cover - a fold is retried by the next reader
+                    log.exception("folding committed charges failed")
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def fold_all(self) -> None:
+        for f in self.filters():
+            f.fold()
+
+    def analyst_filter(self, analyst: str, quota: float = 0.0) -> _LazyFilter:
         f = self.analyst_filters.get(analyst)
         if f is None:
-            f = runtime.make_filter(self.schema, self.record.definition, quota)
+            f = _LazyFilter(
+                runtime.make_filter(self.schema, self.record.definition, quota), self.parse_recorded
+            )
             self.analyst_filters[analyst] = f
         return f
 
@@ -196,19 +428,33 @@ class _DatasetState:
         Each charge is recorded with its exact recorded load and never refused, so the filters hold
         exactly what the live instance that admitted them held (the same exact per-row sums). Charges
         with the same coverage and the same load are recorded together (one index entry, the exact
-        multiple of the load), which keeps the index small for a long ledger.
+        multiple of the load), which keeps the index small for a long ledger. They join the filters as
+        one committed pending part (bound: the exact sum of their loads) folded by the folder.
         """
         per_query: dict[tuple[str | None, float], int] = {}
-        per_analyst: dict[tuple[str, str | None, float], int] = {}
+        per_analyst: dict[str, dict[tuple[str | None, float], int]] = {}
         for seq, analyst, query, load in rows:
             if load > 0:
                 per_query[query, load] = per_query.get((query, load), 0) + 1
-                per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
+                mine = per_analyst.setdefault(analyst, {})
+                mine[query, load] = mine.get((query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
-        for (query, load), k in per_query.items():
-            self.global_filter.record(self.parse_recorded(query), load, k)
-        for (analyst, query, load), k in per_analyst.items():
-            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
+        if not per_query:
+            return
+        self._apply(self.global_filter, per_query)
+        for analyst, groups in per_analyst.items():
+            self._apply(self.analyst_filter(analyst), groups)
+        self.wake_folder()
+
+    @staticmethod
+    def _apply(f: _LazyFilter, groups: Mapping[tuple[str | None, float], int]) -> None:
+        parts = list(groups.items())
+        f.add(
+            [(text, load) for (text, load), _ in parts],
+            sum((k * Fraction(load) for (_, load), k in parts), Fraction(0)),
+            committed=True,
+            times=[k for _, k in parts],
+        )
 
 
 # -- the service ------------------------------------------------------------------------------------
@@ -238,6 +484,7 @@ class QueryService:
         state = _DatasetState(loaded, record)
         with state.admit_lock:
             state.apply(self.store.loads_since(record.name, 0))
+        state.fold_all()  # start-up: nobody waits yet
         with self._states_lock:
             self._states[record.name] = state
         return state
@@ -284,6 +531,9 @@ class QueryService:
             if changed:
                 state.reset()
                 state.apply(self.store.loads_since(name, 0))
+        if changed:
+            state.fold_all()
+        with state.admit_lock:
             state.global_filter.budget = record.budget
         return self._dataset_info(state, admin=True)
 
@@ -317,16 +567,20 @@ class QueryService:
         """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3)."""
         state = self._state(name)
         self._catch_up(state)
-        with state.admit_lock:
+        with state.admit_lock:  # a consistent list of filters and sequence number; no search here
             rec = state.record
-            per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
-            spent = state.global_filter.max_load()
-            info = self._dataset_info(state, admin=True)
-            info["spent"] = spent
-            info["remaining"] = max(0.0, rec.budget - spent)
-            info["spent_by_analyst"] = per_analyst
-            info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
-            info["ledger_seq"] = state.last_seq
+            seq = state.last_seq
+            filters = dict(state.analyst_filters)
+            global_filter = state.global_filter
+        # Exact spends of the committed charges, folded outside the admission lock.
+        per_analyst = {a: f.exact_spent() for a, f in filters.items()}
+        spent = global_filter.exact_spent()
+        info = self._dataset_info(state, admin=True)
+        info["spent"] = spent
+        info["remaining"] = max(0.0, rec.budget - spent)
+        info["spent_by_analyst"] = per_analyst
+        info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
+        info["ledger_seq"] = seq
         return info
 
     def _catch_up(self, state: _DatasetState) -> None:
@@ -405,7 +659,7 @@ class QueryService:
             self._catch_up(state)
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
-                spent = f.max_load() if f is not None else 0.0
+            spent = f.exact_spent() if f is not None else 0.0  # own charges only, unlocked
             per[ds] = {
                 "definition": state.record.definition,
                 "quota": quota,
@@ -477,6 +731,7 @@ class QueryService:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically."""
+        deadline = time.monotonic() + self.limits.request_seconds
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
@@ -493,12 +748,21 @@ class QueryService:
             query_json=[_recorded_query(spec, q) for spec, q in zip(specs, queries, strict=True)],
             mechanism=mech,
             loads=[load] * len(queries),
+            deadline=deadline,
         )
-        if not dry_run:
-            # The exact counts and the noise never depend on the ledger: both are ready before the
-            # request joins a group, so a failure here concerns this request alone.
-            pending.true_counts = loaded.counts(queries)
-            pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+        pairs: list[tuple[PredicateQuery | None, float]] = [(q, load) for q in queries]
+        if dry_run:
+            return self._dry_run(state, pending, pairs)
+        # The batch's own overlap-aware cost depends on the request alone: searched before any lock,
+        # within the request's time budget (a safe upper bound if the search does not finish).
+        if len(queries) == 1:
+            pending.bound = Fraction(load)
+        else:
+            pending.bound = Fraction(runtime.batch_cost(state.schema, pairs, deadline)["overlap"])
+        # The exact counts and the noise never depend on the ledger: both are ready before the
+        # request joins a group, so a failure here concerns this request alone.
+        pending.true_counts = loaded.counts(queries)
+        pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
         return self._submit(state, pending)
 
     def open_session(
@@ -532,6 +796,8 @@ class QueryService:
             session_kind=kind,
             session_params=public,
             session_state=secret,
+            bound=Fraction(runtime.load_of(state.record.definition, cost)),
+            deadline=time.monotonic() + self.limits.request_seconds,
         )
         return self._submit(state, pending)
 
@@ -581,6 +847,15 @@ class QueryService:
                 with state.queue_lock:
                     batch, state.queue = state.queue, []
                 self._admit(state, batch)
+        # What is left of the quota, exact (the analyst's own filter folded outside the lock: only this
+        # analyst's own charges are searched, never another analyst's).
+        if pending.kind == "query":
+            wants = pending.error.details if isinstance(pending.error, QuotaExceeded) else pending.result
+            if wants is not None and wants.get("remaining", 0.0) is None:
+                with state.admit_lock:
+                    mine = state.analyst_filters.get(pending.analyst)
+                spent = mine.exact_spent() if mine is not None else 0.0
+                wants["remaining"] = max(0.0, pending.quota - spent)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -596,25 +871,24 @@ class QueryService:
                     # Another instance changed the definition: replay the ledger (an admin action).
                     state.reset()
                     state.apply(tx.loads_since(0))
-                state.global_filter.budget = state.record.budget
-                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's savepoint
+                if state.global_filter.budget != state.record.budget:
+                    state.global_filter.budget = state.record.budget
+                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's marks
                 state.touch(state.global_filter)
                 new_seqs: list[int] = []
                 for p in batch:
                     filters = (state.global_filter, state.analyst_filter(p.analyst))
                     state.touch(filters[1])
-                    marks = [f.savepoint() for f in filters]
+                    marks = [f.mark() for f in filters]
                     try:
                         with tx.savepoint():
                             result, seqs = self._admit_one(tx, state, p)
                     except Exception as exc:
                         # This request alone fails: its rows and its filter updates are undone.
-                        for f, sp in reversed(list(zip(filters, marks, strict=True))):
-                            f.rollback(sp)
+                        for f, m in zip(filters, marks, strict=True):
+                            f.undo(m)
                         p.error = exc if isinstance(exc, OverlapDPError) else _failed(exc)
                         continue
-                    for f, sp in reversed(list(zip(filters, marks, strict=True))):
-                        f.release(sp)
                     staged.append((p, result))
                     new_seqs.extend(seqs)
             state.end_group(committed=True)
@@ -651,7 +925,9 @@ class QueryService:
         if quota is None:
             raise NotFound(f"unknown data set {state.record.name!r}")
         mine = state.analyst_filter(p.analyst, quota)
-        mine.budget = quota
+        if mine.budget != quota:
+            mine.budget = quota
+        p.quota = quota
         if p.kind == "session-query":
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
@@ -661,28 +937,29 @@ class QueryService:
             runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
             "queries": len(p.queries),
         }
-        if p.kind == "dry-run":
-            return self._dry_run(state, mine, quota, pairs, cost), []
-        # Admission: the charges go into both filters, or (the caller rolls back) into neither.
-        mark = mine.savepoint()
-        own_ok = mine.try_all(pairs)
-        global_ok = own_ok and state.global_filter.try_all(pairs)
+        # A request that waited past its time budget fails alone (nothing of it is recorded).
+        _check_deadline(p.deadline)
+        # Admission: the charges go into both filters, or (the caller undoes) into neither. Far from
+        # the budget the bound decides without a search (_LazyFilter); near it, the exact filters.
+        own_ok = mine.admits(pairs, p.bound, p.deadline)
+        global_ok = own_ok and state.global_filter.admits(pairs, p.bound, p.deadline)
         if not (own_ok and global_ok):
-            mine.rollback(mark)
-            remaining = max(0.0, quota - mine.max_load())
+            global_admits: bool | None = global_ok
             if not own_ok:  # say whether the global budget alone would have paid, too
-                sp = state.global_filter.savepoint()
-                global_ok = state.global_filter.try_all(pairs)
-                state.global_filter.rollback(sp)
+                try:
+                    global_admits = state.global_filter.admits(pairs, p.bound, p.deadline)
+                except TimeBudgetExceeded:
+                    global_admits = None
             raise QuotaExceeded(
                 "the analyst's quota cannot pay for this request"
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
-                remaining=remaining,
+                remaining=None,  # filled in exactly once the admission lock is released
                 quota_admits=own_ok,
-                global_admits=global_ok,
+                global_admits=global_admits,
             )
-        mine.release(mark)
+        mine.add(pairs, p.bound, committed=False)
+        state.global_filter.add(pairs, p.bound, committed=False)
         if p.kind == "session":
             return self._session_open(tx, state, p)
         assert p.mechanism is not None
@@ -717,7 +994,7 @@ class QueryService:
             "answers": answers,
             "cost": cost,
             "replayed": False,
-            "remaining": max(0.0, quota - mine.max_load()),
+            "remaining": None,  # filled in exactly once the admission lock is released
         }, seqs
 
     def _session_open(
@@ -793,34 +1070,67 @@ class QueryService:
             raise Conflict("this idempotency key is being used by a concurrent request")
         return {"answer": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
 
-    @staticmethod
     def _dry_run(
+        self,
         state: _DatasetState,
-        mine: runtime.ServiceFilter,
-        quota: float,
+        p: _Pending,
         pairs: list[tuple[PredicateQuery | None, float]],
-        cost: dict[str, Any],
     ) -> dict[str, Any]:
-        """What the batch would cost and whether both filters would admit it now (all undone)."""
-        remaining = max(0.0, quota - mine.max_load())
-        sp = mine.savepoint()
-        for q, load in pairs:
-            mine.record(q, load)
-        after = mine.max_load()
-        mine.rollback(sp)
-        verdicts = []
-        for f in (mine, state.global_filter):
-            sp = f.savepoint()
-            verdicts.append(f.try_all(pairs))
-            f.rollback(sp)
+        """What the batch would cost and whether both filters would admit it now; nothing is spent.
+
+        Never takes the admission lock for a search: the batch's own cost is searched unlocked (within
+        the request's time budget), and the verdicts are taken against the committed charges as of
+        ledger sequence ``as_of_seq`` (the filters' cheap bound, else the exact filters under their own
+        fold locks, which no admission far from the budget needs)."""
+        self._catch_up(state)
+        analyst = self.store.get_analyst(p.analyst)
+        if analyst is None or analyst.revoked:
+            raise AuthError("a valid analyst token is required")
+        quota = analyst.quotas.get(state.record.name)
+        if quota is None:
+            raise NotFound(f"unknown data set {state.record.name!r}")
+        with state.admit_lock:  # brief: a consistent view of the filters (no search)
+            mine = state.analyst_filter(p.analyst, quota)
+            global_filter = state.global_filter
+            as_of = state.last_seq
+            definition = state.record.definition
+        batch = runtime.batch_cost(state.schema, pairs, p.deadline)
+        bound = Fraction(batch["overlap"])
+        before = mine.exact_spent()  # own charges only
+        verdicts: list[bool | None] = []
+        for f, budget in ((mine, quota), (global_filter, None)):
+            try:
+                if budget is not None and f.budget != budget:
+                    f.budget = budget
+                verdicts.append(f.admits(pairs, bound, p.deadline, committed_only=True))
+            except TimeBudgetExceeded:
+                verdicts.append(None)
         own_ok, global_ok = verdicts
+        after, after_exact = runtime._float_up(Fraction(before) + bound), False
+        if time.monotonic() < (p.deadline or math.inf):
+            with mine.fold_lock:  # the exact spend with the batch: this analyst's own charges only
+                mine._fold_locked()
+                sp = mine.filt.savepoint()
+                try:
+                    for q, load in pairs:
+                        mine.filt.record(q, load)
+                    after, after_exact = mine.filt.max_load(), True
+                finally:
+                    mine.filt.rollback(sp)
         return {
-            "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
+            "cost": {
+                "definition": definition,
+                runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
+                "queries": len(p.queries),
+                "batch": batch,
+            },
             "spent_after": after,
-            "admissible": own_ok and global_ok,
+            "spent_after_exact": after_exact,
+            "admissible": None if None in verdicts else bool(own_ok and global_ok),
             "quota_admits": own_ok,
             "global_admits": global_ok,
-            "remaining": remaining,
+            "remaining": max(0.0, quota - before),
+            "as_of_seq": as_of,
         }
 
     @staticmethod
