@@ -31,7 +31,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -230,49 +230,71 @@ class _LazyFilter:
                 p.committed = True
 
     # -- folding (outside the admission lock) ------------------------------------------------------
-    def _fold_locked(self) -> None:
-        """Record the committed pending parts in the exact filter (caller holds ``fold_lock``)."""
+    def _fold_locked(self, stop: Callable[[], bool] | None = None) -> bool:
+        """Record the committed pending parts in the exact filter (caller holds ``fold_lock``); False
+        if ``stop`` said so first (the part being folded is then undone, so nothing is half folded)."""
+        while True:
+            done = self._fold_one(stop)
+            if done is None:
+                return True
+            if not done:
+                return False
+
+    def _fold_one(self, stop: Callable[[], bool] | None = None) -> bool | None:
+        """Fold the first pending part if it is committed (caller holds ``fold_lock``): True when
+        folded, None when there is none, False when ``stop`` interrupted it (undone)."""
         with self.mutex:
-            k = 0
-            while k < len(self.pending) and self.pending[k].committed:
-                k += 1
-            parts = self.pending[:k]
-        if not parts:
-            return
-        for part in parts:
-            self._record(part)
+            if not self.pending or not self.pending[0].committed:
+                return None
+            part = self.pending[0]
+        sp = self.filt.savepoint()
+        if not self._record(part, stop):
+            self.filt.rollback(sp)
+            return False
+        self.filt.release(sp)
         spent = self.filt.max_load()
         with self.mutex:
-            # only uncommitted parts were appended or dropped meanwhile, all after the folded prefix
-            del self.pending[: len(parts)]
+            # only uncommitted parts were appended or dropped meanwhile, all after this one
+            del self.pending[0]
             self.spent = spent
-
-    def _record(self, part: _Part) -> None:
-        if part.times is None:
-            for q, load in part.pairs:
-                if load > 0:
-                    self.filt.record(q, load)
-        else:
-            for (text, load), k in zip(part.pairs, part.times, strict=True):
-                self.filt.record(self.parse(text), load, k)
-
-    def fold(self, *, wait: bool = True) -> bool:
-        """Fold the committed parts; False if another thread holds the exact filter and not ``wait``."""
-        if not self.fold_lock.acquire(blocking=wait):
-            return False
-        try:
-            self._fold_locked()
-        finally:
-            self.fold_lock.release()
         return True
 
-    def exact_spent(self) -> float:
-        """The exact worst row's load of the committed charges (rounded up): folds first."""
-        with self.fold_lock:
-            self._fold_locked()
-            with self.mutex:
-                if not any(p.committed for p in self.pending):
-                    return self.spent
+    def _record(self, part: _Part, stop: Callable[[], bool] | None = None) -> bool:
+        times = part.times or [1] * len(part.pairs)
+        for (q, load), k in zip(part.pairs, times, strict=True):
+            if stop is not None and stop():
+                return False
+            if load > 0:
+                self.filt.record(self.parse(q) if part.times is not None else q, load, k)
+        return True
+
+    def fold(self, *, stop: threading.Event | None = None) -> None:
+        """Fold the committed parts one by one, releasing the exact filter between parts (an exact
+        admission near the budget waits for one part at most), until none is left or ``stop`` is set."""
+        while stop is None or not stop.is_set():
+            with self.fold_lock:
+                if not self._fold_one(None if stop is None else stop.is_set):
+                    return
+
+    def acquire(self, deadline: float | None) -> None:
+        """Take ``fold_lock``, waiting no later than ``deadline`` (:class:`TimeBudgetExceeded`)."""
+        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self.fold_lock.acquire(timeout=wait):
+            _check_deadline(-math.inf)
+
+    def exact_spent(self, deadline: float | None = None) -> float:
+        """The exact worst row's load of the committed charges (rounded up), folding them first; if
+        that does not finish by ``deadline``, the safe upper bound :meth:`upper` instead."""
+        expired = None if deadline is None else (lambda: time.monotonic() > deadline)
+        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if self.fold_lock.acquire(timeout=wait):
+            try:
+                if self._fold_locked(expired):
+                    with self.mutex:
+                        if not any(p.committed for p in self.pending):
+                            return self.spent
+            finally:
+                self.fold_lock.release()
         return self.upper()
 
     def has_pending(self) -> bool:
@@ -297,8 +319,10 @@ class _LazyFilter:
         if runtime.fits(spent, [*extra, bound], self.budget):
             return True
         _check_deadline(deadline)
-        with self.fold_lock:
-            self._fold_locked()
+        self.acquire(deadline)  # a part being folded: wait for it, within the request's time budget
+        try:
+            if not self._fold_locked(None if deadline is None else lambda: time.monotonic() > deadline):
+                _check_deadline(-math.inf)
             sp = self.filt.savepoint()
             try:
                 if not committed_only:
@@ -309,6 +333,8 @@ class _LazyFilter:
                 return self.filt.try_all([(q, x) for q, x in pairs if x > 0])
             finally:
                 self.filt.rollback(sp)
+        finally:
+            self.fold_lock.release()
 
 
 def _check_deadline(deadline: float | None) -> None:
@@ -340,7 +366,7 @@ class _DatasetState:
         # request (and never the admission lock) waits for another request's search.
         self._wake = threading.Event()
         self._folder: threading.Thread | None = None
-        self._closed = False
+        self._closed = threading.Event()
         self.reset()
 
     def reset(self) -> None:
@@ -385,17 +411,18 @@ class _DatasetState:
         self._wake.set()
 
     def _fold_loop(self) -> None:
-        while not self._closed:
+        while not self._closed.is_set():
             self._wake.wait(timeout=60.0)
             self._wake.clear()
             for f in self.filters():
                 try:
-                    f.fold()
+                    f.fold(stop=self._closed)
                 except Exception:  # pragma: no cover - a fold is retried by the next reader
                     log.exception("folding committed charges failed")
 
     def close(self) -> None:
-        self._closed = True
+        """Stop the folder (after the part it is folding)."""
+        self._closed.set()
         self._wake.set()
 
     def fold_all(self) -> None:
@@ -471,6 +498,13 @@ class QueryService:
         self._tokens = TokenCache()
         for record in store.list_datasets():
             self._install(record)
+
+    def close(self) -> None:
+        """Stop the background folders (the ledger store is closed by its owner)."""
+        with self._states_lock:
+            states = list(self._states.values())
+        for state in states:
+            state.close()
 
     # -- data sets --------------------------------------------------------------------------------
     def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
@@ -854,7 +888,7 @@ class QueryService:
             if wants is not None and wants.get("remaining", 0.0) is None:
                 with state.admit_lock:
                     mine = state.analyst_filters.get(pending.analyst)
-                spent = mine.exact_spent() if mine is not None else 0.0
+                spent = mine.exact_spent(pending.deadline) if mine is not None else 0.0
                 wants["remaining"] = max(0.0, pending.quota - spent)
         if pending.error is not None:
             raise pending.error
@@ -937,8 +971,6 @@ class QueryService:
             runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
             "queries": len(p.queries),
         }
-        # A request that waited past its time budget fails alone (nothing of it is recorded).
-        _check_deadline(p.deadline)
         # Admission: the charges go into both filters, or (the caller undoes) into neither. Far from
         # the budget the bound decides without a search (_LazyFilter); near it, the exact filters.
         own_ok = mine.admits(pairs, p.bound, p.deadline)
@@ -1096,7 +1128,7 @@ class QueryService:
             definition = state.record.definition
         batch = runtime.batch_cost(state.schema, pairs, p.deadline)
         bound = Fraction(batch["overlap"])
-        before = mine.exact_spent()  # own charges only
+        before = mine.exact_spent(p.deadline)  # own charges only
         verdicts: list[bool | None] = []
         for f, budget in ((mine, quota), (global_filter, None)):
             try:
@@ -1107,8 +1139,11 @@ class QueryService:
                 verdicts.append(None)
         own_ok, global_ok = verdicts
         after, after_exact = runtime._float_up(Fraction(before) + bound), False
-        if time.monotonic() < (p.deadline or math.inf):
-            with mine.fold_lock:  # the exact spend with the batch: this analyst's own charges only
+        # (only when the batch's own search finished in time: this one, on the analyst's own charges
+        # and the batch, would not finish either)
+        if batch["exact"] and time.monotonic() < (p.deadline or math.inf):
+            mine.acquire(p.deadline)  # the exact spend with the batch: this analyst's own charges only
+            try:
                 mine._fold_locked()
                 sp = mine.filt.savepoint()
                 try:
@@ -1117,6 +1152,8 @@ class QueryService:
                     after, after_exact = mine.filt.max_load(), True
                 finally:
                     mine.filt.rollback(sp)
+            finally:
+                mine.fold_lock.release()
         return {
             "cost": {
                 "definition": definition,
