@@ -178,7 +178,10 @@ class _LazyFilter:
         self.mutex = threading.Lock()
         self.fold_lock = threading.Lock()
         self.pending: list[_Part] = []
-        self.spent = 0.0  # filt's exact worst row (rounded up) after the last fold
+        self.spent = 0.0  # filt's exact worst row (rounded up) when last computed (:meth:`tighten`)
+        # bounds of the parts folded into filt since ``spent`` was computed (still counted in full)
+        self.folded: list[Fraction] = []
+        self.tightened = 0.0  # time.monotonic() of the last tighten()
 
     @property
     def budget(self) -> float:
@@ -186,8 +189,8 @@ class _LazyFilter:
 
     @budget.setter
     def budget(self, amount: float) -> None:
-        with self.fold_lock:
-            self.filt.budget = amount
+        # PrivacyFilter.set_budget is atomic on its own: no need to wait for a fold in progress
+        self.filt.budget = amount
 
     @property
     def definition(self) -> str:
@@ -196,7 +199,8 @@ class _LazyFilter:
     # -- the cheap bound ---------------------------------------------------------------------------
     def bound(self, *, committed_only: bool = False) -> tuple[float, list[Fraction]]:
         with self.mutex:
-            return self.spent, [p.bound for p in self.pending if p.committed or not committed_only]
+            extra = [p.bound for p in self.pending if p.committed or not committed_only]
+            return self.spent, self.folded + extra
 
     def upper(self) -> float:
         """A safe upper bound on the worst row's load of every admitted charge (rounded up)."""
@@ -252,12 +256,29 @@ class _LazyFilter:
             self.filt.rollback(sp)
             return False
         self.filt.release(sp)
-        spent = self.filt.max_load()
         with self.mutex:
-            # only uncommitted parts were appended or dropped meanwhile, all after this one
+            # only uncommitted parts were appended or dropped meanwhile, all after this one; its bound
+            # still counts until the exact spend is computed again (tighten), which may search
             del self.pending[0]
-            self.spent = spent
+            self.folded.append(part.bound)
         return True
+
+    def _tighten_locked(self) -> None:
+        """Replace the folded parts' bounds by the exact filter's worst row (caller holds
+        ``fold_lock``; this is the search, so it runs only where needed: near the budget, for a
+        status, in the background folder at most once a second)."""
+        with self.mutex:
+            stale = bool(self.folded)
+        if stale:
+            spent = self.filt.max_load()
+            with self.mutex:
+                self.spent, self.folded = spent, []
+        self.tightened = time.monotonic()
+
+    def tighten(self, stop: threading.Event | None = None) -> None:
+        with self.fold_lock:
+            if self._fold_locked(None if stop is None else stop.is_set):
+                self._tighten_locked()
 
     def _record(self, part: _Part, stop: Callable[[], bool] | None = None) -> bool:
         times = part.times or [1] * len(part.pairs)
@@ -290,6 +311,7 @@ class _LazyFilter:
         if self.fold_lock.acquire(timeout=wait):
             try:
                 if self._fold_locked(expired):
+                    self._tighten_locked()
                     with self.mutex:
                         if not any(p.committed for p in self.pending):
                             return self.spent
@@ -323,6 +345,10 @@ class _LazyFilter:
         try:
             if not self._fold_locked(None if deadline is None else lambda: time.monotonic() > deadline):
                 _check_deadline(-math.inf)
+            self._tighten_locked()  # the exact spend: later requests' bounds start from it
+            spent, extra = self.bound(committed_only=committed_only)
+            if runtime.fits(spent, [*extra, bound], self.budget):
+                return True
             sp = self.filt.savepoint()
             try:
                 if not committed_only:
@@ -417,6 +443,8 @@ class _DatasetState:
             for f in self.filters():
                 try:
                     f.fold(stop=self._closed)
+                    if time.monotonic() - f.tightened >= 1.0:  # the search, at most once a second
+                        f.tighten(stop=self._closed)
                 except Exception:  # pragma: no cover - a fold is retried by the next reader
                     log.exception("folding committed charges failed")
 
@@ -881,14 +909,18 @@ class QueryService:
                 with state.queue_lock:
                     batch, state.queue = state.queue, []
                 self._admit(state, batch)
-        # What is left of the quota, exact (the analyst's own filter folded outside the lock: only this
-        # analyst's own charges are searched, never another analyst's).
+        # What is left of the quota, at least: the quota minus the analyst's own filter's bound (no
+        # search; exact once the folder has caught up; GET /v1/me gives the exact spend). Near the quota
+        # (less left than this request's own cost) the own filter's exact spend (its own charges only).
         if pending.kind == "query":
             wants = pending.error.details if isinstance(pending.error, QuotaExceeded) else pending.result
             if wants is not None and wants.get("remaining", 0.0) is None:
                 with state.admit_lock:
                     mine = state.analyst_filters.get(pending.analyst)
-                spent = mine.exact_spent(pending.deadline) if mine is not None else 0.0
+                spent = mine.upper() if mine is not None else 0.0
+                if mine is not None and Fraction(pending.quota) - Fraction(spent) < pending.bound:
+                    # near the quota, where it matters: exact, within the request's time budget
+                    spent = mine.exact_spent(pending.deadline)
                 wants["remaining"] = max(0.0, pending.quota - spent)
         if pending.error is not None:
             raise pending.error
