@@ -60,7 +60,8 @@ def _analyst(service: QueryService, name: str) -> Any:
 @pytest.mark.parametrize("dry_run", [True, False], ids=["cost", "batch"])
 def test_a_large_request_does_not_stall_another_analyst(tmp_path: Path, dry_run: bool) -> None:
     seconds = 3.0
-    service = _service(tmp_path, seconds=seconds)
+    # quota 0.5: the batch's sequential cost (1 000 x 0.001) does not fit, so its overlap is searched
+    service = _service(tmp_path, seconds=seconds, quota=0.5)
     alice, bob = _analyst(service, "alice"), _analyst(service, "bob")
     rng = random.Random(3)
     big = [mixed_query(rng) for _ in range(1000)]

@@ -817,15 +817,28 @@ class QueryService:
             return self._dry_run(state, pending, pairs)
         # The batch's own overlap-aware cost depends on the request alone: searched before any lock,
         # within the request's time budget (a safe upper bound if the search does not finish).
-        if len(queries) == 1:
-            pending.bound = Fraction(load)
-        else:
+        # Every row pays at most the sum of the loads: when that fits both filters' bounds (read without
+        # the lock; rechecked under it), no search is needed at all.
+        pending.bound = Fraction(load) * len(queries)
+        if len(queries) > 1 and not self._sequential_fits(state, analyst.name, pending.bound):
             pending.bound = Fraction(runtime.batch_cost(state.schema, pairs, deadline)["overlap"])
         # The exact counts and the noise never depend on the ledger: both are ready before the
         # request joins a group, so a failure here concerns this request alone.
         pending.true_counts = loaded.counts(queries)
         pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
         return self._submit(state, pending)
+
+    @staticmethod
+    def _sequential_fits(state: _DatasetState, analyst: str, bound: Fraction) -> bool:
+        """Whether ``bound`` fits both filters' current bounds (a hint: admission decides under the lock)."""
+        mine = state.analyst_filters.get(analyst)
+        for f in (state.global_filter, mine):
+            if f is None:
+                return False
+            spent, extra = f.bound()
+            if not runtime.fits(spent, [*extra, bound], f.budget):
+                return False
+        return True
 
     def open_session(
         self,
