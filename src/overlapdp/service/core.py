@@ -179,8 +179,14 @@ class _LazyFilter:
         self.fold_lock = threading.Lock()
         self.pending: list[_Part] = []
         self.spent = 0.0  # filt's exact worst row (rounded up) when last computed (:meth:`tighten`)
-        # bounds of the parts folded into filt since ``spent`` was computed (still counted in full)
-        self.folded: list[Fraction] = []
+        # Running exact sums (O(1) per admission however far the folder lags): ``total`` of the bounds of
+        # the pending parts and of the parts folded since ``spent`` was computed (``folded``, still
+        # counted in full); ``uncommitted`` of the pending parts of the group being admitted (a suffix
+        # of ``pending``, ``n_uncommitted`` long).
+        self.total = Fraction(0)
+        self.folded = Fraction(0)
+        self.uncommitted = Fraction(0)
+        self.n_uncommitted = 0
         self.tightened = 0.0  # time.monotonic() of the last tighten()
 
     @property
@@ -199,8 +205,7 @@ class _LazyFilter:
     # -- the cheap bound ---------------------------------------------------------------------------
     def bound(self, *, committed_only: bool = False) -> tuple[float, list[Fraction]]:
         with self.mutex:
-            extra = [p.bound for p in self.pending if p.committed or not committed_only]
-            return self.spent, self.folded + extra
+            return self.spent, [self.total - self.uncommitted if committed_only else self.total]
 
     def upper(self) -> float:
         """A safe upper bound on the worst row's load of every admitted charge (rounded up)."""
@@ -216,7 +221,12 @@ class _LazyFilter:
         times: list[int] | None = None,
     ) -> None:
         with self.mutex:
+            assert not (committed and self.n_uncommitted), "committed parts come before a group's"
             self.pending.append(_Part(pairs, bound, committed, times))
+            self.total += bound
+            if not committed:
+                self.uncommitted += bound
+                self.n_uncommitted += 1
 
     def mark(self) -> int:
         with self.mutex:
@@ -225,13 +235,19 @@ class _LazyFilter:
     def undo(self, mark: int) -> None:
         """Drop the (uncommitted) parts added since ``mark``."""
         with self.mutex:
-            assert all(not p.committed for p in self.pending[mark:])
+            dropped = self.pending[mark:]
+            assert len(dropped) <= self.n_uncommitted and not any(p.committed for p in dropped)
+            gone = sum((p.bound for p in dropped), Fraction(0))
             del self.pending[mark:]
+            self.total -= gone
+            self.uncommitted -= gone
+            self.n_uncommitted -= len(dropped)
 
     def commit(self) -> None:
         with self.mutex:
-            for p in self.pending:
+            for p in self.pending[len(self.pending) - self.n_uncommitted :]:
                 p.committed = True
+            self.uncommitted, self.n_uncommitted = Fraction(0), 0
 
     # -- folding (outside the admission lock) ------------------------------------------------------
     def _fold_locked(self, stop: Callable[[], bool] | None = None) -> bool:
@@ -260,7 +276,7 @@ class _LazyFilter:
             # only uncommitted parts were appended or dropped meanwhile, all after this one; its bound
             # still counts until the exact spend is computed again (tighten), which may search
             del self.pending[0]
-            self.folded.append(part.bound)
+            self.folded += part.bound
         return True
 
     def _tighten_locked(self) -> None:
@@ -268,11 +284,12 @@ class _LazyFilter:
         ``fold_lock``; this is the search, so it runs only where needed: near the budget, for a
         status, in the background folder at most once a second)."""
         with self.mutex:
-            stale = bool(self.folded)
+            stale = self.folded > 0
         if stale:
             spent = self.filt.max_load()
             with self.mutex:
-                self.spent, self.folded = spent, []
+                # parts folded meanwhile: none (the caller holds fold_lock)
+                self.spent, self.total, self.folded = spent, self.total - self.folded, Fraction(0)
         self.tightened = time.monotonic()
 
     def tighten(self, stop: threading.Event | None = None) -> None:
@@ -313,7 +330,7 @@ class _LazyFilter:
                 if self._fold_locked(expired):
                     self._tighten_locked()
                     with self.mutex:
-                        if not any(p.committed for p in self.pending):
+                        if len(self.pending) == self.n_uncommitted:
                             return self.spent
             finally:
                 self.fold_lock.release()
