@@ -12,11 +12,22 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
 - Group commit: requests that arrive while a transaction is running wait in a queue and are admitted
   one after another in the next transaction (each sees the charges of those before it), which pays one
   durable commit for many requests. A request is prepared before it joins a group (parsed, checked,
-  counted and its noise drawn), and each admission runs under a savepoint of the ledger and of the
-  filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
-  to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
+  counted and its noise drawn), and each admission runs under a savepoint of the ledger and a mark of
+  the filters' pending charges: a request that fails fails alone. When the commit itself fails, the
+  group's pending charges are dropped and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
   :class:`overlapdp.service.runtime.ServiceFilter` (exact at the budget).
+- Nobody waits for someone else's search (issue 13). A request's own overlap-aware cost (a safe upper
+  bound, :func:`runtime.batch_cost`, searched only when the plain sum of its loads does not fit) is
+  computed before the lock. Under the lock each filter is first asked through a cheap bound: the exact
+  worst row when last computed plus the own costs of the requests admitted since (a row's load is a sum,
+  so the maximum of a sum is at most the sum of the maxima, MATH.md 1-2); when it fits, the exact filter
+  would admit too, and no search runs. Only near the budget is the exact filter asked (the previous
+  path, the same decision). Committed charges are folded into the exact filters by a background thread,
+  outside the lock. ``/cost`` never searches under the lock: it answers as of a ledger sequence.
+- Each request has a time budget (:attr:`Limits.request_seconds`): its own cost search stops there (a
+  safe upper bound is used), and an exact decision it would need past it is refused with 503
+  (:class:`TimeBudgetExceeded`) for that request alone, nothing charged.
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
   spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
