@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from fractions import Fraction
@@ -33,7 +34,7 @@ from overlapdp.privacy.accountant import PrivacyFilter
 from overlapdp.privacy.definitions import GDP, ZCDP, PureDP
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.query import PredicateQuery, parse_where
-from overlapdp.schema import IntAttribute, Schema
+from overlapdp.schema import IndexSet, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
 from test_overlap_index import check_result, weights_st
 
@@ -348,3 +349,69 @@ def test_index_rollback_restores_the_normalisation(dense_limit: int) -> None:
     assert index.peek(parse_where(schema, "a = 1"), 1e-300).value == 3e-300
     index.add(parse_where(schema, "a = 1", id="more"), 1e-300)
     assert index.result().value == 3e-300
+
+
+PEEK_SCHEMA = Schema((IntAttribute("a", 0, 5), IntAttribute("b", 0, 3), IntAttribute("c", 0, 2)))
+
+
+def _random_query(rng: random.Random, qid: str) -> PredicateQuery:
+    covs: dict[int, IndexSet] = {}
+    for p, attr in enumerate(PEEK_SCHEMA.attributes):
+        r = rng.random()
+        if r < 0.3:
+            lo = rng.randrange(attr.size)
+            covs[p] = IndexSet.interval(lo, rng.randrange(lo, attr.size) + 1)
+        elif r < 0.5:
+            covs[p] = IndexSet.from_indices(rng.sample(range(attr.size), rng.randrange(1, attr.size + 1)))
+    return PredicateQuery.from_coverages(PEEK_SCHEMA, covs, id=qid)
+
+
+@given(seed=st.integers(0, 100_000), comp=st.sampled_from(["sum", "l2", "vector"]), generic=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_index_rollback_after_a_heavier_peek_is_exact(seed: int, comp: str, generic: bool) -> None:
+    """Regression: a peek with a heavier weight re-normalises the index (MATH.md 7); inside a savepoint
+    that was not journaled, so a rollback mixed loads of two normalisations and the maximum came out
+    wrong, also below the truth (an (epsilon, delta) filter then admitted a row at 1.083 against 1.0).
+    Truth: brute force with exact rationals over every row after every step."""
+    rng = random.Random(seed)
+    idx = OverlapIndex(PEEK_SCHEMA, comp, dense_limit=1 if generic else 1 << 22)
+    held: list[tuple[PredicateQuery, Any]] = []
+    marks: list[tuple[int, int]] = []
+    rows = all_rows(PEEK_SCHEMA)
+
+    def weight() -> Any:
+        w = rng.choice([0.1, 0.2, 0.5, 3.0, 1e3, 1 / 12])
+        return [w, 2 * w] if comp == "vector" else w
+
+    for step in range(20):
+        op = rng.random()
+        if op < 0.15:
+            marks.append((idx.savepoint(), len(held)))
+        elif op < 0.3 and marks:
+            token, n = marks.pop()
+            idx.rollback(token)
+            del held[n:]
+        elif op < 0.55:
+            idx.peek(_random_query(rng, "p"), weight())  # often heavier than everything held
+        else:
+            q, w = _random_query(rng, f"s{step}"), weight()
+            idx.insert(q, w)
+            held.append((q, w))
+        if not held:  # (an empty vector index has no components yet)
+            continue
+        r = idx.result()
+        for k in range(2 if comp == "vector" else 1):
+            best = max(
+                sum(
+                    (Fraction(w[k] if isinstance(w, list) else w) ** (2 if comp == "l2" else 1))
+                    for q, w in held
+                    if q.covers(row)
+                )
+                for row in rows
+            )
+            part = r.components[k] if comp == "vector" else r
+            v = Fraction(float(part.value))
+            assert (v * v if comp == "l2" else v) >= best, step
+            if part.exact:  # the smallest float at or above the truth
+                below = Fraction(math.nextafter(float(part.value), -math.inf))
+                assert (below * below if comp == "l2" else below) < best, step

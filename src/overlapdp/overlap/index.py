@@ -92,7 +92,9 @@ class _Undo:
     cells: list[tuple[Region, Any]] | None = None
     # A heavier weight re-normalises every held load (MATH.md 7): the exponents, the entries' loads and
     # the slots' loads before it (the dense array itself is then saved whole in ``load``).
-    renorm: tuple[np.ndarray, dict[str, FloatArray], FloatArray | None] | None = None
+    renorm: tuple[np.ndarray | None, dict[str, FloatArray], FloatArray | None] | None = None
+    # A peek's re-normalisation (no query added): undone like an add's, with no entry to remove.
+    peek: bool = False
 
 
 @dataclass
@@ -234,7 +236,13 @@ class OverlapIndex:
         w, raw = self._check(query, weight)
         if self._name == "set" or self._k is None:
             return self._recompute(extra=(query, w))
-        # Re-normalising for a heavier weight changes only the representation, not the held state.
+        # Re-normalising for a heavier weight changes only the representation, not the held state;
+        # inside a savepoint it is journaled all the same, since a rollback restores loads saved in the
+        # representation of their time (and undo records saved earlier are in the old one).
+        if self._journal is not None and (
+            self._shift is None or not bool(np.all(self._exponents(raw[None, :]) <= self._shift))
+        ):
+            self._journal.append(self._peek_record())
         load = self._normalised(raw)
         if self._dense and self._fits(query):
             return self._dense_peek(query, raw, load)
@@ -245,6 +253,8 @@ class OverlapIndex:
 
         Inside a savepoint only the query added last may be removed (its add is undone)."""
         if self._journal is not None:
+            while self._journal and self._journal[-1].peek:  # a later peek's re-normalisation
+                self._undo(self._journal.pop())
             if not self._journal or self._journal[-1].id != id:
                 raise UnknownQueryError("inside a savepoint only the query added last can be removed")
             self._undo(self._journal.pop())
@@ -940,9 +950,34 @@ class OverlapIndex:
             u.cells = [(region, self._load[region].copy()) for region in self._regions(query)]
         return u
 
+    def _peek_record(self) -> _Undo:
+        """How to undo a re-normalisation by :meth:`peek` (the whole representation, by value)."""
+        u = _Undo(
+            id="",
+            empty=False,
+            k=self._k,
+            dense=self._dense,
+            generic=self._generic_result,
+            cached=self._cached,
+            peek=True,
+        )
+        u.renorm = (
+            None if self._shift is None else self._shift.copy(),
+            {i: e.load.copy() for i, e in self._entries.items()},
+            self._slot_load.copy() if self._dense else None,
+        )
+        if self._name != "set" and self._dense:
+            u.load = self._load.copy()
+            u.axes = len(self._axes)
+            u.member = self._member
+            u.best = self._best.copy()
+            u.best_cell = list(self._best_cell)
+        return u
+
     def _undo(self, u: _Undo) -> None:
-        entry = self._entries.pop(u.id)
-        self._account(entry, -1)
+        entry = None if u.peek else self._entries.pop(u.id)
+        if entry is not None:
+            self._account(entry, -1)
         if u.empty:
             self._k = u.k
             self._shift = None
@@ -950,7 +985,7 @@ class OverlapIndex:
             self._generic_result = None
             self._cached = None
             return
-        if entry.slot >= 0:
+        if entry is not None and entry.slot >= 0:
             self._used[entry.slot] = False
             self._slot_load[entry.slot] = 0.0
             self._slot_raw[entry.slot] = 0.0
