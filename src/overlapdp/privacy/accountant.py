@@ -981,21 +981,27 @@ class PrivacyFilter:
             budget_v = _budget_value(self.budget)
             if not ok:
                 return Admission(False, None, value, budget_v, witness, "over budget")
-            added: list[_Track] = []
-            try:
-                for t, w in zip(self._tracks, loads, strict=True):
-                    t.index.insert(q, w)
-                    added.append(t)
-            except BaseException:
-                for t in added:
-                    t.index.remove(charge.id)
-                raise
+            self._insert(q, loads)
             for t, e in zip(self._tracks, exact, strict=True):
                 t.loads[charge.id] = e
             self._ids.add(charge.id)
             self._n += 1
             self.odometer.extend([charge])
             return Admission(True, charge, value, budget_v, witness)
+
+    def _insert(self, q: PredicateQuery, loads: list[Any]) -> None:
+        """Put ``q`` (its id set) into every track's index, all or none: a failure part-way removes it
+        from the tracks it already reached, most recent first."""
+        assert q.id is not None
+        added: list[_Track] = []
+        try:
+            for t, w in zip(self._tracks, loads, strict=True):
+                t.index.insert(q, w)
+                added.append(t)
+        except BaseException:
+            for t in reversed(added):
+                t.index.remove(q.id)
+            raise
 
     def _admissible(self, q: PredicateQuery, peeks: list[OverlapResult], exact: list[Any]) -> bool:
         """Whether EVERY row's exact cost with the new charge stays within budget (exact arithmetic of
@@ -1149,15 +1155,7 @@ class PrivacyFilter:
             q = charge.query.with_id(charge.id)
             loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
             exact = [_times(t.exact(mechanism), times) for t in self._tracks]
-            added: list[_Track] = []
-            try:
-                for t, w in zip(self._tracks, loads, strict=True):
-                    t.index.insert(q, w)
-                    added.append(t)
-            except BaseException:
-                for t in reversed(added):
-                    t.index.remove(charge.id)
-                raise
+            self._insert(q, loads)
             # The group's exact load sits on its first id; the others carry 0 (so that every
             # odometer charge has a load and the exact enumeration sums to the group's load).
             for t, e in zip(self._tracks, exact, strict=True):
