@@ -282,11 +282,8 @@ def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path
     out = service.query(alice, "adult", batch, 0.25, dry_run=True)
     # By hand: the first two are disjoint; the third meets each of them: the worst row pays 0.5 of the
     # batch, and 0.25 + 0.25 = 0.5 on the rows with sex = 0 aged 25 to 35, or sex = 1 aged 25 to 35.
-    cost = out["cost"]["batch"]
-    assert cost["overlap"] == pytest.approx(0.5) and cost["sequential"] == pytest.approx(0.75)
-    assert cost["exact"] is True and cost["lower"] == pytest.approx(0.5)
+    assert out["cost"]["batch"] == {"overlap": pytest.approx(0.5), "sequential": pytest.approx(0.75)}
     assert out["spent_after"] == pytest.approx(0.5) and out["admissible"] is True
-    assert out["spent_after_exact"] is True and out["as_of_seq"] == 1
     assert len(service.store.charges()) == 1
     service.query(alice, "adult", batch, 0.25)
     assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == pytest.approx(

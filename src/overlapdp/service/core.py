@@ -12,22 +12,11 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
 - Group commit: requests that arrive while a transaction is running wait in a queue and are admitted
   one after another in the next transaction (each sees the charges of those before it), which pays one
   durable commit for many requests. A request is prepared before it joins a group (parsed, checked,
-  counted and its noise drawn), and each admission runs under a savepoint of the ledger and a mark of
-  the filters' pending charges: a request that fails fails alone. When the commit itself fails, the
-  group's pending charges are dropped and every request of the group gets 503.
+  counted and its noise drawn), and each admission runs under a savepoint of the ledger and of the
+  filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
+  to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
   :class:`overlapdp.service.runtime.ServiceFilter` (exact at the budget).
-- Nobody waits for someone else's search (issue 13). A request's own overlap-aware cost (a safe upper
-  bound, :func:`runtime.batch_cost`, searched only when the plain sum of its loads does not fit) is
-  computed before the lock. Under the lock each filter is first asked through a cheap bound: the exact
-  worst row when last computed plus the own costs of the requests admitted since (a row's load is a sum,
-  so the maximum of a sum is at most the sum of the maxima, MATH.md 1-2); when it fits, the exact filter
-  would admit too, and no search runs. Only near the budget is the exact filter asked (the previous
-  path, the same decision). Committed charges are folded into the exact filters by a background thread,
-  outside the lock. ``/cost`` never searches under the lock: it answers as of a ledger sequence.
-- Each request has a time budget (:attr:`Limits.request_seconds`): its own cost search stops there (a
-  safe upper bound is used), and an exact decision it would need past it is refused with 503
-  (:class:`TimeBudgetExceeded`) for that request alone, nothing charged.
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
   spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
@@ -42,9 +31,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, QueryError
@@ -112,10 +100,6 @@ class Limits:
     max_ledger_page: int = 10_000
     #: Engines opened per data set (counts run in parallel on them).
     engine_pool: int = 2
-    #: Each request's time budget in seconds: the search for its batch's own overlap-aware cost stops
-    #: there (a safe upper bound is used), and a request that would need an exact admission decision
-    #: past it gets 503 (:class:`TimeBudgetExceeded`) for itself alone.
-    request_seconds: float = 10.0
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
@@ -139,265 +123,9 @@ class _Pending:
     session_params: dict[str, Any] = field(default_factory=dict)
     session_state: dict[str, Any] = field(default_factory=dict)
     step_arg: float = 0.0
-    #: A safe upper bound on the worst row's load of this request's own charges (computed unlocked).
-    bound: Fraction = Fraction(0)
-    deadline: float | None = None
-    quota: float = 0.0
     done: bool = False
     result: dict[str, Any] | None = None
     error: BaseException | None = None
-
-
-class TimeBudgetExceeded(ServiceError):
-    """The request's own time budget (``Limits.request_seconds``) ran out before it could be decided;
-    nothing of it was charged and no answer was released. Other requests are not affected."""
-
-    status = 503
-
-
-@dataclass
-class _Part:
-    """Charges of one admitted request not yet folded into the exact filter, with a safe upper bound on
-    their own worst row's load (``bound``; every row pays at most that much of them, MATH.md 2)."""
-
-    pairs: list[tuple[Any, float]]
-    bound: Fraction
-    committed: bool
-    #: Replayed ledger rows: ``pairs`` hold recorded query texts, each charged ``times[i]`` times.
-    times: list[int] | None = None
-
-
-class _LazyFilter:
-    """One exact :class:`runtime.ServiceFilter` plus the admitted charges not yet folded into it.
-
-    The guarantee: the worst row's load of (folded charges + pending parts) is at most
-    ``spent + sum(part.bound)`` (a row's load is a sum over the charges covering it, so the maximum of
-    a sum is at most the sum of the maxima, MATH.md 1-2). Admission first tries that bound with the new
-    request's own bound, in exact arithmetic: when it fits, the exact filter would admit too (every row
-    stays within budget), so the decision is the exact filter's without any search. Only when the bound
-    does not fit are the pending parts folded and the exact filter asked (the previous path, identical
-    decision).
-
-    Locks: ``mutex`` guards ``pending`` and ``spent`` (held for list operations only); ``fold_lock``
-    guards the exact filter (held while it searches). The data set's admission lock is never needed to
-    fold, so a search never holds it, except in the exact path near the budget.
-    """
-
-    def __init__(self, filt: runtime.ServiceFilter, parse: Any) -> None:
-        self.filt = filt
-        self.parse = parse  # recorded query text -> PredicateQuery (ledger replay)
-        self.mutex = threading.Lock()
-        self.fold_lock = threading.Lock()
-        self.pending: list[_Part] = []
-        self.spent = 0.0  # filt's exact worst row (rounded up) when last computed (:meth:`tighten`)
-        # Running exact sums (O(1) per admission however far the folder lags): ``total`` of the bounds of
-        # the pending parts and of the parts folded since ``spent`` was computed (``folded``, still
-        # counted in full); ``uncommitted`` of the pending parts of the group being admitted (a suffix
-        # of ``pending``, ``n_uncommitted`` long).
-        self.total = Fraction(0)
-        self.folded = Fraction(0)
-        self.uncommitted = Fraction(0)
-        self.n_uncommitted = 0
-        self.tightened = 0.0  # time.monotonic() of the last tighten()
-
-    @property
-    def budget(self) -> float:
-        return self.filt.budget
-
-    @budget.setter
-    def budget(self, amount: float) -> None:
-        # PrivacyFilter.set_budget is atomic on its own: no need to wait for a fold in progress
-        self.filt.budget = amount
-
-    @property
-    def definition(self) -> str:
-        return self.filt.definition
-
-    # -- the cheap bound ---------------------------------------------------------------------------
-    def bound(self, *, committed_only: bool = False) -> tuple[float, list[Fraction]]:
-        with self.mutex:
-            return self.spent, [self.total - self.uncommitted if committed_only else self.total]
-
-    def upper(self) -> float:
-        """A safe upper bound on the worst row's load of every admitted charge (rounded up)."""
-        spent, extra = self.bound()
-        return runtime._float_up(Fraction(spent) + sum(extra, Fraction(0)))
-
-    def add(
-        self,
-        pairs: list[tuple[Any, float]],
-        bound: Fraction,
-        *,
-        committed: bool,
-        times: list[int] | None = None,
-    ) -> None:
-        with self.mutex:
-            assert not (committed and self.n_uncommitted), "committed parts come before a group's"
-            self.pending.append(_Part(pairs, bound, committed, times))
-            self.total += bound
-            if not committed:
-                self.uncommitted += bound
-                self.n_uncommitted += 1
-
-    def mark(self) -> int:
-        with self.mutex:
-            return len(self.pending)
-
-    def undo(self, mark: int) -> None:
-        """Drop the (uncommitted) parts added since ``mark``."""
-        with self.mutex:
-            dropped = self.pending[mark:]
-            assert len(dropped) <= self.n_uncommitted and not any(p.committed for p in dropped)
-            gone = sum((p.bound for p in dropped), Fraction(0))
-            del self.pending[mark:]
-            self.total -= gone
-            self.uncommitted -= gone
-            self.n_uncommitted -= len(dropped)
-
-    def commit(self) -> None:
-        with self.mutex:
-            for p in self.pending[len(self.pending) - self.n_uncommitted :]:
-                p.committed = True
-            self.uncommitted, self.n_uncommitted = Fraction(0), 0
-
-    # -- folding (outside the admission lock) ------------------------------------------------------
-    def _fold_locked(self, stop: Callable[[], bool] | None = None) -> bool:
-        """Record the committed pending parts in the exact filter (caller holds ``fold_lock``); False
-        if ``stop`` said so first (the part being folded is then undone, so nothing is half folded)."""
-        while True:
-            done = self._fold_one(stop)
-            if done is None:
-                return True
-            if not done:
-                return False
-
-    def _fold_one(self, stop: Callable[[], bool] | None = None) -> bool | None:
-        """Fold the first pending part if it is committed (caller holds ``fold_lock``): True when
-        folded, None when there is none, False when ``stop`` interrupted it (undone)."""
-        with self.mutex:
-            if not self.pending or not self.pending[0].committed:
-                return None
-            part = self.pending[0]
-        sp = self.filt.savepoint()
-        if not self._record(part, stop):
-            self.filt.rollback(sp)
-            return False
-        self.filt.release(sp)
-        with self.mutex:
-            # only uncommitted parts were appended or dropped meanwhile, all after this one; its bound
-            # still counts until the exact spend is computed again (tighten), which may search
-            del self.pending[0]
-            self.folded += part.bound
-        return True
-
-    def _tighten_locked(self) -> None:
-        """Replace the folded parts' bounds by the exact filter's worst row (caller holds
-        ``fold_lock``; this is the search, so it runs only where needed: near the budget, for a
-        status, in the background folder at most once a second)."""
-        with self.mutex:
-            stale = self.folded > 0
-        if stale:
-            spent = self.filt.max_load()
-            with self.mutex:
-                # parts folded meanwhile: none (the caller holds fold_lock)
-                self.spent, self.total, self.folded = spent, self.total - self.folded, Fraction(0)
-        self.tightened = time.monotonic()
-
-    def tighten(self, stop: threading.Event | None = None) -> None:
-        with self.fold_lock:
-            if self._fold_locked(None if stop is None else stop.is_set):
-                self._tighten_locked()
-
-    def _record(self, part: _Part, stop: Callable[[], bool] | None = None) -> bool:
-        times = part.times or [1] * len(part.pairs)
-        for (q, load), k in zip(part.pairs, times, strict=True):
-            if stop is not None and stop():
-                return False
-            if load > 0:
-                self.filt.record(self.parse(q) if part.times is not None else q, load, k)
-        return True
-
-    def fold(self, *, stop: threading.Event | None = None) -> None:
-        """Fold the committed parts one by one, releasing the exact filter between parts (an exact
-        admission near the budget waits for one part at most), until none is left or ``stop`` is set."""
-        while stop is None or not stop.is_set():
-            with self.fold_lock:
-                if not self._fold_one(None if stop is None else stop.is_set):
-                    return
-
-    def acquire(self, deadline: float | None) -> None:
-        """Take ``fold_lock``, waiting no later than ``deadline`` (:class:`TimeBudgetExceeded`)."""
-        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self.fold_lock.acquire(timeout=wait):
-            _check_deadline(-math.inf)
-
-    def exact_spent(self, deadline: float | None = None) -> float:
-        """The exact worst row's load of the committed charges (rounded up), folding them first; if
-        that does not finish by ``deadline``, the safe upper bound :meth:`upper` instead."""
-        expired = None if deadline is None else (lambda: time.monotonic() > deadline)
-        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        if self.fold_lock.acquire(timeout=wait):
-            try:
-                if self._fold_locked(expired):
-                    self._tighten_locked()
-                    with self.mutex:
-                        if len(self.pending) == self.n_uncommitted:
-                            return self.spent
-            finally:
-                self.fold_lock.release()
-        return self.upper()
-
-    def has_pending(self) -> bool:
-        with self.mutex:
-            return bool(self.pending)
-
-    # -- admission ---------------------------------------------------------------------------------
-    def admits(
-        self,
-        pairs: list[tuple[PredicateQuery | None, float]],
-        bound: Fraction,
-        deadline: float | None,
-        *,
-        committed_only: bool = False,
-    ) -> bool:
-        """Whether the filter admits ``pairs`` (all or none, each seeing those before) after every charge
-        admitted so far (or only the committed ones): EXACT, as :meth:`runtime.ServiceFilter.try_all`.
-        Nothing is added. Past ``deadline`` the exact path is refused with :class:`TimeBudgetExceeded`."""
-        if all(load <= 0 for _, load in pairs):
-            return True
-        spent, extra = self.bound(committed_only=committed_only)
-        if runtime.fits(spent, [*extra, bound], self.budget):
-            return True
-        _check_deadline(deadline)
-        self.acquire(deadline)  # a part being folded: wait for it, within the request's time budget
-        try:
-            if not self._fold_locked(None if deadline is None else lambda: time.monotonic() > deadline):
-                _check_deadline(-math.inf)
-            self._tighten_locked()  # the exact spend: later requests' bounds start from it
-            spent, extra = self.bound(committed_only=committed_only)
-            if runtime.fits(spent, [*extra, bound], self.budget):
-                return True
-            sp = self.filt.savepoint()
-            try:
-                if not committed_only:
-                    with self.mutex:
-                        others = list(self.pending)
-                    for part in others:
-                        self._record(part)
-                return self.filt.try_all([(q, x) for q, x in pairs if x > 0])
-            finally:
-                self.filt.rollback(sp)
-        finally:
-            self.fold_lock.release()
-
-
-def _check_deadline(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise TimeBudgetExceeded(
-            "the request's time budget ran out before its admission could be decided exactly; nothing "
-            "was charged and no answer was released (split the batch or retry later)",
-            field="request_seconds",
-        )
 
 
 class _DatasetState:
@@ -414,83 +142,40 @@ class _DatasetState:
         from overlapdp.schema import Schema
 
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
-        # Filters touched by the group being admitted, with their marks (see :meth:`touch`).
-        self._group: dict[int, tuple[_LazyFilter, int]] = {}
-        # The folder: a daemon thread folding committed charges into the exact filters, so that no
-        # request (and never the admission lock) waits for another request's search.
-        self._wake = threading.Event()
-        self._folder: threading.Thread | None = None
-        self._closed = threading.Event()
+        # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
+        self._group: dict[int, tuple[runtime.ServiceFilter, tuple[int, tuple[int, ...]]]] = {}
         self.reset()
 
     def reset(self) -> None:
         """Empty filters (then :meth:`apply` replays the ledger); only when the definition changes."""
         schema = self.schema
         self.last_seq = 0
-        self.global_filter = _LazyFilter(
-            runtime.make_filter(schema, self.record.definition, self.record.budget), self.parse_recorded
-        )
-        self.analyst_filters: dict[str, _LazyFilter] = {}
+        self.global_filter = runtime.make_filter(schema, self.record.definition, self.record.budget)
+        self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
         self._parsed: dict[str, PredicateQuery] = {}
 
     @property
     def schema(self) -> Any:
         return self._schema
 
-    def touch(self, f: _LazyFilter) -> None:
-        """Mark ``f`` for the group being admitted (once per filter and group)."""
+    def touch(self, f: runtime.ServiceFilter) -> None:
+        """Open a savepoint on ``f`` for the group being admitted (once per filter and group)."""
         if id(f) not in self._group:
-            self._group[id(f)] = (f, f.mark())
+            self._group[id(f)] = (f, f.savepoint())
 
     def end_group(self, *, committed: bool) -> None:
         """Keep (committed) or undo (the commit failed) everything the group added to the filters."""
         group, self._group = self._group, {}
-        for f, mark in group.values():
+        for f, sp in reversed(list(group.values())):
             if committed:
-                f.commit()
+                f.release(sp)
             else:
-                f.undo(mark)
-        if committed and group:
-            self.wake_folder()
+                f.rollback(sp)
 
-    def filters(self) -> list[_LazyFilter]:
-        return [self.global_filter, *self.analyst_filters.values()]
-
-    def wake_folder(self) -> None:
-        if self._folder is None or not self._folder.is_alive():
-            self._folder = threading.Thread(
-                target=self._fold_loop, name=f"overlapdp-fold-{self.record.name}", daemon=True
-            )
-            self._folder.start()
-        self._wake.set()
-
-    def _fold_loop(self) -> None:
-        while not self._closed.is_set():
-            self._wake.wait(timeout=60.0)
-            self._wake.clear()
-            for f in self.filters():
-                try:
-                    f.fold(stop=self._closed)
-                    if time.monotonic() - f.tightened >= 1.0:  # the search, at most once a second
-                        f.tighten(stop=self._closed)
-                except Exception:  # pragma: no cover - a fold is retried by the next reader
-                    log.exception("folding committed charges failed")
-
-    def close(self) -> None:
-        """Stop the folder (after the part it is folding)."""
-        self._closed.set()
-        self._wake.set()
-
-    def fold_all(self) -> None:
-        for f in self.filters():
-            f.fold()
-
-    def analyst_filter(self, analyst: str, quota: float = 0.0) -> _LazyFilter:
+    def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
         f = self.analyst_filters.get(analyst)
         if f is None:
-            f = _LazyFilter(
-                runtime.make_filter(self.schema, self.record.definition, quota), self.parse_recorded
-            )
+            f = runtime.make_filter(self.schema, self.record.definition, quota)
             self.analyst_filters[analyst] = f
         return f
 
@@ -511,33 +196,19 @@ class _DatasetState:
         Each charge is recorded with its exact recorded load and never refused, so the filters hold
         exactly what the live instance that admitted them held (the same exact per-row sums). Charges
         with the same coverage and the same load are recorded together (one index entry, the exact
-        multiple of the load), which keeps the index small for a long ledger. They join the filters as
-        one committed pending part (bound: the exact sum of their loads) folded by the folder.
+        multiple of the load), which keeps the index small for a long ledger.
         """
         per_query: dict[tuple[str | None, float], int] = {}
-        per_analyst: dict[str, dict[tuple[str | None, float], int]] = {}
+        per_analyst: dict[tuple[str, str | None, float], int] = {}
         for seq, analyst, query, load in rows:
             if load > 0:
                 per_query[query, load] = per_query.get((query, load), 0) + 1
-                mine = per_analyst.setdefault(analyst, {})
-                mine[query, load] = mine.get((query, load), 0) + 1
+                per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
-        if not per_query:
-            return
-        self._apply(self.global_filter, per_query)
-        for analyst, groups in per_analyst.items():
-            self._apply(self.analyst_filter(analyst), groups)
-        self.wake_folder()
-
-    @staticmethod
-    def _apply(f: _LazyFilter, groups: Mapping[tuple[str | None, float], int]) -> None:
-        parts = list(groups.items())
-        f.add(
-            [(text, load) for (text, load), _ in parts],
-            sum((k * Fraction(load) for (_, load), k in parts), Fraction(0)),
-            committed=True,
-            times=[k for _, k in parts],
-        )
+        for (query, load), k in per_query.items():
+            self.global_filter.record(self.parse_recorded(query), load, k)
+        for (analyst, query, load), k in per_analyst.items():
+            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
 
 
 # -- the service ------------------------------------------------------------------------------------
@@ -555,13 +226,6 @@ class QueryService:
         for record in store.list_datasets():
             self._install(record)
 
-    def close(self) -> None:
-        """Stop the background folders (the ledger store is closed by its owner)."""
-        with self._states_lock:
-            states = list(self._states.values())
-        for state in states:
-            state.close()
-
     # -- data sets --------------------------------------------------------------------------------
     def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
         if loaded is None:
@@ -574,7 +238,6 @@ class QueryService:
         state = _DatasetState(loaded, record)
         with state.admit_lock:
             state.apply(self.store.loads_since(record.name, 0))
-        state.fold_all()  # start-up: nobody waits yet
         with self._states_lock:
             self._states[record.name] = state
         return state
@@ -621,9 +284,6 @@ class QueryService:
             if changed:
                 state.reset()
                 state.apply(self.store.loads_since(name, 0))
-        if changed:
-            state.fold_all()
-        with state.admit_lock:
             state.global_filter.budget = record.budget
         return self._dataset_info(state, admin=True)
 
@@ -657,20 +317,16 @@ class QueryService:
         """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3)."""
         state = self._state(name)
         self._catch_up(state)
-        with state.admit_lock:  # a consistent list of filters and sequence number; no search here
+        with state.admit_lock:
             rec = state.record
-            seq = state.last_seq
-            filters = dict(state.analyst_filters)
-            global_filter = state.global_filter
-        # Exact spends of the committed charges, folded outside the admission lock.
-        per_analyst = {a: f.exact_spent() for a, f in filters.items()}
-        spent = global_filter.exact_spent()
-        info = self._dataset_info(state, admin=True)
-        info["spent"] = spent
-        info["remaining"] = max(0.0, rec.budget - spent)
-        info["spent_by_analyst"] = per_analyst
-        info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
-        info["ledger_seq"] = seq
+            per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
+            spent = state.global_filter.max_load()
+            info = self._dataset_info(state, admin=True)
+            info["spent"] = spent
+            info["remaining"] = max(0.0, rec.budget - spent)
+            info["spent_by_analyst"] = per_analyst
+            info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
+            info["ledger_seq"] = state.last_seq
         return info
 
     def _catch_up(self, state: _DatasetState) -> None:
@@ -749,7 +405,7 @@ class QueryService:
             self._catch_up(state)
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
-            spent = f.exact_spent() if f is not None else 0.0  # own charges only, unlocked
+                spent = f.max_load() if f is not None else 0.0
             per[ds] = {
                 "definition": state.record.definition,
                 "quota": quota,
@@ -821,7 +477,6 @@ class QueryService:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically."""
-        deadline = time.monotonic() + self.limits.request_seconds
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
@@ -838,35 +493,13 @@ class QueryService:
             query_json=[_recorded_query(spec, q) for spec, q in zip(specs, queries, strict=True)],
             mechanism=mech,
             loads=[load] * len(queries),
-            deadline=deadline,
         )
-        pairs: list[tuple[PredicateQuery | None, float]] = [(q, load) for q in queries]
-        if dry_run:
-            return self._dry_run(state, pending, pairs)
-        # The batch's own overlap-aware cost depends on the request alone: searched before any lock,
-        # within the request's time budget (a safe upper bound if the search does not finish).
-        # Every row pays at most the sum of the loads: when that fits both filters' bounds (read without
-        # the lock; rechecked under it), no search is needed at all.
-        pending.bound = Fraction(load) * len(queries)
-        if len(queries) > 1 and not self._sequential_fits(state, analyst.name, pending.bound):
-            pending.bound = Fraction(runtime.batch_cost(state.schema, pairs, deadline)["overlap"])
-        # The exact counts and the noise never depend on the ledger: both are ready before the
-        # request joins a group, so a failure here concerns this request alone.
-        pending.true_counts = loaded.counts(queries)
-        pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+        if not dry_run:
+            # The exact counts and the noise never depend on the ledger: both are ready before the
+            # request joins a group, so a failure here concerns this request alone.
+            pending.true_counts = loaded.counts(queries)
+            pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
         return self._submit(state, pending)
-
-    @staticmethod
-    def _sequential_fits(state: _DatasetState, analyst: str, bound: Fraction) -> bool:
-        """Whether ``bound`` fits both filters' current bounds (a hint: admission decides under the lock)."""
-        mine = state.analyst_filters.get(analyst)
-        for f in (state.global_filter, mine):
-            if f is None:
-                return False
-            spent, extra = f.bound()
-            if not runtime.fits(spent, [*extra, bound], f.budget):
-                return False
-        return True
 
     def open_session(
         self,
@@ -899,8 +532,6 @@ class QueryService:
             session_kind=kind,
             session_params=public,
             session_state=secret,
-            bound=Fraction(runtime.load_of(state.record.definition, cost)),
-            deadline=time.monotonic() + self.limits.request_seconds,
         )
         return self._submit(state, pending)
 
@@ -950,19 +581,6 @@ class QueryService:
                 with state.queue_lock:
                     batch, state.queue = state.queue, []
                 self._admit(state, batch)
-        # What is left of the quota, at least: the quota minus the analyst's own filter's bound (no
-        # search; exact once the folder has caught up; GET /v1/me gives the exact spend). Near the quota
-        # (less left than this request's own cost) the own filter's exact spend (its own charges only).
-        if pending.kind == "query":
-            wants = pending.error.details if isinstance(pending.error, QuotaExceeded) else pending.result
-            if wants is not None and wants.get("remaining", 0.0) is None:
-                with state.admit_lock:
-                    mine = state.analyst_filters.get(pending.analyst)
-                spent = mine.upper() if mine is not None else 0.0
-                if mine is not None and Fraction(pending.quota) - Fraction(spent) < pending.bound:
-                    # near the quota, where it matters: exact, within the request's time budget
-                    spent = mine.exact_spent(pending.deadline)
-                wants["remaining"] = max(0.0, pending.quota - spent)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -978,24 +596,25 @@ class QueryService:
                     # Another instance changed the definition: replay the ledger (an admin action).
                     state.reset()
                     state.apply(tx.loads_since(0))
-                if state.global_filter.budget != state.record.budget:
-                    state.global_filter.budget = state.record.budget
-                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's marks
+                state.global_filter.budget = state.record.budget
+                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's savepoint
                 state.touch(state.global_filter)
                 new_seqs: list[int] = []
                 for p in batch:
                     filters = (state.global_filter, state.analyst_filter(p.analyst))
                     state.touch(filters[1])
-                    marks = [f.mark() for f in filters]
+                    marks = [f.savepoint() for f in filters]
                     try:
                         with tx.savepoint():
                             result, seqs = self._admit_one(tx, state, p)
                     except Exception as exc:
                         # This request alone fails: its rows and its filter updates are undone.
-                        for f, m in zip(filters, marks, strict=True):
-                            f.undo(m)
+                        for f, sp in reversed(list(zip(filters, marks, strict=True))):
+                            f.rollback(sp)
                         p.error = exc if isinstance(exc, OverlapDPError) else _failed(exc)
                         continue
+                    for f, sp in reversed(list(zip(filters, marks, strict=True))):
+                        f.release(sp)
                     staged.append((p, result))
                     new_seqs.extend(seqs)
             state.end_group(committed=True)
@@ -1032,9 +651,7 @@ class QueryService:
         if quota is None:
             raise NotFound(f"unknown data set {state.record.name!r}")
         mine = state.analyst_filter(p.analyst, quota)
-        if mine.budget != quota:
-            mine.budget = quota
-        p.quota = quota
+        mine.budget = quota
         if p.kind == "session-query":
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
@@ -1044,27 +661,28 @@ class QueryService:
             runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
             "queries": len(p.queries),
         }
-        # Admission: the charges go into both filters, or (the caller undoes) into neither. Far from
-        # the budget the bound decides without a search (_LazyFilter); near it, the exact filters.
-        own_ok = mine.admits(pairs, p.bound, p.deadline)
-        global_ok = own_ok and state.global_filter.admits(pairs, p.bound, p.deadline)
+        if p.kind == "dry-run":
+            return self._dry_run(state, mine, quota, pairs, cost), []
+        # Admission: the charges go into both filters, or (the caller rolls back) into neither.
+        mark = mine.savepoint()
+        own_ok = mine.try_all(pairs)
+        global_ok = own_ok and state.global_filter.try_all(pairs)
         if not (own_ok and global_ok):
-            global_admits: bool | None = global_ok
+            mine.rollback(mark)
+            remaining = max(0.0, quota - mine.max_load())
             if not own_ok:  # say whether the global budget alone would have paid, too
-                try:
-                    global_admits = state.global_filter.admits(pairs, p.bound, p.deadline)
-                except TimeBudgetExceeded:
-                    global_admits = None
+                sp = state.global_filter.savepoint()
+                global_ok = state.global_filter.try_all(pairs)
+                state.global_filter.rollback(sp)
             raise QuotaExceeded(
                 "the analyst's quota cannot pay for this request"
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
-                remaining=None,  # filled in exactly once the admission lock is released
+                remaining=remaining,
                 quota_admits=own_ok,
-                global_admits=global_admits,
+                global_admits=global_ok,
             )
-        mine.add(pairs, p.bound, committed=False)
-        state.global_filter.add(pairs, p.bound, committed=False)
+        mine.release(mark)
         if p.kind == "session":
             return self._session_open(tx, state, p)
         assert p.mechanism is not None
@@ -1099,7 +717,7 @@ class QueryService:
             "answers": answers,
             "cost": cost,
             "replayed": False,
-            "remaining": None,  # filled in exactly once the admission lock is released
+            "remaining": max(0.0, quota - mine.max_load()),
         }, seqs
 
     def _session_open(
@@ -1175,72 +793,34 @@ class QueryService:
             raise Conflict("this idempotency key is being used by a concurrent request")
         return {"answer": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
 
+    @staticmethod
     def _dry_run(
-        self,
         state: _DatasetState,
-        p: _Pending,
+        mine: runtime.ServiceFilter,
+        quota: float,
         pairs: list[tuple[PredicateQuery | None, float]],
+        cost: dict[str, Any],
     ) -> dict[str, Any]:
-        """What the batch would cost and whether both filters would admit it now; nothing is spent.
-
-        Never takes the admission lock for a search: the batch's own cost is searched unlocked (within
-        the request's time budget), and the verdicts are taken against the committed charges as of
-        ledger sequence ``as_of_seq`` (the filters' cheap bound, else the exact filters under their own
-        fold locks, which no admission far from the budget needs)."""
-        self._catch_up(state)
-        analyst = self.store.get_analyst(p.analyst)
-        if analyst is None or analyst.revoked:
-            raise AuthError("a valid analyst token is required")
-        quota = analyst.quotas.get(state.record.name)
-        if quota is None:
-            raise NotFound(f"unknown data set {state.record.name!r}")
-        with state.admit_lock:  # brief: a consistent view of the filters (no search)
-            mine = state.analyst_filter(p.analyst, quota)
-            global_filter = state.global_filter
-            as_of = state.last_seq
-            definition = state.record.definition
-        batch = runtime.batch_cost(state.schema, pairs, p.deadline)
-        bound = Fraction(batch["overlap"])
-        before = mine.exact_spent(p.deadline)  # own charges only
-        verdicts: list[bool | None] = []
-        for f, budget in ((mine, quota), (global_filter, None)):
-            try:
-                if budget is not None and f.budget != budget:
-                    f.budget = budget
-                verdicts.append(f.admits(pairs, bound, p.deadline, committed_only=True))
-            except TimeBudgetExceeded:
-                verdicts.append(None)
+        """What the batch would cost and whether both filters would admit it now (all undone)."""
+        remaining = max(0.0, quota - mine.max_load())
+        sp = mine.savepoint()
+        for q, load in pairs:
+            mine.record(q, load)
+        after = mine.max_load()
+        mine.rollback(sp)
+        verdicts = []
+        for f in (mine, state.global_filter):
+            sp = f.savepoint()
+            verdicts.append(f.try_all(pairs))
+            f.rollback(sp)
         own_ok, global_ok = verdicts
-        after, after_exact = runtime._float_up(Fraction(before) + bound), False
-        # (only when the batch's own search finished in time: this one, on the analyst's own charges
-        # and the batch, would not finish either)
-        if batch["exact"] and time.monotonic() < (p.deadline or math.inf):
-            mine.acquire(p.deadline)  # the exact spend with the batch: this analyst's own charges only
-            try:
-                mine._fold_locked()
-                sp = mine.filt.savepoint()
-                try:
-                    for q, load in pairs:
-                        mine.filt.record(q, load)
-                    after, after_exact = mine.filt.max_load(), True
-                finally:
-                    mine.filt.rollback(sp)
-            finally:
-                mine.fold_lock.release()
         return {
-            "cost": {
-                "definition": definition,
-                runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
-                "queries": len(p.queries),
-                "batch": batch,
-            },
+            "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
             "spent_after": after,
-            "spent_after_exact": after_exact,
-            "admissible": None if None in verdicts else bool(own_ok and global_ok),
+            "admissible": own_ok and global_ok,
             "quota_admits": own_ok,
             "global_admits": global_ok,
-            "remaining": max(0.0, quota - before),
-            "as_of_seq": as_of,
+            "remaining": remaining,
         }
 
     @staticmethod

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from overlapdp.mechanisms import GuessAndCheck, MechanismError, SparseVector, add_noise, noise_for
-from overlapdp.overlap import max_overlap
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.accountant import PrivacyFilter, whole_domain
 from overlapdp.privacy.concurrent import concurrent_composition
@@ -230,43 +228,14 @@ class ServiceFilter:
 QuotaFilter = ServiceFilter
 
 
-def batch_cost(
-    schema: Schema,
-    charges: Sequence[tuple[PredicateQuery | None, float]],
-    deadline: float | None = None,
-) -> dict[str, Any]:
-    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential.
-
-    Both are SAFE upper bounds on the exact sums of the declared float loads, rounded up: ``overlap`` is
-    the exact worst row's load when the search finishes (``exact`` True), else the search's upper bound
-    at ``deadline`` (``time.monotonic()``; None: no limit), and never above ``sequential`` (every row's
-    load is at most the sum of all loads). ``lower`` is a load some row certainly reaches. It depends on
-    the request alone, so the service computes it before taking any lock.
-    """
-    sequential_exact = sum((Fraction(x) for _, x in charges), Fraction(0))
-    sequential = _float_up(sequential_exact)
-    out: dict[str, Any] = {"overlap": sequential, "sequential": sequential, "exact": False, "lower": 0.0}
-    real = [(q, x) for q, x in charges if x > 0]
-    if not real:
-        return {**out, "overlap": 0.0, "exact": True}
-    if all(q is None for q, _ in real):  # charges on the whole domain only: every row pays them all
-        return {**out, "exact": True, "lower": sequential}
-    everything = whole_domain(schema)
-    queries = [(q or everything).with_id(f"c{i}") for i, (q, _) in enumerate(real)]
-    loads = {f"c{i}": Fraction(x) for i, (_, x) in enumerate(real)}
-    effort = None if deadline is None else max(0.0, deadline - time.monotonic())
-    r = max_overlap(queries, [x for _, x in real], "sum", effort=effort, schema=schema)
-    if r.exact and r.witness_row is not None and all(i in loads for i in r.queries):
-        overlap = _float_up(sum((loads[i] for i in r.queries), Fraction(0)))
-        return {**out, "overlap": min(overlap, sequential), "exact": True, "lower": overlap}
-    # Not finished in time: the search's upper bound (safe, as PrivacyFilter.spent uses it).
-    upper = math.nextafter(float(r.upper), math.inf)
-    return {**out, "overlap": min(upper, sequential), "lower": float(r.lower)}
-
-
-def fits(spent: float, extra: Sequence[Fraction], budget: float) -> bool:
-    """Whether ``spent`` plus the ``extra`` loads stays within ``budget``, in exact arithmetic."""
-    return Fraction(spent) + sum(extra, Fraction(0)) <= Fraction(budget)
+def batch_cost(schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]]) -> dict[str, float]:
+    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential, both
+    from the exact sums of the loads rounded up."""
+    alone = ServiceFilter(schema, "pure", 1.0)  # record() never refuses: the budget plays no part
+    for query, load in charges:
+        alone.record(query, load)
+    sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
+    return {"overlap": alone.max_load(), "sequential": sequential}
 
 
 def make_filter(schema: Schema, definition: str, budget: float) -> ServiceFilter:
