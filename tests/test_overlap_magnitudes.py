@@ -111,31 +111,36 @@ def test_sum_beyond_the_float_range_is_refused_naming_the_query() -> None:
         max_overlap(queries, [1.5e308, 1e308], "sum")
 
 
-def test_cli_overlap_near_the_float_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def overlap_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], queries: list[tuple[str, str, float]]
+) -> tuple[int, str, str]:
+    """``overlapdp overlap --comp sum --json`` of ``(id, where, weight)`` queries on a 2x2 schema (x, y
+    in 0..1): exit status, standard output and standard error."""
     schema = tmp_path / "schema.json"
     schema.write_text(
         json.dumps({"attributes": [{"name": n, "type": "int", "min": 0, "max": 1} for n in "xy"]})
     )
-    conds = ["x = 0 AND y = 0", "x = 1 AND y = 1", "x = 0 AND y = 0", "x = 0 AND y = 1"]
-    lines = [
-        json.dumps({"id": f"q{i}", "where": c, "weight": w})
-        for i, (c, w) in enumerate(zip(conds, ISSUE_WEIGHTS, strict=True))
-    ]
     workload = tmp_path / "q.jsonl"
-    workload.write_text("\n".join(lines) + "\n")
+    workload.write_text("".join(json.dumps({"id": i, "where": c, "weight": w}) + "\n" for i, c, w in queries))
     args = ["overlap", "--schema", str(schema), "--queries", str(workload), "--comp", "sum", "--json"]
-    code, out, _ = run(args, capsys)
+    return run(args, capsys)
+
+
+def tie_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], conds: list[str], weights: Any) -> Any:
+    """The JSON answer of ``overlap_cli`` for queries q0, q1, ... (exit status 0)."""
+    code, out, _ = overlap_cli(
+        tmp_path, capsys, [(f"q{i}", c, w) for i, (c, w) in enumerate(zip(conds, weights, strict=True))]
+    )
     assert code == 0
-    got = json.loads(out)
+    return json.loads(out)
+
+
+def test_cli_overlap_near_the_float_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conds = ["x = 0 AND y = 0", "x = 1 AND y = 1", "x = 0 AND y = 0", "x = 0 AND y = 1"]
+    got = tie_cli(tmp_path, capsys, conds, ISSUE_WEIGHTS)
     assert_safe(got["value"], got["exact"], Fraction(5e307) + Fraction(1e308), "sum", strict=True)
     # Beyond the range: a one-line error naming the heaviest query, exit status 2.
-    workload.write_text(
-        json.dumps({"id": "a", "where": "x = 0", "weight": 1e308})
-        + "\n"
-        + json.dumps({"id": "heavy", "where": "TRUE", "weight": 1.7e308})
-        + "\n"
-    )
-    code, out, err = run(args, capsys)
+    code, _, err = overlap_cli(tmp_path, capsys, [("a", "x = 0", 1e308), ("heavy", "TRUE", 1.7e308)])
     assert code == 2
     assert "heavy" in err and "largest float" in err
 
@@ -242,22 +247,9 @@ def test_vector_components_resolve_float_ties(route: str) -> None:
 def test_cli_overlap_reports_the_heavier_of_a_float_tie(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    schema = tmp_path / "schema.json"
-    schema.write_text(
-        json.dumps({"attributes": [{"name": n, "type": "int", "min": 0, "max": 1} for n in "xy"]})
-    )
     conds = ["x = 0 AND y = 0", "x = 1 AND y = 1", "x = 1 AND y = 1"]
     for weights, truth in (((1e16, 1e16, 1.0), Fraction(10**16 + 1)), ((0.7999999999999999, 0.1, 0.7), None)):
-        lines = [
-            json.dumps({"id": f"q{i}", "where": c, "weight": w})
-            for i, (c, w) in enumerate(zip(conds, weights, strict=True))
-        ]
-        workload = tmp_path / "q.jsonl"
-        workload.write_text("\n".join(lines) + "\n")
-        args = ["overlap", "--schema", str(schema), "--queries", str(workload), "--comp", "sum", "--json"]
-        code, out, _ = run(args, capsys)
-        assert code == 0
-        got = json.loads(out)
+        got = tie_cli(tmp_path, capsys, conds, weights)
         exact_truth = truth if truth is not None else Fraction(weights[1]) + Fraction(weights[2])
         assert_safe(got["value"], got["exact"], exact_truth, "sum", strict=True)
         assert got["exact"] and got["witness"] == {"x": 1, "y": 1}
