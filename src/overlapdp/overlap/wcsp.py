@@ -151,10 +151,14 @@ class WcspOutcome:
     failure: str | None = None
 
 
-def start(problem: Problem, incumbent: int, deadline: float | None) -> Run | WcspOutcome:
+def start(
+    problem: Problem, incumbent: int, deadline: float | None, *, backtracks: int | None = None
+) -> Run | WcspOutcome:
     """Start toulbar2 in a child process that stops by ``deadline``; see the module docstring.
 
     ``incumbent`` is the integer load of a row already known: only rows at least as good are searched.
+    ``backtracks`` caps the search by work rather than time (the same on every machine); a search it
+    cuts is reported like one cut by the timer: a safe bound, not exact.
     Returns the running child, or at once an empty outcome when there is too little time to start one.
     """
     seconds = 0.0
@@ -169,6 +173,7 @@ def start(problem: Problem, incumbent: int, deadline: float | None) -> Run | Wcs
         "sizes": np.array(problem.sizes, dtype=np.int64),
         "ub": np.array(ub, dtype=np.int64),
         "seconds": np.array(seconds, dtype=np.float64),
+        "backtracks": np.array(backtracks or 0, dtype=np.int64),
         "box_weight": problem.box_weight,
         "box_constrained": problem.box_constrained,
     }

@@ -29,6 +29,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     sizes = data["sizes"].tolist()
     ub = int(data["ub"])
     seconds = float(data["seconds"])  # wall seconds from this process's start; 0: no limit
+    backtracks = int(data["backtracks"])  # 0: no limit
     box_weight = data["box_weight"].tolist()
     box_constrained = data["box_constrained"]
     cfn = pytoulbar2.CFN(ubinit=ub, verbose=-1)
@@ -37,6 +38,8 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     # bound beat hybrid best-first search; kept as they are no slower with box variables.
     cfn.Option.DEE = 0
     cfn.Option.hbfs = 0
+    if backtracks > 0:
+        cfn.Option.backtrackLimit = backtracks
     for j, n in enumerate(sizes):
         cfn.AddVariable(f"a{j}", list(range(n)))
         cfn.AddFunction([j], data[f"unary{j}"].tolist())
@@ -51,7 +54,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
             cfn.AddFunction([j, b], table.reshape(-1).tolist())
     # CFN.Solve() hides whether the search ran to its end, and after a complete search the dual bound
     # is not raised to the optimum; so run its steps here. solve() returns whether a solution was
-    # found; toulbar2 sets its "limited" option when a limit (here only the timer) cut the search.
+    # found; toulbar2 sets its "limited" option when a limit (the timer or the backtrack limit) cut the search.
     if seconds > 0:
         # toulbar2's timer counts whole CPU seconds; with less than one left there is no timer and the
         # parent kills this process at its deadline (then no bound is reported, only lost).
