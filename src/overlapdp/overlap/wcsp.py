@@ -64,8 +64,12 @@ def integral_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
     if positive.size == 0:
         return np.zeros(loads.shape[0], dtype=np.int64), 1.0
     unit = float(positive.min())
-    k = np.round(loads / unit)
-    if not (np.array_equal(k, loads / unit) and np.array_equal(k * unit, loads)):
+    # A tiny unit can overflow the quotient to inf: then the check below fails, as it should.
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = loads / unit
+        k = np.round(ratio)
+        multiples = np.array_equal(k, ratio) and np.array_equal(k * unit, loads)
+    if not multiples:
         k, unit = _dyadic(loads)
         if unit == 0.0:
             return None

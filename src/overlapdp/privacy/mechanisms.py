@@ -199,7 +199,10 @@ class Gaussian(Mechanism):
         mu = self.mu
         la = log_ndtr(-e / mu + mu / 2)
         lb = log_ndtr(-e / mu - mu / 2) + e
-        return np.asarray(np.where(lb >= la, 0.0, np.exp(la) * -np.expm1(np.minimum(lb - la, 0.0))))
+        # Where both logs are -inf (delta is 0 there) the unselected branch is nan: not an error.
+        with np.errstate(invalid="ignore"):
+            gap = np.minimum(lb - la, 0.0)
+        return np.asarray(np.where(lb >= la, 0.0, np.exp(la) * -np.expm1(gap)))
 
     def delta_at(self, epsilon: float) -> float:
         return conv.gdp_delta(self.mu, epsilon)
