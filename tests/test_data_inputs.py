@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from overlapdp import OverlapDPError
+from overlapdp import OverlapDPError, SchemaError, infer_schema
 from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine, exact_counts, open_engine
 from overlapdp.engine.inputs import data_kind, open_data
@@ -87,6 +87,9 @@ def sample(adult_frame: pd.DataFrame, adult_domain_json: Path) -> tuple[pd.DataF
     frame = adult_frame.sample(1500, random_state=7).reset_index(drop=True)
     frame.loc[[3, 50, 700], "age"] = [85, 99, 120]  # the domain holds ages 0..84
     frame.loc[[10, 900], "race"] = 5  # races 0..4
+    # A text column (not in the schema: the engines ignore it) for infer_schema, with missing values.
+    frame["sex_text"] = np.where(frame["sex"] == 1, "Male", "Female").astype(object)
+    frame.loc[[1, 2], "sex_text"] = None
     sizes = json.loads(adult_domain_json.read_text())
     inside = pd.Series(True, index=frame.index)
     for name, size in sizes.items():
@@ -250,6 +253,19 @@ def _answer_workload(c: Case) -> tuple[Any, Any]:
     return got, (_values(expected), len(c.frame), c.rows_outside)
 
 
+def _infer_schema(c: Case) -> tuple[Any, Any]:
+    bounds = {a.name: (0, a.size - 1) for a in c.schema}
+    inferred = infer_schema(c.data, bounds=bounds, columns=[*bounds, "sex_text"], categories_from_data=True)
+    with pytest.raises(SchemaError, match="'age' is numeric"):
+        infer_schema(c.data, columns=["age"])
+    with pytest.raises(SchemaError, match="'sex_text' holds text"):
+        infer_schema(c.data, columns=["sex_text"])
+    present = sorted(c.frame["sex_text"].dropna().unique().tolist())
+    got = [(a.name, a.kind, a.size) for a in inferred], inferred.attribute("sex_text").values
+    expected = [(a.name, a.kind, a.size) for a in c.schema] + [("sex_text", "categorical", 2)], tuple(present)
+    return got, expected
+
+
 ENTRY_POINTS: dict[str, Callable[[Case], tuple[Any, Any]]] = {
     "exact_counts": _exact_counts,
     "open_data": _open_data,
@@ -264,6 +280,7 @@ ENTRY_POINTS: dict[str, Callable[[Case], tuple[Any, Any]]] = {
     "GuessAndCheck": _guess_and_check,
     "ConcurrentComposition": _concurrent,
     "answer_workload": _answer_workload,
+    "infer_schema": _infer_schema,
 }
 
 
@@ -305,6 +322,7 @@ def _calls(schema: Schema, q: PredicateQuery) -> dict[str, Callable[[Any], objec
         "GuessAndCheck": lambda d: GuessAndCheck.from_budget(d, epsilon=1.0, tolerance=5, c=1, rng=1),
         "ConcurrentComposition": lambda d: ConcurrentComposition(d, schema, PureDP(1.0), rng=1),
         "answer_workload": lambda d: answer_workload(d, [q], plan_answers([q], 1.0, "pure"), rng=1),
+        "infer_schema": lambda d: infer_schema(d, categories_from_data=True),
     }
 
 

@@ -19,17 +19,21 @@ Each kind is counted by its natural engine, never by copying rows into Python ob
   cannot be read from another connection); the encoded table is a temporary table there, dropped by
   :meth:`~overlapdp.engine.Engine.close`.
 
-Kinds are recognised by the module and name of the object's classes, so that checking a type never
-imports Polars, pyarrow or DuckDB (they are imported only to open an engine of that kind). Which rows lie
+Kinds are recognised by :func:`overlapdp.tables.data_kind` from the module and name of the object's
+classes, so that checking a type never imports Polars, pyarrow or DuckDB (they are imported only to open
+an engine of that kind). Which rows lie
 outside the domain, and how queries are counted, is the engines' business (:mod:`overlapdp.engine.base`):
 every engine gives the same exact integers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from overlapdp.errors import DataError, UnsupportedDataError
+from overlapdp.errors import DataError
+from overlapdp.tables import ACCEPTED, DataKind, column_names, data_kind, unsupported
+
+__all__ = ["ACCEPTED", "DataKind", "data_kind", "open_data", "unsupported"]
 
 if TYPE_CHECKING:
     import duckdb
@@ -37,64 +41,10 @@ if TYPE_CHECKING:
     from overlapdp.engine.base import Engine
     from overlapdp.schema import Schema
 
-DataKind = Literal[
-    "pandas", "polars", "polars-lazy", "arrow", "arrow-batch", "duckdb", "spark", "encoded", "engine"
-]
-
-#: What the message of :class:`UnsupportedDataError` lists.
-ACCEPTED = (
-    "a pandas DataFrame, a Polars DataFrame or LazyFrame, a pyarrow Table or RecordBatch, "
-    "a DuckDB relation (DuckDBPyRelation), a Spark DataFrame"
-)
-
-# (module prefix, class name) -> kind; a class matches when one of its bases has that module and name,
-# so subclasses (e.g. a GeoDataFrame) are recognised too.
-_KINDS: tuple[tuple[str, str, DataKind], ...] = (
-    ("pandas", "DataFrame", "pandas"),
-    ("polars", "DataFrame", "polars"),
-    ("polars", "LazyFrame", "polars-lazy"),
-    ("pyarrow", "Table", "arrow"),
-    ("pyarrow", "RecordBatch", "arrow-batch"),
-    ("duckdb", "DuckDBPyRelation", "duckdb"),
-    ("pyspark", "DataFrame", "spark"),
-    ("overlapdp.engine.encoding", "EncodedTable", "encoded"),
-)
-
-
-def data_kind(data: object) -> DataKind | None:
-    """The kind of ``data`` (see :data:`DataKind`), or None when it is none of the accepted kinds."""
-    for cls in type(data).__mro__:
-        module = cls.__module__ or ""
-        for prefix, name, kind in _KINDS:
-            if cls.__name__ == name and (module == prefix or module.startswith(prefix + ".")):
-                return kind
-    from overlapdp.engine.base import Engine
-
-    if isinstance(data, Engine):
-        return "engine"
-    return None
-
-
-def unsupported(data: object, *, what: str = "data", extra: str = "") -> UnsupportedDataError:
-    """The one error for an input of a kind no entry point accepts (``extra`` names further kinds the
-    caller accepts, such as a count function)."""
-    kind = type(data)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return UnsupportedDataError(f"{what} must be {ACCEPTED}{extra}; got {name}")
-
-
-def _columns(data: Any, kind: DataKind) -> list[str]:
-    """Column names without reading rows."""
-    if kind == "polars-lazy":
-        return list(data.collect_schema().names())
-    if kind in ("arrow", "arrow-batch"):
-        return list(data.schema.names)
-    return [str(c) for c in data.columns]
-
 
 def _present(data: Any, kind: DataKind, schema: Schema) -> list[str]:
     """The schema's columns that the data has (a missing one is reported by the engine, by name)."""
-    have = set(_columns(data, kind))
+    have = set(column_names(data))
     return [n for n in schema.names if n in have]
 
 
