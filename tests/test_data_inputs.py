@@ -11,6 +11,7 @@ then identical, so the answers agree exactly iff the exact counts do.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from overlapdp import OverlapDPError, SchemaError, infer_schema
 from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine, exact_counts, open_engine
 from overlapdp.engine.inputs import data_kind, open_data
-from overlapdp.errors import UnsupportedDataError
+from overlapdp.errors import DataError, UnsupportedDataError
 from overlapdp.mechanisms import (
     ConcurrentComposition,
     Counter,
@@ -354,3 +355,36 @@ def test_relation_engine_leaves_its_connection_clean(sample: tuple[pd.DataFrame,
     assert con.sql(temporary).fetchall() == [(0,)]
     assert relation.count("*").fetchall() == [(len(frame),)]
     con.close()
+
+
+@pytest.mark.slow
+def test_spark_engine_takes_every_kind(sample: tuple[pd.DataFrame, pd.Series[bool]]) -> None:
+    """The named Spark engine gets every kind shipped through Arrow; a Spark DataFrame goes to Spark."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java on the PATH")
+    from overlapdp.engine.spark_engine import SparkEngine, spark_session
+
+    frame, inside = sample
+    schema = adult_schema()
+    queries = [parse_where(schema, w, id=f"q{i}") for i, (w, _) in enumerate(WORKLOAD)]
+    truth = [int((mask(frame) & inside).sum()) for _, mask in WORKLOAD]
+    session = spark_session("local[1]", app_name="overlapdp-inputs")
+    try:
+        for kind in KINDS:
+            data, con = _as_kind(kind, frame)
+            with open_engine("spark", schema, data, spark=session) as eng:
+                assert isinstance(eng, SparkEngine)
+                assert (eng.counts(queries), eng.report.rows_outside) == (truth, 5), kind
+            if con is not None:
+                con.close()
+        sdf = session.createDataFrame(pa.Table.from_pandas(frame, preserve_index=False))
+        assert data_kind(sdf) == "spark"
+        assert exact_counts(queries, sdf) == truth
+        assert infer_schema(sdf, columns=["sex_text"], categories_from_data=True).attribute(
+            "sex_text"
+        ).values == ("Female", "Male")
+        with pytest.raises(DataError, match="counted by the spark engine"):
+            open_engine("duckdb", schema, sdf)
+    finally:
+        session.stop()
