@@ -48,6 +48,13 @@ def _present(data: Any, kind: DataKind, schema: Schema) -> list[str]:
     return [n for n in schema.names if n in have]
 
 
+def _project(relation: Any, cols: list[str]) -> Any:
+    """A DuckDB relation narrowed to ``cols`` (by name: a name such as ``income>50K`` is not parsed)."""
+    import duckdb
+
+    return relation.select(*(duckdb.ColumnExpression(c) for c in cols)) if cols else relation
+
+
 def _as_pandas(data: Any, kind: DataKind, schema: Schema) -> Any:
     # Only the schema's columns are converted: the rest of a wide table is never copied.
     cols = _present(data, kind, schema)
@@ -60,7 +67,7 @@ def _as_pandas(data: Any, kind: DataKind, schema: Schema) -> Any:
     if kind in ("arrow", "arrow-batch"):
         return data.select(cols).to_pandas()
     assert kind == "duckdb"
-    return data.select(*cols).df() if cols else data.df()
+    return _project(data, cols).df()
 
 
 def _as_polars(data: Any, kind: DataKind, schema: Schema) -> Any:
@@ -74,7 +81,7 @@ def _as_polars(data: Any, kind: DataKind, schema: Schema) -> Any:
     if kind in ("arrow", "arrow-batch"):
         return pl.from_arrow(data.select(cols))  # zero-copy where the Arrow types allow
     assert kind == "duckdb"
-    return data.select(*cols).pl() if cols else data.pl()
+    return _project(data, cols).pl()
 
 
 def _as_arrow(data: Any, kind: DataKind, schema: Schema) -> Any:
@@ -92,7 +99,7 @@ def _as_arrow(data: Any, kind: DataKind, schema: Schema) -> Any:
     if kind == "polars-lazy":
         return data.select(cols).collect().to_arrow()
     assert kind == "duckdb"
-    rel = data.select(*cols) if cols else data
+    rel = _project(data, cols)
     return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
 
 
