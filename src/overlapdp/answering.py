@@ -34,6 +34,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from overlapdp.engine.base import DomainReport, Engine
+from overlapdp.engine.inputs import open_data
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
@@ -266,7 +267,7 @@ class WorkloadAnswers:
 
 
 def answer_workload(
-    engine: Engine,
+    engine: Engine | Any,
     queries: Sequence[PredicateQuery],
     plan: AnswerPlan,
     *,
@@ -275,13 +276,23 @@ def answer_workload(
 ) -> WorkloadAnswers:
     """Exact counts once from ``engine``, then independent exact noise at the plan's per-query budget.
 
-    Counting (where data problems surface) happens before any noise is drawn.
+    ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
+    :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
+    is opened on the queries' schema with its natural engine and closed afterwards. Counting (where data
+    problems surface) happens before any noise is drawn.
     """
     qs = list(queries)
     if len(qs) != plan.queries:
         raise AnswerError("the plan was made for another workload")
-    counts = engine.counts(qs)
-    domain = engine.report
+    if isinstance(engine, Engine):
+        counts = engine.counts(qs)
+        domain = engine.report
+    else:
+        if not qs:
+            raise AnswerError("the workload is empty")
+        with open_data(engine, qs[0].schema) as opened:
+            counts = opened.counts(qs)
+            domain = opened.report
     answers = add_noise(
         counts,
         plan.per_query_budget,

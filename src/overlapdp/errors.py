@@ -28,6 +28,11 @@ class DataError(OverlapDPError):
     """A data file or frame cannot be read or mapped onto the schema."""
 
 
+class UnsupportedDataError(DataError, TypeError):
+    """Data of a kind no entry point accepts; the message lists the accepted kinds
+    (:mod:`overlapdp.engine.inputs`). Also a :class:`TypeError`, which it is."""
+
+
 class WorkloadError(OverlapDPError):
     """A workload file is malformed (bad JSON line, bad weight, duplicate id)."""
 

@@ -14,44 +14,33 @@ ENGINES: tuple[EngineName, ...] = ("duckdb", "pandas", "polars", "spark")
 
 
 def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: Any) -> Engine:
-    """An engine of kind ``name`` over ``data``: a CSV / Parquet path or an in-memory frame.
+    """An engine of kind ``name`` over ``data``: a CSV / Parquet path or an in-memory table of any
+    kind :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation).
 
     ``options`` go to the engine's constructor (``spark=`` a session, ``histogram_limit=``, ...).
     Engines are imported lazily so that PySpark is only loaded when asked for.
     """
     if name not in ENGINES:
         raise DataError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
-    is_path = isinstance(data, str | Path)
+    if not isinstance(data, str | Path):
+        # Every in-memory kind (pandas, Polars, Arrow, a DuckDB relation) through the one dispatch.
+        from overlapdp.engine.inputs import open_data
+
+        return open_data(data, schema, engine=name, **options)
     if name == "duckdb":
         from overlapdp.engine.duckdb_engine import DuckDBEngine
 
-        return (
-            DuckDBEngine.from_path(schema, data, **options)
-            if is_path
-            else DuckDBEngine.from_frame(schema, data, **options)
-        )
+        return DuckDBEngine.from_path(schema, data, **options)
     if name == "pandas":
         from overlapdp.engine.pandas_engine import PandasEngine
 
-        return (
-            PandasEngine.from_path(schema, data, **options)
-            if is_path
-            else PandasEngine.from_frame(schema, data, **options)
-        )
+        return PandasEngine.from_path(schema, data, **options)
     if name == "polars":
         from overlapdp.engine.polars_engine import PolarsEngine
 
-        return (
-            PolarsEngine.from_path(schema, data, **options)
-            if is_path
-            else PolarsEngine.from_frame(schema, data, **options)
-        )
+        return PolarsEngine.from_path(schema, data, **options)
     try:
         from overlapdp.engine.spark_engine import SparkEngine
     except ImportError:  # pragma: no cover - pyspark is a declared dependency
         raise DataError("the spark engine needs pyspark (pip install pyspark) and Java") from None
-    return (
-        SparkEngine.from_path(schema, data, **options)
-        if is_path
-        else SparkEngine.from_frame(schema, data, **options)
-    )
+    return SparkEngine.from_path(schema, data, **options)

@@ -99,7 +99,11 @@ def noisy_counts(
     rng: RngLike = None,
     served: bool = False,
 ) -> list[NoisyAnswer]:
-    """Noisy counts of a batch of predicate queries, each calibrated to the per-query ``budget``."""
+    """Noisy counts of a batch of predicate queries, each calibrated to the per-query ``budget``.
+
+    ``data`` is a count function or a table of any kind :meth:`Counter.of` accepts (pandas, Polars eager
+    or lazy, Arrow, a DuckDB relation, Spark, an encoded table or an engine), counted in one pass.
+    """
     source = resolve_source(rng, served=served)
     exact = Counter.of(data).count_many(list(queries))
     return add_noise(

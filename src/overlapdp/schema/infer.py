@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from overlapdp.errors import DataError, SchemaError
 from overlapdp.schema.attributes import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute, Scalar
 from overlapdp.schema.domain import Schema
+from overlapdp.tables import column_names, numeric_columns, present_values
 
 
 def infer_schema(
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | Any,
     *,
     bounds: Mapping[str, tuple[int, int]] | None = None,
     edges: Mapping[str, Sequence[float]] | None = None,
@@ -26,17 +28,24 @@ def infer_schema(
     categories_from_data: bool = False,
     columns: Sequence[str] | None = None,
 ) -> Schema:
-    """One attribute per column (or per name in ``columns``), never with bounds read off the data."""
+    """One attribute per column (or per name in ``columns``), never with bounds read off the data.
+
+    ``frame`` is any table :mod:`overlapdp.tables` accepts (pandas, Polars eager or lazy, Arrow, a DuckDB
+    relation, Spark): only its column names and types are read, and with ``categories_from_data`` the
+    distinct values of the text columns, computed by the table's own library.
+    """
     bounds = dict(bounds or {})
     edges = dict(edges or {})
     categories = dict(categories or {})
-    names = list(columns) if columns is not None else [str(c) for c in frame.columns]
+    present = column_names(frame)
+    numeric = numeric_columns(frame)
+    names = list(columns) if columns is not None else present
     for declared in (*bounds, *edges, *categories):
-        if declared not in frame.columns:
+        if declared not in present:
             raise SchemaError(f"declared attribute {declared!r} is not a column of the data")
     attrs: list[Attribute] = []
     for name in names:
-        if name not in frame.columns:
+        if name not in present:
             raise SchemaError(f"column {name!r} is not in the data")
         if sum(name in d for d in (bounds, edges, categories)) > 1:
             raise SchemaError(f"column {name!r} is declared more than once (bounds, edges, categories)")
@@ -47,14 +56,14 @@ def infer_schema(
             attrs.append(BinnedAttribute(name, tuple(float(e) for e in edges[name])))
         elif name in categories:
             attrs.append(CategoricalAttribute(name, tuple(categories[name])))
-        elif pd.api.types.is_numeric_dtype(frame[name]) and not pd.api.types.is_bool_dtype(frame[name]):
+        elif name in numeric:
             raise SchemaError(
                 f"column {name!r} is numeric: declare its bounds (min:max) or bin edges; "
                 "bounds are never inferred from the data, since that leaks"
             )
         elif categories_from_data:
-            present = frame[name].dropna().unique().tolist()
-            attrs.append(CategoricalAttribute(name, tuple(sorted(present, key=str))))
+            values = present_values(frame, name)
+            attrs.append(CategoricalAttribute(name, tuple(sorted(values, key=str))))
         else:
             raise SchemaError(
                 f"column {name!r} holds text: declare its categories, or state that the values present "
