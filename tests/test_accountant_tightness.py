@@ -30,8 +30,9 @@ from overlapdp.privacy import (
     OpaqueApproxDP,
     RandomizedResponse,
     compose_approx,
+    odometer,
+    privacy_filter,
 )
-from overlapdp.privacy import odometer, privacy_filter
 from overlapdp.privacy.accountant import Odometer, PrivacyFilter, whole_domain
 from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery, parse_where

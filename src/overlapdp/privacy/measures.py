@@ -214,6 +214,13 @@ class Measure(ABC, Generic[B]):
         """The filter's test of ``budget``; ``factor`` is 2 for replace-one-row (the doubling bound:
         additive loads over a symmetric difference are at most twice the largest row's), else 1."""
 
+    def fits(self, loads: Sequence[Any], budget: B) -> bool:
+        """Whether one row with these exact per-track loads (Fractions, in the units of
+        :attr:`TrackSpec.exact`: a sum, a sum of squares for GDP, a tuple per RDP order, or
+        ``[sum eps^2, sum delta, sum eps]`` for (epsilon, delta)) fits ``budget``, exactly at the budget
+        (add/remove neighbours; MATH.md 2, adaptive use)."""
+        return self.rule(budget, 1.0, FilterOptions()).exact_ok(list(loads))
+
 
 def _need(g: G | None, m: Mechanism, what: str) -> G:
     if g is None:
