@@ -20,7 +20,8 @@ row from x to x'; the charges that see a difference are those covering exactly o
 moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
 exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
 (additive loads over a symmetric difference are at most twice the largest per-row load; for GDP the
-factor is sqrt 2 on mu); the :class:`PrivacyFilter` always uses the doubling bound.
+factor is sqrt 2 on mu); the :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` always uses the
+doubling bound.
 
 The definitions are the :data:`~overlapdp.privacy.measures.MEASURES`: the odometer loops over them, each
 picking one of the two routes here (:meth:`Odometer.additive_guarantee` for the additive loads of pure DP,
