@@ -30,8 +30,9 @@ from overlapdp.privacy import (
     OpaqueApproxDP,
     RandomizedResponse,
     compose_approx,
+    odometer,
+    privacy_filter,
 )
-from overlapdp.privacy import accountant as acc
 from overlapdp.privacy.accountant import Odometer, PrivacyFilter, whole_domain
 from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery, parse_where
@@ -169,10 +170,10 @@ def test_overlap_never_above_sequential_and_never_below_truth_on_forced_fallback
     never falls below the brute-force per-row (per-pair) truth."""
     schema, queries, mechs = case
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(acc, "_APPROX_MAX_PATTERNS", 0)
-        mp.setattr(acc, "_APPROX_MAX_GROUPS", 0)
-        mp.setattr(acc, "_PAIR_WORK_LIMIT", 0)
-        mp.setattr(acc, "_PAIR_PLD_LIMIT", 0)
+        mp.setattr(odometer, "_APPROX_MAX_PATTERNS", 0)
+        mp.setattr(odometer, "_APPROX_MAX_GROUPS", 0)
+        mp.setattr(odometer, "_PAIR_WORK_LIMIT", 0)
+        mp.setattr(odometer, "_PAIR_PLD_LIMIT", 0)
         odo = Odometer(schema, orders=ORDERS, neighbouring=neighbouring, effort=0.0)
         for q, m in zip(queries, mechs, strict=True):
             odo.charge(m, q)
@@ -262,7 +263,7 @@ def test_approx_filter_refuses_large_grids_it_cannot_decide_row_by_row() -> None
     for i in range(17):
         assert flt.try_charge(Laplace(10.0), parse_where(schema, "a0 = 0"), id=f"l{i}").admitted
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(acc, "_EXACT_WORK_LIMIT", 0)
+        mp.setattr(privacy_filter, "_EXACT_WORK_LIMIT", 0)
         assert not flt.try_charge(Laplace(1.0), parse_where(schema, "a0 = 1"), id="h").admitted
     assert len(flt) == 17
     assert flt.try_charge(Laplace(1.0), parse_where(schema, "a0 = 1"), id="h").admitted
@@ -283,8 +284,8 @@ def test_counted_patterns_route_equals_brute_force(case, effort) -> None:  # typ
     per-row brute force without an effort limit; a safe upper bound of it when the limit stops it."""
     schema, queries, mechs = case
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(acc, "_APPROX_MAX_GROUPS", 0)
-        mp.setattr(acc, "maximal_patterns", lambda *a, **k: None)
+        mp.setattr(odometer, "_APPROX_MAX_GROUPS", 0)
+        mp.setattr(odometer, "maximal_patterns", lambda *a, **k: None)
         odo = Odometer(schema, orders=ORDERS, effort=effort)
         for q, m in zip(queries, mechs, strict=True):
             odo.charge(m, q)
@@ -310,7 +311,7 @@ def test_counted_patterns_route_equals_brute_force(case, effort) -> None:  # typ
 def test_cheap_upper_bounds_the_pld_composition_of_mixes(mechs) -> None:  # type: ignore[no-untyped-def]
     """The bounded search's cheap upper bound (now finite for zCDP mechanisms mixed with opaque
     (epsilon, delta) ones) is at least the PLD value it bounds and the peer's optimistic value."""
-    got = acc._cheap_upper(mechs, DELTA, DEFAULT_H)
+    got = odometer._cheap_upper(mechs, DELTA, DEFAULT_H)
     assert got >= compose_approx(mechs).epsilon_at(DELTA)
     assert got >= _dp_epsilon(mechs, pessimistic=False)
     if any(isinstance(m, Gaussian) for m in mechs) and any(isinstance(m, OpaqueApproxDP) for m in mechs):
@@ -332,6 +333,6 @@ def test_approx_filter_basic_rule_is_exact_in_the_declared_costs() -> None:
     results = [flt.try_charge(Laplace(10.0), low, id=f"low{i}").admitted for i in range(10)]
     assert results == [True] * 9 + [False]
     with pytest.MonkeyPatch.context() as mp:  # the same decision on the row-by-row path
-        mp.setattr(acc, "_witness_exact", lambda *a: None)
+        mp.setattr(privacy_filter, "_witness_exact", lambda *a: None)
         assert not flt.try_charge(Laplace(10.0), low, id="again").admitted
         assert flt.try_charge(Laplace(1e6), low, id="tiny").admitted  # 0.9 + 1e-6 fits

@@ -13,6 +13,7 @@ from overlapdp.privacy.fdp import (
     lce,
     tensor,
 )
+from overlapdp.privacy.measures import MEASURES, Measure
 from overlapdp.privacy.mechanisms import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -22,6 +23,7 @@ from overlapdp.privacy.mechanisms import (
     OpaqueApproxDP,
     RandomizedResponse,
 )
+from overlapdp.privacy.odometer import Odometer
 from overlapdp.privacy.optimal import (
     Composition,
     advanced_composition,
@@ -30,10 +32,12 @@ from overlapdp.privacy.optimal import (
     kov_epsilon,
 )
 from overlapdp.privacy.pld import PLD, compose_all
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.privacy.utility import UtilityGain, utility_gain
 
 __all__ = [
     "GDP",
+    "MEASURES",
     "PLD",
     "RDP",
     "ZCDP",
@@ -50,8 +54,11 @@ __all__ = [
     "Guarantee",
     "Laplace",
     "LaplaceTradeOff",
+    "Measure",
     "Mechanism",
+    "Odometer",
     "OpaqueApproxDP",
+    "PrivacyFilter",
     "ProfileTradeOff",
     "PureDP",
     "RandomizedResponse",

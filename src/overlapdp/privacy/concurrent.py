@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
-from overlapdp.privacy.fdp import ProfileTradeOff, TradeOff, tensor
+from overlapdp.privacy.fdp import GaussianTradeOff, ProfileTradeOff, TradeOff, tensor
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.privacy.optimal import Composition, compose_approx
 
@@ -84,8 +84,6 @@ def _rho(m: ZCDP | PureDP | GDP) -> float:
 
 
 def _tradeoff(m: TradeOff | Mechanism | GDP) -> TradeOff:
-    from overlapdp.privacy.fdp import GaussianTradeOff
-
     if isinstance(m, GDP):
         return GaussianTradeOff(m.mu)
     if isinstance(m, Mechanism):

@@ -21,9 +21,9 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import BudgetError, PureDP
+from overlapdp.privacy.definitions import ApproxDP, BudgetError, PureDP, check_positive
 from overlapdp.privacy.pld import DEFAULT_H, PLD, compose_all
-from overlapdp.privacy.profile import PrivacyProfile
+from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
 
 _GRID_POINTS = 2001
 
@@ -64,9 +64,9 @@ class ApproxTradeOff(TradeOff):
         return (-self.epsilon, self.epsilon)
 
     def pld(self, h: float = DEFAULT_H) -> PLD:
-        from overlapdp.privacy.mechanisms import OpaqueApproxDP
-
-        return OpaqueApproxDP(self.epsilon, self.delta).pld(h)
+        """The dominating pair's atoms rounded UP to the grid (as ``OpaqueApproxDP(epsilon, delta).pld``)."""
+        g = ApproxDP(self.epsilon, self.delta)  # validates, as the mechanism would
+        return PLD.from_atoms(*approx_pair_atoms(g.epsilon, g.delta), h)
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,11 @@ class GaussianTradeOff(TradeOff):
         return np.asarray(ndtr(ndtri(1 - a) - self.mu))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        from overlapdp.privacy.mechanisms import Gaussian
-
         if self.mu == 0:
             return np.zeros(np.shape(epsilons))
-        return Gaussian(1 / self.mu).profile(epsilons)
+        # the value and errors of ``Gaussian(1 / mu).profile``: its mu is 1 / (1 / mu)
+        sigma = check_positive("Gaussian sigma", 1 / self.mu)
+        return gaussian_profile(1.0 / sigma, epsilons)
 
     def loss_range(self) -> tuple[float, float]:
         m = self.mu
@@ -107,9 +107,9 @@ class LaplaceTradeOff(TradeOff):
         return np.asarray(np.where(a < t / 2, 1 - a / t, np.where(a <= 0.5, mid, t * (1 - a))))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        from overlapdp.privacy.mechanisms import Laplace
-
-        return Laplace(1 / self.eps0).profile(epsilons)
+        # the value and errors of ``Laplace(1 / eps0).profile``: its eps0 is 1 / (1 / eps0)
+        scale = check_positive("Laplace scale", 1 / self.eps0)
+        return laplace_profile(1.0 / scale, epsilons)
 
     def loss_range(self) -> tuple[float, float]:
         return (-self.eps0, self.eps0)
@@ -134,10 +134,8 @@ class ProfileTradeOff(TradeOff):
             object.__setattr__(self, "grid", grid)
 
     @staticmethod
-    def from_mechanism(mech: object) -> ProfileTradeOff:
-        from overlapdp.privacy.mechanisms import Mechanism
-
-        assert isinstance(mech, Mechanism)
+    def from_mechanism(mech: PrivacyProfile) -> ProfileTradeOff:
+        """The trade-off of a mechanism (any :class:`PrivacyProfile`) from its profile and loss range."""
         lo, hi = mech.loss_range()
         return ProfileTradeOff(mech.profile, lo, hi)
 

@@ -13,18 +13,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import log_ndtr
 
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff
 from overlapdp.privacy.pld import DEFAULT_H, PLD
-from overlapdp.privacy.profile import PrivacyProfile
-
-if TYPE_CHECKING:
-    from overlapdp.privacy.fdp import TradeOff
+from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
 
 
 def _half_square(x: float) -> ZCDP | None:
@@ -99,8 +96,6 @@ class Mechanism(PrivacyProfile):
 
     def tradeoff(self) -> TradeOff:
         """Its trade-off function (f-DP)."""
-        from overlapdp.privacy.fdp import ProfileTradeOff
-
         return ProfileTradeOff.from_mechanism(self)
 
     @property
@@ -156,18 +151,12 @@ class Laplace(Mechanism):
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         """$1-e^{(\\varepsilon-\\varepsilon_0)/2}$ on $[-\\varepsilon_0,\\varepsilon_0]$, 0 above, $1-e^\\varepsilon$ below
         (integrating the loss of Lap(0,b) against Lap(Delta,b))."""
-        e = np.asarray(epsilons, dtype=float)
-        e0 = self.eps0
-        mid = -np.expm1((np.minimum(e, e0) - e0) / 2)
-        low = -np.expm1(np.minimum(e, 0.0))
-        return np.where(e >= e0, 0.0, np.where(e < -e0, low, mid))
+        return laplace_profile(self.eps0, epsilons)
 
     def loss_range(self) -> tuple[float, float]:
         return (-self.eps0, self.eps0)
 
     def tradeoff(self) -> TradeOff:
-        from overlapdp.privacy.fdp import LaplaceTradeOff
-
         return LaplaceTradeOff(self.eps0)
 
 
@@ -195,14 +184,7 @@ class Gaussian(Mechanism):
         return _half_square(self.mu)
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        e = np.asarray(epsilons, dtype=float)
-        mu = self.mu
-        la = log_ndtr(-e / mu + mu / 2)
-        lb = log_ndtr(-e / mu - mu / 2) + e
-        # Where both logs are -inf (delta is 0 there) the unselected branch is nan: not an error.
-        with np.errstate(invalid="ignore"):
-            gap = np.minimum(lb - la, 0.0)
-        return np.asarray(np.where(lb >= la, 0.0, np.exp(la) * -np.expm1(gap)))
+        return gaussian_profile(self.mu, epsilons)
 
     def delta_at(self, epsilon: float) -> float:
         return conv.gdp_delta(self.mu, epsilon)
@@ -216,8 +198,6 @@ class Gaussian(Mechanism):
         return (mu * mu / 2 - 9 * mu, mu * mu / 2 + 9 * mu)
 
     def tradeoff(self) -> TradeOff:
-        from overlapdp.privacy.fdp import GaussianTradeOff
-
         return GaussianTradeOff(self.mu)
 
 
@@ -304,12 +284,7 @@ class OpaqueApproxDP(_Atomic):
         return ApproxDP(self.epsilon, self.delta)
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
-        e, d = self.epsilon, self.delta
-        return (
-            np.array([e, -e]),
-            np.array([(1 - d) / (1 + math.exp(-e)), (1 - d) / (1 + math.exp(e))]),
-            d,
-        )
+        return approx_pair_atoms(self.epsilon, self.delta)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import numpy as np
 
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import ApproxDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
 from overlapdp.privacy.pld import DEFAULT_H, DEFAULT_TAIL, PLD, compose_all
 
 _KOV_MARGIN = 1e-9
@@ -116,8 +117,6 @@ def compose_approx(
     is a pessimistic PLD composition (MATH.md 5), identical mechanisms grouped and composed by repeated
     squaring. Sequential composition; for concurrent use see :mod:`overlapdp.privacy.concurrent`.
     """
-    from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
-
     mechs: list[Mechanism] = []
     for it in items:
         if isinstance(it, Mechanism):

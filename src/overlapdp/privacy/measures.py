@@ -1,0 +1,656 @@
+"""The privacy definitions as the accountant sees them: one :class:`Measure` each (MATH.md sections 1, 2, 5, 7).
+
+A measure knows, for its definition:
+
+- how a charge loads a row (:meth:`AdditiveMeasure.weight`: epsilon, rho, mu, an RDP curve; for
+  approximate DP the row's whole set of mechanisms, composed by PLD);
+- how the per-row loads compose (``comp``, the overlap engine's ``sum`` / ``l2`` / ``vector``) and so what
+  the maximum over rows means (MATH.md 2, closed forms of comp);
+- its native value from that maximum (:meth:`Measure.native`: the sum itself, mu from a sum of squares,
+  the RDP curve) and the conversion of a native value to epsilon at a delta (:meth:`Measure.to_epsilon`,
+  the best safe formula of MATH.md 5);
+- whether per-row loads fit a budget, exactly at the budget (:meth:`Measure.rule`: the filter's tracks,
+  its float report and its exact test on Fractions; MATH.md 2, adaptive use, and MATH.md 7, magnitudes).
+
+The :class:`~overlapdp.privacy.odometer.Odometer` and the
+:class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` loop over :data:`MEASURES`; neither names a
+definition. (Modelled on dp_accounting's accountants and tumult-core's ``Measure``.) A new definition is
+one more subclass here and one more entry in :data:`MEASURES`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
+
+import numpy as np
+
+from overlapdp.overlap.magnitude import float_up, sqrt_up, unscale_up
+from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
+from overlapdp.query import PredicateQuery
+
+Comp = Literal["sum", "l2", "vector"]
+Value = float | tuple[float, ...]
+B = TypeVar("B", PureDP, ZCDP, GDP, RDP, ApproxDP)
+G = TypeVar("G")
+
+# The filter decides in EXACT arithmetic of the declared (float) costs. The overlap index locates the
+# worst row on float sums (exact up to about 1e-12 relative): when the witness is this close to the
+# budget, the maximum over all row patterns is recomputed with Fractions (or the charge is refused).
+NEAR = Fraction(1, 10**9)
+
+
+class AdaptivityError(BudgetError):
+    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2)."""
+
+
+# -- what a measure reports to the odometer ----------------------------------------------------------------
+@dataclass(frozen=True)
+class DefinitionGuarantee:
+    """One definition's guarantee, sequential and overlap-aware, and both converted to epsilon at delta.
+
+    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
+    delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+
+    ``overlap`` is never above ``sequential``: the sequential composition of every charge bounds each
+    row's loss too (a row pays a subset of the charges and composition is monotone in adding mechanisms),
+    so when an overlap route only reaches a looser safe bound (a search that gave up, the doubling bound
+    for replace-one-row) the sequential value is reported instead. ``bound`` says which side gave the
+    value: ``"overlap"``, ``"sequential"``, or ``"mixed"`` (RDP: some orders from each side, each order
+    being its own guarantee). ``exact`` stays the overlap route's: when the route is exact the two
+    agree up to round-off.
+    """
+
+    definition: str
+    sequential: Value
+    overlap: Value
+    sequential_epsilon: float
+    overlap_epsilon: float
+    witness: dict[str, Any] | None
+    exact: bool
+    method: str
+    bound: str = "overlap"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequential": num(self.sequential),
+            "overlap": num(self.overlap),
+            "sequential_epsilon": num(self.sequential_epsilon),
+            "overlap_epsilon": num(self.overlap_epsilon),
+            "witness": self.witness,
+            "exact": self.exact,
+            "method": self.method,
+            "bound": self.bound,
+        }
+
+
+def num(x: Value) -> Any:
+    """A value for JSON: floats, lists of floats, and null for infinity."""
+    if isinstance(x, tuple):
+        return [num(v) for v in x]
+    return None if math.isinf(x) else float(x)
+
+
+class AccountingContext(Protocol):
+    """The odometer's two overlap-aware routes, which a measure picks (see :meth:`Measure.account`)."""
+
+    def additive_guarantee(
+        self,
+        measure: AdditiveMeasure[Any, Any],
+        queries: list[PredicateQuery],
+        loads: np.ndarray,
+        delta: float,
+    ) -> DefinitionGuarantee: ...
+
+    def approx_guarantee(
+        self,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee: ...
+
+
+# -- what a measure hands to the filter --------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrackSpec:
+    """One overlap index of a filter: its composition, the float load a mechanism puts on it (what the
+    index locates the worst row with) and the same load as a Fraction (a tuple of them per RDP order),
+    computed from the declared float parameters without rounding. ``squared``: an ``l2`` index fed the
+    parameter itself (GDP mu, the advanced rule's epsilon) whose exact load is its square (the index
+    squares after normalising: MATH.md 7, magnitudes)."""
+
+    comp: Comp
+    load: Callable[[Mechanism], Any]
+    exact: Callable[[Mechanism], Any]
+    squared: bool = False
+
+
+@dataclass(frozen=True)
+class FilterRule:
+    """How a filter tests a budget, built by :meth:`Measure.rule`.
+
+    ``check`` maps the per-track float maxima to (fits, reported value); ``exact_ok`` decides admission
+    from exact per-track values (Fractions, already within the neighbouring factor). When ``row_verdict``
+    is set the rule is a condition on each row's JOINT per-track loads, monotone in every load: holding
+    at the per-track maxima (possibly at different rows) suffices, but failing there does not show that
+    some row fails, so refusals are decided on actual rows (``row_verdict`` decides a row from its float
+    sums, or None when it must be summed exactly). ``optimal``: the non-adaptive (epsilon, delta) filter
+    that recomputes the optimal composition on each attempt instead."""
+
+    tracks: tuple[TrackSpec, ...]
+    check: Callable[[list[Any]], tuple[bool, Any]]
+    exact_ok: Callable[[list[Any]], bool]
+    row_verdict: Callable[[np.ndarray], bool | None] | None = None
+    optimal: bool = False
+
+    @property
+    def single_sum(self) -> bool:
+        """Whether the value is one plain sum per row (pure DP, zCDP): then ``spent()`` is exact."""
+        return not self.optimal and len(self.tracks) == 1 and self.tracks[0].comp == "sum"
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    """The filter's options beyond the budget (only the (epsilon, delta) rule reads most of them)."""
+
+    neighbouring: str = "add_remove"
+    composition: str = "advanced"
+    adaptive: bool = True
+    delta_slack: float | None = None
+    per_mechanism_delta: float | None = None
+
+
+# -- the measures ----------------------------------------------------------------------------------------
+class Measure(ABC, Generic[B]):
+    """One privacy definition as the accountant uses it (see the module docstring)."""
+
+    #: The definition's key in reports (``"pure"``, ``"zcdp"``, ...).
+    name: ClassVar[str]
+    #: Its name in messages (``"pure DP"``, ...).
+    label: ClassVar[str]
+    #: The guarantee type a budget of this definition has.
+    budget_type: ClassVar[type]
+    #: Whether a filter's budget of this definition may be raised or lowered in place.
+    resettable: ClassVar[bool] = False
+
+    def for_orders(self, orders: Sequence[float]) -> Measure[B]:
+        """This measure on an RDP order grid (the others do not depend on one)."""
+        return self
+
+    def for_budget(self, budget: B) -> Measure[B]:
+        """This measure as a filter of ``budget`` uses it (RDP: on the budget's own order grid)."""
+        return self
+
+    @abstractmethod
+    def account(
+        self,
+        ctx: AccountingContext,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee | None:
+        """The odometer's guarantee of the ledger under this definition, or None when some charge has no
+        guarantee of this kind. ``earlier``: the definitions already accounted (in :data:`MEASURES`
+        order), which a measure may use as valid bounds."""
+
+    @abstractmethod
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        """The native ``value`` as epsilon at ``delta`` (safe: MATH.md 5)."""
+
+    @abstractmethod
+    def budget_value(self, budget: B) -> Value:
+        """The budget's native value, what a filter reports beside its own value."""
+
+    @abstractmethod
+    def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:
+        """The filter's test of ``budget``; ``factor`` is 2 for replace-one-row (the doubling bound:
+        additive loads over a symmetric difference are at most twice the largest row's), else 1."""
+
+    def fits(self, loads: Sequence[Any], budget: B) -> bool:
+        """Whether one row with these exact per-track loads (Fractions, in the units of
+        :attr:`TrackSpec.exact`: a sum, a sum of squares for GDP, a tuple per RDP order, or
+        ``[sum eps^2, sum delta, sum eps]`` for (epsilon, delta)) fits ``budget``, exactly at the budget
+        (add/remove neighbours; MATH.md 2, adaptive use)."""
+        return self.rule(budget, 1.0, FilterOptions()).exact_ok(list(loads))
+
+
+def _need(g: G | None, m: Mechanism, what: str) -> G:
+    if g is None:
+        raise BudgetError(f"{m.name} has no {what} guarantee; it cannot be charged to a {what} budget")
+    return g
+
+
+class AdditiveMeasure(Measure[B], Generic[B, G]):
+    """A definition whose per-row loss is the composition ``comp`` of one weight per covering charge
+    (MATH.md 2, closed forms of comp): the overlap-aware value is the maximum over rows, which the
+    overlap engine computes exactly or bounds safely."""
+
+    comp: ClassVar[Comp] = "sum"
+
+    @abstractmethod
+    def guarantee_of(self, m: Mechanism) -> G | None:
+        """The mechanism's guarantee under this definition, or None."""
+
+    @abstractmethod
+    def weight(self, g: G) -> Value:
+        """The per-row weight of one charge with guarantee ``g``."""
+
+    def charge_weight(self, m: Mechanism) -> Value:
+        """:meth:`weight` of the mechanism's guarantee, or a :class:`BudgetError` naming the definition."""
+        return self.weight(_need(self.guarantee_of(m), m, self.label))
+
+    def native(self, load: np.ndarray, shift: int = 0) -> Value:
+        """The native value of a maximum ``load`` (one entry per component; for ``l2`` the normalised sum
+        of squares with its power-of-two ``shift``: MATH.md 7, magnitudes)."""
+        return float(load[0])
+
+    def best_component(self, load: np.ndarray, delta: float) -> int:
+        """The component whose witness row a report shows: the one that gives the smallest epsilon."""
+        return 0
+
+    def account(
+        self,
+        ctx: AccountingContext,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee | None:
+        gs = [self.guarantee_of(m) for m in mechs]
+        if any(g is None for g in gs):
+            return None
+        loads = np.array([self.weight(g) for g in gs if g is not None])
+        if loads.ndim == 1:
+            loads = loads[:, None]
+        return ctx.additive_guarantee(self, queries, loads, delta)
+
+    def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:
+        """A per-row sum within the budget: pure DP (Rogers, Roth, Ullman, Vadhan 2016) and zCDP (Feldman
+        and Zrnic 2021, the individual Rényi filter at every order; MATH.md 2), exactly at the budget."""
+        b = self.budget_value(budget)
+        assert isinstance(b, float)
+        return FilterRule(
+            tracks=(
+                TrackSpec("sum", self.charge_weight, lambda m: Fraction(cast(float, self.charge_weight(m)))),
+            ),
+            check=_scalar_check(factor, b),
+            exact_ok=_exact_scalar(factor, Fraction(b)),
+        )
+
+
+class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
+    """Pure epsilon-DP: per-row sum of epsilons (MATH.md 2)."""
+
+    name = "pure"
+    label = "pure DP"
+    budget_type = PureDP
+    resettable = True
+
+    def guarantee_of(self, m: Mechanism) -> PureDP | None:
+        return m.pure()
+
+    def weight(self, g: PureDP) -> float:
+        return g.epsilon
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        assert isinstance(value, float)
+        return PureDP(value).epsilon_at(delta)
+
+    def budget_value(self, budget: PureDP) -> float:
+        return budget.epsilon
+
+
+class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
+    """rho-zCDP: per-row sum of rho (Bun-Steinke 2016 Lemma 2.3; MATH.md 2)."""
+
+    name = "zcdp"
+    label = "zCDP"
+    budget_type = ZCDP
+    resettable = True
+
+    def guarantee_of(self, m: Mechanism) -> ZCDP | None:
+        return m.zcdp()
+
+    def weight(self, g: ZCDP) -> float:
+        return g.rho
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        assert isinstance(value, float)
+        return ZCDP(value).epsilon_at(delta)
+
+    def budget_value(self, budget: ZCDP) -> float:
+        return budget.rho
+
+
+class GDPMeasure(AdditiveMeasure[GDP, GDP]):
+    """mu-GDP: per-row $\\sqrt{\\sum\\mu^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2); the loads are mu,
+    squared after normalising by a power of two so that they neither underflow nor overflow (MATH.md 7)."""
+
+    name = "gdp"
+    label = "Gaussian DP"
+    budget_type = GDP
+    resettable = True
+    comp = "l2"
+
+    def guarantee_of(self, m: Mechanism) -> GDP | None:
+        return m.gdp()
+
+    def weight(self, g: GDP) -> float:
+        return g.mu
+
+    def native(self, load: np.ndarray, shift: int = 0) -> Value:
+        # mu = 2^shift sqrt(load), rounded up (the loads are normalised squares).
+        return unscale_up("l2", float(load[0]), shift, "Gaussian DP mu")
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        assert isinstance(value, float)
+        return GDP(value).epsilon_at(delta)
+
+    def budget_value(self, budget: GDP) -> float:
+        return budget.mu
+
+    def rule(self, budget: GDP, factor: float, options: FilterOptions) -> FilterRule:
+        """Per-row $\\sum\\mu^2\\le B^2$ (Smith and Thakurta 2022, fully adaptive GDP; MATH.md 2), the exact
+        test on the squares of the declared mu."""
+        return FilterRule(
+            tracks=(
+                TrackSpec(
+                    "l2",
+                    lambda m: _need(m.gdp(), m, self.label).mu,
+                    lambda m: Fraction(_need(m.gdp(), m, self.label).mu) ** 2,
+                    squared=True,
+                ),
+            ),
+            check=_gdp_check(factor, budget.mu),
+            exact_ok=_exact_scalar(factor, Fraction(budget.mu) ** 2),
+        )
+
+
+@dataclass(frozen=True)
+class RDPMeasure(AdditiveMeasure[RDP, RDP]):
+    """Rényi DP on a fixed order grid: per order, the per-row sum of epsilon(alpha) (Mironov 2017 Prop. 1;
+    MATH.md 2: the maximum may sit at a different row for each order)."""
+
+    orders: tuple[float, ...] = field(default=tuple(conv.DEFAULT_ORDERS))
+    name: ClassVar[str] = "rdp"
+    label: ClassVar[str] = "Rényi DP"
+    budget_type: ClassVar[type] = RDP
+    comp: ClassVar[Comp] = "vector"
+
+    def for_orders(self, orders: Sequence[float]) -> RDPMeasure:
+        return RDPMeasure(tuple(orders))
+
+    def for_budget(self, budget: RDP) -> RDPMeasure:
+        return self.for_orders(budget.orders)
+
+    def guarantee_of(self, m: Mechanism) -> RDP | None:
+        return m.rdp(self.orders)
+
+    def weight(self, g: RDP) -> tuple[float, ...]:
+        return g.epsilons
+
+    def native(self, load: np.ndarray, shift: int = 0) -> Value:
+        return tuple(float(v) for v in load)
+
+    def best_component(self, load: np.ndarray, delta: float) -> int:
+        """The order minimising the conversion (Balle et al. 2020 Thm. 21; MATH.md 5)."""
+        a = np.asarray(self.orders)
+        vals = load + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
+        return int(np.argmin(vals))
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        assert isinstance(value, tuple)
+        return RDP(self.orders, value).epsilon_at(delta)
+
+    def budget_value(self, budget: RDP) -> tuple[float, ...]:
+        return budget.epsilons
+
+    def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
+        """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
+        individual Rényi filter; MATH.md 2), on the budget's own order grid."""
+        orders = budget.orders
+        fx = Fraction(int(factor))
+        bounds = tuple(Fraction(e) for e in budget.epsilons)
+        return FilterRule(
+            tracks=(
+                TrackSpec(
+                    "vector",
+                    lambda m: list(_need(m.rdp(orders), m, self.label).epsilons),
+                    lambda m: tuple(Fraction(e) for e in _need(m.rdp(orders), m, self.label).epsilons),
+                ),
+            ),
+            check=_vector_check(factor, np.array(budget.epsilons)),
+            exact_ok=lambda v: all(fx * x <= b for x, b in zip(v[0], bounds, strict=True)),
+        )
+
+
+class ApproxMeasure(Measure[ApproxDP]):
+    """(epsilon, delta)-DP. The odometer's value is the maximum over maximal overlapping sets of the PLD
+    (or KOV) composition's epsilon at delta (MATH.md 2 and 5); the filter's, by default, the combined
+    advanced / basic composition rule that stays valid under full adaptivity (MATH.md 5, see
+    :mod:`overlapdp.privacy.privacy_filter`)."""
+
+    name = "approx"
+    label = "(epsilon, delta)-DP"
+    budget_type = ApproxDP
+
+    def account(
+        self,
+        ctx: AccountingContext,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee:
+        return ctx.approx_guarantee(mechs, queries, delta, earlier)
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        """The native value is already epsilon at the report's delta."""
+        assert isinstance(value, float)
+        return value
+
+    def budget_value(self, budget: ApproxDP) -> float:
+        return budget.epsilon
+
+    def rule(self, budget: ApproxDP, factor: float, options: FilterOptions) -> FilterRule:
+        """Three tracks per row, ``[sum eps^2, sum delta, sum eps]``, and the combined rule on them (the
+        module docstring of :mod:`overlapdp.privacy.privacy_filter`; MATH.md 5). ``composition="optimal"``
+        is refused when ``adaptive`` (:class:`AdaptivityError`)."""
+        composition = options.composition
+        if composition == "optimal" and options.adaptive:
+            raise AdaptivityError(
+                "optimal (epsilon, delta) composition needs the parameters fixed in advance; for "
+                "adaptively chosen charges use composition='advanced' (Whitehouse et al. 2023 filter)"
+            )
+        if composition not in ("advanced", "optimal"):
+            raise BudgetError(f"composition must be 'advanced' or 'optimal', got {composition!r}")
+        if budget.delta <= 0:
+            raise BudgetError("an (epsilon, delta) filter needs delta > 0; use a PureDP budget for delta = 0")
+        delta_slack = options.delta_slack
+        slack = budget.delta / 2 if delta_slack is None else float(delta_slack)
+        if not 0 < slack <= budget.delta:
+            raise BudgetError(f"delta_slack must lie in (0, {budget.delta}], got {delta_slack!r}")
+        optimal = composition == "optimal"
+        if optimal and options.neighbouring == "replace":
+            raise BudgetError("the optimal (epsilon, delta) filter supports add/remove neighbours only")
+        per_mech_delta = options.per_mechanism_delta
+
+        def eps_delta(m: Mechanism) -> tuple[float, float]:
+            p = m.pure()
+            if p is not None:
+                return p.epsilon, 0.0
+            if isinstance(m, OpaqueApproxDP):
+                return m.epsilon, m.delta
+            if per_mech_delta is None:
+                raise BudgetError(
+                    f"{m.name} has no pure-DP guarantee: give per_mechanism_delta to charge it as (epsilon, delta)"
+                )
+            g = m.approx(per_mech_delta)
+            return g.epsilon, g.delta
+
+        return FilterRule(
+            tracks=(
+                TrackSpec(
+                    "l2", lambda m: eps_delta(m)[0], lambda m: Fraction(eps_delta(m)[0]) ** 2, squared=True
+                ),
+                TrackSpec("sum", lambda m: eps_delta(m)[1], lambda m: Fraction(eps_delta(m)[1])),
+                # basic composition's sum of epsilons: a row may stay within budget by either rule
+                # (MATH.md 5, the combined filter), so the rule is decided per row, not per track
+                TrackSpec("sum", lambda m: eps_delta(m)[0], lambda m: Fraction(eps_delta(m)[0])),
+            ),
+            check=_advanced_check(factor, budget.epsilon, budget.delta - slack, slack),
+            exact_ok=_exact_advanced(factor, budget.epsilon, budget.delta, slack),
+            row_verdict=_float_advanced(factor, budget.epsilon, budget.delta, slack),
+            optimal=optimal,
+        )
+
+
+# -- the filters' tests ------------------------------------------------------------------------------------
+def _scalar_check(factor: float, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
+    def check(values: list[Any]) -> tuple[bool, Any]:
+        v = factor * float(values[0])
+        return v <= b, v
+
+    return check
+
+
+def _gdp_check(factor: float, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
+    def check(values: list[Any]) -> tuple[bool, Any]:
+        v = math.sqrt(factor) * float(values[0])  # the l2 index holds sqrt(sum mu^2)
+        return v <= b, v
+
+    return check
+
+
+def _vector_check(factor: float, b: np.ndarray) -> Callable[[list[Any]], tuple[bool, Any]]:
+    def check(values: list[Any]) -> tuple[bool, Any]:
+        v = factor * np.asarray(values[0], dtype=float)
+        return bool(np.all(v <= b)), tuple(float(x) for x in v)
+
+    return check
+
+
+def _advanced_check(
+    factor: float, eps_g: float, delta_g: float, slack: float
+) -> Callable[[list[Any]], tuple[bool, Any]]:
+    log_term = 2 * math.log(1 / slack)
+
+    def check(values: list[Any]) -> tuple[bool, Any]:
+        # the value: the smaller of the two rules' epsilons at the per-track maxima (an upper bound
+        # of every row's own smaller one)
+        root = math.sqrt(factor) * float(values[0])  # the l2 index holds sqrt(sum eps^2)
+        sd = factor * float(values[1])
+        e = min(math.sqrt(log_term) * root + root * root / 2, factor * float(values[2]))
+        return (e <= eps_g and sd <= delta_g), e
+
+    return check
+
+
+def _exact_scalar(factor: float, b: Fraction) -> Callable[[list[Any]], bool]:
+    fx = Fraction(int(factor))
+
+    def ok(values: list[Any]) -> bool:
+        return bool(fx * values[0] <= b)
+
+    return ok
+
+
+def _exact_advanced(factor: float, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
+    """The combined filter's rule on one row's loads ``[sum eps^2, sum delta, sum eps]`` (MATH.md 5):
+    sum delta <= delta_g - delta' exactly, and EITHER sum eps <= eps_g exactly (basic composition)
+    OR the advanced-composition epsilon, a transcendental formula evaluated in floats from the sum
+    of squares rounded up with a relative margin far above its few ulps of round-off, is <= eps_g.
+    The square root is taken of the exact sum (rounded up) and multiplied by sqrt(2 ln(1/delta')):
+    the product 2 ln(1/delta') * s2 would lose precision when s2 is subnormal (epsilons < 1e-154)."""
+    fx = Fraction(int(factor))
+    delta_room = Fraction(delta_g) - Fraction(slack)
+    eps_room = Fraction(eps_g)
+    root_log = math.sqrt(-2 * math.log(slack))  # log of the exact float slack: accurate to an ulp
+
+    def ok(values: list[Any]) -> bool:
+        if not fx * values[1] <= delta_room:
+            return False
+        if fx * values[2] <= eps_room:
+            return True
+        total = fx * values[0]
+        half = float_up(total / 2)  # inf beyond the float range: then above any budget
+        if half > eps_g:
+            return False
+        e = (root_log * sqrt_up(total) + half) * (1 + 1e-14)
+        return e <= eps_g
+
+    return ok
+
+
+def _float_advanced(
+    factor: float, eps_g: float, delta_g: float, slack: float
+) -> Callable[[np.ndarray], bool | None]:
+    """The combined rule on one row's float sums ``[sum eps^2, sum delta, sum eps]``: True / False when
+    they clear / miss every condition by the relative margin ``NEAR`` (far above their round-off),
+    None when the row must be summed exactly (``_exact_advanced``)."""
+    room = delta_g - slack
+    log_term = -2 * math.log(slack)
+    up, down = 1 + float(NEAR), 1 - float(NEAR)
+
+    def adv(s2: float) -> float:
+        return math.sqrt(log_term * s2) + s2 / 2
+
+    def verdict(s: np.ndarray) -> bool | None:
+        s2, sd, s1 = (factor * float(x) for x in s)
+        if sd * down > room or (s1 * down > eps_g and adv(s2 * down) > eps_g):
+            return False
+        if sd * up <= room and (s1 * up <= eps_g or adv(s2 * up) <= eps_g):
+            return True
+        return None
+
+    return verdict
+
+
+# -- the registry -------------------------------------------------------------------------------------------
+#: Every definition the accountant supports, in report order (the odometer's ``approx`` comes last: it
+#: may use the others' values as bounds).
+MEASURES: tuple[Measure[Any], ...] = (
+    PureMeasure(),
+    ZCDPMeasure(),
+    GDPMeasure(),
+    RDPMeasure(),
+    ApproxMeasure(),
+)
+#: Their names, the keys of an odometer report's ``definitions``.
+DEFINITIONS: tuple[str, ...] = tuple(m.name for m in MEASURES)
+
+
+def measure_for(budget: object) -> Measure[Any]:
+    """The measure whose budgets have ``budget``'s type (RDP on the budget's own order grid)."""
+    for m in MEASURES:
+        if isinstance(budget, m.budget_type):
+            return m.for_budget(budget)
+    raise BudgetError(f"unsupported budget type {type(budget).__name__}")
+
+
+__all__ = [
+    "DEFINITIONS",
+    "MEASURES",
+    "AccountingContext",
+    "AdaptivityError",
+    "AdditiveMeasure",
+    "ApproxMeasure",
+    "DefinitionGuarantee",
+    "FilterOptions",
+    "FilterRule",
+    "GDPMeasure",
+    "Measure",
+    "PureMeasure",
+    "RDPMeasure",
+    "TrackSpec",
+    "ZCDPMeasure",
+    "measure_for",
+]

@@ -1,0 +1,588 @@
+"""The odometer: a ledger of charges and its guarantee under every definition (MATH.md sections 1, 2, 5).
+
+A charge is a mechanism's cost plus the coverage of the predicate query it touched (a mechanism run on
+all data covers the whole domain: a query with no constraints). A row only pays for the charges whose
+coverage holds it (MATH.md 1, per-row view), so for every definition the overlap-aware guarantee is the
+maximum over rows of the composition of that row's charges (MATH.md 2):
+
+======== ========================================== =============================================
+pure     $\\max_x\\sum_{q\\ni x}\\varepsilon_q$              OverlapIndex / max_overlap, comp ``sum``
+zCDP     $\\max_x\\sum_{q\\ni x}\\rho_q$                     comp ``sum``
+GDP      $\\max_x\\sqrt{\\sum_{q\\ni x}\\mu_q^2}$             comp ``l2``
+RDP      per order $\\max_x\\sum_{q\\ni x}\\varepsilon_q(\\alpha)$ comp ``vector`` (maxima may sit at different rows)
+(ε, δ)   $\\max$ over maximal overlapping sets of ε(δ)  max_overlap with a SetComp of PLD compositions
+======== ========================================== =============================================
+
+Sequential accounting (what every peer library does) composes all charges regardless of coverage.
+
+Neighbouring relation (MATH.md 1; issue item 5): add/remove one row by default. ``"replace"`` moves one
+row from x to x'; the charges that see a difference are those covering exactly one of x, x' (a count
+moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
+exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
+(additive loads over a symmetric difference are at most twice the largest per-row load; for GDP the
+factor is sqrt 2 on mu); the :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` always uses the
+doubling bound.
+
+The definitions are the :data:`~overlapdp.privacy.measures.MEASURES`: the odometer loops over them, each
+picking one of the two routes here (:meth:`Odometer.additive_guarantee` for the additive loads of pure DP,
+zCDP, GDP and RDP; :meth:`Odometer.approx_guarantee` for the PLD composition of (epsilon, delta)) and
+supplying its own loads, native value and conversion to epsilon at delta. The odometer reports the
+guarantee of the ledger as if its charges had been fixed in advance; the
+:class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` is what makes adaptive use safe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from overlapdp.overlap import OverlapResult, SetComp, max_overlap
+from overlapdp.overlap.magnitude import normalised_loads
+from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
+from overlapdp.privacy.measures import (
+    MEASURES,
+    AdditiveMeasure,
+    ApproxMeasure,
+    DefinitionGuarantee,
+    Measure,
+    PureMeasure,
+    num,
+)
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
+from overlapdp.privacy.optimal import compose_approx
+from overlapdp.privacy.patterns import maximal_patterns, row_patterns
+from overlapdp.privacy.pld import DEFAULT_H
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+Neighbouring = Literal["add_remove", "replace"]
+
+# Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
+_PAIR_WORK_LIMIT = 50_000_000
+_PAIR_PLD_LIMIT = 40
+
+
+def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
+    """The coverage of a mechanism that touches all data: a query with no constraints."""
+    return PredicateQuery.from_coverages(schema, {}, id=id)
+
+
+def _check_neighbouring(value: str) -> Neighbouring:
+    if value not in ("add_remove", "replace"):
+        raise BudgetError(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
+    return "replace" if value == "replace" else "add_remove"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One mechanism run on the rows covered by ``query``."""
+
+    id: str
+    mechanism: Mechanism
+    query: PredicateQuery = field(repr=False)
+
+
+@dataclass(frozen=True)
+class OdometerReport:
+    """Everything charged so far: per definition, and the tightest epsilon at ``delta`` either way."""
+
+    delta: float
+    charges: int
+    neighbouring: str
+    definitions: dict[str, DefinitionGuarantee]
+    sequential_epsilon: float
+    sequential_method: str
+    overlap_epsilon: float
+    overlap_method: str
+    witness: dict[str, Any] | None
+    pure_epsilon: tuple[float, float] | None  # (sequential, overlap) for all-pure ledgers
+    overlap_bound: str = "overlap"  # the ``bound`` of the definition that gave ``overlap_epsilon``
+
+    def to_json(self) -> dict[str, Any]:
+        seq: dict[str, Any] = {"epsilon": num(self.sequential_epsilon), "method": self.sequential_method}
+        ovl: dict[str, Any] = {
+            "epsilon": num(self.overlap_epsilon),
+            "witness": self.witness,
+            "method": self.overlap_method,
+            "bound": self.overlap_bound,
+        }
+        if self.pure_epsilon is not None:
+            seq["pure_epsilon"], ovl["pure_epsilon"] = self.pure_epsilon
+        return {
+            "delta": self.delta,
+            "charges": self.charges,
+            "neighbouring": self.neighbouring,
+            "sequential": seq,
+            "overlap": ovl,
+            "definitions": {k: v.to_json() for k, v in self.definitions.items()},
+        }
+
+
+# -- the ledger and odometer ----------------------------------------------------------------------------
+class Odometer:
+    """A ledger of charges answering, for every definition that applies, the guarantee of everything
+    charged so far, sequentially and overlap-aware (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        schema: Schema,
+        *,
+        orders: Sequence[float] = conv.DEFAULT_ORDERS,
+        neighbouring: str = "add_remove",
+        h: float = DEFAULT_H,
+        effort: float | None = None,
+    ) -> None:
+        self.schema = schema
+        self.orders = RDP(tuple(orders), tuple(0.0 for _ in orders)).orders  # validated
+        self.measures: tuple[Measure[Any], ...] = tuple(m.for_orders(self.orders) for m in MEASURES)
+        self.neighbouring = _check_neighbouring(neighbouring)
+        self.h = h
+        self.effort = effort
+        self._charges: list[Charge] = []
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[object, ...], float] = {}
+
+    @property
+    def charges(self) -> tuple[Charge, ...]:
+        with self._lock:
+            return tuple(self._charges)
+
+    def __len__(self) -> int:
+        return len(self._charges)
+
+    def charge(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Charge:
+        """Record a charge (no budget check: see :class:`PrivacyFilter`)."""
+        c = _make_charge(self.schema, mechanism, query, id, len(self._charges))
+        with self._lock:
+            if any(x.id == c.id for x in self._charges):
+                raise BudgetError(f"a charge with id {c.id!r} is already in the ledger")
+            self._charges.append(c)
+        return c
+
+    def extend(self, charges: Sequence[Charge]) -> None:
+        with self._lock:
+            self._charges.extend(charges)
+
+    # -- report ---------------------------------------------------------------------------------------
+    def report(self, delta: float) -> OdometerReport:
+        """Per-definition guarantees and the tightest certified epsilon at ``delta`` (MATH.md 2, 5)."""
+        d = check_delta(delta)
+        charges = self.charges
+        if not charges:
+            raise BudgetError("the ledger is empty")
+        mechs = [c.mechanism for c in charges]
+        queries = [c.query for c in charges]
+        defs: dict[str, DefinitionGuarantee] = {}
+        for measure in self.measures:
+            g = measure.account(self, mechs, queries, d, defs)
+            if g is not None:
+                defs[measure.name] = g
+        pure = defs.get(PureMeasure.name)  # an all-pure ledger's epsilons, reported beside the tightest
+        seq_def = min(defs.values(), key=lambda g: g.sequential_epsilon)
+        ovl_def = min(defs.values(), key=lambda g: g.overlap_epsilon)
+        return OdometerReport(
+            delta=d,
+            charges=len(charges),
+            neighbouring=self.neighbouring,
+            definitions=defs,
+            sequential_epsilon=seq_def.sequential_epsilon,
+            sequential_method=seq_def.definition,
+            overlap_epsilon=ovl_def.overlap_epsilon,
+            overlap_method=ovl_def.definition,
+            witness=ovl_def.witness,
+            pure_epsilon=(float(pure.sequential), float(pure.overlap))  # type: ignore[arg-type]
+            if pure is not None
+            else None,
+            overlap_bound=ovl_def.bound,
+        )
+
+    def additive_guarantee(
+        self,
+        measure: AdditiveMeasure[Any, Any],
+        queries: list[PredicateQuery],
+        loads: np.ndarray,
+        delta: float,
+    ) -> DefinitionGuarantee:
+        """A definition whose per-row loss is an additive load (``loads``: t x K, composed by
+        ``measure.comp``; for ``l2`` (GDP) ``loads`` holds mu and the additive load is mu^2, squared after
+        dividing by a power of two near the largest mu, so it neither underflows nor overflows: MATH.md 7,
+        magnitudes). The maximum over rows (MATH.md 2), or for replace-one-row over pairs of rows (MATH.md
+        1), capped by the sequential composition; ``measure`` gives the native value and epsilon."""
+        comp = measure.comp
+        shift = 0
+        if comp == "l2":
+            squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
+            loads = squares[:, None]
+        seq_load = loads.sum(axis=0)
+        exact = True
+        witness: dict[str, Any] | None
+        if self.neighbouring == "add_remove":
+            if comp == "vector":
+                res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
+                ovl_load = np.asarray(res.value, dtype=float)
+            else:
+                res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                ovl_load = np.array([float(res.value)])
+            exact = bool(res.exact)
+            witness = _witness(res, measure.best_component(ovl_load, delta))
+            method = res.algorithm
+        else:
+            pair = _replace_pairs(queries, self.schema, loads)
+            if pair is not None:
+                ovl_load, rows = pair
+                k = measure.best_component(ovl_load, delta)
+                witness = _row_witness(self.schema, rows[k])
+                method = "pairs"
+            else:
+                if comp == "vector":
+                    res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
+                    base = np.asarray(res.value, dtype=float)
+                else:
+                    res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                    base = np.array([float(res.value)])
+                ovl_load = 2 * base
+                exact = False
+                witness = _witness(res, measure.best_component(ovl_load, delta))
+                method = "doubling"
+        # The sequential load bounds every row's (and every pair's) load as well: cap a route that only
+        # reached a looser safe bound (per component for RDP: each order is its own guarantee). An exact
+        # route is the maximum itself, so there the cap only absorbs summation round-off.
+        capped = seq_load < ovl_load
+        bound = "overlap"
+        if capped.any():
+            ovl_load = np.minimum(ovl_load, seq_load)
+            if not exact:
+                bound = "sequential" if capped.all() else "mixed"
+        seq_v, ovl_v = measure.native(seq_load, shift), measure.native(ovl_load, shift)
+        return DefinitionGuarantee(
+            definition=measure.name,
+            sequential=seq_v,
+            overlap=ovl_v,
+            sequential_epsilon=measure.to_epsilon(seq_v, delta),
+            overlap_epsilon=measure.to_epsilon(ovl_v, delta),
+            witness=witness,
+            exact=exact,
+            method=method,
+            bound=bound,
+        )
+
+    # -- approximate DP ----------------------------------------------------------------------------
+    def overlap_approx(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str]:
+        """Add/remove overlap-aware epsilon(delta): the maximum over maximal overlapping sets of the PLD
+        (or KOV) composition of their mechanisms (MATH.md 2), by max_overlap with a SetComp whose cheap
+        upper bound is the best closed-form conversion of the set. Returns (epsilon, exact, witness,
+        method); when not exact the epsilon is a safe upper bound, never above the composition of ALL of
+        ``mechs`` (which bounds every row's subset; method ``"sequential"`` when that was the tighter)."""
+        eps, exact, witness, method = self._overlap_route(mechs, queries, delta)
+        seq = self._compose_eps(mechs, delta)
+        if seq < eps:
+            return seq, exact, witness, method if exact else "sequential"
+        return eps, exact, witness, method
+
+    def _overlap_route(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str]:
+        """:meth:`overlap_approx` before the cap by the sequential composition."""
+
+        def value(idx: Sequence[int]) -> float:
+            return self._compose_eps([mechs[i] for i in idx], delta)
+
+        # Per-row view (MATH.md 1): every row's covering set is one of the row patterns, and only the
+        # maximal ones matter for a monotone composition. When the atom grid is small, composing each
+        # distinct maximal pattern once is exact and far cheaper than a bounded search over subsets.
+        grouped = self._grouped_overlap(mechs, queries, delta, value)
+        if grouped is not None:
+            return grouped
+        pats = maximal_patterns(queries, self.schema, cap=_APPROX_MAX_PATTERNS)
+        if pats is not None:
+            best, best_row = 0.0, pats.rows[0]
+            for members, row in zip(pats.members, pats.rows, strict=True):
+                v = value(np.flatnonzero(members).tolist())
+                if v > best:
+                    best, best_row = v, row
+            return best, True, _row_witness(self.schema, best_row), "pld/patterns"
+        counted = self._counted_patterns(mechs, queries, delta)
+        if counted is not None:
+            return counted
+
+        def upper(idx: Sequence[int]) -> float:
+            return _cheap_upper([mechs[i] for i in idx], delta, self.h)
+
+        res = max_overlap(list(queries), comp=SetComp(value=value, upper=upper), effort=self.effort)
+        return float(res.value), bool(res.exact), res.witness, f"pld/{res.algorithm}"
+
+    def _grouped_overlap(
+        self,
+        mechs: Sequence[Mechanism],
+        queries: Sequence[PredicateQuery],
+        delta: float,
+        value: Callable[[Sequence[int]], float],
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """The composed epsilon of a set depends only on how many charges of each distinct mechanism it
+        holds, and grows with each count. So composing the per-mechanism maximum counts (each maximised
+        over rows on its own, a vector overlap) is a safe upper bound; when some row attains it (checked
+        on each component's witness row) it is the exact maximum. None when that does not settle it.
+        (MATH.md 2: the overlap-aware epsilon(delta) is the maximum over maximal overlapping sets of the
+        composition's epsilon(delta), which is monotone in the set; PLD composition, MATH.md 5.)"""
+        groups: dict[str, int] = {}
+        label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
+        k = len(groups)
+        if k > _APPROX_MAX_GROUPS:
+            return None
+        onehot = np.zeros((len(mechs), k))
+        onehot[np.arange(len(mechs)), label] = 1.0
+        res = max_overlap(list(queries), onehot, comp="vector", effort=self.effort)
+        rep: list[Mechanism] = [mechs[label.index(g)] for g in range(k)]
+        counts = [math.ceil(float(u) - 1e-9) for u in np.atleast_1d(res.upper)]
+        upper = self._compose_eps([rep[g] for g in range(k) for _ in range(counts[g])], delta)
+        best, witness = -1.0, None
+        for component in res.components:
+            v = value(list(component.query_indices))
+            if v > best:
+                best, witness = v, component.witness
+        if best >= upper:
+            return upper, True, witness, "pld/grouped"
+        return None
+
+    def _counted_patterns(
+        self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """Exact when the atom grid is small but its maximal patterns are many (e.g. one charge per value
+        of many binary attributes): a row's composed epsilon depends only on how many charges of each
+        distinct mechanism cover it (identical mechanisms compose identically) and grows with each count,
+        so composing the Pareto-maximal count vectors over all row patterns gives the maximum over rows
+        (MATH.md 1 per-row view, MATH.md 2). None when the grid or the vectors are too many. Past the
+        effort limit the vectors not yet composed are bounded together by the composition of their
+        componentwise maximum (a safe upper bound, not exact)."""
+        groups: dict[str, int] = {}
+        label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
+        pats = row_patterns(queries, self.schema, limit=_APPROX_GRID_LIMIT)
+        if pats is None:
+            return None
+        onehot = np.zeros((len(mechs), len(groups)), dtype=np.int64)
+        onehot[np.arange(len(mechs)), label] = 1
+        counts = pats.members.astype(np.int64) @ onehot  # patterns x groups
+        vecs, first = np.unique(counts, axis=0, return_index=True)
+        if vecs.shape[0] > _APPROX_MAX_VECTORS:  # the Pareto filter below is quadratic
+            return None
+        keep = [
+            i
+            for i in range(vecs.shape[0])
+            if not bool(np.any(np.all(vecs >= vecs[i], axis=1) & np.any(vecs > vecs[i], axis=1)))
+        ]
+        if len(keep) > _APPROX_MAX_PATTERNS:
+            return None
+        rep = [mechs[label.index(g)] for g in range(len(groups))]
+
+        def compose(vec: np.ndarray) -> float:
+            return self._compose_eps([rep[g] for g in range(len(groups)) for _ in range(int(vec[g]))], delta)
+
+        keep.sort(key=lambda i: -int(vecs[i].sum()))  # the likely worst first
+        deadline = None if self.effort is None else time.monotonic() + self.effort
+        best, best_row = 0.0, pats.rows[0]
+        for n, i in enumerate(keep):
+            if deadline is not None and n > 0 and time.monotonic() > deadline:
+                # the rest together: one composition of their componentwise maximum, or each by the
+                # closed forms (valid bounds of its loss)
+                rest = min(
+                    compose(vecs[keep[n:]].max(axis=0)),
+                    max(
+                        _cheap_upper(
+                            [rep[g] for g in range(len(groups)) for _ in range(int(vecs[j, g]))],
+                            delta,
+                            self.h,
+                        )
+                        for j in keep[n:]
+                    ),
+                )
+                return max(best, rest), False, _row_witness(self.schema, best_row), "pld/counted-patterns"
+            v = compose(vecs[i])
+            if v > best:
+                best, best_row = v, pats.rows[int(first[i])]
+        return best, True, _row_witness(self.schema, best_row), "pld/counted-patterns"
+
+    def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
+        key = (delta, *sorted(repr(m.key) for m in mechs))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta) if mechs else 0.0
+            self._cache[key] = hit
+        return hit
+
+    def approx_guarantee(
+        self,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee:
+        """Sequential: the PLD / KOV composition of all charges. Overlap-aware: the maximum over maximal
+        overlapping sets of epsilon(delta) of their composition (MATH.md 2), by max_overlap with a SetComp
+        whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack),
+        capped by the sequential value (a valid bound of every row's subset; ``bound="sequential"``).
+        For replace-one-row beyond the exact pair enumeration, the doubling bound through ``earlier``, the
+        additive definitions already accounted (each a valid bound)."""
+        seq = self._compose_eps(mechs, delta)
+
+        def value(idx: Sequence[int]) -> float:
+            return self._compose_eps([mechs[i] for i in idx], delta)
+
+        exact = True
+        witness: dict[str, Any] | None = None
+        if self.neighbouring == "add_remove":
+            ovl, exact, witness, method = self._overlap_route(mechs, queries, delta)
+        else:
+            pats = row_patterns(queries, self.schema)
+            if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
+                ovl, best = 0.0, pats.rows[0]
+                m = pats.members
+                for a, b in itertools.combinations_with_replacement(range(m.shape[0]), 2):
+                    diff = np.flatnonzero(m[a] ^ m[b])
+                    v = value(diff.tolist())
+                    if v > ovl:
+                        ovl, best = v, pats.rows[a]
+                witness = _row_witness(self.schema, best)
+                method = "pld/pairs"
+            else:
+                # doubling through the additive definitions that apply (each a valid bound)
+                ovl = min((g.overlap_epsilon for g in earlier.values()), default=math.inf)
+                ovl = min(ovl, _doubled_basic(mechs, queries, delta, self.effort))
+                exact = False
+                method = "doubling"
+        # The composition of every charge bounds every row's (and pair's) subset: never report more
+        # (when the route is exact the two agree up to round-off, and the route's value is the truth).
+        bound = "overlap"
+        if seq < ovl:
+            ovl = seq
+            if not exact:
+                bound = "sequential"
+        return DefinitionGuarantee(ApproxMeasure.name, seq, ovl, seq, ovl, witness, exact, method, bound)
+
+
+#: Most maximal covering patterns composed one by one before falling back to a bounded search.
+_APPROX_MAX_PATTERNS = 2_000
+#: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
+_APPROX_MAX_GROUPS = 32
+#: Largest (atom cells x charges) matrix enumerated by the counted-patterns route, and most distinct
+#: count vectors it filters down to the Pareto-maximal ones.
+_APPROX_GRID_LIMIT = 2_000_000
+_APPROX_MAX_VECTORS = 5_000
+
+
+def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
+    """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
+    basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
+    a mix of zCDP mechanisms with opaque (eps, delta) ones basic composition of the two parts (the
+    opaque part's sum of epsilons and of deltas, the zCDP part converted at the delta left), plus
+    h per mechanism for the PLD's upward grid rounding (connect-the-dots is dominated by rounding every
+    loss up by at most h), and a relative margin for round-off. Every form grows with the set."""
+    if not mechs:
+        return 0.0
+    best = math.inf
+    eps_sum, delta_keep = 0.0, 1.0
+    basic_ok = True
+    for m in mechs:
+        p = m.pure()
+        if p is not None:
+            eps_sum += p.epsilon
+        elif isinstance(m, OpaqueApproxDP):
+            eps_sum += m.epsilon
+            delta_keep *= 1 - m.delta
+        else:
+            basic_ok = False
+            break
+    if basic_ok and 1 - delta_keep <= delta:
+        best = eps_sum
+    zs = [m.zcdp() for m in mechs]
+    if all(z is not None for z in zs):
+        best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+    elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
+        rho = math.fsum(z.rho for z in zs if z is not None)
+        opaque = [m for z, m in zip(zs, mechs, strict=True) if z is None and isinstance(m, OpaqueApproxDP)]
+        d_opaque = math.fsum(m.delta for m in opaque) * (1 + 1e-12)
+        if d_opaque < delta:
+            e_z = ZCDP(rho).epsilon_at(delta - d_opaque) if rho > 0 else 0.0
+            best = min(best, e_z + math.fsum(m.epsilon for m in opaque))
+    return best * (1 + 1e-6) + h * len(mechs) + 1e-9
+
+
+def _doubled_basic(
+    mechs: list[Mechanism], queries: list[PredicateQuery], delta: float, effort: float | None
+) -> float:
+    """Replace-one-row bound for (eps, delta) mechanisms by basic composition: per-row sums of eps and of
+    delta, doubled (a pair of rows pays at most both rows' charges)."""
+    eps, dels = [], []
+    for m in mechs:
+        p = m.pure()
+        if p is not None:
+            eps.append(p.epsilon)
+            dels.append(0.0)
+        elif isinstance(m, OpaqueApproxDP):
+            eps.append(m.epsilon)
+            dels.append(m.delta)
+        else:
+            return math.inf
+    e = float(max_overlap(queries, weights=eps, comp="sum", effort=effort).value)
+    dd = float(max_overlap(queries, weights=dels, comp="sum", effort=effort).value)
+    return 2 * e if 2 * dd <= delta else math.inf
+
+
+def _replace_pairs(
+    queries: list[PredicateQuery], schema: Schema, loads: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, ...]]] | None:
+    """Exact maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them,
+    per component; None when the pattern enumeration is too large."""
+    pats = row_patterns(queries, schema)
+    if pats is None:
+        return None
+    m = pats.members.astype(float)
+    p = m.shape[0]
+    if p * p * max(1, m.shape[1]) * loads.shape[1] > _PAIR_WORK_LIMIT:
+        return None
+    per_row = m @ loads  # P x K
+    out = np.zeros(loads.shape[1])
+    rows: list[tuple[int, ...]] = [pats.rows[0]] * loads.shape[1]
+    for k in range(loads.shape[1]):
+        both = m @ (loads[:, k : k + 1] * m.T)  # P x P: load of charges covering both rows
+        sym = per_row[:, k : k + 1] + per_row[:, k][None, :] - 2 * both
+        i = int(np.argmax(sym))
+        out[k] = max(0.0, float(sym.flat[i]))
+        rows[k] = pats.rows[i // p]
+    return out, rows
+
+
+def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:
+    if res.components:
+        return res.components[component].witness
+    return res.witness
+
+
+def _row_witness(schema: Schema, row: tuple[int, ...]) -> dict[str, Any]:
+    return {a.name: a.value_at(v) for a, v in zip(schema.attributes, row, strict=True)}
+
+
+def _make_charge(
+    schema: Schema, mechanism: Mechanism, query: PredicateQuery | None, id: str | None, n: int
+) -> Charge:
+    if not isinstance(mechanism, Mechanism):
+        raise BudgetError(f"a charge needs a Mechanism, got {type(mechanism).__name__}")
+    q = whole_domain(schema) if query is None else query
+    if q.schema is not schema and q.schema != schema:
+        raise BudgetError("the charged query is over another schema than the accountant's")
+    cid = id if id is not None else (q.id if q.id is not None else f"c{n}")
+    return Charge(cid, mechanism, q)
+
+
+__all__ = ["Charge", "Odometer", "OdometerReport", "whole_domain"]

@@ -1,0 +1,513 @@
+"""The overlap-aware privacy filter: admits a charge iff every row stays within budget (MATH.md 1, 2, 5, 7).
+
+A row only pays for the charges whose coverage holds it (MATH.md 1, per-row view). The filter keeps one
+:class:`~overlapdp.overlap.OverlapIndex` per track of its budget's
+:class:`~overlapdp.privacy.measures.Measure` (its :class:`~overlapdp.privacy.measures.FilterRule`) and
+admits a charge iff the rule holds at every row with it; it names no definition itself. Every admitted
+charge is also recorded in an :class:`~overlapdp.privacy.odometer.Odometer` for reports under all
+definitions. Replace-one-row neighbours (MATH.md 1) use the doubling bound (additive loads over a
+symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu).
+
+Adaptivity. The ODOMETER reports the guarantee of the ledger as if its charges had been fixed in advance.
+The FILTER is what makes adaptive use safe; admitting a charge iff the overlap-aware guarantee with it
+stays within budget is a per-row (individual) filter, valid when the costs are chosen adaptively:
+
+- pure DP: Rogers, Roth, Ullman, Vadhan 2016 (the pure-DP filter: the realised sum of epsilons of each
+  row stays within budget; a charge not covering x costs x nothing);
+- zCDP and RDP: Feldman and Zrnic 2021 (arXiv 2008.11193), individual Rényi filter: for each order the
+  per-row sum of RDP losses stays within budget; zCDP is RDP with epsilon(alpha) = alpha rho at every order;
+- GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
+- (epsilon, delta): the optimal composition needs the parameters fixed in advance, so with
+  ``adaptive=True`` a ``composition="optimal"`` filter is REFUSED (:class:`AdaptivityError`); the default
+  filter admits, per row, while $\\sqrt{2\\ln(1/\\delta')\\sum_t\\varepsilon_t^2}+\\frac12\\sum_t\\varepsilon_t^2\\le\\varepsilon_g$
+  and $\\sum_t\\delta_t\\le\\delta_g-\\delta'$ (the sums over the charges covering the row), giving
+  $(\\varepsilon_g,\\delta_g)$-DP by this chain: an $(\\varepsilon_t,\\delta_t)$-DP mechanism is
+  $\\delta_t$-approximate $\\frac12\\varepsilon_t^2$-zCDP (Bun and Steinke 2016; pure DP with $\\delta_t=0$:
+  Prop. 3.3); zCDP and approximate-zCDP filters stay valid under fully adaptive choices (Whitehouse,
+  Ramdas, Rogers, Wu 2023, ICML, arXiv 2203.05481; Feldman and Zrnic 2021 for the per-row RDP filter),
+  so the row's run is $(\\sum_t\\delta_t)$-approximate $\\rho$-zCDP with $\\rho=\\frac12\\sum_t\\varepsilon_t^2$ (the
+  deltas ADD); and $\\rho$-zCDP gives $(\\rho+2\\sqrt{\\rho\\ln(1/\\delta')},\\delta')$-DP (Bun and Steinke 2016,
+  Prop. 1.3), which with that $\\rho$ is the left-hand side above; the approximation adds
+  $\\sum_t\\delta_t$ to $\\delta'$. A row also fits when basic composition keeps it within budget,
+  $\\sum_t\\varepsilon_t\\le\\varepsilon_g$ with the SAME delta condition: the filter that admits while
+  EITHER epsilon condition holds (per row) is still $(\\varepsilon_g,\\delta_g)$-DP under full adaptivity
+  (MATH.md 5, the combined filter: off the deltas' bad events the loss is at most the sum of epsilons
+  surely, and at most the advanced value outside the time-uniform Ville event of probability
+  $\\delta'$). So a pure 1-DP child fits an ApproxDP(5, 1e-6) budget though advanced composition alone
+  values it at 5.89.
+
+Exact arithmetic: the filter admits only if every row stays within budget in EXACT arithmetic of the
+declared float costs (Fractions; ten charges of 0.1 exceed 1.0), see ``PrivacyFilter._admissible``.
+
+Concurrent analysts sharing one filter stay covered too (Haney et al. 2023: every valid filter extends to
+concurrent composition; MATH.md 3).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from overlapdp.overlap import OverlapIndex, OverlapResult
+from overlapdp.overlap.magnitude import float_up
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.measures import NEAR as _NEAR
+from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
+from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.privacy.odometer import Charge, Odometer, _check_neighbouring, _make_charge
+from overlapdp.privacy.patterns import row_patterns
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+# (row patterns x charges) summed with Fractions in that recomputation; beyond it the charge is refused.
+_EXACT_WORK_LIMIT = 2_000_000
+# (atom cells x charges) enumerated when the (epsilon, delta) filter decides its rule row by row; it runs
+# on refusals no witness row settles, so it must stay cheap (beyond it: the global rule, see the filter).
+_JOINT_GRID_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The filter's answer: admitted or not, and the overlap-aware value with the charge included."""
+
+    admitted: bool
+    charge: Charge | None
+    value: float | tuple[float, ...]
+    budget: float | tuple[float, ...]
+    witness: dict[str, Any] | None
+    reason: str = ""
+
+
+@dataclass
+class _Track:
+    """One overlap index of the filter and how a mechanism loads it: ``load`` the float the index uses
+    to locate the worst row, ``exact`` the same load as a Fraction (a tuple of them for RDP), computed
+    from the declared float parameters without rounding, and ``loads`` the exact loads admitted.
+
+    ``squared``: the index is an ``l2`` one fed the parameter itself (GDP mu, the advanced filter's
+    epsilon) while ``exact`` is its square: squaring in floats underflows below about 1e-162 and
+    overflows above 1e154, and the index squares after normalising (MATH.md 7, magnitudes)."""
+
+    index: OverlapIndex
+    load: Callable[[Mechanism], Any]
+    exact: Callable[[Mechanism], Any]
+    loads: dict[str, Any] = field(default_factory=dict)
+    squared: bool = False
+
+    def upper(self, r: OverlapResult) -> Any:
+        """The peek's safe upper bound in the units of ``exact``, widened by ``_NEAR``."""
+        up = _fraction_upper(r.upper)
+        return up * Fraction(float(r.upper)) if self.squared else up
+
+
+class PrivacyFilter:
+    """Admits a charge only if the overlap-aware guarantee stays within ``budget`` (see the module
+    docstring for why each definition's filter is valid under adaptive choice). Admission is atomic:
+    peek and add happen under one lock, so concurrent callers cannot overspend. Every admitted charge is
+    also recorded in ``odometer`` for reports under all definitions.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        budget: PureDP | ZCDP | GDP | RDP | ApproxDP,
+        *,
+        neighbouring: str = "add_remove",
+        composition: str = "advanced",
+        adaptive: bool = True,
+        delta_slack: float | None = None,
+        per_mechanism_delta: float | None = None,
+    ) -> None:
+        self.schema = schema
+        self.budget = budget
+        self.neighbouring = _check_neighbouring(neighbouring)
+        self._factor = 2.0 if self.neighbouring == "replace" else 1.0  # doubling (module docstring)
+        self._lock = threading.Lock()
+        self.odometer = Odometer(schema, neighbouring=self.neighbouring)
+        self._n = 0
+        self._ids: set[str] = set()
+        self.measure: Measure[Any] = measure_for(budget)
+        rule = self.measure.rule(
+            budget,
+            self._factor,
+            FilterOptions(
+                neighbouring=self.neighbouring,
+                composition=composition,
+                adaptive=adaptive,
+                delta_slack=delta_slack,
+                per_mechanism_delta=per_mechanism_delta,
+            ),
+        )
+        self._tracks = [
+            _Track(OverlapIndex(schema, t.comp), t.load, t.exact, squared=t.squared) for t in rule.tracks
+        ]
+        self._optimal = rule.optimal
+        self._single_sum = rule.single_sum
+        # ``_check`` reports the float value; ``_exact_ok`` decides admission from exact per-track maxima.
+        # When ``_joint`` is set the rule is a condition on each row's JOINT per-track loads (see
+        # :class:`~overlapdp.privacy.measures.FilterRule`): refusals are decided on actual rows.
+        self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
+        self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
+        self._joint = rule.row_verdict is not None
+        if rule.row_verdict is not None:
+            self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
+
+    # -- admission ------------------------------------------------------------------------------------
+    def try_charge(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Admission:
+        """Admit and record the charge iff the overlap-aware guarantee with it stays within budget."""
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            if charge.id in self._ids:
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            q = charge.query.with_id(charge.id)
+            if self._optimal:
+                return self._try_optimal(charge)
+            loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
+            exact = [t.exact(mechanism) for t in self._tracks]
+            peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
+            _, value = self._check([r.value for r in peeks])
+            ok = self._admissible(q, peeks, exact)
+            witness = peeks[0].witness if peeks[0].witness is not None else None
+            budget_v = self.measure.budget_value(self.budget)
+            if not ok:
+                return Admission(False, None, value, budget_v, witness, "over budget")
+            self._insert(q, loads)
+            for t, e in zip(self._tracks, exact, strict=True):
+                t.loads[charge.id] = e
+            self._ids.add(charge.id)
+            self._n += 1
+            self.odometer.extend([charge])
+            return Admission(True, charge, value, budget_v, witness)
+
+    def _insert(self, q: PredicateQuery, loads: list[Any]) -> None:
+        """Put ``q`` (its id set) into every track's index, all or none: a failure part-way removes it
+        from the tracks it already reached, most recent first."""
+        assert q.id is not None
+        added: list[_Track] = []
+        try:
+            for t, w in zip(self._tracks, loads, strict=True):
+                t.index.insert(q, w)
+                added.append(t)
+        except BaseException:
+            for t in reversed(added):
+                t.index.remove(q.id)
+            raise
+
+    def _admissible(self, q: PredicateQuery, peeks: list[OverlapResult], exact: list[Any]) -> bool:
+        """Whether EVERY row's exact cost with the new charge stays within budget (exact arithmetic of
+        the declared float costs: ten charges of 0.1 exceed 1.0, as Fraction(0.1) > 1/10).
+
+        The peeks' witnesses are exact rows; when they clear the budget with a margin (``_NEAR``) far
+        above the index's float error the charge is admitted, when a witness alone exceeds it the
+        charge is refused, and in between every row pattern is summed with Fractions."""
+        assert q.id is not None
+        # Fast path, O(1) per track: the index's float maximum is a sum of at most n float loads, off by
+        # at most n * 2^-53 relative, far below _NEAR for any realistic ledger; widened by _NEAR it
+        # bounds every row's exact cost, so a clear fit needs no exact sum over the witness's charges.
+        if self._exact_ok([t.upper(r) for t, r in zip(self._tracks, peeks, strict=True)]):
+            return True
+        uppers: list[Any] = []
+        witnesses: list[Any] | None = []
+        for t, r, e in zip(self._tracks, peeks, exact, strict=True):
+            # The witness is a real row, and when the index's safe bound is within 1e-10 of it (a float
+            # tie band too wide to settle, MATH.md 7), widened by _NEAR it bounds every row as well.
+            w = _witness_exact(t, r, q.id, e) if r.exact or _tight(r) else None
+            if w is None:
+                witnesses = None
+                uppers.append(t.upper(r))
+            else:
+                if witnesses is not None:
+                    witnesses.append(w)
+                uppers.append(_scale(w, 1 + _NEAR))
+        if self._exact_ok(uppers):
+            return True
+        if self._joint:
+            # a rule on each row's joint loads: refuse when one witness row fails it with all its
+            # loads, else decide row by row
+            for r in peeks:
+                row = [_witness_exact(t, r, q.id, e) for t, e in zip(self._tracks, exact, strict=True)]
+                if r.exact and all(v is not None for v in row) and not self._exact_ok(row):
+                    return False
+            return self._exact_rows_ok(q, exact)
+        if witnesses is not None and not self._exact_ok(witnesses):
+            return False
+        maxima = self._exact_maxima(q, exact)
+        return maxima is not None and self._exact_ok(maxima)
+
+    def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool:
+        """Whether every row pattern of the admitted charges plus ``q`` passes ``_exact_ok`` with its own
+        exact loads (False, i.e. refuse, when the atom grid is too large to enumerate: the decision is
+        then the global one, either rule holding at the per-track maxima, sound and at least as
+        permissive as either rule alone)."""
+        charges = self.odometer.charges
+        pats = row_patterns([c.query for c in charges] + [q], self.schema, limit=_JOINT_GRID_LIMIT)
+        if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
+            return False
+        loads = [[t.loads[c.id] for c in charges] + [e] for t, e in zip(self._tracks, exact, strict=True)]
+        # float sums decide the rows far from the budget (their error, at most t ulps relative, is far
+        # below the _NEAR margin); the rest are summed exactly
+        # ... unless a load is beyond the float range or so small that its float (or a sum of squares)
+        # loses relative precision: then every row is summed exactly (MATH.md 7, magnitudes)
+        in_range = all(
+            x == 0 or _FLOAT_SAFE[0] <= x <= _FLOAT_SAFE[1] for ls in loads for v in ls for x in _flat(v)
+        )
+        sums = (
+            pats.members.astype(float) @ np.array([[float(x) for x in ls] for ls in loads]).T
+            if in_range
+            else None
+        )
+        for k, row in enumerate(pats.members):
+            verdict = self._row_verdict(sums[k]) if sums is not None else None
+            if verdict is None:
+                idx = np.flatnonzero(row).tolist()
+                verdict = self._exact_ok([sum((ls[i] for i in idx), Fraction(0)) for ls in loads])
+            if not verdict:
+                return False
+        return True
+
+    def _exact_maxima(self, q: PredicateQuery, exact: list[Any]) -> list[Any] | None:
+        """Per track, the exact maximum over every row pattern of the admitted charges plus ``q``."""
+        charges = self.odometer.charges
+        queries = [c.query for c in charges] + [q]
+        pats = row_patterns(queries, self.schema)
+        if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
+            return None
+        out: list[Any] = []
+        for t, e in zip(self._tracks, exact, strict=True):
+            loads = [t.loads[c.id] for c in charges] + [e]
+            best: Any = None
+            for row in pats.members:
+                idx = np.flatnonzero(row).tolist()
+                if isinstance(e, tuple):
+                    v: Any = tuple(sum((loads[i][k] for i in idx), Fraction(0)) for k in range(len(e)))
+                    best = v if best is None else tuple(max(a, b) for a, b in zip(best, v, strict=True))
+                else:
+                    v = sum((loads[i] for i in idx), Fraction(0))
+                    best = v if best is None else max(best, v)
+            out.append(best)
+        return out
+
+    def _try_optimal(self, charge: Charge) -> Admission:
+        """Non-adaptive (epsilon, delta) filter: the optimal / PLD composition of the overlap-aware
+        maximum, recomputed on each attempt (valid only because the caller declared the whole sequence of
+        charges fixed in advance, ``adaptive=False``; MATH.md 2)."""
+        assert isinstance(self.budget, ApproxDP)
+        ledger = [*self.odometer.charges, charge]
+        eps, _, witness, _ = self.odometer.overlap_approx(
+            [c.mechanism for c in ledger], [c.query for c in ledger], self.budget.delta
+        )
+        if eps > self.budget.epsilon:
+            return Admission(False, None, eps, self.budget.epsilon, witness, "over budget")
+        self._ids.add(charge.id)
+        self._n += 1
+        self.odometer.extend([charge])
+        return Admission(True, charge, eps, self.budget.epsilon, witness)
+
+    def value(self) -> float | tuple[float, ...]:
+        """The overlap-aware value the filter compares with its budget, for what is admitted so far."""
+        with self._lock:
+            if not self._ids:
+                return 0.0
+            if self._optimal:
+                assert isinstance(self.budget, ApproxDP)
+                ledger = self.odometer.charges
+                return self.odometer.overlap_approx(
+                    [c.mechanism for c in ledger], [c.query for c in ledger], self.budget.delta
+                )[0]
+            return self._check([t.index.value for t in self._tracks])[1]  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    # -- recorded charges, savepoints and budget changes (the service's admission) -----------------------
+    def record(
+        self,
+        mechanism: Mechanism,
+        query: PredicateQuery | None = None,
+        id: str | None = None,
+        *,
+        times: int = 1,
+    ) -> Charge:
+        """Add a charge WITHOUT the budget test: one already committed elsewhere (a durable ledger read
+        back after a restart, or another service instance's). It is never refused, so replaying a
+        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2).
+
+        ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
+        entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
+        it, MATH.md 1), so replaying a long ledger keeps the index small."""
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise BudgetError(f"times must be a positive integer, got {times!r}")
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
+            if any(i in self._ids for i in ids):
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            q = charge.query.with_id(charge.id)
+            loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
+            exact = [_times(t.exact(mechanism), times) for t in self._tracks]
+            self._insert(q, loads)
+            # The group's exact load sits on its first id; the others carry 0 (so that every
+            # odometer charge has a load and the exact enumeration sums to the group's load).
+            for t, e in zip(self._tracks, exact, strict=True):
+                t.loads[charge.id] = e
+                zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
+                for i in ids[1:]:
+                    t.loads[i] = zero
+            self._ids.update(ids)
+            self._n += times
+            self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
+            return charge
+
+    def savepoint(self) -> tuple[int, tuple[int, ...]]:
+        """Open a (nested) savepoint: every charge admitted or recorded after it can be undone by
+        :meth:`rollback` in time proportional to what it changed (the indexes keep undo records), never
+        by a rebuild. Close it with :meth:`rollback` or :meth:`release`, innermost first."""
+        with self._lock:
+            return len(self.odometer), tuple(t.index.savepoint() for t in self._tracks)
+
+    def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Forget every charge added since ``savepoint`` (and close it)."""
+        n, marks = savepoint
+        with self._lock:
+            for t, m in zip(self._tracks, marks, strict=True):
+                t.index.rollback(m)
+            with self.odometer._lock:
+                undone = self.odometer._charges[n:]
+                del self.odometer._charges[n:]
+            for c in undone:
+                self._ids.discard(c.id)
+                for t in self._tracks:
+                    t.loads.pop(c.id, None)
+            self._n -= len(undone)
+
+    def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
+        """Close ``savepoint`` and keep what was added since."""
+        with self._lock:
+            for t, m in zip(self._tracks, savepoint[1], strict=True):
+                t.index.release(m)
+
+    def set_budget(self, budget: PureDP | ZCDP | GDP) -> None:
+        """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
+        filter refuses new charges until the worst row is back within budget, which it never is again."""
+        if type(budget) is not type(self.budget) or not self.measure.resettable:
+            raise BudgetError(
+                f"the budget of a {type(self.budget).__name__} filter can change to another "
+                f"{type(self.budget).__name__} budget only (pure DP, zCDP or Gaussian DP)"
+            )
+        rule = self.measure.rule(budget, self._factor, FilterOptions(neighbouring=self.neighbouring))
+        with self._lock:
+            self.budget = budget
+            self._check, self._exact_ok = rule.check, rule.exact_ok
+
+    _spent: tuple[OverlapResult, float] | None = None
+
+    def spent(self) -> float:
+        """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
+        located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
+        charges of 1.0 and 2^-53 report above 1.0); a safe upper bound when the index is not exact.
+        Other budgets: :meth:`value`. Cached until the admitted charges change."""
+        if not self._single_sum:
+            v = self.value()
+            if not isinstance(v, float):
+                raise BudgetError("spent() reports a single number; use value() for a Rényi DP budget")
+            return v
+        with self._lock:
+            if not self._ids:
+                return 0.0
+            t = self._tracks[0]
+            r = t.index.result()
+            if self._spent is not None and self._spent[0] is r:
+                return self._spent[1]
+            if r.exact and r.witness_row is not None and all(i in t.loads for i in r.queries):
+                value = self._factor * float_up(_dyadic_sum([t.loads[i] for i in r.queries]))
+            else:
+                value = self._factor * float(r.upper)
+            self._spent = (r, value)
+            return value
+
+
+def _tight(r: OverlapResult) -> bool:
+    """Whether a non-exact result's safe bound is within 1e-10 (relative) of its witness's value."""
+    if r.witness_row is None or isinstance(r.upper, np.ndarray) or isinstance(r.lower, np.ndarray):
+        return False
+    return float(r.upper) <= float(r.lower) * (1 + 1e-10)
+
+
+def _times(load: Any, k: int) -> Any:
+    """``k`` copies of one charge's load: exact for Fractions; floats (which only locate the worst
+    row) rounded to nearest, within the fast path's margin ``_NEAR``."""
+    if k == 1:
+        return load
+    if isinstance(load, tuple):
+        return tuple(k * x for x in load)
+    if isinstance(load, list):
+        return [k * x for x in load]
+    return k * load
+
+
+def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:
+    """The exact sum of Fractions whose denominators are powers of two (exact float values and their
+    integer multiples), on integers: much faster than adding Fractions one by one."""
+    if not values:
+        return Fraction(0)
+    den = max(v.denominator for v in values)
+    if any(den % v.denominator for v in values):
+        return sum(values, Fraction(0))
+    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
+
+
+# Loads whose floats keep full relative precision in the row sums of the joint rule (2^-900 to 2^900:
+# a sum of up to 2^50 of them is neither subnormal nor beyond the float range).
+_FLOAT_SAFE = (Fraction(1, 2**900), Fraction(2**900))
+
+
+def _flat(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, tuple) else (x,)
+
+
+def _scale(v: Any, factor: Fraction) -> Any:
+    return tuple(x * factor for x in v) if isinstance(v, tuple) else v * factor
+
+
+def _fraction_upper(upper: Any) -> Any:
+    """A float safe upper bound (scalar or per component) as Fractions, widened by ``_NEAR``."""
+    if isinstance(upper, np.ndarray):
+        return tuple(Fraction(float(x)) * (1 + _NEAR) for x in upper)
+    return Fraction(float(upper)) * (1 + _NEAR)
+
+
+def _witness_exact(t: _Track, r: OverlapResult, new_id: str, new: Any) -> Any:
+    """The exact load of the peek's witness row(s) (one per component), or None when unknown."""
+    if isinstance(new, tuple):
+        if len(r.components) != len(new):
+            return None
+        parts = [_witness_exact_scalar(t, c, new_id, new, k) for k, c in enumerate(r.components)]
+        return None if any(p is None for p in parts) else tuple(parts)
+    return _witness_exact_scalar(t, r, new_id, new, None)
+
+
+def _witness_exact_scalar(
+    t: _Track, r: OverlapResult, new_id: str, new: Any, k: int | None
+) -> Fraction | None:
+    if r.witness_row is None:
+        return None
+    total = Fraction(0)
+    for i in r.queries:
+        if i == new_id:
+            v = new
+        elif i in t.loads:
+            v = t.loads[i]
+        else:
+            return None
+        total += v if k is None else v[k]
+    return total
+
+
+__all__ = ["AdaptivityError", "Admission", "PrivacyFilter"]
