@@ -62,11 +62,8 @@ def demo(
         "analyst",
         "answered",
         "refused",
-        "seq. would answer",
-        "parallel would answer",
-        "seq. ε",
-        "parallel ε",
-        "overlap-aware ε",
+        "would answer:\nseq. / parallel",
+        "ε: seq. / parallel /\noverlap-aware",
         title="per analyst: sequential (sum), parallel composition over declared partitions, overlap-aware",
     )
     for a in summary.analysts:
@@ -74,11 +71,8 @@ def demo(
             a.name,
             str(a.answered),
             str(a.refused),
-            str(a.sequential_would_answer),
-            str(a.partition_would_answer),
-            f"{a.sequential_spent:.2f}",
-            f"{a.partition_spent:.2f}",
-            f"{a.overlap_spent:.2f}",
+            f"{a.sequential_would_answer} / {a.partition_would_answer}",
+            f"{a.sequential_spent:.2f} / {a.partition_spent:.2f} / {a.overlap_spent:.2f}",
         )
     console.print(table)
     answered = sum(a.answered for a in summary.analysts)
