@@ -4,7 +4,8 @@ Workload: sequential vs overlap-aware spend per comp family (t vs gamma, sum vs 
 gamma_l2), the utility gain $U=1-\\gamma_w(Q)/\\mathrm{comp}(Q)$ with per-query noise for a total budget
 (MATH.md 2, :func:`overlapdp.privacy.utility_gain`), and the per-row load heat map.
 Ledger: the odometer's tightest epsilon over time, sequential vs overlap-aware, per analyst and for all
-(MATH.md 2, 3, 5), the per-definition guarantees of the whole ledger, the heat map and the worst row.
+(MATH.md 2, 3, 5), the per-definition guarantees of the whole ledger, the heat map and the worst row;
+or, with ``basis="pure"``, all of it in pure epsilon with parallel composition over declared partitions.
 Every gamma is max_overlap's value: exact, or its safe upper bound when an effort limit stopped it.
 """
 

@@ -5,7 +5,8 @@ The ledger format is ``overlapdp account``'s (one JSON object per line: a query 
 number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.accountant.Odometer`'s
 tightest certified epsilon at ``delta`` after each prefix of the ledger (in time order), sequential and
 overlap-aware (MATH.md sections 2 and 5); a prefix is a fixed, non-adaptive ledger, so these are the
-odometer's guarantees, not a filter's.
+odometer's guarantees, not a filter's. For ledgers of pure-DP charges :func:`pure_curve` gives the same
+curves in pure epsilon, with partition-based parallel composition beside them.
 """
 
 from __future__ import annotations
