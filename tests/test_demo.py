@@ -28,6 +28,7 @@ from overlapdp.samples import adult_raw_schema, decode_adult
 from overlapdp.schema import Schema
 
 
+@pytest.mark.slow
 def test_demo_numbers_are_consistent(demo_run: tuple[Path, DemoSummary]) -> None:
     out, summary = demo_run
     # Read the ledger file directly (not through the service) as the independent record of charges.
@@ -64,6 +65,7 @@ def test_demo_numbers_are_consistent(demo_run: tuple[Path, DemoSummary]) -> None
     assert json.loads((out / "summary.json").read_text())["global"]["budget"] == GLOBAL_BUDGET
 
 
+@pytest.mark.slow
 def test_demo_cli_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli-demo"
     with pytest.raises(SystemExit) as info:
@@ -114,6 +116,7 @@ def test_decoding_matches_uci_labels() -> None:
     ).equals(decoded["education"])
 
 
+@pytest.mark.slow
 def test_default_run_reads_in_labels(demo_run: tuple[Path, DemoSummary]) -> None:
     out, summary = demo_run
     texts = {p.name: p.read_text(encoding="utf-8") for p in (out / "ledger.csv", out / "summary.json")}
@@ -168,6 +171,7 @@ def _independent_partition_charge(con: sqlite3.Connection, analyst: str | None =
     return singles + sum(groups.values())
 
 
+@pytest.mark.slow
 def test_three_numbers_on_one_basis(demo_run: tuple[Path, DemoSummary]) -> None:
     out, _ = demo_run
     data = json.loads((out / "summary.json").read_text())
@@ -191,6 +195,7 @@ def test_three_numbers_on_one_basis(demo_run: tuple[Path, DemoSummary]) -> None:
     assert "δ" not in report.split("Per-row load")[0]
 
 
+@pytest.mark.slow
 def test_ledger_csv_cells_are_json(demo_run: tuple[Path, DemoSummary]) -> None:
     out, _ = demo_run
     with (out / "ledger.csv").open(newline="", encoding="utf-8") as fh:
