@@ -1,15 +1,19 @@
 """The story `overlapdp demo` tells: a custodian serves a table to several analysts over HTTP, and
 overlap-aware accounting answers far more of their queries than sequential accounting would.
 
-Everything runs on this machine: a synthetic table with Adult's schema (or a given CSV), the query
+Everything runs on this machine: a synthetic table with UCI Adult's labels (or a given CSV), the query
 service on loopback with a SQLite ledger in the output folder, three analysts with interleaved
 workloads (range counts, marginals, a sparse-vector and a guess-and-check session), and a closing
-summary computed from the service's own ledger: sequential spend (the sum of charges, as every peer
-library accounts) against overlap-aware spend (the worst row's load, MATH.md section 2).
+summary computed from the service's own ledger, three numbers on one basis, pure epsilon (every charge
+is pure DP): sequential spend (the sum of charges), partition-based parallel composition (each declared
+partition, a family of pairwise disjoint queries such as a marginal, charged once at its largest charge,
+as Tumult Analytics and OpenDP charge a group-by) and overlap-aware spend (the worst row's load, MATH.md
+section 2).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -20,11 +24,12 @@ from typing import Any, cast
 import pandas as pd
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
+from overlapdp.errors import DataError
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.report import build_report
-from overlapdp.report.ledger import LedgerEntry
-from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult
+from overlapdp.report.ledger import LedgerEntry, check_partitions, partition_charge
+from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult_labelled
 from overlapdp.schema import Schema, read_table
 from overlapdp.service.embedded import embedded_service
 from overlapdp.service.recorded import recorded_query
@@ -33,6 +38,7 @@ DATASET = "adult"
 GLOBAL_BUDGET = 6.0  # pure-DP epsilon for the whole table, all analysts together
 QUOTA = 2.0  # each analyst's own epsilon quota
 EPS_PER_QUERY = 0.25
+BASIS = "pure ε"  # every number the demo reports: pure-DP epsilon (the service charges pure DP only)
 
 Progress = Callable[[str, int], None]
 
@@ -47,7 +53,9 @@ class AnalystSummary:
     refused: int = 0
     overlap_spent: float = 0.0
     sequential_spent: float = 0.0
+    partition_spent: float = 0.0
     sequential_would_answer: int = 0
+    partition_would_answer: int = 0
 
 
 @dataclass
@@ -58,6 +66,7 @@ class DemoSummary:
     global_budget: float
     global_overlap_spent: float
     global_sequential_spent: float
+    global_partition_spent: float
     global_guarantee: dict[str, Any]
     analysts: list[AnalystSummary]
     worst_row: dict[str, Any]
@@ -71,10 +80,12 @@ class DemoSummary:
             "out": str(self.out),
             "rows": self.rows,
             "source": self.source,
+            "basis": BASIS,
             "global": {
                 "budget": self.global_budget,
-                "overlap_spent": self.global_overlap_spent,
                 "sequential_spent": self.global_sequential_spent,
+                "partition_spent": self.global_partition_spent,
+                "overlap_spent": self.global_overlap_spent,
                 "guarantee": self.global_guarantee,
             },
             "analysts": [a.__dict__ for a in self.analysts],
@@ -89,42 +100,73 @@ class DemoSummary:
 
 
 # -- workloads ---------------------------------------------------------------------------------------
-def range_workload(schema: Schema) -> list[str]:
-    """Range counts: age bands by sex, then hours bands by income (parallel within each family)."""
-    age = schema.attribute("age")
-    out = []
-    lo = 0 if age.size == 85 else 17
-    for start in range(lo, lo + 70, 10):
-        for sex in _sex_values(schema):
-            out.append(f"age BETWEEN {start} AND {start + 9} AND sex = {sex}")
-    hours = '"hours-per-week"' if "hours-per-week" in schema else "hours_per_week"
-    income = '"income>50K"' if "income>50K" in schema else "income"
-    inc_values = ["0", "1"] if "income>50K" in schema else ["'<=50K'", "'>50K'"]
-    for start in (0, 20, 35, 45, 60):
-        end = {0: 19, 20: 34, 35: 44, 45: 59, 60: 98}[start]
-        for inc in inc_values:
-            out.append(f"{hours} BETWEEN {start} AND {end} AND {income} = {inc}")
+@dataclass(frozen=True)
+class Family:
+    """Queries an analyst sends together. ``partition``: they are pairwise disjoint (the cells of a
+    marginal or a grid), so a user of Tumult Analytics or OpenDP would declare them one partitioned
+    query, charged once by parallel composition."""
+
+    name: str
+    queries: tuple[str, ...]
+    partition: bool
+
+
+def _coded(schema: Schema) -> bool:
+    """True for the integer-coded schema (age codes 0..84), False for UCI's labels (ages in years)."""
+    return schema.attribute("age").size == 85
+
+
+def range_families(schema: Schema) -> list[Family]:
+    """Range counts: age bands by sex and hours bands by income (two grids of disjoint cells), then
+    overlapping wide age ranges, which no partition covers."""
+    coded = _coded(schema)
+    # Years 20-29, ..., 80-89 on UCI's labels; the coded schema keeps its own 0-9, ..., 60-69.
+    starts = range(0, 70, 10) if coded else range(20, 90, 10)
+    grid = [f"age BETWEEN {a} AND {a + 9} AND sex = {sex}" for a in starts for sex in _sex_values(schema)]
+    hours = '"hours-per-week"' if coded else "hours_per_week"
+    income = '"income>50K"' if coded else "income"
+    inc_values = ["0", "1"] if coded else ["'<=50K'", "'>50K'"]
+    bands = [(0 if coded else 1, 19), (20, 34), (35, 44), (45, 59), (60, 98 if coded else 99)]
+    hours_grid = [
+        f"{hours} BETWEEN {lo} AND {hi} AND {income} = {inc}" for lo, hi in bands for inc in inc_values
+    ]
     # Overlapping wide ranges at the end: these are the ones that eventually hit the quota.
-    for start in range(lo, lo + 50, 5):
-        out.append(f"age BETWEEN {start} AND {start + 14}")
+    wide = [f"age BETWEEN {a} AND {a + 14}" for a in range(starts[0], starts[0] + 50, 5)]
+    return [
+        Family("age band × sex", tuple(grid), True),
+        Family("hours band × income", tuple(hours_grid), True),
+        Family("wide age ranges", tuple(wide), False),
+    ]
+
+
+def marginal_families(schema: Schema) -> list[Family]:
+    """One-way marginals: every value of race, sex, relationship and education (each a partition)."""
+    out = []
+    for name in ("race", "sex", "relationship", "education-num" if _coded(schema) else "education_num"):
+        attr = schema.attribute(name)
+        quoted = f'"{name}"' if not name.isidentifier() else name
+        cells = []
+        for i in range(attr.size):
+            v = attr.value_at(i)
+            cells.append(f"{quoted} = {v!r}" if isinstance(v, str) else f"{quoted} = {v}")
+        out.append(Family(f"{name} marginal", tuple(cells), True))
     return out
+
+
+def range_workload(schema: Schema) -> list[str]:
+    """:func:`range_families`' queries in the order alice sends them."""
+    return [q for f in range_families(schema) for q in f.queries]
 
 
 def marginal_workload(schema: Schema) -> list[str]:
-    """One-way marginals: every value of race, sex, relationship and education (disjoint within each)."""
-    out = []
-    for name in (
-        "race",
-        "sex",
-        "relationship",
-        "education-num" if "education-num" in schema else "education_num",
-    ):
-        attr = schema.attribute(name)
-        quoted = f'"{name}"' if not name.isidentifier() else name
-        for i in range(attr.size):
-            v = attr.value_at(i)
-            out.append(f"{quoted} = {v!r}" if isinstance(v, str) else f"{quoted} = {v}")
-    return out
+    """:func:`marginal_families`' queries in the order bob sends them."""
+    return [q for f in marginal_families(schema) for q in f.queries]
+
+
+def svt_queries(schema: Schema) -> list[str]:
+    """carol's sparse-vector hunt: ten-year age bands."""
+    starts = range(0, 70, 10) if _coded(schema) else range(20, 90, 10)
+    return [f"age BETWEEN {a} AND {a + 9}" for a in starts]
 
 
 def _sex_values(schema: Schema) -> list[str]:
@@ -142,15 +184,19 @@ def run_demo(
     progress: Progress | None = None,
 ) -> DemoSummary:
     """Run the whole story and write the ledger, data, summary and report under ``out``."""
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise DataError(f"rows (--rows) must be a whole number of at least 1, got {rows!r}")
     step = progress or (lambda _msg, _n: None)
     out.mkdir(parents=True, exist_ok=True)
     step("preparing data", 0)
     if data is None:
-        schema = adult_schema()
-        frame = synthetic_adult(rows, seed=seed)
+        # Sampled on Adult's integer codes, served with UCI's labels so that queries, the worst row and
+        # the heat map read as they do on the real file (`--data adult.csv`).
+        schema = adult_raw_schema()
+        frame = synthetic_adult_labelled(rows, seed=seed)
         data_path = out / "adult-synthetic.csv"
         frame.to_csv(data_path, index=False)
-        source = "synthetic (Adult's schema)"
+        source = "synthetic, with UCI Adult's labels"
     else:
         frame = read_table(data)
         schema = adult_raw_schema() if set(adult_raw_schema().names) <= set(frame.columns) else adult_schema()
@@ -173,6 +219,7 @@ def run_demo(
         examples: list[dict[str, Any]] = []
 
         step("analysts querying", 2)
+        families = {"alice": range_families(schema), "bob": marginal_families(schema)}
         tasks = {
             "alice": iter(
                 _count_steps(clients["alice"], range_workload(schema), summaries["alice"], examples)
@@ -195,13 +242,20 @@ def run_demo(
             c.close()
         admin.close()
 
+    entries = _ledger_entries(schema, full)
+    partitions = check_partitions(entries, declared_partitions(full, families))
+    groups = [partitions.get(e.id) for e in entries]
+    costs_all = [_epsilon_of(c) for c in full["cost"]]
     for name, s in summaries.items():
         row = analysts[(analysts["analyst"] == name) & (analysts["dataset"] == DATASET)]
         s.overlap_spent = float(row["spent"].iloc[0]) if len(row) else 0.0
-        mine = full[full["analyst"] == name]
-        costs = [_epsilon_of(c) for c in mine["cost"]]
+        mine = [i for i, a in enumerate(full["analyst"]) if a == name]
+        costs = [costs_all[i] for i in mine]
+        mine_groups = [groups[i] for i in mine]
         s.sequential_spent = float(sum(costs))
+        s.partition_spent = partition_charge(costs, mine_groups)
         s.sequential_would_answer = _prefix_within(costs, s.quota)
+        s.partition_would_answer = _prefix_within(costs, s.quota, mine_groups)
     worst = _worst_row(schema, full)
     summary = DemoSummary(
         out=out,
@@ -209,7 +263,8 @@ def run_demo(
         source=source,
         global_budget=GLOBAL_BUDGET,
         global_overlap_spent=float(status["spent"]),
-        global_sequential_spent=float(sum(_epsilon_of(c) for c in full["cost"])),
+        global_sequential_spent=float(sum(costs_all)),
+        global_partition_spent=partition_charge(costs_all, groups),
         global_guarantee=dict(status.get("guarantee") or {}),
         analysts=list(summaries.values()),
         worst_row=worst[0],
@@ -217,9 +272,9 @@ def run_demo(
         worst_row_queries=worst[2],
         examples=examples[:12],
     )
-    full.to_csv(out / "ledger.csv", index=False)
+    _json_cells(full).to_csv(out / "ledger.csv", index=False)
     summary.files = {"ledger": str(ledger), "ledger_csv": str(out / "ledger.csv"), "data": str(data_path)}
-    summary.files.update(_write_report(summary, schema, full))
+    summary.files.update(_write_report(summary, schema, entries, partitions))
     (out / "summary.json").write_text(
         json.dumps(summary.to_json(), indent=2, default=str) + "\n", encoding="utf-8"
     )
@@ -255,12 +310,7 @@ def _session_steps(
         s.refused += 1
         return
     yield None
-    for start in range(0, 70, 10):
-        where = (
-            f"age BETWEEN {start} AND {start + 9}"
-            if schema.attribute("age").size == 85
-            else f"age BETWEEN {start + 17} AND {start + 26}"
-        )
+    for where in svt_queries(schema):
         s.submitted += 1
         try:
             result = svt.query(where, threshold=8000)
@@ -282,8 +332,8 @@ def _session_steps(
         s.refused += 1
         return
     yield None
-    income = '"income>50K"' if "income>50K" in schema else "income"
-    value = "1" if "income>50K" in schema else "'>50K'"
+    income = '"income>50K"' if _coded(schema) else "income"
+    value = "1" if _coded(schema) else "'>50K'"
     # Guesses from last year's published table (made up here): right ones are confirmed for free.
     for sex, guess in zip(_sex_values(schema), (2000, 9000), strict=False):
         where = f"{income} = {value} AND sex = {sex}"
@@ -314,14 +364,42 @@ def _epsilon_of(cost: Any) -> float:
     return float(cost)
 
 
-def _prefix_within(costs: list[float], quota: float) -> int:
-    total, n = 0.0, 0
-    for c in costs:
-        if total + c > quota + 1e-12:
+def _prefix_within(costs: list[float], quota: float, groups: list[str | None] | None = None) -> int:
+    """How many charges, in order, fit in ``quota``: summed, or by parallel composition over ``groups``."""
+    gs: list[str | None] = [None] * len(costs) if groups is None else groups
+    n = 0
+    for k in range(1, len(costs) + 1):
+        if partition_charge(costs[:k], gs[:k]) > quota + 1e-12:
             break
-        total += c
-        n += 1
+        n = k
     return n
+
+
+def declared_partitions(ledger: pd.DataFrame, families: dict[str, list[Family]]) -> dict[str, str]:
+    """Charge id (``c{i}``, the i-th ledger row) -> the partition its analyst would have declared: the
+    analyst's family holding that query, if the family is a partition. Session charges and queries of no
+    such family are in none (each composes sequentially)."""
+    out = {}
+    for i, (analyst, kind, q) in enumerate(
+        zip(ledger["analyst"], ledger["kind"], ledger["query"], strict=True)
+    ):
+        text = q.get("text") if isinstance(q, dict) else q
+        if kind != "query" or not isinstance(text, str):
+            continue
+        for f in families.get(str(analyst), []):
+            if f.partition and text in f.queries:
+                out[f"c{i}"] = f"{analyst}: {f.name}"
+                break
+    return out
+
+
+def _json_cells(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger with its structured cells (query, mechanism, cost, answer) as JSON text, not reprs."""
+    out = ledger.copy()
+    for col in out.columns:
+        if out[col].map(lambda v: isinstance(v, dict | list)).any():
+            out[col] = out[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list) else v)
+    return out
 
 
 def _worst_row(schema: Schema, ledger: pd.DataFrame) -> tuple[dict[str, Any], float, int]:
@@ -352,32 +430,57 @@ def _ledger_entries(schema: Schema, ledger: pd.DataFrame) -> list[LedgerEntry]:
     return entries
 
 
-def _write_report(summary: DemoSummary, schema: Schema, ledger: pd.DataFrame) -> dict[str, str]:
-    """The full report (plots: spend over time per analyst, load heat map) plus a one-page summary."""
+def describe_row(row: dict[str, Any]) -> str:
+    """A witness row as conditions, e.g. ``age = 27, sex = 'Female'`` (strings quoted as in a query)."""
+    return ", ".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}" for k, v in row.items())
+
+
+def _write_report(
+    summary: DemoSummary, schema: Schema, entries: list[LedgerEntry], partitions: dict[str, str]
+) -> dict[str, str]:
+    """The full report (plots: spend over time per analyst, load heat map) plus a one-page summary,
+    every number pure epsilon (:data:`BASIS`)."""
     files: dict[str, str] = {}
-    entries = _ledger_entries(schema, ledger)
     if entries:
-        report = build_report(schema, entries, summary.out, budget=summary.global_budget, x="age", y="sex")
+        report = build_report(
+            schema,
+            entries,
+            summary.out,
+            budget=summary.global_budget,
+            x="age",
+            y="sex",
+            basis="pure",
+            partitions=partitions,
+        )
         files["report"] = str(report.html)
         files.update({f"plot_{k}": str(v) for k, v in report.plots.items()})
+    e = html.escape
     rows = "".join(
-        f"<tr><td>{a.name}</td><td>{a.role}</td><td>{a.quota:g}</td><td>{a.answered}</td><td>{a.refused}</td>"
-        f"<td>{a.sequential_would_answer}</td><td>{a.sequential_spent:.2f}</td><td>{a.overlap_spent:.2f}</td></tr>"
+        f"<tr><td>{e(a.name)}</td><td>{e(a.role)}</td><td>{a.quota:g}</td><td>{a.answered}</td>"
+        f"<td>{a.refused}</td><td>{a.sequential_would_answer}</td><td>{a.partition_would_answer}</td>"
+        f"<td>{a.sequential_spent:.2f}</td><td>{a.partition_spent:.2f}</td><td>{a.overlap_spent:.2f}</td></tr>"
         for a in summary.analysts
     )
-    html = f"""<!doctype html><html><head><meta charset="utf-8"><title>overlapdp demo</title>
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>overlapdp demo</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd}}</style></head>
 <body><h1>overlapdp demo</h1>
-<p>{summary.rows:,} rows ({summary.source}); global budget &epsilon; = {summary.global_budget:g} (pure DP).</p>
+<p>{summary.rows:,} rows ({e(summary.source)}); global budget &epsilon; = {summary.global_budget:g}.
+Every number is pure-DP &epsilon; (every charge is pure DP).</p>
 <table><tr><th>analyst</th><th>workload</th><th>quota</th><th>answered</th><th>refused</th>
-<th>sequential accounting would answer</th><th>sequential spend</th><th>overlap-aware spend</th></tr>{rows}</table>
-<p>Global: sequential spend {summary.global_sequential_spent:.2f}, overlap-aware spend
-{summary.global_overlap_spent:.2f} (of {summary.global_budget:g}).</p>
-<p>Worst row: {summary.worst_row} (load {summary.worst_row_load:.2f}, {summary.worst_row_queries} charges).</p>
+<th>sequential accounting would answer</th><th>parallel composition would answer</th>
+<th>sequential spend (sum)</th><th>parallel composition spend</th><th>overlap-aware spend</th></tr>{rows}</table>
+<p>Global: sequential spend {summary.global_sequential_spent:.2f}, parallel composition over declared
+partitions {summary.global_partition_spent:.2f}, overlap-aware spend {summary.global_overlap_spent:.2f}
+(of {summary.global_budget:g}).</p>
+<p>Parallel composition is how Tumult Analytics and OpenDP charge a family of pairwise disjoint queries
+declared as one partitioned query (a marginal, a grid of bands): once, at its largest charge; every other
+charge adds up. Overlap-aware accounting charges the worst row's load, whatever the queries' shape.</p>
+<p>Worst row: {e(describe_row(summary.worst_row))} (load {summary.worst_row_load:.2f},
+{summary.worst_row_queries} charges).</p>
 <p>Plots and the per-row load heat map: <a href="report.html">report.html</a>.</p>
 </body></html>"""
     path = summary.out / "summary.html"
-    path.write_text(html, encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     files["summary_html"] = str(path)
     return files
 

@@ -75,3 +75,84 @@ def _synthetic_model() -> dict[str, Any]:
     )
     model: dict[str, Any] = json.loads(text)
     return model
+
+
+# -- decoding the integer codes to Adult's labels --------------------------------------------------------
+# private-pgm's coding (checked against the UCI file, /work/shared/data README): categorical codes follow
+# the order of the values in UCI's adult.names, with one extra last code for a missing value ('?');
+# age is years - 16, hours-per-week is hours - 1, education-num is the number - 1; fnlwgt, capital-gain
+# and capital-loss are 100 equal-width bins over Adult's range (bin 0 of the two capital columns holds
+# almost only zeros).
+_NAMES_ORDER: dict[str, list[str]] = {
+    "workclass": [
+        "Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",
+        "Without-pay", "Never-worked",
+    ],
+    "marital-status": [
+        "Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
+        "Married-spouse-absent", "Married-AF-spouse",
+    ],
+    "occupation": [
+        "Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+        "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+        "Priv-house-serv", "Protective-serv", "Armed-Forces",
+    ],
+    "relationship": ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"],
+    "race": ["White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"],
+    "sex": ["Female", "Male"],
+    "native-country": [
+        "United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany",
+        "Outlying-US(Guam-USVI-etc)", "India", "Japan", "Greece", "South", "China", "Cuba", "Iran",
+        "Honduras", "Philippines", "Italy", "Poland", "Jamaica", "Vietnam", "Mexico", "Portugal",
+        "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador", "Taiwan", "Haiti", "Columbia",
+        "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand", "Yugoslavia", "El-Salvador",
+        "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands",
+    ],
+    "income>50K": ["<=50K", ">50K"],
+}  # fmt: skip
+_EDUCATION = [
+    "Preschool", "1st-4th", "5th-6th", "7th-8th", "9th", "10th", "11th", "12th", "HS-grad",
+    "Some-college", "Assoc-voc", "Assoc-acdm", "Bachelors", "Masters", "Prof-school", "Doctorate",
+]  # fmt: skip
+# (lowest, highest) value in UCI Adult (train and test) of the three columns coded as 100 bins.
+_BINNED_RANGE = {"fnlwgt": (12_285, 1_490_400), "capital-gain": (0, 99_999), "capital-loss": (0, 4_356)}
+_OFFSET = {"age": 16, "education-num": 1, "hours-per-week": 1}
+
+
+def decode_adult(frame: pd.DataFrame) -> pd.DataFrame:
+    """Adult's integer codes (:func:`adult_schema`) as UCI's own labels and numbers (:func:`adult_raw_schema`).
+
+    Categories become their strings (``sex`` 0 -> ``'Female'``), a missing-value code an empty cell as
+    in UCI's file; ages, hours and education numbers become years, hours and 1..16, with ``education``
+    added from ``education-num``; the three binned money columns become a representative value of their
+    bin (its midpoint, 0 for bin 0), which falls in the raw schema's coarser bin in all but a few edge
+    cases. Columns are renamed and ordered as :func:`adult_raw_schema`.
+    """
+    coded = adult_schema()
+    out: dict[str, Any] = {}
+    for name in coded.names:
+        codes = frame[name].to_numpy(dtype=np.int64)
+        if name in _NAMES_ORDER:
+            labels = np.array([*_NAMES_ORDER[name], None], dtype=object)
+            # Codes past the listed values (the extra "missing" code) all read as missing.
+            out[name] = labels[np.minimum(codes, len(labels) - 1)]
+        elif name in _OFFSET:
+            out[name] = codes + _OFFSET[name]
+        elif name in _BINNED_RANGE:
+            lo, hi = _BINNED_RANGE[name]
+            width = (hi - lo) / coded.attribute(name).size
+            mid = np.rint(lo + (codes + 0.5) * width).astype(np.int64)
+            out[name] = mid if name == "fnlwgt" else np.where(codes == 0, 0, mid)
+        else:  # pragma: no cover - every coded attribute is listed above
+            raise AssertionError(name)
+    out["education"] = np.array(_EDUCATION, dtype=object)[out["education-num"] - 1]
+    raw = adult_raw_schema()
+    renamed = {n.replace("-", "_"): v for n, v in out.items()}
+    renamed["income"] = renamed.pop("income>50K")
+    return pd.DataFrame({name: renamed[name] for name in raw.names})
+
+
+def synthetic_adult_labelled(rows: int = 48_842, seed: int | None = 0) -> pd.DataFrame:
+    """:func:`synthetic_adult` decoded to UCI Adult's labels (:func:`decode_adult`), over
+    :func:`adult_raw_schema`: what the demo serves by default."""
+    return decode_adult(synthetic_adult(rows, seed=seed))

@@ -30,7 +30,7 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Serve a table to three analysts on loopback and compare sequential with overlap-aware accounting."""
-    from overlapdp.demo import run_demo
+    from overlapdp.demo import describe_row, run_demo
 
     with Progress(
         SpinnerColumn(),
@@ -52,42 +52,42 @@ def demo(
         emit_json(json.loads(json.dumps(summary.to_json(), default=str)))
         return
     console.print(
-        f"[bold]{summary.rows:,}[/] rows ({summary.source}), served on loopback to 3 analysts; "
-        f"global budget ε = {summary.global_budget:g} (pure DP), each analyst's quota ε = "
-        f"{summary.analysts[0].quota:g}."
+        f"[bold]{summary.rows:,}[/] rows ({summary.source}), served on loopback to 3 analysts ("
+        + "; ".join(f"{a.name}: {a.role}" for a in summary.analysts)
+        + "); "
+        f"global budget ε = {summary.global_budget:g}, each analyst's quota ε = "
+        f"{summary.analysts[0].quota:g}. Every ε here is pure DP."
     )
     table = Table(
         "analyst",
-        "workload",
         "answered",
         "refused",
-        "sequential would answer",
-        "sequential spend",
-        "overlap-aware spend",
-        title="per analyst",
+        "would answer:\nseq. / parallel",
+        "ε: seq. / parallel /\noverlap-aware",
+        title="per analyst: sequential (sum), parallel composition over declared partitions, overlap-aware",
     )
     for a in summary.analysts:
         table.add_row(
             a.name,
-            a.role,
             str(a.answered),
             str(a.refused),
-            str(a.sequential_would_answer),
-            f"{a.sequential_spent:.2f}",
-            f"{a.overlap_spent:.2f}",
+            f"{a.sequential_would_answer} / {a.partition_would_answer}",
+            f"{a.sequential_spent:.2f} / {a.partition_spent:.2f} / {a.overlap_spent:.2f}",
         )
     console.print(table)
-    more = sum(a.answered for a in summary.analysts) - sum(
-        a.sequential_would_answer for a in summary.analysts
-    )
+    answered = sum(a.answered for a in summary.analysts)
+    seq_n = sum(a.sequential_would_answer for a in summary.analysts)
+    par_n = sum(a.partition_would_answer for a in summary.analysts)
     console.print(
-        f"Globally: sequential accounting would have charged ε = {summary.global_sequential_spent:.2f}; "
-        f"overlap-aware accounting charged ε = {summary.global_overlap_spent:.2f} of {summary.global_budget:g}, "
-        f"and answered [bold green]{more}[/] more queries than sequential accounting would have."
+        f"Globally, pure ε: sequential accounting {summary.global_sequential_spent:.2f}, parallel "
+        f"composition over declared partitions (as Tumult Analytics or OpenDP) "
+        f"{summary.global_partition_spent:.2f}, overlap-aware {summary.global_overlap_spent:.2f} of "
+        f"{summary.global_budget:g}. [bold green]{answered}[/] answers, where within the same quotas "
+        f"sequential accounting would have allowed {seq_n} and parallel composition {par_n}."
     )
     console.print(
         f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {summary.worst_row_load:.2f}): "
-        f"{summary.worst_row}"
+        f"{describe_row(summary.worst_row)}"
     )
     console.print(
         f"Files in [bold]{summary.out}/[/]: report.html (plots, heat map), summary.html, ledger.sqlite, ledger.csv, summary.json"

@@ -4,14 +4,15 @@ Workload: sequential vs overlap-aware spend per comp family (t vs gamma, sum vs 
 gamma_l2), the utility gain $U=1-\\gamma_w(Q)/\\mathrm{comp}(Q)$ with per-query noise for a total budget
 (MATH.md 2, :func:`overlapdp.privacy.utility_gain`), and the per-row load heat map.
 Ledger: the odometer's tightest epsilon over time, sequential vs overlap-aware, per analyst and for all
-(MATH.md 2, 3, 5), the per-definition guarantees of the whole ledger, the heat map and the worst row.
+(MATH.md 2, 3, 5), the per-definition guarantees of the whole ledger, the heat map and the worst row;
+or, with ``basis="pure"``, all of it in pure epsilon with parallel composition over declared partitions.
 Every gamma is max_overlap's value: exact, or its safe upper bound when an effort limit stopped it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +28,11 @@ from overlapdp.report.ledger import (
     LedgerEntry,
     analysts,
     budget_curve,
+    check_partitions,
     entries_of,
     ledger_loads,
+    pure_curve,
+    pure_epsilons,
 )
 from overlapdp.report.loads import (
     HeatMap,
@@ -72,14 +76,28 @@ def build_report(
     y: str | None = None,
     delta: float = 1e-6,
     effort: float | None = None,
+    basis: Literal["delta", "pure"] = "delta",
+    partitions: Mapping[str, str] | None = None,
 ) -> ReportSummary:
     """Write ``out_dir/report.html`` and its PNGs for a workload (queries) or a ledger (entries from
-    :func:`overlapdp.report.read_ledger` / :func:`overlapdp.report.parse_ledger`)."""
+    :func:`overlapdp.report.read_ledger` / :func:`overlapdp.report.parse_ledger`); ``basis`` and
+    ``partitions`` apply to a ledger (:func:`ledger_report`)."""
     items = list(source)
     if not items:
         raise ReportInputError("nothing to report: the workload or ledger is empty")
     if all(isinstance(i, LedgerEntry) for i in items):
-        return ledger_report(schema, items, out_dir, budget=budget, x=x, y=y, delta=delta, effort=effort)  # type: ignore[arg-type]
+        return ledger_report(
+            schema,
+            items,  # type: ignore[arg-type]
+            out_dir,
+            budget=budget,
+            x=x,
+            y=y,
+            delta=delta,
+            effort=effort,
+            basis=basis,
+            partitions=partitions,
+        )
     if all(isinstance(i, PredicateQuery) for i in items):
         return workload_report(schema, items, out_dir, budget=budget, x=x, y=y, effort=effort)  # type: ignore[arg-type]
     raise ReportInputError("give either predicate queries (a workload) or ledger entries, not a mix")
@@ -269,14 +287,24 @@ def ledger_report(
     y: str | None = None,
     delta: float = 1e-6,
     effort: float | None = None,
+    basis: Literal["delta", "pure"] = "delta",
+    partitions: Mapping[str, str] | None = None,
 ) -> ReportSummary:
     """The report of a ledger (module docstring). ``budget``, when given, is an epsilon drawn on the
-    budget plot and compared with the overlap-aware total."""
+    budget plot and compared with the overlap-aware total.
+
+    ``basis="pure"`` (every charge pure DP) reports pure epsilon throughout instead of epsilon at
+    ``delta``: :func:`_pure_ledger_report`, with ``partitions`` (charge id -> declared partition).
+    """
     es = list(entries)
     if not es:
         raise ReportInputError("the ledger is empty: nothing to report")
-    d = check_delta(delta)
     b = _budget(budget, None)
+    if basis == "pure":
+        return _pure_ledger_report(schema, es, _out(out_dir), b, x, y, effort, partitions)
+    if basis != "delta":
+        raise ReportInputError(f"basis {basis!r}: give 'delta' or 'pure'")
+    d = check_delta(delta)
     queries = [e.query for e in es]
     heat_xy = choose_axes(schema, queries, x, y) if (x or y or len(schema) >= 2) else None
     out = _out(out_dir)
@@ -365,6 +393,98 @@ def ledger_report(
     if heat is not None:
         sections.append(_heat_section(heat, plots["heatmap"]))
     sections.append(("Worst row", _witness_table(final.witness)))
+    page = H.page("overlapdp report: ledger", sections)
+    html_path = out / "report.html"
+    html_path.write_text(page, encoding="utf-8")
+    return ReportSummary("ledger", out, html_path, plots, numbers, heat)
+
+
+def _pure_ledger_report(
+    schema: Schema,
+    es: list[LedgerEntry],
+    out: Path,
+    b: float | None,
+    x: str | None,
+    y: str | None,
+    effort: float | None,
+    partitions: Mapping[str, str] | None,
+) -> ReportSummary:
+    """The ledger report on one basis, pure epsilon, for ledgers of pure-DP charges only: per curve the
+    sequential sum, partition-based parallel composition over the declared ``partitions`` (as Tumult
+    Analytics and OpenDP charge a partitioned query family; only partitions that
+    :func:`~overlapdp.report.ledger.check_partitions` finds disjoint) and the overlap-aware worst-row
+    load (MATH.md section 2)."""
+    eps = pure_epsilons(es)
+    parts = check_partitions(es, partitions or {})
+    queries = [e.query for e in es]
+    heat_xy = choose_axes(schema, queries, x, y) if (x or y or len(schema) >= 2) else None
+    curves = [pure_curve(es, ALL, partitions=parts, effort=effort)]
+    curves += [pure_curve(entries_of(es, n), n, partitions=parts, effort=effort) for n in analysts(es)]
+    plots = {"budget": plot_budget(curves, None, out / "budget.png", b)}
+    res = max_overlap(queries, weights=eps, comp="sum", schema=schema, effort=effort)
+    heat = None
+    if heat_xy is not None:
+        heat = heat_map(
+            queries, heat_xy[0], heat_xy[1], weights=eps, schema=schema, effort=effort, load="pure ε"
+        )
+        check_heat_against(heat, float(res.value), bool(res.exact), "max_overlap of the charges")
+        plots["heatmap"] = plot_heat(heat, out / "heatmap.png", _heat_marker(heat, schema, res.witness_row))
+    finals = {c.analyst: c for c in curves}
+    numbers: dict[str, Any] = {
+        "charges": len(es),
+        "basis": "pure ε",
+        "budget": b,
+        "sequential_epsilon": curves[0].sequential[-1],
+        "partition_epsilon": (curves[0].partition or (math.nan,))[-1],
+        "overlap_epsilon": curves[0].overlap[-1],
+        "within_budget": None if b is None else curves[0].overlap[-1] <= b,
+        "analysts": {
+            n: {
+                "charges": c.charges[-1],
+                "sequential_epsilon": c.sequential[-1],
+                "partition_epsilon": (c.partition or (math.nan,))[-1],
+                "overlap_epsilon": c.overlap[-1],
+            }
+            for n, c in finals.items()
+        },
+        "curves": [c.to_json() for c in curves],
+        "witness": res.witness,
+        "load": {"definition": "pure ε", "overlap": float(res.value), "exact": bool(res.exact)},
+    }
+    if heat is not None:
+        numbers["heat_map"] = _heat_json(heat)
+    head = ["analyst", "charges", "sequential ε (sum)", "parallel composition ε", "overlap-aware ε"]
+    rows = [
+        [n, c.charges[-1], c.sequential[-1], (c.partition or (math.nan,))[-1], c.overlap[-1]]
+        for n, c in finals.items()
+    ]
+    c0 = curves[0]
+    sections = [
+        (
+            "Summary",
+            H.paragraph(
+                f"{len(es)} pure-DP charges, all numbers pure ε: sequential accounting (the sum) "
+                f"{H.fmt(c0.sequential[-1])}, parallel composition over declared partitions "
+                f"{H.fmt((c0.partition or (math.nan,))[-1])}, overlap-aware accounting (the worst row) "
+                f"{H.fmt(c0.overlap[-1])}" + ("" if b is None else f"; budget ε = {b:g}") + "."
+            ),
+        ),
+        (
+            "Budget spent over time",
+            H.image(plots["budget"], "budget spent over time")
+            + H.table(head, rows)
+            + H.paragraph(
+                "Parallel composition charges each declared partition (a family of queries pairwise "
+                "disjoint on the rows, such as a marginal: one group-by in Tumult Analytics or OpenDP) "
+                "once, at its largest charge, and sums the partitions and every other charge. Each "
+                "analyst's curve is the guarantee of that analyst's charges alone; the 'all analysts' "
+                "curve bounds every analyst together, colluding or not."
+            ),
+        ),
+    ]
+    if heat is not None:
+        sections.append(_heat_section(heat, plots["heatmap"]))
+    sections.append(("Worst row", _witness_table(res.witness)))
     page = H.page("overlapdp report: ledger", sections)
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")

@@ -5,20 +5,22 @@ The ledger format is ``overlapdp account``'s (one JSON object per line: a query 
 number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.accountant.Odometer`'s
 tightest certified epsilon at ``delta`` after each prefix of the ledger (in time order), sequential and
 overlap-aware (MATH.md sections 2 and 5); a prefix is a fixed, non-adaptive ledger, so these are the
-odometer's guarantees, not a filter's.
+odometer's guarantees, not a filter's. For ledgers of pure-DP charges :func:`pure_curve` gives the same
+curves in pure epsilon, with partition-based parallel composition beside them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, WorkloadError
+from overlapdp.overlap import max_overlap
 from overlapdp.privacy.accountant import Odometer, OdometerReport
 from overlapdp.privacy.ledger_lines import parse_ledger_line
 from overlapdp.privacy.mechanisms import Mechanism
@@ -48,15 +50,23 @@ class BudgetCurve:
     times: tuple[float, ...] | None
     sequential: tuple[float, ...]
     overlap: tuple[float, ...]
+    # Partition-based parallel composition (:func:`pure_curve` with declared partitions), if computed.
+    partition: tuple[float, ...] | None = None
+    # The time of the curve's first charge (its ``times`` start at a checkpoint, maybe later).
+    start: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "analyst": self.analyst,
             "charges": list(self.charges),
             "times": None if self.times is None else list(self.times),
+            "start": self.start,
             "sequential_epsilon": [_num(v) for v in self.sequential],
             "overlap_epsilon": [_num(v) for v in self.overlap],
         }
+        if self.partition is not None:
+            out["partition_epsilon"] = [_num(v) for v in self.partition]
+        return out
 
 
 def _num(x: float) -> float | None:
@@ -155,10 +165,98 @@ def budget_curve(
         seq.append(report.sequential_epsilon)
         ovl.append(report.overlap_epsilon)
     assert report is not None
-    times = None
-    if entries and entries[0].time is not None:
-        times = tuple(float(entries[k - 1].time or 0.0) for k in ks)
-    return BudgetCurve(analyst, tuple(ks), times, tuple(seq), tuple(ovl)), report
+    times, start = _times(entries, ks)
+    return BudgetCurve(analyst, tuple(ks), times, tuple(seq), tuple(ovl), start=start), report
+
+
+def _times(
+    entries: Sequence[LedgerEntry], ks: Sequence[int]
+) -> tuple[tuple[float, ...] | None, float | None]:
+    if not entries or entries[0].time is None:
+        return None, None
+    return tuple(float(entries[k - 1].time or 0.0) for k in ks), float(entries[0].time)
+
+
+def pure_epsilons(entries: Sequence[LedgerEntry]) -> list[float]:
+    """Each charge's pure-DP epsilon; :class:`WorkloadError` naming the first charge that has none."""
+    out = []
+    for e in entries:
+        p = e.mechanism.pure()
+        if p is None:
+            raise WorkloadError(f"charge {e.id!r} is not pure DP: a pure-epsilon report needs pure charges")
+        out.append(p.epsilon)
+    return out
+
+
+def partition_charge(costs: Sequence[float], groups: Sequence[str | None]) -> float:
+    """Partition-based parallel composition of pure-DP charges, as Tumult Analytics and OpenDP apply it.
+
+    ``groups[i]`` names the declared partition charge ``i`` belongs to (None: none). The charges of one
+    partition touch pairwise disjoint sets of rows, so together they cost the largest of them (parallel
+    composition, McSherry 2009); partitions, and charges in none, compose sequentially (summed). The
+    caller must only declare partitions that are disjoint: :func:`check_partitions` verifies it.
+    """
+    total = 0.0
+    largest: dict[str, float] = {}
+    for c, g in zip(costs, groups, strict=True):
+        if g is None:
+            total += c
+        else:
+            largest[g] = max(largest.get(g, 0.0), c)
+    return total + sum(largest.values())
+
+
+def check_partitions(entries: Sequence[LedgerEntry], partitions: Mapping[str, str]) -> dict[str, str]:
+    """The declared partitions (charge id -> partition name) whose charges really are pairwise disjoint.
+
+    Disjointness is checked, not trusted: a partition is kept only if no row is covered by two of its
+    charges (:func:`~overlapdp.overlap.max_overlap` of unit weights is exactly at most 1); the charges of
+    any other partition are left in none, so they are summed (a safe upper bound, never less).
+    """
+    members: dict[str, list[PredicateQuery]] = {}
+    for e in entries:
+        g = partitions.get(e.id)
+        if g is not None:
+            members.setdefault(g, []).append(e.query)
+    ok = set()
+    for g, qs in members.items():
+        res = max_overlap(qs, [1.0] * len(qs), comp="sum")
+        if res.exact and float(res.upper) <= 1.0:
+            ok.add(g)
+    return {cid: g for cid, g in partitions.items() if g in ok}
+
+
+def pure_curve(
+    entries: Sequence[LedgerEntry],
+    analyst: str,
+    *,
+    partitions: Mapping[str, str] | None = None,
+    effort: float | None = None,
+    points: int = MAX_POINTS,
+) -> BudgetCurve:
+    """Cumulative pure-DP epsilon after each checkpoint: sequential (the sum), partition-based parallel
+    composition over ``partitions`` (charge id -> declared partition, already checked with
+    :func:`check_partitions`; None: no partition curve) and overlap-aware (the worst row's sum of
+    charges, MATH.md section 2: max_overlap's exact value or safe upper bound)."""
+    eps = pure_epsilons(entries)
+    groups = [None if partitions is None else partitions.get(e.id) for e in entries]
+    ks = _checkpoints(len(entries), points)
+    seq, part, ovl = [], [], []
+    for k in ks:
+        seq.append(math.fsum(eps[:k]))
+        part.append(partition_charge(eps[:k], groups[:k]))
+        res = max_overlap([e.query for e in entries[:k]], eps[:k], comp="sum", effort=effort)
+        ovl.append(float(res.upper))
+    times, start = _times(entries, ks)
+    return BudgetCurve(
+        analyst,
+        tuple(ks),
+        times,
+        tuple(seq),
+        tuple(ovl),
+        partition=None if partitions is None else tuple(part),
+        start=start,
+    )
 
 
 def analysts(entries: Sequence[LedgerEntry]) -> list[str]:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.typing import LineStyleType
 
 from overlapdp.privacy.utility import UtilityGain
 from overlapdp.report.ledger import BudgetCurve
@@ -97,21 +99,61 @@ def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None)
     return _save(fig, path)
 
 
-def plot_budget(curves: Sequence[BudgetCurve], delta: float, path: Path, budget: float | None = None) -> Path:
-    """Cumulative tightest epsilon at delta, sequential (dashed) vs overlap-aware (solid), per curve."""
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
+def budget_figure(curves: Sequence[BudgetCurve], ylabel: str, budget: float | None = None) -> Figure:
+    """Cumulative spend per curve: sequential (dashed), partition-based parallel composition (dotted, when
+    the curves carry it) and overlap-aware (solid); one colour per curve.
+
+    With times the x axis is seconds since the ledger's first charge (each curve starts from zero spend
+    at its own first charge) and steps are drawn at the end of each interval between checkpoints, so the
+    line is never below the true spend in between. The legend sits outside the axes, right of them.
+    """
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    colours = [f"C{i}" for i in range(10)]
-    use_time = all(c.times is not None for c in curves)
+    use_time = bool(curves) and all(c.times is not None for c in curves)
+    t0 = 0.0
+    if use_time:
+        t0 = min((c.start if c.start is not None else (c.times or (0.0,))[0]) for c in curves)
+    handles: list[Line2D] = []
     for n, c in enumerate(curves):
-        xs = c.times if use_time and c.times is not None else c.charges
-        col = colours[n % len(colours)]
-        ax.step(xs, c.sequential, where="post", linestyle="--", color=col, label=f"{c.analyst}: sequential")
-        ax.step(xs, c.overlap, where="post", linestyle="-", color=col, label=f"{c.analyst}: overlap-aware")
+        col = f"C{n % 10}"
+        if use_time and c.times is not None:
+            first = c.start if c.start is not None else c.times[0]
+            xs = [first - t0, *(t - t0 for t in c.times)]
+        else:
+            xs = [0, *c.charges]
+        # Dotted last and thicker: it often runs along the overlap-aware line.
+        series = [(c.sequential, "--", 1.5), (c.overlap, "-", 1.5), (c.partition, ":", 2.5)]
+        for ys, style, width in series:
+            if ys is not None:
+                ax.step(xs, [0.0, *ys], where="pre", linestyle=style, color=col, linewidth=width)
+        handles.append(Line2D([], [], color=col, linewidth=4, label=c.analyst))
+    styles: list[tuple[LineStyleType, str]] = [("--", "sequential (sum)")]
+    if any(c.partition is not None for c in curves):
+        styles.append((":", "parallel composition\nover declared partitions"))
+    styles.append(("-", "overlap-aware (worst row)"))
+    handles += [Line2D([], [], color="black", linestyle=ls, label=lab) for ls, lab in styles]
     if budget is not None:
-        ax.axhline(budget, color="black", linewidth=0.8, linestyle=":", label=f"budget {budget:g}")
-    ax.set_xlabel("time" if use_time else "charges so far")
-    ax.set_ylabel(f"ε at δ={delta:g}")
+        ax.axhline(budget, color="grey", linewidth=0.8, linestyle="-.")
+        handles.append(
+            Line2D([], [], color="grey", linewidth=0.8, linestyle="-.", label=f"budget {budget:g}")
+        )
+    ax.set_xlabel("seconds since the first charge" if use_time else "charges so far")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(ylabel)
     ax.set_title("Budget spent over time")
-    ax.legend(fontsize="small")
-    return _save(fig, path)
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize="small"
+    )
+    return fig
+
+
+def plot_budget(
+    curves: Sequence[BudgetCurve],
+    delta: float | None,
+    path: Path,
+    budget: float | None = None,
+) -> Path:
+    """Save :func:`budget_figure`: epsilon at ``delta`` (the odometer's), or pure epsilon if ``delta`` is None."""
+    ylabel = "pure ε" if delta is None else f"ε at δ={delta:g}"
+    return _save(budget_figure(curves, ylabel, budget), path)
