@@ -122,6 +122,15 @@ def test_sparse_vector_release_is_fresh_noise_with_an_error_bar(kind: str) -> No
     assert ans.released.low <= 50 <= ans.released.high
 
 
+def test_the_count_of_positives_has_one_name_the_services_own() -> None:
+    """``max_positives`` / ``max_failures``, as in the HTTP sessions; the papers' ``c`` is not a keyword."""
+    assert SparseVector(lambda q: 0, epsilon=1.0, max_positives=3, threshold=0).max_positives == 3
+    with pytest.raises(TypeError, match="'c'"):
+        SparseVector(lambda q: 0, epsilon=1.0, c=3, threshold=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'c'"):
+        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, c=3)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("c", [0, -1, 1.5, True])
 def test_max_positives_and_max_failures_must_be_positive_integers(c: object) -> None:
     with pytest.raises(MechanismError, match="max_positives"):
