@@ -129,7 +129,7 @@ def load(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
                 t0 = time.monotonic()
                 if t0 >= end:
                     return
-                body = json.dumps({"query": random_query(rng), "epsilon": 1e-6})
+                body = json.dumps({"where": random_query(rng), "epsilon": 1e-6})
                 conn.request("POST", "/v1/datasets/adult/query", body=body, headers=headers)
                 response = conn.getresponse()
                 response.read()

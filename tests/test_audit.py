@@ -198,7 +198,7 @@ def test_svt_without_query_noise_is_flagged_and_the_project_svt_is_not(kind: str
     )
     assert broken.flags(1.0) and broken.epsilon_lower > 3
 
-    make = lambda data, src: SparseVector(data, epsilon=1.0, c=1, threshold=0.5, rng=src)  # noqa: E731
+    make = lambda data, src: SparseVector(data, epsilon=1.0, max_positives=1, threshold=0.5, rng=src)  # noqa: E731
     ours = audit_epsilon(
         pair_sampler(svt_outputs(make, NO_NOISE_PAIR[0]), svt_outputs(make, NO_NOISE_PAIR[1])),
         runs=20_000,
@@ -225,7 +225,9 @@ def test_svt_releasing_the_compared_noisy_value_is_flagged_and_fresh_release_is_
     assert broken.flags(1.0), broken
 
     # The project's release uses fresh noise and declares epsilon_3 on top: 1 + 0.5.
-    make = lambda data, src: SparseVector(data, epsilon=1.0, c=1, threshold=1, release_epsilon=0.5, rng=src)  # noqa: E731
+    make = lambda data, src: SparseVector(  # noqa: E731
+        data, epsilon=1.0, max_positives=1, threshold=1, release_epsilon=0.5, rng=src
+    )
     ours = audit_epsilon(
         pair_sampler(svt_outputs(make, REUSED_PAIR[0]), svt_outputs(make, REUSED_PAIR[1])),
         runs=runs,
@@ -251,7 +253,7 @@ def test_svt_that_does_not_stop_after_c_positives_is_flagged_and_the_project_svt
     assert broken.flags(1.0) and (kind == "os" or broken.epsilon_lower > 2)
 
     for c in (1, 3):
-        make = lambda data, src, c=c: SparseVector(data, epsilon=1.0, c=c, threshold=0, rng=src)  # noqa: E731
+        make = lambda data, src, c=c: SparseVector(data, epsilon=1.0, max_positives=c, threshold=0, rng=src)  # noqa: E731
         ours = audit_epsilon(
             pair_sampler(svt_outputs(make, ALTERNATING[0]), svt_outputs(make, ALTERNATING[1])),
             runs=20_000,
@@ -274,7 +276,13 @@ def test_guess_and_check_is_not_flagged(kind: str) -> None:
 
         def run(source: RandomSource) -> tuple[Any, ...]:
             gc = GuessAndCheck(
-                data, tolerance=1.5, c=2, threshold_scale=2, query_scale=8, estimate_scale=4, rng=source
+                data,
+                tolerance=1.5,
+                max_failures=2,
+                threshold_scale=2,
+                query_scale=8,
+                estimate_scale=4,
+                rng=source,
             )
             out = []
             for k, g in enumerate(guesses):
@@ -364,7 +372,7 @@ def test_the_battery_attacks_expose_both_slips_exactly_and_the_project_svt_keeps
     on both attacks (1.55 on SHIFTED; 3.99995 on OPPOSITE, the bound itself: the attack is tight)."""
     from overlapdp.audit.broken_svt import _noises
 
-    svt = SparseVector(lambda q: 0, epsilon=BATTERY_EPSILON, c=1, threshold=BATTERY_THRESHOLD)
+    svt = SparseVector(lambda q: 0, epsilon=BATTERY_EPSILON, max_positives=1, threshold=BATTERY_THRESHOLD)
     declared = svt.guarantee.epsilon
     assert declared == BATTERY_EPSILON
     for pair in (SHIFTED, OPPOSITE):

@@ -87,9 +87,13 @@ def test_interleaved_queries_never_let_any_row_pass_the_budget(data: st.DataObje
             n_before = len(comp.children)
             try:
                 if kind == "svt":
-                    ch = comp.spawn_sparse_vector(epsilon=eps, c=2, threshold=5, coverage=coverage)
+                    ch = comp.spawn_sparse_vector(
+                        epsilon=eps, max_positives=2, threshold=5, coverage=coverage
+                    )
                 elif kind == "gc":
-                    ch = comp.spawn_guess_and_check(epsilon=eps, tolerance=2, c=2, coverage=coverage)
+                    ch = comp.spawn_guess_and_check(
+                        epsilon=eps, tolerance=2, max_failures=2, coverage=coverage
+                    )
                 else:
                     ch = comp.spawn_noisy_counts(
                         budget=PureDP(eps), per_query=PureDP(eps / 3), coverage=coverage
@@ -133,10 +137,10 @@ def test_random_interleavings_of_several_children_stay_within_the_budget(kind: s
     for trial in range(20):
         comp = ConcurrentComposition(count, SCHEMA, PureDP(2.0), rng=source(kind, trial))
         ids = [
-            comp.spawn_sparse_vector(epsilon=0.5, c=3, threshold=10).id,
-            comp.spawn_guess_and_check(epsilon=0.5, tolerance=1, c=2).id,
+            comp.spawn_sparse_vector(epsilon=0.5, max_positives=3, threshold=10).id,
+            comp.spawn_guess_and_check(epsilon=0.5, tolerance=1, max_failures=2).id,
             comp.spawn_noisy_counts(budget=PureDP(0.5), per_query=PureDP(0.1)).id,
-            comp.spawn_sparse_vector(epsilon=0.5, c=1, threshold=0, monotonic=True).id,
+            comp.spawn_sparse_vector(epsilon=0.5, max_positives=1, threshold=0, monotonic=True).id,
         ]
         with pytest.raises(BudgetExceededError, match="nothing charged"):
             comp.spawn_sparse_vector(epsilon=0.01, threshold=0)
@@ -156,8 +160,10 @@ def test_random_interleavings_of_several_children_stay_within_the_budget(kind: s
 
 def test_joint_guarantee_is_the_privacy_modules_concurrent_composition() -> None:
     comp = ConcurrentComposition(count, SCHEMA, PureDP(5.0), rng=1)
-    comp.spawn_sparse_vector(epsilon=1.0, c=2, threshold=3, release_epsilon=0.5)
-    comp.spawn_guess_and_check(tolerance=2, c=3, threshold_scale=4, query_scale=30, estimate_scale=12)
+    comp.spawn_sparse_vector(epsilon=1.0, max_positives=2, threshold=3, release_epsilon=0.5)
+    comp.spawn_guess_and_check(
+        tolerance=2, max_failures=3, threshold_scale=4, query_scale=30, estimate_scale=12
+    )
     comp.spawn_noisy_counts(budget=PureDP(0.8), per_query=PureDP(0.2), coverage=box((0, 1), None))
     declared = [c.guarantee for c in comp.children]
     joint = comp.joint_guarantee()
@@ -192,7 +198,7 @@ def test_a_child_cannot_spend_beyond_its_declaration(kind: str) -> None:
     # On the OS source the "above" below fails only if q + nu < -100 + rho, probability below 1e-7.
     comp = ConcurrentComposition(count, SCHEMA, PureDP(3.0), rng=source(kind, 4))
     session = comp.spawn_noisy_counts(budget=PureDP(0.5), per_query=PureDP(0.2))
-    svt = comp.spawn_sparse_vector(epsilon=0.5, c=1, threshold=-100)
+    svt = comp.spawn_sparse_vector(epsilon=0.5, max_positives=1, threshold=-100)
     q = box((0, 1), None)
     comp.query(session.id, q)
     comp.query(session.id, q)

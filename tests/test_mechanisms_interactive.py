@@ -63,7 +63,7 @@ def test_sparse_vector_without_noise_is_brute_force(
     counts: list[int], c: int, threshold: int, kind: str
 ) -> None:
     table = Table(counts)
-    svt = SparseVector(table, epsilon=QUIET, c=c, threshold=threshold - 0.5, rng=source(kind, 1))
+    svt = SparseVector(table, epsilon=QUIET, max_positives=c, threshold=threshold - 0.5, rng=source(kind, 1))
     got, expected, positives = [], [], 0
     for k in range(len(counts)):
         got.append(svt.ask(point(k)).outcome)
@@ -81,7 +81,7 @@ def test_sparse_vector_without_noise_is_brute_force(
 @on_both_sources
 def test_sparse_vector_stops_after_c_positives_with_a_clear_answer(kind: str) -> None:
     table = Table([100] * 10)
-    svt = SparseVector(table, epsilon=QUIET, c=2, threshold=5, rng=source(kind, 2))
+    svt = SparseVector(table, epsilon=QUIET, max_positives=2, threshold=5, rng=source(kind, 2))
     assert [svt.ask(point(k)).outcome for k in range(2)] == ["above", "above"]
     assert svt.exhausted and svt.positives_left == 0
     reads = table.reads
@@ -97,16 +97,16 @@ def test_sparse_vector_split_and_scales_follow_lyu_su_li() -> None:
     assert eps2 / eps1 == pytest.approx(8 ** (2 / 3))
     m1, m2 = optimal_split(1.0, 4, monotonic=True)
     assert m2 / m1 == pytest.approx(4 ** (2 / 3))
-    svt = SparseVector(lambda q: 0, epsilon=1.0, c=4, threshold=0, rng=3)
+    svt = SparseVector(lambda q: 0, epsilon=1.0, max_positives=4, threshold=0, rng=3)
     assert svt.threshold_noise.scale >= Fraction(1) / Fraction(eps1)
     assert svt.query_noise.scale >= Fraction(8) / Fraction(eps2)
     assert float(svt.query_noise.scale) == pytest.approx(8 / eps2, rel=1e-5)
-    mono = SparseVector(lambda q: 0, epsilon=1.0, c=4, threshold=0, monotonic=True, rng=3)
+    mono = SparseVector(lambda q: 0, epsilon=1.0, max_positives=4, threshold=0, monotonic=True, rng=3)
     assert float(mono.query_noise.scale) == pytest.approx(4 / m2, rel=1e-5)
-    rel = SparseVector(lambda q: 0, epsilon=1.0, c=4, threshold=0, release_epsilon=0.5, rng=3)
+    rel = SparseVector(lambda q: 0, epsilon=1.0, max_positives=4, threshold=0, release_epsilon=0.5, rng=3)
     assert rel.guarantee == PureDP(1.5)
     assert rel.release_noise is not None and float(rel.release_noise.scale) == pytest.approx(8.0)
-    own = SparseVector(lambda q: 0, epsilon=1.0, c=1, threshold=0, threshold_epsilon=0.25, rng=3)
+    own = SparseVector(lambda q: 0, epsilon=1.0, max_positives=1, threshold=0, threshold_epsilon=0.25, rng=3)
     assert float(own.threshold_noise.scale) == pytest.approx(4.0)
     assert isinstance(svt, InteractiveMechanism)
 
@@ -114,18 +114,29 @@ def test_sparse_vector_split_and_scales_follow_lyu_su_li() -> None:
 @on_both_sources
 def test_sparse_vector_release_is_fresh_noise_with_an_error_bar(kind: str) -> None:
     table = Table([50] * 5)
-    svt = SparseVector(table, epsilon=1.0, c=1, threshold=-1000, release_epsilon=QUIET, rng=source(kind, 4))
+    svt = SparseVector(
+        table, epsilon=1.0, max_positives=1, threshold=-1000, release_epsilon=QUIET, rng=source(kind, 4)
+    )
     ans = svt.ask(point(0))
     assert ans.above and ans.released is not None
     assert ans.released.low <= 50 <= ans.released.high
 
 
+def test_the_count_of_positives_has_one_name_the_services_own() -> None:
+    """``max_positives`` / ``max_failures``, as in the HTTP sessions; the papers' ``c`` is not a keyword."""
+    assert SparseVector(lambda q: 0, epsilon=1.0, max_positives=3, threshold=0).max_positives == 3
+    with pytest.raises(TypeError, match="'c'"):
+        SparseVector(lambda q: 0, epsilon=1.0, c=3, threshold=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'c'"):
+        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, c=3)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("c", [0, -1, 1.5, True])
-def test_c_must_be_a_positive_integer(c: object) -> None:
-    with pytest.raises(MechanismError, match="c "):
-        SparseVector(lambda q: 0, epsilon=1.0, c=c, threshold=0)  # type: ignore[arg-type]
-    with pytest.raises(MechanismError, match="c "):
-        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, c=c)  # type: ignore[arg-type]
+def test_max_positives_and_max_failures_must_be_positive_integers(c: object) -> None:
+    with pytest.raises(MechanismError, match="max_positives"):
+        SparseVector(lambda q: 0, epsilon=1.0, max_positives=c, threshold=0)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError, match="max_failures"):
+        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, max_failures=c)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("eps", [0.0, -2.0, float("inf"), float("nan")])
@@ -135,7 +146,7 @@ def test_budgets_must_be_positive_finite(eps: float) -> None:
     with pytest.raises(BudgetError):
         SparseVector(lambda q: 0, epsilon=1.0, threshold=0, release_epsilon=eps)
     with pytest.raises(BudgetError):
-        GuessAndCheck.from_budget(lambda q: 0, epsilon=eps, tolerance=1.0, c=1)
+        GuessAndCheck.from_budget(lambda q: 0, epsilon=eps, tolerance=1.0, max_failures=1)
 
 
 def test_queries_outside_the_declared_coverage_are_refused() -> None:
@@ -164,7 +175,7 @@ def test_guess_and_check_confirms_good_guesses_and_estimates_bad_ones(kind: str)
     gc = GuessAndCheck(
         table,
         tolerance=3,
-        c=2,
+        max_failures=2,
         threshold_scale=Fraction(1, 1000),
         query_scale=Fraction(1, 1000),
         estimate_scale=Fraction(1, 1000),
@@ -183,7 +194,13 @@ def test_guess_and_check_confirms_good_guesses_and_estimates_bad_ones(kind: str)
 
 def test_guess_and_check_guarantee_is_computed_from_its_noise_scales() -> None:
     gc = GuessAndCheck(
-        lambda q: 0, tolerance=2.5, c=3, threshold_scale=4, query_scale=Fraction(30), estimate_scale=12, rng=7
+        lambda q: 0,
+        tolerance=2.5,
+        max_failures=3,
+        threshold_scale=4,
+        query_scale=Fraction(30),
+        estimate_scale=12,
+        rng=7,
     )
     # Lyu 2022 App. B: eps_SVT (1/s1 + 2c/s2) + c Delta/b, with Delta = 1.
     assert gc.epsilon_exact == Fraction(1, 4) + Fraction(6, 30) + Fraction(3, 12)
@@ -191,7 +208,7 @@ def test_guess_and_check_guarantee_is_computed_from_its_noise_scales() -> None:
     two = GuessAndCheck(
         lambda q: 0,
         tolerance=1,
-        c=2,
+        max_failures=2,
         threshold_scale=2,
         query_scale=8,
         estimate_scale=4,
@@ -199,7 +216,7 @@ def test_guess_and_check_guarantee_is_computed_from_its_noise_scales() -> None:
         rng=7,
     )
     assert two.epsilon_exact == Fraction(2, 2) + Fraction(8, 8) + Fraction(4, 4)
-    fb = GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=5, c=4, rng=7)
+    fb = GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=5, max_failures=4, rng=7)
     assert fb.guarantee.epsilon <= 1.0 and fb.guarantee.epsilon == pytest.approx(1.0, rel=1e-5)
     assert float(fb.estimate_epsilon_exact) == pytest.approx(0.5, rel=1e-5)
 
@@ -207,7 +224,9 @@ def test_guess_and_check_guarantee_is_computed_from_its_noise_scales() -> None:
 @pytest.mark.parametrize("tol", [0, -1.0, float("nan"), float("inf")])
 def test_tolerance_must_be_positive(tol: float) -> None:
     with pytest.raises(MechanismError, match="tolerance"):
-        GuessAndCheck(lambda q: 0, tolerance=tol, c=1, threshold_scale=1, query_scale=1, estimate_scale=1)
+        GuessAndCheck(
+            lambda q: 0, tolerance=tol, max_failures=1, threshold_scale=1, query_scale=1, estimate_scale=1
+        )
 
 
 @on_both_sources
@@ -256,7 +275,13 @@ def test_sparse_vector_declares_at_least_the_epsilon_of_its_noise(
     # noise scales actually used (Delta/t1 + 2c Delta/t2 + c Delta/t3), against the declared guarantee
     c = 1
     svt = SparseVector(
-        lambda q: 0, epsilon=eps, c=c, threshold=0, threshold_epsilon=eps1, release_epsilon=eps3, rng=3
+        lambda q: 0,
+        epsilon=eps,
+        max_positives=c,
+        threshold=0,
+        threshold_epsilon=eps1,
+        release_epsilon=eps3,
+        rng=3,
     )
     true = 1 / svt.threshold_noise.scale + Fraction(2 * c) / svt.query_noise.scale
     if svt.release_noise is not None:
@@ -266,4 +291,6 @@ def test_sparse_vector_declares_at_least_the_epsilon_of_its_noise(
 
 def test_sparse_vector_refuses_noise_beyond_the_supported_scale() -> None:
     with pytest.raises(MechanismError, match="2\\^40"):
-        SparseVector(lambda q: 0, epsilon=3.0, c=1, threshold=0, threshold_epsilon=2.0**-60, rng=3)
+        SparseVector(
+            lambda q: 0, epsilon=3.0, max_positives=1, threshold=0, threshold_epsilon=2.0**-60, rng=3
+        )

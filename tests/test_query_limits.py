@@ -387,7 +387,7 @@ def http(tmp_path: Path) -> Iterator[dict[str, Any]]:
     _frame().to_csv(data, index=False)
     service = QueryService(open_ledger(tmp_path / "l.sqlite"))
     service.register_dataset("people", str(data), SCHEMA_JSON, "pandas", "pure", 10.0)
-    token = service.create_analyst("alice", {"people": 2.0})["token"]
+    token = service.create_analyst("alice", {"people": 2.0}).token
     client = TestClient(create_app(service, AdminKey(ADMIN_TOKEN)), raise_server_exceptions=False)
     yield {
         "service": service,
@@ -412,8 +412,8 @@ def test_http_hostile_condition_is_a_400_naming_the_limit(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     text, limit = HOSTILE[name]
-    for body in ({"query": text, "epsilon": 0.1}, {"queries": [text], "epsilon": 0.1}):
-        url = "/v1/datasets/people/query" if "query" in body else "/v1/datasets/people/batch"
+    for body in ({"where": text, "epsilon": 0.1}, {"queries": [text], "epsilon": 0.1}):
+        url = "/v1/datasets/people/query" if "where" in body else "/v1/datasets/people/batch"
         r = http["client"].post(url, headers=http["auth"], json=body)
         if limit == "characters":
             # The service's own size check (Limits.max_query_chars, also 10 000) answers first.
@@ -433,14 +433,13 @@ def test_http_json_form_limits(http: dict[str, Any], caplog: pytest.LogCaptureFi
     r = http["client"].post(
         "/v1/datasets/people/query",
         headers=http["auth"],
-        json={"query": {"conditions": {"age": not_deep}}, "epsilon": 0.1},
+        json={"conditions": {"age": not_deep}, "epsilon": 0.1},
     )
     assert r.status_code == 400 and "the limit is a depth of 16" in r.json()["detail"]
     huge = "[" * 50_000 + "]" * 50_000
     for raw in (
-        '{"query": ' + huge + ', "epsilon": 0.1}',
-        '{"query": {"conditions": {"age": ' + '{"not": ' * 3000 + '{"eq": 30}' + "}" * 3000 + "}}, "
-        '"epsilon": 0.1}',
+        '{"where": ' + huge + ', "epsilon": 0.1}',
+        '{"conditions": {"age": ' + '{"not": ' * 3000 + '{"eq": 30}' + "}" * 3000 + '}, "epsilon": 0.1}',
     ):
         r = http["client"].post(
             "/v1/datasets/people/query",
@@ -459,7 +458,9 @@ def test_http_typo_is_a_400_with_the_suggestion_and_no_charge(
     where, conditions, attribute, value, suggestions = TYPOS[case]
     for query in (where, {"where": where}, {"conditions": conditions}):
         r = http["client"].post(
-            "/v1/datasets/people/query", headers=http["auth"], json={"query": query, "epsilon": 0.1}
+            "/v1/datasets/people/query",
+            headers=http["auth"],
+            json={**({"where": query} if isinstance(query, str) else query), "epsilon": 0.1},
         )
         assert r.status_code == 400, r.text
         body = r.json()
@@ -487,13 +488,14 @@ def test_http_empty_range_is_a_400_and_no_charge(
 @pytest.mark.parametrize(
     ("url", "body", "status"),
     [
-        ("/v1/datasets/people/query", {"query": "age > 30", "epsilon": True}, 422),
-        ("/v1/datasets/people/query", {"query": "age > 30", "epsilon": "0.1"}, 422),
-        ("/v1/datasets/people/query", {"query": "age > 30", "epsilon": 0.1, "epsilonn": 1}, 422),
-        ("/v1/datasets/people/query", {"query": {"where": "age > 30", "wieght": 2}, "epsilon": 0.1}, 400),
+        ("/v1/datasets/people/query", {"where": "age > 30", "epsilon": True}, 422),
+        ("/v1/datasets/people/query", {"where": "age > 30", "epsilon": "0.1"}, 422),
+        ("/v1/datasets/people/query", {"where": "age > 30", "epsilon": 0.1, "epsilonn": 1}, 422),
+        ("/v1/datasets/people/query", {"where": "age > 30", "wieght": 2, "epsilon": 0.1}, 422),
+        ("/v1/datasets/people/batch", {"queries": [{"where": "age > 30", "wieght": 2}], "epsilon": 0.1}, 400),
         (
-            "/v1/datasets/people/query",
-            {"query": {"where": "age > 30", "text": 1, "x": 1}, "epsilon": 0.1},
+            "/v1/datasets/people/batch",
+            {"queries": [{"where": "age > 30", "text": 1, "x": 1}], "epsilon": 0.1},
             400,
         ),
         ("/v1/datasets/people/batch", {"queries": ["age > 30"], "epsilon": [0.1]}, 422),
@@ -548,7 +550,7 @@ def test_legal_contradiction_is_answered_recorded_and_replayed(http: dict[str, A
     again = QueryService(open_ledger(http["path"] / "l.sqlite"))
     try:
         rebuilt = again.analyst_info(again.authenticate(http["auth"]["Authorization"][7:]))
-        assert json.loads(json.dumps(rebuilt)) == before
+        assert rebuilt.model_dump(mode="json") == before
     finally:
         again.store.close()
 
@@ -567,7 +569,7 @@ def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Pat
     _frame().to_csv(data, index=False)
     service = QueryService(open_ledger(tmp_path / "l.sqlite"))
     service.register_dataset("people", str(data), SCHEMA_JSON, "pandas", "pure", 10.0)
-    token = service.create_analyst("alice", {"people": 2.0})["token"]
+    token = service.create_analyst("alice", {"people": 2.0}).token
     port = free_port()
     config = uvicorn.Config(
         create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
@@ -584,10 +586,10 @@ def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Pat
         ) as c:
             ports = set()
             for text, _ in HOSTILE.values():
-                r = c.post("/v1/datasets/people/query", json={"query": text, "epsilon": 0.1})
+                r = c.post("/v1/datasets/people/query", json={"where": text, "epsilon": 0.1})
                 assert r.status_code in (400, 413), r.text
                 ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
-            r = c.post("/v1/datasets/people/query", json={"query": OR_800, "epsilon": 0.1})
+            r = c.post("/v1/datasets/people/query", json={"where": OR_800, "epsilon": 0.1})
             assert r.status_code == 200, r.text
             ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
             assert len(ports) == 1  # one keep-alive connection served every request
@@ -730,7 +732,7 @@ class _http_once:
             _frame().to_csv(data, index=False)
             service = QueryService(open_ledger(folder / "l.sqlite"))
             service.register_dataset("people", str(data), SCHEMA_JSON, "pandas", "pure", 10.0)
-            token = service.create_analyst("alice", {"people": 2.0})["token"]
+            token = service.create_analyst("alice", {"people": 2.0}).token
             _HTTP["client"] = TestClient(
                 create_app(service, AdminKey(ADMIN_TOKEN)), raise_server_exceptions=False
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+from overlapdp.service.core import FieldRefused
 from test_service_support import ADMIN_TOKEN, free_port, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -31,8 +34,8 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     app = create_app(service, AdminKey(ADMIN_TOKEN))
     path, schema = write_adult(tmp_path)
     service.register_dataset("adult", str(path), schema, "pandas", "pure", 10.0)
-    alice = service.create_analyst("alice", {"adult": 2.0})["token"]
-    bob = service.create_analyst("bob", {"adult": 2.0})["token"]
+    alice = service.create_analyst("alice", {"adult": 2.0}).token
+    bob = service.create_analyst("bob", {"adult": 2.0}).token
     client = TestClient(app)
     session = client.post(
         "/v1/datasets/adult/sessions",
@@ -50,9 +53,9 @@ def _bearer(token: str) -> dict[str, str]:
 def _valid_body(path: str) -> dict[str, Any] | None:
     """A well-formed body for each analyst endpoint, so that only the token decides."""
     if path.endswith("/query") and "/sessions/" in path:
-        return {"query": "sex = 1", "threshold": 10}
+        return {"where": "sex = 1", "threshold": 10}
     if path.endswith("/query"):
-        return {"query": "sex = 1", "epsilon": 0.01}
+        return {"where": "sex = 1", "epsilon": 0.01}
     if path.endswith(("/batch", "/cost")):
         return {"queries": ["sex = 1"], "epsilon": 0.01}
     if path.endswith("/sessions"):
@@ -124,11 +127,11 @@ def test_admin_endpoints_refuse_analyst_tokens(world: dict[str, Any]) -> None:
 def test_analysts_cannot_reach_each_others_resources(world: dict[str, Any]) -> None:
     client: TestClient = world["client"]
     alice, bob, sid = _bearer(world["alice"]), _bearer(world["bob"]), world["session"]
-    client.post("/v1/datasets/adult/query", headers=alice, json={"query": "sex = 1", "epsilon": 0.1})
+    client.post("/v1/datasets/adult/query", headers=alice, json={"where": "sex = 1", "epsilon": 0.1})
     assert client.get(f"/v1/sessions/{sid}", headers=bob).status_code == 404
     assert (
         client.post(
-            f"/v1/sessions/{sid}/query", headers=bob, json={"query": "sex = 1", "threshold": 1}
+            f"/v1/sessions/{sid}/query", headers=bob, json={"where": "sex = 1", "threshold": 1}
         ).status_code
         == 404
     )
@@ -148,7 +151,7 @@ def test_analysts_cannot_reach_each_others_resources(world: dict[str, Any]) -> N
     assert [d["name"] for d in client.get("/v1/datasets", headers=bob).json()] == ["adult"]
     for method, path, body in [
         ("GET", "/v1/datasets/adult2", None),
-        ("POST", "/v1/datasets/adult2/query", {"query": "sex = 1", "epsilon": 0.1}),
+        ("POST", "/v1/datasets/adult2/query", {"where": "sex = 1", "epsilon": 0.1}),
         ("POST", "/v1/datasets/adult2/cost", {"queries": ["sex = 1"], "epsilon": 0.1}),
     ]:
         assert client.request(method, path, headers=bob, json=body).status_code == 404
@@ -159,20 +162,20 @@ def test_bad_input_gets_a_clear_4xx_and_no_charge(world: dict[str, Any]) -> None
     bob = _bearer(world["bob"])
     before = len(world["service"].store.charges())
     cases = [
-        (client.post("/v1/datasets/adult/query", headers=bob, content=b'{"query": '), 422),
+        (client.post("/v1/datasets/adult/query", headers=bob, content=b'{"where": '), 422),
         (
             client.post(
-                "/v1/datasets/adult/query", headers=bob, json={"query": "nosuch = 1", "epsilon": 0.1}
+                "/v1/datasets/adult/query", headers=bob, json={"where": "nosuch = 1", "epsilon": 0.1}
             ),
             400,
         ),
-        (client.post("/v1/datasets/adult/query", headers=bob, json={"query": "age >", "epsilon": 0.1}), 400),
-        (client.post("/v1/datasets/adult/query", headers=bob, json={"query": "sex = 1", "epsilon": -1}), 400),
-        (client.post("/v1/datasets/adult/query", headers=bob, json={"query": "sex = 1", "rho": 0.1}), 400),
-        (client.post("/v1/datasets/adult/query", headers=bob, json={"query": "sex = 1"}), 400),
-        (client.post("/v1/datasets/nope/query", headers=bob, json={"query": "sex = 1", "epsilon": 0.1}), 404),
+        (client.post("/v1/datasets/adult/query", headers=bob, json={"where": "age >", "epsilon": 0.1}), 400),
+        (client.post("/v1/datasets/adult/query", headers=bob, json={"where": "sex = 1", "epsilon": -1}), 400),
+        (client.post("/v1/datasets/adult/query", headers=bob, json={"where": "sex = 1", "rho": 0.1}), 400),
+        (client.post("/v1/datasets/adult/query", headers=bob, json={"where": "sex = 1"}), 400),
+        (client.post("/v1/datasets/nope/query", headers=bob, json={"where": "sex = 1", "epsilon": 0.1}), 404),
         (
-            client.post("/v1/datasets/adult/query", headers=bob, json={"query": "sex = 1", "epsilon": 5.0}),
+            client.post("/v1/datasets/adult/query", headers=bob, json={"where": "sex = 1", "epsilon": 5.0}),
             403,
         ),
         (
@@ -192,7 +195,7 @@ def test_bad_input_gets_a_clear_4xx_and_no_charge(world: dict[str, Any]) -> None
             client.post(
                 "/v1/datasets/adult/query",
                 headers={**bob, "Content-Type": "application/json"},
-                content=b'{"query": {"conditions": {"age": {"range": [NaN, 3]}}}, "epsilon": 0.1}',
+                content=b'{"conditions": {"age": {"range": [NaN, 3]}}, "epsilon": 0.1}',
             ),
             400,
         ),
@@ -200,7 +203,7 @@ def test_bad_input_gets_a_clear_4xx_and_no_charge(world: dict[str, Any]) -> None
             client.post(
                 "/v1/datasets/adult/query",
                 headers={**bob, "Content-Type": "application/json"},
-                content=b'{"query": "sex = 1", "epsilon": Infinity}',
+                content=b'{"where": "sex = 1", "epsilon": Infinity}',
             ),
             400,
         ),
@@ -218,7 +221,7 @@ def test_validation_errors_do_not_echo_the_input(world: dict[str, Any]) -> None:
     r = world["client"].post(
         "/v1/datasets/adult/query",
         headers=_bearer(world["bob"]),
-        json={"query": "sex = 1", "epsilon": secret},
+        json={"where": "sex = 1", "epsilon": secret},
     )
     assert r.status_code == 422 and secret not in r.text
 
@@ -332,3 +335,362 @@ def test_client_retry_after_a_lost_response_is_not_charged_twice(live: dict[str,
     assert len(ledger) == 1  # the first attempt was charged once; the retry replayed it
     assert ledger.loc[0, "id"] == answer.loc[0, "charge"]
     assert ledger.loc[0, "answer"]["count"] == answer.loc[0, "count"]
+
+
+# -- request bodies use the workload files' names; unknown and unused fields are refused ----------------
+
+
+def _problems(response: httpx.Response) -> list[tuple[list[str], str]]:
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"] == "ValidationError"
+    return [(p["loc"], p["msg"]) for p in body["detail"]]
+
+
+def test_a_query_body_takes_where_or_conditions_as_in_workload_files(world: dict[str, Any]) -> None:
+    client: TestClient = world["client"]
+    bob = _bearer(world["bob"])
+    # A workload line {"where": ...} plus the parameter, sent as raw JSON text (what curl -d sends).
+    raw = b'{"where": "age BETWEEN 30 AND 39 AND sex = 1", "epsilon": 0.125}'
+    r = client.post(
+        "/v1/datasets/adult/query", headers={**bob, "Content-Type": "application/json"}, content=raw
+    )
+    assert r.status_code == 200, r.text
+    assert isinstance(r.json()["count"], int) and r.json()["cost"] == {
+        "definition": "pure",
+        "epsilon": 0.125,
+        "queries": 1,
+    }
+    r = client.post(
+        "/v1/datasets/adult/query",
+        headers=bob,
+        json={"conditions": {"age": {"range": [30, 39]}, "sex": {"eq": 1}}, "epsilon": 0.125},
+    )
+    assert r.status_code == 200, r.text
+    # Both forms are the same query: the ledger recorded the same canonical condition twice.
+    rows = client.get("/v1/me/ledger", headers=bob).json()
+    assert len(rows) == 2 and rows[0]["query"]["conditions"] == rows[1]["query"]["conditions"]
+    assert rows[0]["query"]["text"] == "age BETWEEN 30 AND 39 AND sex = 1"
+    # A session step takes the same names.
+    alice, sid = _bearer(world["alice"]), world["session"]
+    r = client.post(f"/v1/sessions/{sid}/query", headers=alice, json={"where": "sex = 1", "threshold": 1e9})
+    assert r.status_code == 200 and r.json()["answer"]["outcome"] == "below", r.text
+    # Neither, or both, is a 422 that says so; nothing is charged.
+    before = len(world["service"].store.charges())
+    for body in ({"epsilon": 0.1}, {"where": "sex = 1", "conditions": {"sex": {"eq": 1}}, "epsilon": 0.1}):
+        (problem,) = _problems(client.post("/v1/datasets/adult/query", headers=bob, json=body))
+        assert "exactly one of 'where'" in problem[1]
+    assert len(world["service"].store.charges()) == before
+
+
+def test_an_unknown_field_is_a_422_naming_it(world: dict[str, Any]) -> None:
+    client: TestClient = world["client"]
+    bob = _bearer(world["bob"])
+    before = len(world["service"].store.charges())
+    body = {"where": "sex = 1", "epsilon": 0.1, "epsilonn": 1}
+    assert _problems(client.post("/v1/datasets/adult/query", headers=bob, json=body)) == [
+        (["body", "epsilonn"], "unknown field 'epsilonn'")
+    ]
+    # The old name of the condition field says which names to use instead.
+    ((loc, msg),) = _problems(
+        client.post("/v1/datasets/adult/query", headers=bob, json={"query": "sex = 1", "epsilon": 0.1})
+    )
+    assert loc == ["body", "query"] and "'where'" in msg and "'conditions'" in msg
+    body = {"queries": ["sex = 1"], "epsilon": 0.1, "rh0": 1}
+    assert _problems(client.post("/v1/datasets/adult/batch", headers=bob, json=body)) == [
+        (["body", "rh0"], "unknown field 'rh0'")
+    ]
+    assert len(world["service"].store.charges()) == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            {"kind": "guess_and_check", "epsilon": 0.1, "tolerance": 5, "max_positives": 3},
+            "max_positives",
+        ),
+        ({"kind": "guess_and_check", "epsilon": 0.1, "tolerance": 5, "monotonic": True}, "monotonic"),
+        ({"kind": "guess_and_check", "epsilon": 0.1, "tolerance": 5, "c": 2}, "c"),
+        ({"kind": "sparse_vector", "epsilon": 0.1, "max_failures": 3}, "max_failures"),
+        ({"kind": "sparse_vector", "epsilon": 0.1, "tolerance": 5}, "tolerance"),
+        ({"kind": "sparse_vector", "epsilon": 0.1, "epsilon_estimates": 0.1}, "epsilon_estimates"),
+    ],
+)
+def test_a_session_field_its_kind_does_not_use_is_a_422_naming_it(
+    world: dict[str, Any], body: dict[str, Any], field: str
+) -> None:
+    client: TestClient = world["client"]
+    before = len(world["service"].store.charges())
+    r = client.post("/v1/datasets/adult/sessions", headers=_bearer(world["bob"]), json=body)
+    ((loc, msg),) = _problems(r)
+    assert loc == ["body", body["kind"], field]
+    assert f"a {body['kind']} session does not use {field!r}" in msg
+    assert len(world["service"].store.charges()) == before
+    # The service without HTTP refuses it too (never ignores it).
+    bob = world["service"].authenticate(world["bob"])
+    params = {k: v for k, v in body.items() if k != "kind"}
+    with pytest.raises(FieldRefused, match=field):
+        world["service"].open_session(bob, "adult", body["kind"], params)
+    assert len(world["service"].store.charges()) == before
+
+
+def test_a_session_step_takes_only_its_kinds_argument(world: dict[str, Any]) -> None:
+    client: TestClient = world["client"]
+    alice, sid = _bearer(world["alice"]), world["session"]  # a sparse vector: it takes a threshold
+    before = len(world["service"].store.charges())
+    r = client.post(f"/v1/sessions/{sid}/query", headers=alice, json={"where": "sex = 1", "guess": 10})
+    assert _problems(r) == [(["body", "guess"], "a sparse_vector session takes 'threshold', not 'guess'")]
+    gc = client.post(
+        "/v1/datasets/adult/sessions",
+        headers=alice,
+        json={"kind": "guess_and_check", "epsilon": 0.1, "tolerance": 50},
+    ).json()["session"]["id"]
+    after_open = len(world["service"].store.charges())
+    r = client.post(f"/v1/sessions/{gc}/query", headers=alice, json={"where": "sex = 1", "threshold": 10})
+    assert _problems(r) == [
+        (["body", "threshold"], "a guess_and_check session takes 'guess', not 'threshold'")
+    ]
+    assert after_open == before + 1 and len(world["service"].store.charges()) == after_open
+
+
+# -- typed responses: /openapi.json describes every answer, and the answers match it --------------------
+
+
+def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _declares_fields(spec: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """A named model with its properties and no others (not "any object")."""
+    schema = _resolve(spec, schema)
+    if schema.get("type") == "array":
+        return _declares_fields(spec, schema["items"])
+    return bool(schema.get("properties")) and schema.get("additionalProperties") is False
+
+
+def test_openapi_declares_a_response_schema_for_every_route(world: dict[str, Any]) -> None:
+    spec = world["client"].get("/openapi.json").json()
+    routes = [r for r in world["app"].routes if isinstance(r, APIRoute) and r.include_in_schema]
+    assert len(routes) >= 20
+    for route in routes:
+        for method in route.methods:
+            responses = spec["paths"][route.path][method.lower()]["responses"]
+            ok = [code for code in responses if code.startswith("2")]
+            assert len(ok) == 1, (method, route.path, responses)
+            content = responses[ok[0]]["content"]
+            if route.path.endswith(".png"):
+                assert content["image/png"]["schema"] == {"type": "string", "format": "binary"}
+                continue
+            assert _declares_fields(spec, content["application/json"]["schema"]), (method, route.path)
+            for code in ("400", "401", "404", "422"):  # the error bodies are described too
+                error = _resolve(spec, responses[code]["content"]["application/json"]["schema"])
+                assert {"error", "detail"} <= set(error["properties"]), (method, route.path, code)
+    # Routes left out of the description are the dashboard's static page and script only.
+    hidden = {r.path for r in world["app"].routes if isinstance(r, APIRoute) and not r.include_in_schema}
+    assert hidden == {"/dashboard", "/dashboard/app.js"}
+
+
+def test_every_answer_matches_its_declared_schema(world: dict[str, Any]) -> None:
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    client: TestClient = world["client"]
+    spec = client.get("/openapi.json").json()
+    alice, bob = _bearer(world["alice"]), _bearer(world["bob"])
+    sid = world["session"]
+    gc = client.post(
+        "/v1/datasets/adult/sessions",
+        headers=bob,
+        json={"kind": "guess_and_check", "epsilon": 0.1, "tolerance": 1, "max_failures": 2},
+    )
+    calls: list[tuple[str, str, str, dict[str, str], Any]] = [
+        ("POST", "/v1/datasets/{name}/sessions", "/v1/datasets/adult/sessions", bob, None),
+        ("GET", "/v1/admin/datasets", "/v1/admin/datasets", ADMIN, None),
+        ("GET", "/v1/admin/datasets/{name}", "/v1/admin/datasets/adult", ADMIN, None),
+        (
+            "PUT",
+            "/v1/admin/datasets/{name}/budget",
+            "/v1/admin/datasets/adult/budget",
+            ADMIN,
+            {"definition": "pure", "budget": 9.0},
+        ),
+        ("POST", "/v1/admin/analysts", "/v1/admin/analysts", ADMIN, {"name": "carl", "quotas": {"adult": 1}}),
+        ("GET", "/v1/admin/analysts", "/v1/admin/analysts", ADMIN, None),
+        (
+            "PUT",
+            "/v1/admin/analysts/{name}/quotas/{dataset}",
+            "/v1/admin/analysts/carl/quotas/adult",
+            ADMIN,
+            {"quota": 0.5},
+        ),
+        ("POST", "/v1/admin/analysts/{name}/token", "/v1/admin/analysts/carl/token", ADMIN, None),
+        ("POST", "/v1/admin/analysts/{name}/revoke", "/v1/admin/analysts/carl/revoke", ADMIN, None),
+        ("GET", "/v1/datasets", "/v1/datasets", bob, None),
+        ("GET", "/v1/datasets/{name}", "/v1/datasets/adult", bob, None),
+        (
+            "POST",
+            "/v1/datasets/{name}/query",
+            "/v1/datasets/adult/query",
+            bob,
+            {"where": "sex = 1", "epsilon": 0.1},
+        ),
+        (
+            "POST",
+            "/v1/datasets/{name}/batch",
+            "/v1/datasets/adult/batch",
+            bob,
+            {"queries": ["sex = 1", {"conditions": {"age": {"range": [20, 29]}}}], "epsilon": 0.1},
+        ),
+        (
+            "POST",
+            "/v1/datasets/{name}/cost",
+            "/v1/datasets/adult/cost",
+            bob,
+            {"queries": ["age < 30"], "epsilon": 0.1},
+        ),
+        (
+            "POST",
+            "/v1/sessions/{session_id}/query",
+            f"/v1/sessions/{sid}/query",
+            alice,
+            {"where": "sex = 1", "threshold": -1e9},
+        ),
+        ("GET", "/v1/sessions/{session_id}", f"/v1/sessions/{sid}", alice, None),
+        (
+            "POST",
+            "/v1/sessions/{session_id}/query",
+            f"/v1/sessions/{gc.json()['session']['id']}/query",
+            bob,
+            {"where": "sex = 1", "guess": -1e9},  # a failed guess: an estimate with its interval
+        ),
+        ("GET", "/v1/me", "/v1/me", bob, None),
+        ("GET", "/v1/me/ledger", "/v1/me/ledger", bob, None),
+        ("GET", "/v1/admin/ledger", "/v1/admin/ledger", ADMIN, None),
+        # Errors: refused, unknown, invalid, over the quota.
+        (
+            "POST",
+            "/v1/datasets/{name}/query",
+            "/v1/datasets/adult/query",
+            bob,
+            {"where": "sex = 1", "epsilon": 5.0},
+        ),
+        (
+            "POST",
+            "/v1/datasets/{name}/query",
+            "/v1/datasets/adult/query",
+            bob,
+            {"where": "nosuch = 1", "epsilon": 0.1},
+        ),
+        ("GET", "/v1/datasets/{name}", "/v1/datasets/nope", bob, None),
+        ("GET", "/v1/me", "/v1/me", {}, None),
+        ("POST", "/v1/datasets/{name}/query", "/v1/datasets/adult/query", bob, {"query": "sex = 1"}),
+    ]
+    seen: set[tuple[str, int]] = set()
+    for method, template, path, headers, body in calls:
+        r = gc if template.endswith("/sessions") else client.request(method, path, headers=headers, json=body)
+        declared = spec["paths"][template][method.lower()]["responses"]
+        schema = declared[str(r.status_code)]["content"]["application/json"]["schema"]
+        validator = jsonschema_rs.validator_for({**schema, "components": spec["components"]})
+        errors = [e.message for e in validator.iter_errors(r.json())]
+        assert not errors, (method, path, r.status_code, errors, r.json())
+        seen.add((template, r.status_code))
+    assert {code for _, code in seen} >= {200, 201, 400, 401, 403, 404, 422}
+    # A replayed answer (the same Idempotency-Key) has the same declared shape.
+    key = {**bob, "Idempotency-Key": "replay-1"}
+    for _ in range(2):
+        r = client.post(
+            "/v1/datasets/adult/batch", headers=key, json={"queries": ["sex = 0"], "epsilon": 0.01}
+        )
+        schema = spec["paths"]["/v1/datasets/{name}/batch"]["post"]["responses"]["200"]["content"]
+        validator = jsonschema_rs.validator_for(
+            {**schema["application/json"]["schema"], "components": spec["components"]}
+        )
+        assert validator.is_valid(r.json()), r.json()
+    assert r.json()["replayed"] is True
+
+
+# -- the guide lists every endpoint --------------------------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+
+
+def _guide_endpoint_table() -> set[tuple[str, str]]:
+    """``METHOD /path`` of every row of the endpoint table in the guide's section 4."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## 4. The HTTP API") : text.index("## 5.")]
+    table = section[section.index("| endpoint |") :]
+    table = table[: table.index("\n\n")]
+    found = set()
+    for cell in re.findall(r"`(GET|POST|PUT|DELETE) (/[^`?\s]*)[^`]*`", table):
+        found.add(cell)
+    return found
+
+
+def test_the_guide_endpoint_table_lists_every_route(world: dict[str, Any]) -> None:
+    routes = {
+        (method, route.path)
+        for route in world["app"].routes
+        if isinstance(route, APIRoute) and route.include_in_schema
+        for method in route.methods
+    }
+    listed = _guide_endpoint_table()
+    assert routes - listed == set(), "routes missing from the guide's endpoint table"
+    assert listed - routes == set(), "the guide's endpoint table lists routes the app does not have"
+
+
+def _guide_curl_calls() -> list[tuple[str, str, Any]]:
+    """(method, path, JSON body or None) of every curl line of the guide's section 4."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## 4. The HTTP API") : text.index("## 5.")]
+    calls = []
+    for block in re.findall(r"^```bash\n(.*?)^```", section, re.MULTILINE | re.DOTALL):
+        for command in re.split(r"\n(?=curl )", block.replace("\\\n", " ")):
+            command = command.replace("\n", " ").strip()
+            if not command.startswith("curl "):
+                continue
+            method = re.search(r"-X (\w+)", command)
+            path = re.search(r'"\$URL(/[^"?]*)', command)
+            body = re.search(r"-d '(.*)'", command)
+            assert path, command
+            calls.append(
+                (
+                    method.group(1) if method else "GET",
+                    path.group(1),
+                    json.loads(body.group(1)) if body else None,
+                )
+            )
+    return calls
+
+
+def test_every_request_body_of_the_guide_is_valid_and_every_field_is_documented(
+    world: dict[str, Any],
+) -> None:
+    """Each curl body of the guide validates against its route's request schema (so it is accepted with
+    exactly these names), every route with a body has an example, and every body field is named."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    spec = world["client"].get("/openapi.json").json()
+    routes = [r for r in world["app"].routes if isinstance(r, APIRoute) and r.include_in_schema]
+    with_body = {(m, r.path) for r in routes for m in r.methods if r.body_field is not None}
+    shown = set()
+    for method, path, body in _guide_curl_calls():
+        matches = [
+            r.path
+            for r in routes
+            if method in r.methods and re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", r.path), path)
+        ]
+        assert len(matches) == 1, (method, path, matches)
+        operation = spec["paths"][matches[0]][method.lower()]
+        if body is None:
+            assert "requestBody" not in operation, (method, path)
+            continue
+        schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        validator = jsonschema_rs.validator_for({**schema, "components": spec["components"]})
+        assert validator.is_valid(body), (method, path, [e.message for e in validator.iter_errors(body)])
+        shown.add((method, matches[0]))
+    assert with_body - shown == set(), "routes with a request body but no curl example in the guide"
+    section = GUIDE.read_text(encoding="utf-8").split("## 4. The HTTP API")[1].split("## 5.")[0]
+    for name, model in spec["components"]["schemas"].items():
+        if name.endswith(("Request", "Session", "Registration", "Update", "Create")):
+            for field in model["properties"]:
+                assert f"`{field}`" in section, (name, field)

@@ -26,7 +26,7 @@ def _build_schema() -> Any:
     service = QueryService(open_ledger(folder / "l.sqlite"))
     path, data_schema = write_adult(folder, rows=500)
     service.register_dataset("adult", str(path), data_schema, "pandas", "pure", 1e6)
-    _STATE["analyst"] = service.create_analyst("alice", {"adult": 1e6})["token"]
+    _STATE["analyst"] = service.create_analyst("alice", {"adult": 1e6}).token
     return schemathesis.openapi.from_asgi("/openapi.json", create_app(service, AdminKey(ADMIN_TOKEN)))
 
 

@@ -158,7 +158,7 @@ def test_service_decides_like_the_library_filter_and_exact_enumeration(tmp_path:
         decisions[truth] += 1
         if truth:
             admitted.extend(charges)
-        spent = service.analyst_info(alice)["datasets"]["adult"]["spent"]
+        spent = service.analyst_info(alice).datasets["adult"].spent
         assert spent == _float_up(worst(admitted))
     assert decisions[True] and decisions[False]  # the stream exercised both sides of the budget
     service.store.close()
@@ -171,19 +171,19 @@ def test_out_of_range_parameters_get_a_400_naming_the_field(tmp_path: Path) -> N
     service, _ = _service(tmp_path, 10.0, 2.0)
     path, schema = write_adult(tmp_path)
     service.register_dataset("z", str(path), schema, "pandas", "zcdp", 10.0)
-    token = service.create_analyst("mallory", {"adult": 2.0, "z": 2.0})["token"]
+    token = service.create_analyst("mallory", {"adult": 2.0, "z": 2.0}).token
     client = TestClient(create_app(service, AdminKey(ADMIN_TOKEN)))
     me = _bearer(token)
     cases: list[tuple[str, dict[str, Any], str]] = [
-        ("/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": 1e-300}, "epsilon"),
-        ("/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": 5e-324}, "epsilon"),
-        ("/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": 1e-13}, "epsilon"),
-        ("/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": 1e300}, "epsilon"),
+        ("/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": 1e-300}, "epsilon"),
+        ("/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": 5e-324}, "epsilon"),
+        ("/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": 1e-13}, "epsilon"),
+        ("/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": 1e300}, "epsilon"),
         ("/v1/datasets/adult/batch", {"queries": ["sex = 1", "sex = 0"], "epsilon": 1e-300}, "epsilon"),
         ("/v1/datasets/adult/cost", {"queries": ["sex = 1"], "epsilon": 5e-324}, "epsilon"),
-        ("/v1/datasets/z/query", {"query": "sex = 1", "rho": 1e-300}, "rho"),
-        ("/v1/datasets/z/query", {"query": "sex = 1", "rho": 5e-324}, "rho"),
-        ("/v1/datasets/z/query", {"query": "sex = 1", "rho": 1e300}, "rho"),
+        ("/v1/datasets/z/query", {"where": "sex = 1", "rho": 1e-300}, "rho"),
+        ("/v1/datasets/z/query", {"where": "sex = 1", "rho": 5e-324}, "rho"),
+        ("/v1/datasets/z/query", {"where": "sex = 1", "rho": 1e300}, "rho"),
         ("/v1/datasets/adult/sessions", {"kind": "sparse_vector", "epsilon": 1e-300}, "epsilon"),
         (
             "/v1/datasets/adult/sessions",
@@ -205,7 +205,7 @@ def test_out_of_range_parameters_get_a_400_naming_the_field(tmp_path: Path) -> N
     assert service.store.charges() == []
     assert (
         client.post(
-            "/v1/datasets/adult/query", headers=me, json={"query": "sex = 1", "epsilon": 0.5}
+            "/v1/datasets/adult/query", headers=me, json={"where": "sex = 1", "epsilon": 0.5}
         ).status_code
         == 200
     )
@@ -238,7 +238,7 @@ def test_a_failing_request_fails_alone_and_the_filters_are_never_rebuilt(
 
     # Two requests prepared as the service prepares them, then admitted in ONE group, mallory's first.
     captured: list[Any] = []
-    service._submit = lambda st, p: captured.append(p) or {}  # type: ignore[method-assign]
+    service._submit = lambda st, p, result: captured.append(p) or {}  # type: ignore[method-assign]
     service.query(mallory, "adult", ["sex = 0"], 0.5)
     service.query(alice, "adult", ["age < 30"], 0.5)
     del service._submit
@@ -255,11 +255,11 @@ def test_a_failing_request_fails_alone_and_the_filters_are_never_rebuilt(
         service._admit(state, captured)
     bad, good = captured
     assert isinstance(bad.error, ServiceError) and bad.error.status == 500 and bad.result is None
-    assert good.error is None and good.result is not None and len(good.result["answers"]) == 1
+    assert good.error is None and good.result is not None and len(good.result.answers) == 1
     rows = service.store.charges()
     assert [r.analyst for r in rows] == ["alice", "alice"]
-    assert service.dataset_status("adult")["spent_by_analyst"] == {"alice": 0.75, "mallory": 0.0}
-    assert service.dataset_status("adult")["spent"] == 0.75
+    assert service.dataset_status("adult").spent_by_analyst == {"alice": 0.75, "mallory": 0.0}
+    assert service.dataset_status("adult").spent == 0.75
     monkeypatch.setattr(service, "_admit_one", real_admit_one)
 
     # A commit that fails: every request of the group gets 503, and the filters are rolled back, not
@@ -270,9 +270,9 @@ def test_a_failing_request_fails_alone_and_the_filters_are_never_rebuilt(
         service.query(alice, "adult", ["age < 30"], 0.5)
     assert err.value.status == 503
     service.store = store
-    assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == 0.75
+    assert service.analyst_info(alice).datasets["adult"].spent == 0.75
     service.query(alice, "adult", ["age < 30"], 0.5)
-    assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == 1.25
+    assert service.analyst_info(alice).datasets["adult"].spent == 1.25
     assert resets == [] and full_reads == []
     store.close()
 
@@ -286,25 +286,25 @@ def _hostile_requests(session: str | None) -> list[tuple[str, str, Any]]:
     for _ in range(200):
         deep = {"conditions": deep}
     out: list[tuple[str, str, Any]] = [
-        ("POST", "/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": e})
+        ("POST", "/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": e})
         for e in (1e-300, 5e-324, 1e300, 2.0**-53, 0.0, -1.0, 0.6)
     ]
     out += [
-        ("POST", "/v1/datasets/adult/query", {"query": "sex = 1", "rho": 1e-300}),
-        ("POST", "/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": "1e-300"}),
-        ("POST", "/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": True}),
-        ("POST", "/v1/datasets/adult/query", b'{"query": "sex = 1", "epsilon": NaN}'),
-        ("POST", "/v1/datasets/adult/query", b'{"query": "sex = 1", "epsilon": 1e999}'),
-        ("POST", "/v1/datasets/adult/query", {"query": "sex = 1", "epsilon": 0.01, "unknown": 1}),
-        ("POST", "/v1/datasets/adult/query", {"query": deep, "epsilon": 0.01}),
-        ("POST", "/v1/datasets/adult/query", {"query": "(" * 3000 + "sex = 1" + ")" * 3000, "epsilon": 0.01}),
-        ("POST", "/v1/datasets/adult/query", {"query": " OR ".join(["sex = 1"] * 1500), "epsilon": 0.01}),
+        ("POST", "/v1/datasets/adult/query", {"where": "sex = 1", "rho": 1e-300}),
+        ("POST", "/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": "1e-300"}),
+        ("POST", "/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": True}),
+        ("POST", "/v1/datasets/adult/query", b'{"where": "sex = 1", "epsilon": NaN}'),
+        ("POST", "/v1/datasets/adult/query", b'{"where": "sex = 1", "epsilon": 1e999}'),
+        ("POST", "/v1/datasets/adult/query", {"where": "sex = 1", "epsilon": 0.01, "unknown": 1}),
+        ("POST", "/v1/datasets/adult/query", {**deep, "epsilon": 0.01}),
+        ("POST", "/v1/datasets/adult/query", {"where": "(" * 3000 + "sex = 1" + ")" * 3000, "epsilon": 0.01}),
+        ("POST", "/v1/datasets/adult/query", {"where": " OR ".join(["sex = 1"] * 1500), "epsilon": 0.01}),
         (
             "POST",
             "/v1/datasets/adult/query",
-            {"query": f"age IN ({', '.join(map(str, range(2000)))})", "epsilon": 0.01},
+            {"where": f"age IN ({', '.join(map(str, range(2000)))})", "epsilon": 0.01},
         ),
-        ("POST", "/v1/datasets/adult/query", {"query": "age > 1e300", "epsilon": 0.01}),
+        ("POST", "/v1/datasets/adult/query", {"where": "age > 1e300", "epsilon": 0.01}),
         ("POST", "/v1/datasets/adult/batch", {"queries": ["sex = 1"] * 1001, "epsilon": 0.001}),
         ("POST", "/v1/datasets/adult/batch", {"queries": ["sex = 1"] * 3, "epsilon": 1e-300}),
         ("POST", "/v1/datasets/adult/cost", {"queries": ["sex = 1"], "epsilon": 5e-324}),
@@ -318,7 +318,7 @@ def _hostile_requests(session: str | None) -> list[tuple[str, str, Any]]:
     ]
     if session is not None:
         for t in (1e300, -1e300, 5e-324):
-            out.append(("POST", f"/v1/sessions/{session}/query", {"query": "sex = 1", "threshold": t}))
+            out.append(("POST", f"/v1/sessions/{session}/query", {"where": "sex = 1", "threshold": t}))
     return out
 
 
@@ -371,7 +371,7 @@ def test_hostile_requests_leave_other_analysts_unaffected(tmp_path: Path) -> Non
             with httpx.Client(base_url=server.url, headers=_bearer(honest), timeout=60) as c:
                 k = 0
                 while not stop.is_set() and time.monotonic() < deadline + 1:
-                    body = {"query": f"age BETWEEN {20 + k % 40} AND {30 + k % 40}", "epsilon": 0.001}
+                    body = {"where": f"age BETWEEN {20 + k % 40} AND {30 + k % 40}", "epsilon": 0.001}
                     honest_statuses.append(c.post("/v1/datasets/adult/query", json=body).status_code)
                     k += 1
 

@@ -19,6 +19,7 @@ import pytest
 from overlapdp.service import QueryService, open_ledger
 from overlapdp.service.core import Conflict, QuotaExceeded, ServiceError
 from overlapdp.service.ledger import AdmissionTransaction, LedgerStore
+from overlapdp.service.responses import BatchAnswer
 from test_service_support import fresh_postgres_ledger, write_adult
 
 EPS = 0.0625  # a power of two: k * EPS is exact, so the expected number of admitted queries is exact
@@ -35,7 +36,7 @@ def _setup(service: QueryService, folder: Path, *, budget: float = 100.0, quota:
     path, schema = write_adult(folder)
     service.register_dataset("adult", str(path), schema, "pandas", "pure", budget)
     alice = service.create_analyst("alice", {"adult": quota})
-    return service.store.get_analyst(alice["name"])
+    return service.store.get_analyst(alice.name)
 
 
 def _ledger_sum(store: LedgerStore, **filters: str) -> Fraction:
@@ -84,7 +85,7 @@ def test_batch_is_all_or_nothing(ledger_url: str, tmp_path: Path) -> None:
         service.query(alice, "adult", [_query(i) for i in range(7)], EPS)
     assert _ledger_sum(service.store) == Fraction(10, 16)
     out = service.query(alice, "adult", [_query(i) for i in range(6)], EPS)
-    assert len(out["answers"]) == 6
+    assert len(out.answers) == 6
     assert _ledger_sum(service.store) == 1
     service.store.close()
 
@@ -94,9 +95,9 @@ def test_idempotency_key_replays_the_recorded_answer(ledger_url: str, tmp_path: 
     alice = _setup(service, tmp_path)
     first = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
     again = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
-    assert again["replayed"] and not first["replayed"]
-    assert [a["count"] for a in again["answers"]] == [a["count"] for a in first["answers"]]
-    assert [a["charge"] for a in again["answers"]] == [a["charge"] for a in first["answers"]]
+    assert again.replayed and not first.replayed
+    assert [a.count for a in again.answers] == [a.count for a in first.answers]
+    assert [a.charge for a in again.answers] == [a.charge for a in first.answers]
     assert len(service.store.charges()) == 2
     with pytest.raises(Conflict):
         service.query(alice, "adult", [_query(3)], EPS, request_key="k-1")
@@ -104,9 +105,7 @@ def test_idempotency_key_replays_the_recorded_answer(ledger_url: str, tmp_path: 
     service.store.close()
     restarted = QueryService(open_ledger(ledger_url))
     third = restarted.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
-    assert third["replayed"] and [a["count"] for a in third["answers"]] == [
-        a["count"] for a in first["answers"]
-    ]
+    assert third.replayed and [a.count for a in third.answers] == [a.count for a in first.answers]
     assert len(restarted.store.charges()) == 2
     restarted.store.close()
 
@@ -117,14 +116,14 @@ def test_restart_rebuilds_the_filters_from_the_ledger(ledger_url: str, tmp_path:
     for i in range(12):
         service.query(alice, "adult", [_query(i)], EPS)
     session = service.open_session(alice, "adult", "sparse_vector", {"epsilon": 0.125, "max_positives": 1})
-    sid = session["session"]["id"]
+    sid = session.session.id
     # A threshold far below any count answers "above" at once and closes the session (c = 1).
     step = service.session_query(alice, sid, "sex = 1", -1e9)
-    assert step["answer"]["above"] and step["answer"]["closed"]
+    assert step.answer.above and step.answer.closed
     service.store.close()
     restarted = QueryService(open_ledger(ledger_url))
-    info = restarted.analyst_info(alice)["datasets"]["adult"]
-    assert Fraction(info["spent"]) == _ledger_sum(restarted.store) == Fraction(14, 16)
+    info = restarted.analyst_info(alice).datasets["adult"]
+    assert Fraction(info.spent) == _ledger_sum(restarted.store) == Fraction(14, 16)
     with pytest.raises(QuotaExceeded):
         restarted.query(alice, "adult", [_query(0) for _ in range(3)], EPS)
     with pytest.raises(Conflict):  # the closed session stays closed
@@ -147,7 +146,7 @@ def test_two_instances_sharing_a_ledger_never_overspend(ledger_url: str, tmp_pat
             except QuotaExceeded:
                 return
             with lock:
-                answered.append(out["answers"][0]["charge"])
+                answered.append(out.answers[0].charge)
 
     threads = [
         threading.Thread(target=storm, args=(svc, k * 100)) for k in range(4) for svc in (first, second)
@@ -161,8 +160,8 @@ def test_two_instances_sharing_a_ledger_never_overspend(ledger_url: str, tmp_pat
     assert sorted(answered) == sorted(r.id for r in rows)
     for svc in (first, second):
         status = svc.dataset_status("adult")
-        assert Fraction(status["spent"]) == Fraction(3, 4)
-        assert status["guarantee"]["epsilon"] <= 0.75
+        assert Fraction(status.spent) == Fraction(3, 4)
+        assert status.guarantee.epsilon <= 0.75
     first.store.close()
     second.store.close()
 
@@ -202,9 +201,9 @@ def test_no_answer_without_its_charge(tmp_path: Path) -> None:
     service.store = store
     assert len(store.charges()) == 1
     # The failed request's staged charge is forgotten: the spend is the ledger's again.
-    assert Fraction(service.analyst_info(alice)["datasets"]["adult"]["spent"]) == Fraction(1, 16)
+    assert Fraction(service.analyst_info(alice).datasets["adult"].spent) == Fraction(1, 16)
     service.query(alice, "adult", [_query(2)], EPS)
-    assert Fraction(service.analyst_info(alice)["datasets"]["adult"]["spent"]) == Fraction(2, 16)
+    assert Fraction(service.analyst_info(alice).datasets["adult"].spent) == Fraction(2, 16)
     store.close()
 
 
@@ -216,11 +215,7 @@ def test_sqlite_commit_happens_before_the_answer(tmp_path: Path) -> None:
     out = service.query(alice, "adult", [_query(0)], EPS)
     other = sqlite3.connect(tmp_path / "l.sqlite")
     rows = other.execute("SELECT id, answer FROM charges").fetchall()
-    assert (
-        rows
-        and rows[0][0] == out["answers"][0]["charge"]
-        and f'"count":{out["answers"][0]["count"]}' in rows[0][1]
-    )
+    assert rows and rows[0][0] == out.answers[0].charge and f'"count":{out.answers[0].count}' in rows[0][1]
     other.close()
     store.close()
 
@@ -251,7 +246,7 @@ def test_disjoint_queries_are_charged_by_maximum_overlap(tmp_path: Path) -> None
     service = QueryService(open_ledger(tmp_path / "l.sqlite"))
     alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
     bob = service.create_analyst("bob", {"adult": 1.0})
-    bob_rec = service.store.get_analyst(bob["name"])
+    bob_rec = service.store.get_analyst(bob.name)
     service.query(alice, "adult", ["sex = 0"], 0.625)
     service.query(alice, "adult", ["sex = 1 AND race IN (1, 2)"], 0.625)  # disjoint: both fit in 1.0
     service.query(alice, "adult", ["sex = 1 AND race = 0 AND age < 30"], 0.375)
@@ -259,18 +254,16 @@ def test_disjoint_queries_are_charged_by_maximum_overlap(tmp_path: Path) -> None
         service.query(alice, "adult", ["age < 20"], 0.625)
     service.query(alice, "adult", ["age < 20 AND sex = 1"], 0.375)  # 0.625 + 0.375 = 1.0 at most
     service.query(bob_rec, "adult", ["race = 4", "race = 3"], 0.5)
-    info = service.analyst_info(alice)["datasets"]["adult"]
-    assert (
-        info["spent"] == pytest.approx(_brute_force_max_load(service, analyst="alice")) == pytest.approx(1.0)
-    )
+    info = service.analyst_info(alice).datasets["adult"]
+    assert info.spent == pytest.approx(_brute_force_max_load(service, analyst="alice")) == pytest.approx(1.0)
     status = service.dataset_status("adult")
-    assert status["spent"] == pytest.approx(_brute_force_max_load(service))
+    assert status.spent == pytest.approx(_brute_force_max_load(service))
     # Concurrent composition of the two analysts: the sum of their spends (pure DP, Vadhan and Wang 2021).
     bob_spent = _brute_force_max_load(service, analyst="bob")
     assert bob_spent == pytest.approx(0.5)
-    guarantee = status["guarantee"]
-    assert guarantee["by_concurrent_composition"] == pytest.approx(1.0 + bob_spent)
-    assert guarantee["epsilon"] == pytest.approx(min(status["spent"], 1.0 + bob_spent))
+    guarantee = status.guarantee
+    assert guarantee.by_concurrent_composition == pytest.approx(1.0 + bob_spent)
+    assert guarantee.epsilon == pytest.approx(min(status.spent, 1.0 + bob_spent))
     service.store.close()
 
 
@@ -279,14 +272,15 @@ def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path
     alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
     service.query(alice, "adult", ["sex = 0"], 0.25)
     batch = ["age < 30 AND sex = 1", "age >= 30 AND sex = 1", "age BETWEEN 25 AND 35"]
-    out = service.query(alice, "adult", batch, 0.25, dry_run=True)
+    out = service.cost(alice, "adult", batch, 0.25)
     # By hand: the first two are disjoint; the third meets each of them: the worst row pays 0.5 of the
     # batch, and 0.25 + 0.25 = 0.5 on the rows with sex = 0 aged 25 to 35, or sex = 1 aged 25 to 35.
-    assert out["cost"]["batch"] == {"overlap": pytest.approx(0.5), "sequential": pytest.approx(0.75)}
-    assert out["spent_after"] == pytest.approx(0.5) and out["admissible"] is True
+    assert out.cost.batch is not None
+    assert (out.cost.batch.overlap, out.cost.batch.sequential) == (pytest.approx(0.5), pytest.approx(0.75))
+    assert out.spent_after == pytest.approx(0.5) and out.admissible is True
     assert len(service.store.charges()) == 1
     service.query(alice, "adult", batch, 0.25)
-    assert service.analyst_info(alice)["datasets"]["adult"]["spent"] == pytest.approx(
+    assert service.analyst_info(alice).datasets["adult"].spent == pytest.approx(
         _brute_force_max_load(service, analyst="alice")
     )
     service.store.close()
@@ -296,7 +290,7 @@ def test_same_idempotency_key_on_two_instances_is_charged_once(ledger_url: str, 
     first = QueryService(open_ledger(ledger_url))
     alice = _setup(first, tmp_path)
     second = QueryService(open_ledger(ledger_url))
-    results: list[dict[str, Any]] = []
+    results: list[BatchAnswer] = []
     barrier = threading.Barrier(8)
 
     def submit(service: QueryService) -> None:
@@ -308,11 +302,11 @@ def test_same_idempotency_key_on_two_instances_is_charged_once(ledger_url: str, 
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert len(results) == 8 and sum(not r["replayed"] for r in results) == 1
-    counts = {tuple(a["count"] for a in r["answers"]) for r in results}
+    assert len(results) == 8 and sum(not r.replayed for r in results) == 1
+    counts = {tuple(a.count for a in r.answers) for r in results}
     assert len(counts) == 1
     assert len(first.store.charges()) == 2 and _ledger_sum(first.store) == 2 * Fraction(EPS)
     for svc in (first, second):
-        assert Fraction(svc.analyst_info(alice)["datasets"]["adult"]["spent"]) == 2 * Fraction(EPS)
+        assert Fraction(svc.analyst_info(alice).datasets["adult"].spent) == 2 * Fraction(EPS)
     first.store.close()
     second.store.close()

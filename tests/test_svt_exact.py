@@ -168,7 +168,7 @@ def test_sparse_vector_exact_distribution_with_fractional_thresholds_meets_its_e
     epsilon: float,
 ) -> None:
     d0, d1, miss, declared = svt_pair(
-        ISSUE_COUNTS, ISSUE_THRESHOLDS, 1e-12, epsilon=epsilon, c=1, monotonic=True
+        ISSUE_COUNTS, ISSUE_THRESHOLDS, 1e-12, epsilon=epsilon, max_positives=1, monotonic=True
     )
     assert declared == pytest.approx(epsilon)
     assert sum(d0.values()) == pytest.approx(1.0, abs=1e-9)
@@ -179,8 +179,10 @@ def test_sparse_vector_exact_distribution_with_fractional_thresholds_meets_its_e
 def test_sparse_vector_issue_case_output_probabilities() -> None:
     """With exact comparisons the thresholds act as their ceilings (1, 1, 1, 2, 0); computed
     independently here: P(BBBBA) = sum_rho P(rho) prod_i P(below_i | rho) P(above_5 | rho)."""
-    d0, d1, _, _ = svt_pair(ISSUE_COUNTS, ISSUE_THRESHOLDS, 1e-12, epsilon=2.0, c=1, monotonic=True)
-    mech = SparseVector(table([0]), epsilon=2.0, c=1, monotonic=True, rng=0)
+    d0, d1, _, _ = svt_pair(
+        ISSUE_COUNTS, ISSUE_THRESHOLDS, 1e-12, epsilon=2.0, max_positives=1, monotonic=True
+    )
+    mech = SparseVector(table([0]), epsilon=2.0, max_positives=1, monotonic=True, rng=0)
     rho_s, _ = laplace_support(mech.threshold_noise.scale, 1e-14)
     nu_s, _ = laplace_support(mech.query_noise.scale, 1e-14)
     ceilings = [1, 1, 1, 2, 0]
@@ -199,7 +201,7 @@ def test_sparse_vector_non_monotonic_fractional_thresholds() -> None:
     """Found by search over tiny thresholds; the float comparison lost 4.46 against a declared 4."""
     counts = ([3, 1, 3, 0, 0], [2, 0, 2, 1, 0])
     thresholds = [2**-52, 2**-52, 1e-17, 1.0, -1e-17]
-    d0, d1, miss, declared = svt_pair(counts, thresholds, 1e-11, epsilon=4.0, c=1)
+    d0, d1, miss, declared = svt_pair(counts, thresholds, 1e-11, epsilon=4.0, max_positives=1)
     assert declared == pytest.approx(4.0)
     assert violations(d0, d1, miss, declared) == []
 
@@ -207,13 +209,13 @@ def test_sparse_vector_non_monotonic_fractional_thresholds() -> None:
 def test_sparse_vector_two_positives_with_fractional_thresholds() -> None:
     counts = ([0, 1, 2, 1], [1, 0, 2, 2])
     thresholds = [0.5, 1e-300, -0.25, 1.0000000000000002]
-    d0, d1, miss, declared = svt_pair(counts, thresholds, 1e-11, epsilon=3.0, c=2)
+    d0, d1, miss, declared = svt_pair(counts, thresholds, 1e-11, epsilon=3.0, max_positives=2)
     assert violations(d0, d1, miss, declared) == []
 
 
 # -- guess-and-check: |q(D) - g| against a tolerance that is not an integer ---------------------------
 
-GC_PARAMS: dict[str, Any] = {"c": 1, "threshold_scale": 1, "query_scale": 2, "estimate_scale": 1}
+GC_PARAMS: dict[str, Any] = {"max_failures": 1, "threshold_scale": 1, "query_scale": 2, "estimate_scale": 1}
 
 
 @pytest.mark.parametrize(
@@ -277,7 +279,7 @@ def test_sparse_vector_never_exceeds_its_epsilon_for_any_finite_threshold(
     monotonic: bool, data: st.DataObject, ts: list[float], c: int
 ) -> None:
     counts = data.draw(neighbours(monotonic))
-    d0, d1, miss, declared = svt_pair(counts, ts, 1e-9, epsilon=4.0, c=c, monotonic=monotonic)
+    d0, d1, miss, declared = svt_pair(counts, ts, 1e-9, epsilon=4.0, max_positives=c, monotonic=monotonic)
     assert violations(d0, d1, miss, declared) == []
 
 
@@ -293,7 +295,7 @@ def test_guess_and_check_never_exceeds_its_epsilon_for_any_finite_guess_or_toler
         guesses,
         1e-9,
         tolerance=tol,
-        c=1,
+        max_failures=1,
         threshold_scale=Fraction(1, 2),
         query_scale=1,
         estimate_scale=1,
@@ -306,7 +308,9 @@ def test_guess_and_check_never_exceeds_its_epsilon_for_any_finite_guess_or_toler
 def test_comparisons_never_raise_on_extreme_finite_values(t: float, count: int) -> None:
     svt = SparseVector(lambda q: count, epsilon=1.0, threshold=t, rng=1)
     assert svt.ask(QUERIES[0]).outcome in ("above", "below")
-    gc = GuessAndCheck.from_budget(lambda q: count, epsilon=1.0, tolerance=abs(t) or 1.0, c=1, rng=1)
+    gc = GuessAndCheck.from_budget(
+        lambda q: count, epsilon=1.0, tolerance=abs(t) or 1.0, max_failures=1, rng=1
+    )
     assert gc.check(QUERIES[0], t).outcome in ("confirmed", "estimate")
 
 
@@ -340,7 +344,7 @@ def test_guesses_and_tolerances_are_compared_exactly() -> None:
     # confirmed iff |q - g| + nu < E + rho; with nu = rho = 0: iff |q - g| < E.
     def outcome(count: int, guess: Any, tol: Any) -> str:
         gc = GuessAndCheck(
-            table([count]), tolerance=tol, c=5, threshold_scale=1, query_scale=1, estimate_scale=1
+            table([count]), tolerance=tol, max_failures=5, threshold_scale=1, query_scale=1, estimate_scale=1
         )
         return str(_pinned(gc).check(QUERIES[0], guess).outcome)
 
@@ -351,7 +355,9 @@ def test_guesses_and_tolerances_are_compared_exactly() -> None:
     assert outcome(3, Fraction(10, 3), Fraction(1, 3)) == "estimate"
     assert outcome(3, Fraction(10, 3), Fraction(1, 3) + Fraction(1, 10**40)) == "confirmed"
     assert outcome(0, 10**400, 10**400 + 1) == "confirmed"
-    gc = GuessAndCheck(table([0]), tolerance=0.1, c=1, threshold_scale=1, query_scale=1, estimate_scale=1)
+    gc = GuessAndCheck(
+        table([0]), tolerance=0.1, max_failures=1, threshold_scale=1, query_scale=1, estimate_scale=1
+    )
     assert gc.tolerance == Fraction(0.1)  # the float exactly as stored
 
 
@@ -365,8 +371,8 @@ def test_non_finite_thresholds_and_guesses_name_the_field(bad: Any) -> None:
             svt.ask(QUERIES[0], bad)
         with pytest.raises(MechanismError, match="threshold"):
             SparseVector(lambda q: 0, epsilon=1.0, threshold=bad, rng=1)
-    gc = GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, c=1, rng=1)
+    gc = GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=1.0, max_failures=1, rng=1)
     with pytest.raises(MechanismError, match="guess"):
         gc.check(QUERIES[0], bad)
     with pytest.raises(MechanismError, match="tolerance"):
-        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=bad, c=1, rng=1)
+        GuessAndCheck.from_budget(lambda q: 0, epsilon=1.0, tolerance=bad, max_failures=1, rng=1)

@@ -20,7 +20,13 @@ import pandas as pd
 
 from overlapdp.errors import OverlapDPError
 
+#: A query: SQL-style condition text, or a workload-file object ``{"where": ...}`` / ``{"conditions": ...}``.
 QuerySpec = str | Mapping[str, Any]
+
+
+def _one_query(query: QuerySpec) -> dict[str, Any]:
+    """The body fields of one query: text goes in ``where``, an object is sent as it is."""
+    return {"where": query} if isinstance(query, str) else dict(query)
 
 
 class ServiceRefused(OverlapDPError):
@@ -159,7 +165,7 @@ class Session:
         key: str | None = None,
     ) -> dict[str, Any]:
         """Sparse vector: ``{"above": bool, ...}``; guess-and-check: ``{"ok": bool, "estimate": ...}``."""
-        body: dict[str, Any] = {"query": query}
+        body: dict[str, Any] = _one_query(query)
         if threshold is not None:
             body["threshold"] = threshold
         if guess is not None:
@@ -205,7 +211,7 @@ class Client(_Base):
         key: str | None = None,
     ) -> pd.DataFrame:
         """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id)."""
-        body = {"query": query, **_parameter(epsilon, rho)}
+        body = {**_one_query(query), **_parameter(epsilon, rho)}
         out = self._call("POST", f"/v1/datasets/{dataset}/query", json=body, key=key, spend=True)
         return _answers_frame([query], [out])
 
@@ -236,10 +242,30 @@ class Client(_Base):
         out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/cost", json=body)
         return out
 
-    def open_session(self, dataset: str, kind: str, *, key: str | None = None, **params: Any) -> Session:
+    def open_session(
+        self,
+        dataset: str,
+        kind: str,
+        *,
+        epsilon: float,
+        max_positives: int | None = None,
+        monotonic: bool | None = None,
+        tolerance: float | None = None,
+        epsilon_estimates: float | None = None,
+        max_failures: int | None = None,
+        key: str | None = None,
+    ) -> Session:
         """``kind`` is ``"sparse_vector"`` (epsilon, max_positives, monotonic) or ``"guess_and_check"``
-        (epsilon, epsilon_estimates, tolerance, max_failures)."""
-        body = {"kind": kind, **params}
+        (epsilon, tolerance, epsilon_estimates, max_failures), the fields of the HTTP body. A parameter
+        the kind does not use is refused by the service (:class:`ServiceRefused`, 422 naming it)."""
+        given = {
+            "max_positives": max_positives,
+            "monotonic": monotonic,
+            "tolerance": tolerance,
+            "epsilon_estimates": epsilon_estimates,
+            "max_failures": max_failures,
+        }
+        body = {"kind": kind, "epsilon": epsilon, **{k: v for k, v in given.items() if v is not None}}
         out = self._call("POST", f"/v1/datasets/{dataset}/sessions", json=body, key=key, spend=True)
         return Session(self, out["session"])
 

@@ -86,7 +86,9 @@ def svt_sampler(attack: Attack, *, monotonic: bool = False) -> Sampler:
         def count(q: PredicateQuery) -> int:
             return values[q.constraints[0][1].intervals[0][0]]
 
-        svt = SparseVector(count, epsilon=EPSILON, c=C, threshold=THRESHOLD, monotonic=monotonic, rng=source)
+        svt = SparseVector(
+            count, epsilon=EPSILON, max_positives=C, threshold=THRESHOLD, monotonic=monotonic, rng=source
+        )
         out: list[str] = []
         for k in range(len(values)):
             ans = svt.ask(_QUERIES[k])

@@ -56,14 +56,17 @@ class GuessAnswer:
 
 
 class GuessAndCheck:
-    """Interactive Guess-and-Check over predicate counting queries (see the module doc)."""
+    """Interactive Guess-and-Check over predicate counting queries (see the module doc).
+
+    ``max_failures`` is ``c`` of Lyu 2022 (the service's session parameter has the same name).
+    """
 
     def __init__(
         self,
         data: DataLike,
         *,
         tolerance: RationalLike,
-        c: int,
+        max_failures: int,
         threshold_scale: RationalLike,
         query_scale: RationalLike,
         estimate_scale: RationalLike,
@@ -78,7 +81,7 @@ class GuessAndCheck:
             raise MechanismError(f"tolerance E must be positive, got {tolerance!r}")
         #: The tolerance ``E``, exactly (a float exactly as stored).
         self.tolerance: Fraction = tol
-        self._c = check_c(c)
+        self._c = check_c(max_failures, "max_failures")
         self._delta = check_sensitivity(sensitivity)
         self.threshold_noise = DiscreteLaplace(round_up(threshold_scale, name="threshold_scale"))
         self.query_noise = DiscreteLaplace(round_up(query_scale, name="query_scale"))
@@ -99,7 +102,7 @@ class GuessAndCheck:
         *,
         epsilon: float,
         tolerance: RationalLike,
-        c: int,
+        max_failures: int,
         estimate_fraction: float = 0.5,
         sensitivity: int = 1,
         coverage: Coverage = WHOLE_DOMAIN,
@@ -113,13 +116,13 @@ class GuessAndCheck:
         if not 0 < estimate_fraction < 1:
             raise MechanismError(f"estimate_fraction must lie in (0, 1), got {estimate_fraction!r}")
         delta = check_sensitivity(sensitivity)
-        cc = check_c(c)
+        cc = check_c(max_failures, "max_failures")
         eps_est = eps * estimate_fraction
         eps1, eps2 = optimal_split(eps - eps_est, cc)
         return cls(
             data,
             tolerance=tolerance,
-            c=cc,
+            max_failures=cc,
             threshold_scale=Fraction(delta) / Fraction(eps1),
             query_scale=Fraction(2 * cc * delta) / Fraction(eps2),
             estimate_scale=Fraction(cc * delta) / Fraction(eps_est),

@@ -49,9 +49,11 @@ from overlapdp.query import PredicateQuery
 Outcome = Literal["above", "below", "exhausted"]
 
 
-def check_c(c: int) -> int:
+def check_c(c: int, name: str = "max_positives") -> int:
+    """``c`` of the papers: the most "above" answers (``max_positives``) or failed guesses
+    (``max_failures``, Guess-and-Check); ``name`` is the parameter named in the error."""
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-        raise MechanismError(f"c (the number of positive answers) must be an integer >= 1, got {c!r}")
+        raise MechanismError(f"{name} (c, the number of positive answers) must be an integer >= 1, got {c!r}")
     return c
 
 
@@ -84,6 +86,7 @@ class SparseVector:
 
     ``epsilon`` is the SVT's budget ``epsilon_1 + epsilon_2``; ``release_epsilon`` (``epsilon_3``) is spent
     on top when "above" answers also release a noisy count. ``threshold`` is the default ``T_i``.
+    ``max_positives`` is ``c`` of the papers (the service's session parameter has the same name).
     """
 
     def __init__(
@@ -91,7 +94,7 @@ class SparseVector:
         data: DataLike,
         *,
         epsilon: float,
-        c: int = 1,
+        max_positives: int = 1,
         threshold: RationalLike | None = None,
         monotonic: bool = False,
         threshold_epsilon: float | None = None,
@@ -102,7 +105,7 @@ class SparseVector:
         rng: RngLike = None,
         served: bool = False,
     ) -> None:
-        self._c = check_c(c)
+        self._c = check_c(max_positives)
         eps = positive_epsilon(epsilon)
         delta = check_sensitivity(sensitivity)
         if threshold_epsilon is None:
@@ -140,7 +143,8 @@ class SparseVector:
         return self._positives >= self._c
 
     @property
-    def c(self) -> int:
+    def max_positives(self) -> int:
+        """``c`` of Lyu et al.: the mechanism stops after this many "above" answers."""
         return self._c
 
     @property

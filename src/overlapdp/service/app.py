@@ -2,7 +2,11 @@
 
 - Every endpoint needs a bearer token: the admin token for ``/v1/admin/...``, an analyst's otherwise.
 - Bad input is a 4xx with ``{"error": ..., "detail": ...}``; messages name the field or attribute and
-  never carry a value of the data; an unexpected failure is a bare 500 without details.
+  never carry a value of the data; an unexpected failure is a bare 500 without details. A 422 lists
+  ``{"loc": [...], "msg": ...}`` per refused field (unknown fields, wrong types, a field the chosen
+  mechanism does not use).
+- Every endpoint declares its response model (:mod:`overlapdp.service.responses`), so ``/openapi.json``
+  describes every answer and every error body.
 - Bodies larger than ``Limits.max_body_bytes`` and batches larger than ``Limits.max_batch`` get 413.
 - CORS is off unless origins are given.
 """
@@ -19,7 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from overlapdp.errors import OverlapDPError
 from overlapdp.service.auth import AdminKey, AuthError
-from overlapdp.service.core import QueryService, ServiceError, TooLarge
+from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard
 from overlapdp.service.ledger import AnalystRecord, LedgerError
 from overlapdp.service.models import (
@@ -27,10 +31,30 @@ from overlapdp.service.models import (
     BatchRequest,
     BudgetUpdate,
     DatasetRegistration,
+    GuessAndCheckSession,
     QueryRequest,
     QuotaUpdate,
     SessionQueryRequest,
     SessionRequest,
+    SparseVectorSession,
+)
+from overlapdp.service.responses import (
+    AdminDatasetInfo,
+    AnalystCreated,
+    AnalystInfo,
+    BatchAnswer,
+    CostEstimate,
+    DatasetInfo,
+    DatasetStatus,
+    ErrorBody,
+    LedgerEntry,
+    NewToken,
+    QueryAnswer,
+    Revoked,
+    SessionInfo,
+    SessionOpened,
+    SessionStep,
+    ValidationErrorBody,
 )
 
 log = logging.getLogger("overlapdp.service")
@@ -124,6 +148,20 @@ def _error(status: int, exc: BaseException, **extra: Any) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+#: The error bodies every endpoint may answer with (declared in the OpenAPI description).
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "bad input: the detail names the field or attribute"},
+    401: {"model": ErrorBody, "description": "a missing, wrong or revoked token"},
+    403: {"model": ErrorBody, "description": "the quota or the global budget cannot pay (with 'remaining')"},
+    404: {"model": ErrorBody, "description": "unknown data set, analyst or session"},
+    409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
+    413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
+    422: {"model": ValidationErrorBody, "description": "the body does not hold the documented fields"},
+    500: {"model": ErrorBody, "description": "an internal error; nothing was charged"},
+    503: {"model": ErrorBody, "description": "the ledger could not record the request; retry with its key"},
+}
+
+
 def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str] | None = None) -> FastAPI:
     """The ASGI application over ``service``; ``admin`` checks the admin token."""
     app = FastAPI(
@@ -133,6 +171,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
             "Differentially private counting queries for several analysts, charged by maximum overlap, "
             "with a durable ledger. Every answer is recorded with its charge before it is sent."
         ),
+        responses=_ERRORS,
     )
     if cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -150,6 +189,11 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     async def _auth(_: Request, exc: AuthError) -> JSONResponse:
         return _error(401, exc)
 
+    @app.exception_handler(FieldRefused)
+    async def _refused_field(_: Request, exc: FieldRefused) -> JSONResponse:
+        problem = {"loc": ["body", exc.field], "msg": str(exc)}
+        return JSONResponse({"error": "ValidationError", "detail": [problem]}, status_code=422)
+
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
         return _error(exc.status, exc, **exc.details)
@@ -165,9 +209,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         # Only where and what: the offending input is not echoed back.
-        problems = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()
-        ]
+        problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e)} for e in exc.errors()]
         return JSONResponse({"error": "ValidationError", "detail": problems}, status_code=422)
 
     @app.exception_handler(Exception)
@@ -188,45 +230,50 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
 
     # -- admin ----------------------------------------------------------------------------------------
     @app.post("/v1/admin/datasets", tags=["admin"], status_code=201)
-    def register_dataset(body: DatasetRegistration, _: Admin) -> dict[str, Any]:
+    def register_dataset(body: DatasetRegistration, _: Admin) -> AdminDatasetInfo:
         """Register a data set (file, schema, engine) with its privacy definition and global budget."""
         return service.register_dataset(
             body.name, body.path, body.schema_, body.engine, body.definition, body.budget
         )
 
     @app.get("/v1/admin/datasets", tags=["admin"])
-    def admin_datasets(_: Admin) -> list[dict[str, Any]]:
+    def admin_datasets(_: Admin) -> list[AdminDatasetInfo]:
+        """Every registered data set with its file, engine, definition and global budget."""
         return service.list_datasets()
 
     @app.get("/v1/admin/datasets/{name}", tags=["admin"])
-    def dataset_status(name: str, _: Admin) -> dict[str, Any]:
+    def dataset_status(name: str, _: Admin) -> DatasetStatus:
         """Spend, remaining budget and the guarantee over all analysts (concurrent composition)."""
         return service.dataset_status(name)
 
     @app.put("/v1/admin/datasets/{name}/budget", tags=["admin"])
-    def set_budget(name: str, body: BudgetUpdate, _: Admin) -> dict[str, Any]:
+    def set_budget(name: str, body: BudgetUpdate, _: Admin) -> AdminDatasetInfo:
+        """Change the global budget (or the definition, which replays the ledger); charges stay."""
         return service.set_budget(name, body.definition, body.budget)
 
     @app.post("/v1/admin/analysts", tags=["admin"], status_code=201)
-    def create_analyst(body: AnalystCreate, _: Admin) -> dict[str, Any]:
+    def create_analyst(body: AnalystCreate, _: Admin) -> AnalystCreated:
         """Create an analyst with quotas; the token is shown here once and stored only as a hash."""
         return service.create_analyst(body.name, body.quotas)
 
     @app.get("/v1/admin/analysts", tags=["admin"])
-    def list_analysts(_: Admin) -> list[dict[str, Any]]:
+    def list_analysts(_: Admin) -> list[AnalystInfo]:
+        """Every analyst with quotas, spend and remaining budget per data set."""
         return service.list_analysts()
 
     @app.put("/v1/admin/analysts/{name}/quotas/{dataset}", tags=["admin"])
-    def set_quota(name: str, dataset: str, body: QuotaUpdate, _: Admin) -> dict[str, Any]:
+    def set_quota(name: str, dataset: str, body: QuotaUpdate, _: Admin) -> AnalystInfo:
+        """Set the analyst's quota on a data set (recorded charges stay)."""
         return service.set_quota(name, dataset, body.quota)
 
     @app.post("/v1/admin/analysts/{name}/revoke", tags=["admin"])
-    def revoke(name: str, _: Admin) -> dict[str, Any]:
+    def revoke(name: str, _: Admin) -> Revoked:
+        """Revoke the analyst's token (a new token lifts the revocation)."""
         service.revoke(name)
-        return {"name": name, "revoked": True}
+        return Revoked(name=name, revoked=True)
 
     @app.post("/v1/admin/analysts/{name}/token", tags=["admin"])
-    def rotate(name: str, _: Admin) -> dict[str, Any]:
+    def rotate(name: str, _: Admin) -> NewToken:
         """A new token for the analyst (the old one stops working; also lifts a revocation)."""
         return service.rotate_token(name)
 
@@ -237,64 +284,64 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         analyst: str | None = None,
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> list[dict[str, Any]]:
+    ) -> list[LedgerEntry]:
         """The full ledger in order (page with ``after`` = the last ``seq`` seen)."""
         return service.ledger(dataset=dataset, analyst=analyst, after=after, limit=limit)
 
     # -- analysts -------------------------------------------------------------------------------------
     @app.get("/v1/datasets", tags=["analyst"])
-    def datasets(who: Analyst) -> list[dict[str, Any]]:
+    def datasets(who: Analyst) -> list[DatasetInfo]:
         """The data sets this analyst has a quota on, with their schemas."""
-        return service.list_datasets(who)
+        return service.datasets_for(who)
 
     @app.get("/v1/datasets/{name}", tags=["analyst"])
-    def dataset(name: str, who: Analyst) -> dict[str, Any]:
+    def dataset(name: str, who: Analyst) -> DatasetInfo:
+        """One data set: its definition, the parameter to give, its schema."""
         return service.dataset_for(who, name)
 
     @app.post("/v1/datasets/{name}/query", tags=["analyst"])
-    def query(name: str, body: QueryRequest, who: Analyst, key: IdempotencyKey = None) -> dict[str, Any]:
+    def query(name: str, body: QueryRequest, who: Analyst, key: IdempotencyKey = None) -> QueryAnswer:
         """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid."""
-        out = service.query(who, name, [body.query], *_parameter(body.epsilon, body.rho), request_key=key)
-        answer = dict(out["answers"][0])
-        return {**answer, "cost": out["cost"], "replayed": out["replayed"], "remaining": out.get("remaining")}
+        out = service.query(who, name, [body.spec()], *_parameter(body.epsilon, body.rho), request_key=key)
+        return QueryAnswer(
+            **out.answers[0].model_dump(), cost=out.cost, replayed=out.replayed, remaining=out.remaining
+        )
 
     @app.post("/v1/datasets/{name}/batch", tags=["analyst"])
-    def batch(name: str, body: BatchRequest, who: Analyst, key: IdempotencyKey = None) -> dict[str, Any]:
+    def batch(name: str, body: BatchRequest, who: Analyst, key: IdempotencyKey = None) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
         _batch_size(service, body.queries)
         return service.query(who, name, body.queries, *_parameter(body.epsilon, body.rho), request_key=key)
 
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
-    def cost(name: str, body: BatchRequest, who: Analyst) -> dict[str, Any]:
+    def cost(name: str, body: BatchRequest, who: Analyst) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
         _batch_size(service, body.queries)
-        return service.query(who, name, body.queries, *_parameter(body.epsilon, body.rho), dry_run=True)
+        return service.cost(who, name, body.queries, *_parameter(body.epsilon, body.rho))
 
     @app.post("/v1/datasets/{name}/sessions", tags=["analyst"], status_code=201)
     def open_session(
         name: str, body: SessionRequest, who: Analyst, key: IdempotencyKey = None
-    ) -> dict[str, Any]:
+    ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session (its epsilon is charged when it opens)."""
         params = body.model_dump(exclude={"kind"}, exclude_none=True)
         return service.open_session(who, name, body.kind, params, request_key=key)
 
     @app.get("/v1/sessions/{session_id}", tags=["analyst"])
-    def session(session_id: str, who: Analyst) -> dict[str, Any]:
+    def session(session_id: str, who: Analyst) -> SessionInfo:
+        """The session's parameters, how many queries and positives it has had, whether it is closed."""
         return service.session_info(who, session_id)
 
     @app.post("/v1/sessions/{session_id}/query", tags=["analyst"])
     def session_query(
         session_id: str, body: SessionQueryRequest, who: Analyst, key: IdempotencyKey = None
-    ) -> dict[str, Any]:
+    ) -> SessionStep:
         """One step of a session: a query with a threshold (sparse vector) or a guess (guess-and-check)."""
-        if (body.threshold is None) == (body.guess is None):
-            raise _BadRequest("give exactly one of 'threshold' (sparse vector) or 'guess' (guess-and-check)")
-        arg = body.threshold if body.threshold is not None else body.guess
-        assert arg is not None
-        return service.session_query(who, session_id, body.query, arg, request_key=key)
+        arg_name, arg = body.argument
+        return service.session_query(who, session_id, body.spec(), arg, request_key=key, arg_name=arg_name)
 
     @app.get("/v1/me", tags=["analyst"])
-    def me(who: Analyst) -> dict[str, Any]:
+    def me(who: Analyst) -> AnalystInfo:
         """Own quotas, spend and remaining budget per data set."""
         return service.analyst_info(who)
 
@@ -304,7 +351,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         dataset: str | None = None,
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> list[dict[str, Any]]:
+    ) -> list[LedgerEntry]:
         """Own charges and the answers released to this analyst, in ledger order."""
         return service.ledger(dataset=dataset, analyst=who.name, after=after, limit=limit)
 
@@ -314,6 +361,31 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
 
 class _BadRequest(ServiceError):
     status = 400
+
+
+#: The fields of each session kind (a field of the other kind is refused, never ignored).
+_SESSION_FIELDS = {
+    "sparse_vector": list(SparseVectorSession.model_fields),
+    "guess_and_check": list(GuessAndCheckSession.model_fields),
+}
+
+
+def _message(problem: Any) -> str:
+    """A validation problem's message; an unknown field is named with the fields that are accepted."""
+    if problem.get("type") != "extra_forbidden":
+        return str(problem.get("msg", ""))
+    loc = [str(p) for p in problem.get("loc", ())]
+    name = loc[-1][:60] if loc else ""
+    kind = loc[-2] if len(loc) >= 2 else ""
+    if kind in _SESSION_FIELDS:
+        fields = ", ".join(repr(f) for f in _SESSION_FIELDS[kind])
+        return f"a {kind} session does not use {name!r}; its fields are {fields}"
+    if name == "query":
+        return (
+            "unknown field 'query': give the condition as 'where' (SQL-style text) or 'conditions' "
+            "(JSON form), the names workload files use"
+        )
+    return f"unknown field {name!r}"
 
 
 def _parameter(epsilon: float | None, rho: float | None) -> tuple[float | None, str | None]:

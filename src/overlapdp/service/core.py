@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from overlapdp.errors import OverlapDPError, QueryError
 from overlapdp.mechanisms.calibration import laplace_scale
@@ -52,6 +52,26 @@ from overlapdp.service.ledger import (
     SessionRecord,
 )
 from overlapdp.service.ledger.base import LoadRow, dumps
+from overlapdp.service.responses import (
+    AdminDatasetInfo,
+    AnalystCreated,
+    AnalystInfo,
+    Answer,
+    BatchAnswer,
+    BatchCost,
+    Cost,
+    CostEstimate,
+    DatasetInfo,
+    DatasetStatus,
+    Guarantee,
+    LedgerEntry,
+    NewToken,
+    QuotaInfo,
+    SessionAnswer,
+    SessionInfo,
+    SessionOpened,
+    SessionStep,
+)
 
 log = logging.getLogger("overlapdp.service")
 
@@ -84,6 +104,17 @@ class TooLarge(ServiceError):
     status = 413
 
 
+class FieldRefused(ServiceError):
+    """A field the request may not carry here (422, like a body that fails validation), e.g. a
+    ``guess`` sent to a sparse-vector session; ``field`` names it."""
+
+    status = 422
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class Unavailable(ServiceError):
     """The data set is registered but its rows cannot be read by this instance."""
 
@@ -103,6 +134,10 @@ class Limits:
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
+
+#: What an admitted request returns.
+Result = BatchAnswer | CostEstimate | SessionOpened | SessionStep
+R = TypeVar("R", BatchAnswer, CostEstimate, SessionOpened, SessionStep)
 
 
 @dataclass
@@ -124,7 +159,7 @@ class _Pending:
     session_state: dict[str, Any] = field(default_factory=dict)
     step_arg: float = 0.0
     done: bool = False
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     error: BaseException | None = None
 
 
@@ -254,7 +289,7 @@ class QueryService:
 
     def register_dataset(
         self, name: str, path: str, schema: Any, engine: str, definition: str, budget: float
-    ) -> dict[str, Any]:
+    ) -> AdminDatasetInfo:
         _check_name("data set name", name)
         runtime.check_definition(definition)
         budget = runtime.check_amount("budget", budget)
@@ -269,9 +304,9 @@ class QueryService:
             loaded.close()
             raise
         state = self._install(record, loaded)
-        return self._dataset_info(state, admin=True)
+        return self._admin_info(state)
 
-    def set_budget(self, name: str, definition: str, budget: float) -> dict[str, Any]:
+    def set_budget(self, name: str, definition: str, budget: float) -> AdminDatasetInfo:
         runtime.check_definition(definition)
         budget = runtime.check_amount("budget", budget)
         state = self._state(name)
@@ -285,35 +320,51 @@ class QueryService:
                 state.reset()
                 state.apply(self.store.loads_since(name, 0))
             state.global_filter.budget = record.budget
-        return self._dataset_info(state, admin=True)
+        return self._admin_info(state)
 
-    def _dataset_info(self, state: _DatasetState, *, admin: bool) -> dict[str, Any]:
+    @staticmethod
+    def _public_fields(state: _DatasetState) -> dict[str, Any]:
         rec = state.record
-        info: dict[str, Any] = {
+        return {
             "name": rec.name,
             "definition": rec.definition,
             "parameter": runtime.DEFINITIONS[rec.definition],
             "schema": rec.schema,
             "available": state.loaded is not None,
         }
-        if admin:
-            info.update(path=rec.path, engine=rec.engine, budget=rec.budget, rows=_rows(state))
-        return info
 
-    def list_datasets(self, analyst: AnalystRecord | None = None) -> list[dict[str, Any]]:
-        out = []
-        for record in self.store.list_datasets():
-            if analyst is not None and record.name not in analyst.quotas:
-                continue
-            out.append(self._dataset_info(self._state(record.name), admin=analyst is None))
-        return out
+    @classmethod
+    def _admin_fields(cls, state: _DatasetState) -> dict[str, Any]:
+        rec = state.record
+        return {
+            **cls._public_fields(state),
+            "path": rec.path,
+            "engine": rec.engine,
+            "budget": rec.budget,
+            "rows": _rows(state),
+        }
 
-    def dataset_for(self, analyst: AnalystRecord, name: str) -> dict[str, Any]:
+    def _admin_info(self, state: _DatasetState) -> AdminDatasetInfo:
+        return AdminDatasetInfo(**self._admin_fields(state))
+
+    def list_datasets(self) -> list[AdminDatasetInfo]:
+        """Every registered data set, as the custodian sees it."""
+        return [self._admin_info(self._state(r.name)) for r in self.store.list_datasets()]
+
+    def datasets_for(self, analyst: AnalystRecord) -> list[DatasetInfo]:
+        """The data sets ``analyst`` has a quota on, without where their rows live."""
+        return [
+            DatasetInfo(**self._public_fields(self._state(r.name)))
+            for r in self.store.list_datasets()
+            if r.name in analyst.quotas
+        ]
+
+    def dataset_for(self, analyst: AnalystRecord, name: str) -> DatasetInfo:
         if name not in analyst.quotas:
             raise NotFound(f"unknown data set {name!r}")
-        return self._dataset_info(self._state(name), admin=False)
+        return DatasetInfo(**self._public_fields(self._state(name)))
 
-    def dataset_status(self, name: str) -> dict[str, Any]:
+    def dataset_status(self, name: str) -> DatasetStatus:
         """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3)."""
         state = self._state(name)
         self._catch_up(state)
@@ -321,13 +372,15 @@ class QueryService:
             rec = state.record
             per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
             spent = state.global_filter.max_load()
-            info = self._dataset_info(state, admin=True)
-            info["spent"] = spent
-            info["remaining"] = max(0.0, rec.budget - spent)
-            info["spent_by_analyst"] = per_analyst
-            info["guarantee"] = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
-            info["ledger_seq"] = state.last_seq
-        return info
+            guarantee = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
+            return DatasetStatus(
+                **self._admin_fields(state),
+                spent=spent,
+                remaining=max(0.0, rec.budget - spent),
+                spent_by_analyst=per_analyst,
+                guarantee=Guarantee(**guarantee),
+                ledger_seq=state.last_seq,
+            )
 
     def _catch_up(self, state: _DatasetState) -> None:
         """Bring the filters up to the ledger's committed rows."""
@@ -335,12 +388,12 @@ class QueryService:
             state.apply(self.store.loads_since(state.record.name, state.last_seq))
 
     # -- analysts ---------------------------------------------------------------------------------
-    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> dict[str, Any]:
+    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> AnalystCreated:
         _check_name("analyst name", name)
         clean = self._check_quotas(quotas)
         token = new_token()
         self.store.put_analyst(AnalystRecord(name, hash_token(token), clean, False, time.time()))
-        return {"name": name, "token": token, "quotas": clean}
+        return AnalystCreated(name=name, token=token, quotas=clean)
 
     def _check_quotas(self, quotas: Mapping[str, float]) -> dict[str, float]:
         clean: dict[str, float] = {}
@@ -350,7 +403,7 @@ class QueryService:
             clean[ds] = runtime.check_amount(f"quota for {ds!r}", amount)
         return clean
 
-    def set_quota(self, analyst: str, dataset: str, quota: float) -> dict[str, Any]:
+    def set_quota(self, analyst: str, dataset: str, quota: float) -> AnalystInfo:
         self._check_quotas({dataset: quota})
         try:
             self.store.set_quota(analyst, dataset, float(quota))
@@ -366,14 +419,14 @@ class QueryService:
             raise NotFound(str(exc)) from None
         self._tokens.drop_analyst(analyst)
 
-    def rotate_token(self, analyst: str) -> dict[str, Any]:
+    def rotate_token(self, analyst: str) -> NewToken:
         token = new_token()
         try:
             self.store.rotate_token(analyst, hash_token(token))
         except LedgerError as exc:
             raise NotFound(str(exc)) from None
         self._tokens.drop_analyst(analyst)
-        return {"name": analyst, "token": token}
+        return NewToken(name=analyst, token=token)
 
     def _analyst(self, name: str) -> AnalystRecord:
         rec = self.store.get_analyst(name)
@@ -381,7 +434,7 @@ class QueryService:
             raise NotFound(f"unknown analyst {name!r}")
         return rec
 
-    def list_analysts(self) -> list[dict[str, Any]]:
+    def list_analysts(self) -> list[AnalystInfo]:
         return [self.analyst_info(a) for a in self.store.list_analysts()]
 
     def authenticate(self, token: str | None) -> AnalystRecord:
@@ -397,30 +450,30 @@ class QueryService:
             self._tokens.put(token_hash, rec)
         return rec
 
-    def analyst_info(self, analyst: AnalystRecord) -> dict[str, Any]:
+    def analyst_info(self, analyst: AnalystRecord) -> AnalystInfo:
         """Quotas, spend and remaining budget per data set (overlap-aware: spend is the worst row's load)."""
-        per: dict[str, Any] = {}
+        per: dict[str, QuotaInfo] = {}
         for ds, quota in sorted(analyst.quotas.items()):
             state = self._state(ds)
             self._catch_up(state)
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
                 spent = f.max_load() if f is not None else 0.0
-            per[ds] = {
-                "definition": state.record.definition,
-                "quota": quota,
-                "spent": spent,
-                "remaining": max(0.0, quota - spent),
-            }
-        return {"name": analyst.name, "revoked": analyst.revoked, "datasets": per}
+            per[ds] = QuotaInfo(
+                definition=state.record.definition,  # type: ignore[arg-type]  # checked at registration
+                quota=quota,
+                spent=spent,
+                remaining=max(0.0, quota - spent),
+            )
+        return AnalystInfo(name=analyst.name, revoked=analyst.revoked, datasets=per)
 
     # -- ledger -----------------------------------------------------------------------------------
     def ledger(
         self, *, dataset: str | None = None, analyst: str | None = None, after: int = 0, limit: int = 1000
-    ) -> list[dict[str, Any]]:
+    ) -> list[LedgerEntry]:
         limit = max(1, min(int(limit), self.limits.max_ledger_page))
         rows = self.store.charges(dataset=dataset, analyst=analyst, after=max(0, int(after)), limit=limit)
-        return [r.to_json() for r in rows]
+        return [LedgerEntry(**r.to_json()) for r in rows]
 
     # -- queries ----------------------------------------------------------------------------------
     def _parse(self, state: _DatasetState, specs: Sequence[Any]) -> list[PredicateQuery]:
@@ -474,9 +527,36 @@ class QueryService:
         parameter_name: str | None = None,
         *,
         request_key: str | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
+    ) -> BatchAnswer:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically."""
+        return self._submit(
+            *self._query(analyst, dataset, specs, parameter, parameter_name, request_key), BatchAnswer
+        )
+
+    def cost(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None = None,
+    ) -> CostEstimate:
+        """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent)."""
+        return self._submit(
+            *self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True), CostEstimate
+        )
+
+    def _query(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None,
+        request_key: str | None,
+        *,
+        dry_run: bool = False,
+    ) -> tuple[_DatasetState, _Pending]:
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
@@ -499,7 +579,7 @@ class QueryService:
             # request joins a group, so a failure here concerns this request alone.
             pending.true_counts = loaded.counts(queries)
             pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
-        return self._submit(state, pending)
+        return state, pending
 
     def open_session(
         self,
@@ -509,7 +589,7 @@ class QueryService:
         params: Mapping[str, Any],
         *,
         request_key: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session; its whole budget is charged on every row now."""
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
@@ -533,7 +613,7 @@ class QueryService:
             session_params=public,
             session_state=secret,
         )
-        return self._submit(state, pending)
+        return self._submit(state, pending, SessionOpened)
 
     def session_query(
         self,
@@ -543,11 +623,19 @@ class QueryService:
         arg: float,
         *,
         request_key: str | None = None,
-    ) -> dict[str, Any]:
-        """One step of a session: ``arg`` is the threshold (sparse vector) or the guess (guess-and-check)."""
+        arg_name: str | None = None,
+    ) -> SessionStep:
+        """One step of a session: ``arg`` is the threshold (sparse vector) or the guess (guess-and-check).
+
+        ``arg_name``, when given (``"threshold"`` or ``"guess"``), must be the one the session's kind
+        takes: a guess sent to a sparse vector is refused (:class:`FieldRefused`), not used as a threshold.
+        """
         session = self.store.get_session(session_id)
         if session is None or session.analyst != analyst.name:
             raise NotFound("unknown session")
+        expected = _STEP_ARGUMENT.get(session.kind)
+        if arg_name is not None and arg_name != expected:
+            raise FieldRefused(arg_name, f"a {session.kind} session takes '{expected}', not '{arg_name}'")
         if not isinstance(arg, int | float) or isinstance(arg, bool) or not math.isfinite(arg):
             raise QueryError("the threshold or guess must be a finite number")
         state = self._state(session.dataset)
@@ -564,16 +652,16 @@ class QueryService:
             session_id=session_id,
             step_arg=float(arg),
         )
-        return self._submit(state, pending)
+        return self._submit(state, pending, SessionStep)
 
-    def session_info(self, analyst: AnalystRecord, session_id: str) -> dict[str, Any]:
+    def session_info(self, analyst: AnalystRecord, session_id: str) -> SessionInfo:
         session = self.store.get_session(session_id)
         if session is None or session.analyst != analyst.name:
             raise NotFound("unknown session")
         return _session_json(session)
 
     # -- admission --------------------------------------------------------------------------------
-    def _submit(self, state: _DatasetState, pending: _Pending) -> dict[str, Any]:
+    def _submit(self, state: _DatasetState, pending: _Pending, result: type[R]) -> R:
         with state.queue_lock:
             state.queue.append(pending)
         with state.admit_lock:
@@ -583,12 +671,12 @@ class QueryService:
                 self._admit(state, batch)
         if pending.error is not None:
             raise pending.error
-        assert pending.result is not None
+        assert isinstance(pending.result, result)
         return pending.result
 
     def _admit(self, state: _DatasetState, batch: list[_Pending]) -> None:
         """Admit ``batch`` in one ledger transaction; results are published only after the commit."""
-        staged: list[tuple[_Pending, dict[str, Any]]] = []
+        staged: list[tuple[_Pending, Result]] = []
         try:
             with self.store.admission(state.record.name) as tx:
                 state.record = tx.dataset()
@@ -637,7 +725,7 @@ class QueryService:
 
     def _admit_one(
         self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
-    ) -> tuple[dict[str, Any], list[int]]:
+    ) -> tuple[Result, list[int]]:
         if p.request_key is not None and p.kind != "dry-run":
             recorded = tx.find_request(p.analyst, p.request_key)
             if recorded:
@@ -656,11 +744,13 @@ class QueryService:
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
         definition = state.record.definition
-        cost = {
-            "definition": definition,
-            runtime.DEFINITIONS[definition]: p.loads[0] if p.loads else 0.0,
-            "queries": len(p.queries),
-        }
+        value = p.loads[0] if p.loads else 0.0
+        cost = Cost(
+            definition=definition,  # type: ignore[arg-type]  # checked at registration
+            queries=len(p.queries),
+            epsilon=value if definition == "pure" else None,
+            rho=value if definition == "zcdp" else None,
+        )
         if p.kind == "dry-run":
             return self._dry_run(state, mine, quota, pairs, cost), []
         # Admission: the charges go into both filters, or (the caller rolls back) into neither.
@@ -711,18 +801,15 @@ class QueryService:
             )
             if row is None:
                 raise Conflict("this idempotency key is being used by a concurrent request")
-            answers.append({"charge": row.id, "seq": row.seq, **answer})
+            answers.append(Answer(charge=row.id, seq=row.seq, **answer))
             seqs.append(row.seq)
-        return {
-            "answers": answers,
-            "cost": cost,
-            "replayed": False,
-            "remaining": max(0.0, quota - mine.max_load()),
-        }, seqs
+        return BatchAnswer(
+            answers=answers, cost=cost, replayed=False, remaining=max(0.0, quota - mine.max_load())
+        ), seqs
 
     def _session_open(
         self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
-    ) -> tuple[dict[str, Any], list[int]]:
+    ) -> tuple[SessionOpened, list[int]]:
         assert p.session_id is not None and p.session_kind is not None
         definition = state.record.definition
         load = p.loads[0]
@@ -747,18 +834,18 @@ class QueryService:
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
                 cost={"definition": definition, runtime.DEFINITIONS[definition]: load, "load": load},
-                answer=answer,
+                answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,
             )
         )
         if row is None:
             raise Conflict("this idempotency key is being used by a concurrent request")
-        return {"session": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
+        return SessionOpened(session=answer, charge=row.id, seq=row.seq, replayed=False), [row.seq]
 
     def _session_step(
         self, tx: AdmissionTransaction, state: _DatasetState, p: _Pending
-    ) -> tuple[dict[str, Any], list[int]]:
+    ) -> tuple[SessionStep, list[int]]:
         assert p.session_id is not None
         session = tx.session(p.session_id)
         if session is None or session.analyst != p.analyst:
@@ -791,7 +878,9 @@ class QueryService:
         )
         if row is None:
             raise Conflict("this idempotency key is being used by a concurrent request")
-        return {"answer": answer, "charge": row.id, "seq": row.seq, "replayed": False}, [row.seq]
+        return SessionStep(answer=SessionAnswer(**answer), charge=row.id, seq=row.seq, replayed=False), [
+            row.seq
+        ]
 
     @staticmethod
     def _dry_run(
@@ -799,8 +888,8 @@ class QueryService:
         mine: runtime.ServiceFilter,
         quota: float,
         pairs: list[tuple[PredicateQuery | None, float]],
-        cost: dict[str, Any],
-    ) -> dict[str, Any]:
+        cost: Cost,
+    ) -> CostEstimate:
         """What the batch would cost and whether both filters would admit it now (all undone)."""
         remaining = max(0.0, quota - mine.max_load())
         sp = mine.savepoint()
@@ -814,28 +903,30 @@ class QueryService:
             verdicts.append(f.try_all(pairs))
             f.rollback(sp)
         own_ok, global_ok = verdicts
-        return {
-            "cost": {**cost, "batch": runtime.batch_cost(state.schema, pairs)},
-            "spent_after": after,
-            "admissible": own_ok and global_ok,
-            "quota_admits": own_ok,
-            "global_admits": global_ok,
-            "remaining": remaining,
-        }
+        return CostEstimate(
+            cost=cost.model_copy(update={"batch": BatchCost(**runtime.batch_cost(state.schema, pairs))}),
+            spent_after=after,
+            admissible=own_ok and global_ok,
+            quota_admits=own_ok,
+            global_admits=global_ok,
+            remaining=remaining,
+        )
 
     @staticmethod
-    def _replay(p: _Pending, recorded: list[ChargeRecord]) -> dict[str, Any]:
+    def _replay(p: _Pending, recorded: list[ChargeRecord]) -> Result:
+        """The recorded answers of a retried request (``remaining`` is not recomputed: left out)."""
+        r = recorded[0]
         if p.kind == "session":
-            r = recorded[0]
-            return {"session": r.answer, "charge": r.id, "seq": r.seq, "replayed": True}
+            return SessionOpened(
+                session=SessionInfo(**(r.answer or {})), charge=r.id, seq=r.seq, replayed=True
+            )
         if p.kind == "session-query":
-            r = recorded[0]
-            return {"answer": r.answer, "charge": r.id, "seq": r.seq, "replayed": True}
-        answers = [{"charge": r.id, "seq": r.seq, **(r.answer or {})} for r in recorded]
-        cost = dict(recorded[0].cost)
-        cost.pop("load", None)
-        cost["queries"] = len(recorded)
-        return {"answers": answers, "cost": cost, "replayed": True}
+            return SessionStep(
+                answer=SessionAnswer(**(r.answer or {})), charge=r.id, seq=r.seq, replayed=True
+            )
+        answers = [Answer(charge=c.id, seq=c.seq, **(c.answer or {})) for c in recorded]
+        cost = {k: v for k, v in r.cost.items() if k not in ("load", "queries")}
+        return BatchAnswer(answers=answers, cost=Cost(**cost, queries=len(recorded)), replayed=True)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -879,21 +970,39 @@ def _recorded_query(spec: Any, query: PredicateQuery) -> dict[str, Any]:
     return out
 
 
-def _session_json(session: SessionRecord) -> dict[str, Any]:
-    public = {k: v for k, v in session.params.items()}
-    return {
-        "id": session.id,
-        "dataset": session.dataset,
-        "kind": session.kind,
-        "params": public,
-        "positives": session.state.get("positives", 0),
-        "queries": session.state.get("queries", 0),
-        "closed": session.closed,
-    }
+def _session_json(session: SessionRecord) -> SessionInfo:
+    return SessionInfo(
+        id=session.id,
+        dataset=session.dataset,
+        kind=session.kind,  # type: ignore[arg-type]  # checked when the session opened
+        params=dict(session.params),
+        positives=session.state.get("positives", 0),
+        queries=session.state.get("queries", 0),
+        closed=session.closed,
+    )
+
+
+#: The parameters of each session kind (the HTTP bodies have the same fields, plus ``kind``).
+_SESSION_PARAMS = {
+    "sparse_vector": ("epsilon", "max_positives", "monotonic"),
+    "guess_and_check": ("epsilon", "tolerance", "epsilon_estimates", "max_failures"),
+}
+
+#: The argument of a session step, by session kind.
+_STEP_ARGUMENT = {"sparse_vector": "threshold", "guess_and_check": "guess"}
 
 
 def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The validated parameters a session is rebuilt from (they go into the ledger)."""
+    """The validated parameters a session is rebuilt from (they go into the ledger); a parameter the
+    kind does not use is refused, never ignored."""
+    allowed = _SESSION_PARAMS[kind]
+    for name in params:
+        if name not in allowed:
+            raise FieldRefused(
+                str(name)[:60],
+                f"a {kind} session does not use {str(name)[:60]!r}; its parameters are "
+                + ", ".join(repr(a) for a in allowed),
+            )
     eps = runtime.check_amount("epsilon", params.get("epsilon"))
     if kind == "sparse_vector":
         return {

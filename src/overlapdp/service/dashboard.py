@@ -79,7 +79,12 @@ def install_dashboard(app: FastAPI, store: Any, require_admin: Callable[..., Awa
         "/v1/admin/datasets/{name}/heatmap.png",
         tags=["admin"],
         response_class=Response,
-        responses={200: {"content": {"image/png": {}}}},
+        responses={
+            200: {
+                "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+                "description": "the heat map as a PNG image",
+            }
+        },
         dependencies=[Depends(require_admin)],
     )
     def heatmap(

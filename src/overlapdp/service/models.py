@@ -1,7 +1,12 @@
 """Request bodies of the HTTP API (pydantic).
 
-- Unknown fields are refused (422), so typos do not pass silently; unknown keys inside a query object
-  are refused by the query parser (400).
+- A query is given with the field names of workload files: ``"where"`` (SQL-style condition text) or
+  ``"conditions"`` (the JSON form), exactly one of them; a batch lists such queries (or bare condition
+  strings) under ``"queries"``.
+- Unknown fields are refused (422 naming the field), so typos do not pass silently; so is a field the
+  chosen mechanism does not use (``max_positives`` for a guess-and-check session, ``tolerance`` for a
+  sparse vector): each session kind has its own body. Unknown keys inside a query object of a batch are
+  refused by the query parser (400).
 - Types are strict: a number field takes a JSON number (an integer is accepted where a float is
   expected), never a string or a boolean, so ``"epsilon": true`` or ``"epsilon": "0.1"`` is a 422 and
   charges nothing (it used to be read as 1.0 and 0.1); an integer field takes a JSON integer, a
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 #: Nesting of objects and lists in one query (the parser's own limit, 16 nested "not", is lower).
 MAX_QUERY_JSON_DEPTH = 64
@@ -34,7 +39,8 @@ def _shallow(value: Any) -> Any:
     return value
 
 
-#: A query: SQL-style condition text, or ``{"where": "..."}``, or ``{"conditions": {...}}``.
+#: A query of a batch: SQL-style condition text, or ``{"where": "..."}``, or ``{"conditions": {...}}``
+#: (a line of a workload file).
 QuerySpec = Annotated[str | dict[str, Any], AfterValidator(_shallow)]
 
 
@@ -42,44 +48,108 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class QueryRequest(_Body):
+class _OneQuery(_Body):
+    """One query, named as in workload files: ``where`` or ``conditions``, exactly one."""
+
+    where: str | None = Field(
+        default=None,
+        description="the condition as SQL-style text (as in workload files)",
+        examples=["age BETWEEN 30 AND 39 AND sex = 1"],
+    )
+    conditions: Annotated[dict[str, Any], AfterValidator(_shallow)] | None = Field(
+        default=None,
+        description="the condition in JSON form, attribute -> condition (as in workload files)",
+        examples=[{"age": {"range": [30, 39]}, "sex": {"eq": 1}}],
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _OneQuery:
+        if (self.where is None) == (self.conditions is None):
+            raise ValueError("give exactly one of 'where' (SQL-style text) or 'conditions' (JSON form)")
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """The query as a workload line (what the query parser reads)."""
+        return {"where": self.where} if self.where is not None else {"conditions": self.conditions}
+
+
+class QueryRequest(_OneQuery):
     """One counting query; give the parameter of the data set's definition (``epsilon`` or ``rho``)."""
 
-    query: QuerySpec = Field(examples=["age BETWEEN 30 AND 39 AND sex = 1"])
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
     rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+
+
+def _no_weights(queries: list[Any]) -> list[Any]:
+    """A workload line's ``weight`` has no effect on a request (each query is charged the request's
+    parameter), so it is refused rather than ignored."""
+    for i, q in enumerate(queries):
+        if isinstance(q, dict) and "weight" in q:
+            raise ValueError(
+                f"query #{i}: 'weight' is not used here; every query is charged the request's epsilon or rho"
+            )
+    return queries
 
 
 class BatchRequest(_Body):
     """Several counting queries admitted and charged together (all or none), each with the same parameter."""
 
-    queries: list[QuerySpec]
-    epsilon: float | None = None
-    rho: float | None = None
-
-
-class SessionRequest(_Body):
-    """Open an interactive session; its whole epsilon is charged on every row when it opens."""
-
-    kind: Literal["sparse_vector", "guess_and_check"]
-    epsilon: float = Field(
-        description="sparse vector: total epsilon; guess-and-check: epsilon of the SVT part"
+    queries: Annotated[list[QuerySpec], AfterValidator(_no_weights)] = Field(
+        description="condition strings or workload-file objects ({'where': ...} or {'conditions': ...})",
+        examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
     )
-    max_positives: int = Field(default=1, description="sparse vector: stop after this many 'above' answers")
-    monotonic: bool = False
-    tolerance: float | None = Field(default=None, description="guess-and-check: largest accepted error")
+    epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
+    rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+
+
+class SparseVectorSession(_Body):
+    """Open a sparse-vector session: "above / below" answers until ``max_positives`` of them are
+    "above"; ``epsilon`` is charged on every row when it opens."""
+
+    kind: Literal["sparse_vector"]
+    epsilon: float = Field(description="total epsilon (threshold and query noise)")
+    max_positives: int = Field(default=1, description="stop after this many 'above' answers (c)")
+    monotonic: bool = Field(
+        default=False, description="true if every query moves in the same direction between neighbours"
+    )
+
+
+class GuessAndCheckSession(_Body):
+    """Open a guess-and-check session: each guess within ``tolerance`` is confirmed, a failed one gets a
+    fresh noisy estimate, until ``max_failures`` failed; ``epsilon + epsilon_estimates`` is charged on
+    every row when it opens."""
+
+    kind: Literal["guess_and_check"]
+    epsilon: float = Field(description="epsilon of the sparse-vector test of the guesses")
+    tolerance: float = Field(description="largest accepted error of a guess (greater than 0)")
     epsilon_estimates: float | None = Field(
-        default=None, description="guess-and-check: epsilon of the estimates"
+        default=None, description="epsilon of the estimates released for failed guesses (default: epsilon)"
     )
-    max_failures: int = Field(default=1, description="guess-and-check: stop after this many failed guesses")
+    max_failures: int = Field(default=1, description="stop after this many failed guesses (c)")
 
 
-class SessionQueryRequest(_Body):
+#: Open a session: the fields of its ``kind``, and no others.
+SessionRequest = Annotated[SparseVectorSession | GuessAndCheckSession, Field(discriminator="kind")]
+
+
+class SessionQueryRequest(_OneQuery):
     """One step: a query with a ``threshold`` (sparse vector) or a ``guess`` (guess-and-check)."""
 
-    query: QuerySpec
-    threshold: float | None = None
-    guess: float | None = None
+    threshold: float | None = Field(default=None, description="sparse vector: compare the count with this")
+    guess: float | None = Field(default=None, description="guess-and-check: the guessed count")
+
+    @model_validator(mode="after")
+    def _one_argument(self) -> SessionQueryRequest:
+        if (self.threshold is None) == (self.guess is None):
+            raise ValueError("give exactly one of 'threshold' (sparse vector) or 'guess' (guess-and-check)")
+        return self
+
+    @property
+    def argument(self) -> tuple[str, float]:
+        if self.threshold is not None:
+            return "threshold", self.threshold
+        assert self.guess is not None
+        return "guess", self.guess
 
 
 class DatasetRegistration(_Body):

@@ -305,7 +305,7 @@ def _build(kind: str, params: dict[str, Any], count: Count) -> SparseVector | Gu
         return SparseVector(
             count,
             epsilon=params["epsilon"],
-            c=params.get("max_positives", 1),
+            max_positives=params.get("max_positives", 1),
             monotonic=bool(params.get("monotonic", False)),
             served=True,
         )
@@ -316,7 +316,7 @@ def _build(kind: str, params: dict[str, Any], count: Count) -> SparseVector | Gu
         epsilon=eps_svt + eps_est,
         estimate_fraction=eps_est / (eps_svt + eps_est),
         tolerance=params["tolerance"],
-        c=params.get("max_failures", 1),
+        max_failures=params.get("max_failures", 1),
         served=True,
     )
 

@@ -1,0 +1,268 @@
+"""What the service answers (pydantic): the typed results of :class:`~overlapdp.service.core.QueryService`,
+which the HTTP API declares as response models, so that ``/openapi.json`` describes every answer.
+
+- Fields that do not apply to an answer are left out of its JSON (not sent as ``null``): a cost names
+  ``epsilon`` on a pure-DP data set and ``rho`` on a zCDP one, a sparse-vector step has ``above`` and
+  ``positives_left``, a guess-and-check step ``ok`` and ``estimates_left``. A field that is ``null`` on
+  the wire (``rows`` of a data set this instance cannot read, ``remaining`` of a replayed request) is
+  declared nullable.
+- What the ledger records verbatim (the query, the mechanism, the cost and the answer of a charge, a
+  session's parameters) keeps the JSON object it was recorded with.
+- Errors: ``{"error": ..., "detail": ...}`` (:class:`ErrorBody`); a 422 carries the list of
+  ``{"loc": [...], "msg": ...}`` that names each refused field (:class:`ValidationErrorBody`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Out(BaseModel):
+    """A response: unknown fields are a programming error (the declared schema would be wrong)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def omitted(description: str | None = None) -> Any:
+    """A field that does not apply to every answer: None, and then left out of the JSON."""
+    return Field(default=None, exclude_if=_is_none, description=description)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    """A refused request: the exception's name and a one-line reason naming the field or attribute.
+
+    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota) and
+    ``quota_admits`` / ``global_admits`` (whether each budget alone would have paid).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(examples=["QueryError"])
+    detail: str = Field(examples=["attribute 'sex': 'female' is not a value of the domain"])
+
+
+class FieldProblem(BaseModel):
+    loc: list[str] = Field(description="where: 'body', then the field (and the session kind, if any)")
+    msg: str
+
+
+class ValidationErrorBody(BaseModel):
+    """422: the body is not valid JSON of the documented fields and types; each problem names its field."""
+
+    error: Literal["ValidationError"]
+    detail: list[FieldProblem]
+
+
+# -- data sets -------------------------------------------------------------------------------------
+
+
+class DatasetInfo(Out):
+    """A data set as an analyst sees it."""
+
+    name: str
+    definition: Literal["pure", "zcdp"]
+    parameter: Literal["epsilon", "rho"] = Field(description="the per-query parameter to give")
+    schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
+    available: bool = Field(description="whether this service instance can read the rows")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+
+class AdminDatasetInfo(DatasetInfo):
+    """A data set as the custodian sees it: also where its rows live and its global budget."""
+
+    path: str
+    engine: str
+    budget: float
+    rows: int | None = Field(description="null when this instance cannot read the rows")
+
+
+class Guarantee(Out):
+    """The guarantee over all analysts together (concurrent composition, MATH.md 3): the smaller of the
+    data set's own per-row filter and the concurrent composition of the analysts' spends."""
+
+    definition: Literal["pure", "zcdp"]
+    epsilon: float | None = omitted()
+    rho: float | None = omitted()
+    by_global_filter: float
+    by_concurrent_composition: float
+
+
+class DatasetStatus(AdminDatasetInfo):
+    """Global spend (the worst row's load over all charges), remaining budget, spend per analyst."""
+
+    spent: float
+    remaining: float
+    spent_by_analyst: dict[str, float]
+    guarantee: Guarantee
+    ledger_seq: int = Field(description="the last ledger position included")
+
+
+# -- analysts --------------------------------------------------------------------------------------
+
+
+class QuotaInfo(Out):
+    definition: Literal["pure", "zcdp"]
+    quota: float
+    spent: float = Field(description="the worst row's load of the analyst's charges (overlap-aware)")
+    remaining: float
+
+
+class AnalystInfo(Out):
+    """An analyst's quotas, spend and remaining budget per data set."""
+
+    name: str
+    revoked: bool
+    datasets: dict[str, QuotaInfo]
+
+
+class AnalystCreated(Out):
+    """A new analyst; ``token`` is shown here once (the service keeps only its hash)."""
+
+    name: str
+    token: str
+    quotas: dict[str, float]
+
+
+class NewToken(Out):
+    name: str
+    token: str
+
+
+class Revoked(Out):
+    name: str
+    revoked: Literal[True]
+
+
+# -- the ledger ------------------------------------------------------------------------------------
+
+
+class LedgerEntry(Out):
+    """One committed charge with what it released, in ledger order (``seq``)."""
+
+    seq: int
+    id: str
+    dataset: str
+    analyst: str
+    kind: Literal["query", "session", "session-query"]
+    session: str | None
+    request_key: str | None
+    position: int
+    query: dict[str, Any] | None = Field(description="canonical JSON form of the query, and its 'text'")
+    mechanism: dict[str, Any]
+    cost: dict[str, Any]
+    answer: dict[str, Any] | None
+    created_at: float
+
+
+# -- queries ---------------------------------------------------------------------------------------
+
+
+class BatchCost(Out):
+    """What a batch costs on its own: overlap-aware (the worst row's load) and summed (sequential)."""
+
+    overlap: float
+    sequential: float
+
+
+class Cost(Out):
+    """The per-query parameter (``epsilon`` or ``rho``, after the data set's definition) and the number
+    of queries; a dry run adds ``batch``."""
+
+    definition: Literal["pure", "zcdp"]
+    epsilon: float | None = omitted()
+    rho: float | None = omitted()
+    queries: int
+    batch: BatchCost | None = omitted()
+
+
+class Answer(Out):
+    """One released noisy count with its standard deviation, 95% interval and noise, and its charge."""
+
+    charge: str = Field(description="the ledger id of the charge")
+    seq: int = Field(description="the ledger position of the charge")
+    count: int
+    stddev: float
+    ci95: tuple[int, int]
+    noise: str
+
+
+class QueryAnswer(Answer):
+    """``POST .../query``: one answer with its cost; ``remaining`` is null on a replayed request."""
+
+    cost: Cost
+    replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
+    remaining: float | None
+
+
+class BatchAnswer(Out):
+    """``POST .../batch``: the answers in request order, charged together."""
+
+    answers: list[Answer]
+    cost: Cost
+    replayed: bool
+    remaining: float | None = omitted("left out on a replayed request")
+
+
+class CostEstimate(Out):
+    """``POST .../cost``: a dry run; nothing is spent."""
+
+    cost: Cost
+    spent_after: float = Field(description="the analyst's spend if the batch were charged now")
+    admissible: bool
+    quota_admits: bool
+    global_admits: bool
+    remaining: float
+
+
+# -- sessions --------------------------------------------------------------------------------------
+
+
+class SessionInfo(Out):
+    """A sparse-vector or guess-and-check session; ``positives`` counts "above" answers (sparse vector)
+    or failed guesses (guess-and-check)."""
+
+    id: str
+    dataset: str
+    kind: Literal["sparse_vector", "guess_and_check"]
+    params: dict[str, Any] = Field(description="the parameters it was opened with")
+    positives: int
+    queries: int
+    closed: bool
+
+
+class SessionOpened(Out):
+    session: SessionInfo
+    charge: str
+    seq: int
+    replayed: bool
+
+
+class SessionAnswer(Out):
+    """One step. Sparse vector: ``above`` and ``positives_left``; guess-and-check: ``ok``,
+    ``estimates_left`` and, for a failed guess, a fresh noisy ``estimate`` with its ``ci95``."""
+
+    outcome: Literal["above", "below", "confirmed", "estimate", "exhausted"]
+    above: bool | None = omitted()
+    positives_left: int | None = omitted()
+    ok: bool | None = omitted()
+    estimates_left: int | None = omitted()
+    estimate: int | None = omitted()
+    ci95: tuple[int, int] | None = omitted()
+    closed: bool
+
+
+class SessionStep(Out):
+    answer: SessionAnswer
+    charge: str
+    seq: int
+    replayed: bool
