@@ -205,7 +205,7 @@ def _sparse_vector(c: Case) -> tuple[Any, Any]:
         svt = SparseVector(
             data,
             epsilon=1.0,
-            c=len(c.queries),
+            max_positives=len(c.queries),
             threshold=-1000,
             release_epsilon=1.0,
             rng=SeededRandomSource(SEED),
@@ -220,7 +220,7 @@ def _guess_and_check(c: Case) -> tuple[Any, Any]:
     # Guesses far off every count: each fails and releases a noisy estimate of the count.
     def run(data: Any) -> list[Any]:
         gc = GuessAndCheck.from_budget(
-            data, epsilon=1.0, tolerance=5, c=len(c.queries), rng=SeededRandomSource(SEED)
+            data, epsilon=1.0, tolerance=5, max_failures=len(c.queries), rng=SeededRandomSource(SEED)
         )
         out = [gc.check(q, -10_000) for q in c.queries]
         return [(a.outcome, None if a.estimate is None else a.estimate.value) for a in out]
@@ -232,7 +232,7 @@ def _concurrent(c: Case) -> tuple[Any, Any]:
     def run(data: Any) -> list[Any]:
         comp = ConcurrentComposition(data, c.schema, PureDP(50.0), rng=SeededRandomSource(SEED))
         comp.spawn_noisy_counts(id="counts", budget=PureDP(20.0), per_query=PureDP(1.0))
-        comp.spawn_guess_and_check(id="gc", epsilon=2.0, tolerance=5, c=len(c.queries))
+        comp.spawn_guess_and_check(id="gc", epsilon=2.0, tolerance=5, max_failures=len(c.queries))
         return [
             (comp.query("counts", q).value, comp.query("gc", (q, -10_000)).estimate.value) for q in c.queries
         ]
@@ -320,7 +320,9 @@ def _calls(schema: Schema, q: PredicateQuery) -> dict[str, Callable[[Any], objec
         "noisy_counts": lambda d: noisy_counts([q], d, ZCDP(0.5), rng=1),
         "NoisyCounts": lambda d: NoisyCounts(d, budget=PureDP(1.0), per_query=PureDP(0.5), rng=1),
         "SparseVector": lambda d: SparseVector(d, epsilon=1.0, threshold=1, rng=1),
-        "GuessAndCheck": lambda d: GuessAndCheck.from_budget(d, epsilon=1.0, tolerance=5, c=1, rng=1),
+        "GuessAndCheck": lambda d: GuessAndCheck.from_budget(
+            d, epsilon=1.0, tolerance=5, max_failures=1, rng=1
+        ),
         "ConcurrentComposition": lambda d: ConcurrentComposition(d, schema, PureDP(1.0), rng=1),
         "answer_workload": lambda d: answer_workload(d, [q], plan_answers([q], 1.0, "pure"), rng=1),
         "infer_schema": lambda d: infer_schema(d, categories_from_data=True),
