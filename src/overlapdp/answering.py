@@ -299,8 +299,8 @@ class AnswerPlan:
         if self.definition == "gdp":
             out["budget"]["declared_zcdp_rho"] = float(_total_limit("gdp", self.budget))
             out["note"] = (
-                "the discrete Gaussian is declared and accounted as mu^2/2-zCDP (CKS 2020); "
-                "(epsilon, delta) is converted from that rho"
+                "the discrete Gaussian is declared and accounted as zCDP with ρ = μ²/2 (CKS 2020); "
+                "(ε, δ) is converted from that ρ"
             )
         if self.target_epsilon is not None:
             out["target_epsilon"] = self.target_epsilon

@@ -133,7 +133,7 @@ _NAMES = {"pure": "pure ε", "zcdp": "zCDP ρ", "gdp": "GDP μ", "rdp": "Rényi 
 def _fmt(x: Any) -> str:
     """A guarantee for people: rounded up (never shown below its value)."""
     if isinstance(x, tuple):
-        return f"RDP curve ({len(x)} orders)"
+        return "curve"  # one epsilon per order; the JSON lists them
     return spent(x)
 
 
@@ -141,19 +141,20 @@ def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
     out = Table(
         "definition",
         "sequential",
-        "overlap-aware",
-        f"seq. ε at δ={decimal(report.delta)}",
-        f"overlap ε at δ={decimal(report.delta)}",
-        "overlap-aware value",
-        title=f"privacy of {report.charges} charges ({report.neighbouring} neighbours)",
+        "overlap",
+        "ε seq.",
+        "ε overlap",
+        "exactness",
+        title=f"privacy of {report.charges} charges ({report.neighbouring} neighbours), ε at δ = "
+        f"{decimal(report.delta)}",
     )
     for key, g in report.definitions.items():
         if g.exact:
             exactness = "exact"
         elif g.bound == "sequential":
-            exactness = "upper bound (the sequential one)"
+            exactness = "bound (sequential)"
         else:
-            exactness = "safe upper bound"
+            exactness = "upper bound"
         approx = key == "approx"  # its native value is the epsilon at delta of the next columns
         out.add_row(
             _NAMES.get(key, key),
