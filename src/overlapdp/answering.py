@@ -182,7 +182,10 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
         else:
             hi = mid
     if not lo > 0:
-        raise BudgetError(f"epsilon = {epsilon!r} at delta = {dl:g} is too small for any {UNITS[d]}")
+        raise BudgetError(
+            f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
+            f"{UNITS[d]} > 0; ask for a larger epsilon or delta"
+        )
     return lo
 
 
