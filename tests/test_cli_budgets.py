@@ -257,6 +257,7 @@ def test_account_has_one_exactness_column(tmp_path: Path, capsys: pytest.Capture
     assert header.count("exact") == 1
     assert "(approx)" not in out  # a definition's name, not a hint that the figure is approximate
     assert "(from (ε, δ) PLD)" in out
+    assert not FRACTION.search(out) and not FLOAT_NOISE.search(out)
 
 
 # -- item 5: decimals, not fractions or float artefacts ---------------------------------------------------
