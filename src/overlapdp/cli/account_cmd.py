@@ -104,13 +104,18 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
     for side, eps in (("sequential", report.sequential_epsilon), ("overlap", report.overlap_epsilon)):
         if not math.isinf(eps):
             continue
+        load: float | None = None
         if side == "sequential":
             load, where = math.fsum(weights), "the ledger's (ε, δ) charges"
-        else:
+        elif odo.neighbouring == "add_remove":
             res = max_overlap([c.query for c in charges], weights=weights, comp="sum", effort=effort)
-            load, where = float(res.value), "the (ε, δ) charges covering the worst row"
-        kept = -math.expm1(-load)
-        if kept >= report.delta * (1 - 1e-9):
+            # a search that stopped early: its lower bound is a row that certainly carries that much
+            load = float(res.value if res.exact else res.lower)
+            where = "the (ε, δ) charges covering the worst row"
+        else:  # replace-one-row: a pair of rows, not one row's charges (not computed here)
+            where = "the charges a moved row changes"
+        kept = None if load is None else -math.expm1(-load)
+        if kept is not None and kept >= report.delta * (1 - 1e-9):
             summed = math.fsum(_mass_at_infinity(c.mechanism) for c in charges)
             text = (
                 f"{where} keep δ = 1 − ∏(1 − δᵢ) = {spent(kept)} at every ε"
@@ -121,7 +126,8 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
         else:
             text = (
                 f"no definition certifies a finite ε at δ = {decimal(report.delta)} for {where} "
-                "((ε, δ) guarantees have no Rényi or zCDP form); a larger --delta may"
+                "((ε, δ) guarantees have no Rényi or zCDP form, and their δ remains at every ε); "
+                "a larger --delta may"
             )
         out[side] = text
     return out
