@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -352,3 +354,47 @@ def test_a_bad_choice_names_the_option(files: dict[str, Path], capsys: pytest.Ca
     code, out, err = run(answer(files, "--definition", "approx", "--budget", "1"), capsys)
     assert code == 2 and out == ""
     assert "--definition" in err and "pure" in err
+
+
+# -- the same rule on the custodian's dashboard (it shows spent and remaining budgets) -------------------
+
+NODE = shutil.which("node")
+DASHBOARD_JS = (
+    Path(__file__).resolve().parents[1] / "src" / "overlapdp" / "service" / "static" / "dashboard.js"
+)
+
+
+@pytest.mark.skipif(NODE is None, reason="no node to run the dashboard's formatting function")
+def test_dashboard_rounds_remaining_down_and_spent_up() -> None:
+    source = DASHBOARD_JS.read_text(encoding="utf-8")
+    fmt = re.search(r"^function fmt\(.*?^}\n", source, re.S | re.M)
+    assert fmt is not None
+    values = [
+        0.5 - 0.30000000000000004,
+        0.30000000000000004,
+        0.1996,
+        1 / 3,
+        2 / 3,
+        0.99999999,
+        1e-7,
+        2.5,
+        123456789.0,
+        1.7e-6,
+        0.0004,
+        5e-324,
+        1e300,
+        0.0,
+    ]
+    script = fmt.group(0) + f"console.log(JSON.stringify({json.dumps(values)}.map((x) => "
+    script += '[fmt(x, "up"), fmt(x, "down"), fmt(x)])));'
+    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, timeout=60, check=True)
+    for x, (up, down, near) in zip(values, json.loads(out.stdout), strict=True):
+        for text in (up, down, near):
+            assert not FLOAT_NOISE.search(text) and len(text) <= 13, text
+        if float(up) == x and float(down) == x:  # the shortest form fits: printed as is
+            continue
+        assert Fraction(down) <= Fraction(x) <= Fraction(up), (x, up, down)
+    shown = dict(zip(values, json.loads(out.stdout), strict=True))
+    assert shown[0.5 - 0.30000000000000004][1] == "0.199999"  # remaining: not 0.2, which is more
+    assert shown[0.1996][1] == "0.1996"  # the old page rounded this remaining budget up to 0.2
+    assert shown[0.30000000000000004][0] == "0.300001"
