@@ -20,6 +20,12 @@ for zCDP and GDP; MATH.md 6). A GDP ``mu`` is DECLARED and accounted as ``mu^2/2
 ``B^2/2``-zCDP. Guarantees are composed with the definitions' own ``compose`` (MATH.md 2): sequentially
 over all ``t`` queries, overlap-aware over the ``gamma`` queries covering the worst row.
 
+Every plan also states its guarantee as (epsilon, delta) at a ``delta`` (default :data:`DEFAULT_DELTA`
+for zCDP and GDP; pure DP is (epsilon, 0)-DP and needs none), by the tightest conversion implemented for
+the declared definition (MATH.md 5: pure DP's randomized-response profile, Canonne-Kamath-Steinke for
+zCDP, which GDP budgets are declared as). A budget may instead be given as a target ``epsilon`` at
+``delta``: :func:`calibrate_budget` finds the largest total budget whose conversion is at most it.
+
 Everything that can be wrong with the input is checked BEFORE any noise is drawn: :func:`plan_answers`
 validates the budget, definition, accounting and level and computes ``gamma``; the caller then opens the
 data (bad files and columns fail there) and :func:`answer_workload` counts and only then adds noise.
@@ -40,7 +46,7 @@ from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, no
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_positive
+from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
 from overlapdp.query import PredicateQuery
 
 Definition = Literal["pure", "zcdp", "gdp"]
@@ -49,6 +55,10 @@ DEFINITIONS: tuple[Definition, ...] = ("pure", "zcdp", "gdp")
 ACCOUNTINGS: tuple[Accounting, ...] = ("overlap", "sequential")
 #: Default time limit (seconds) of the maximum-overlap search; past it its safe upper bound is used.
 DEFAULT_EFFORT = 30.0
+#: delta of the (epsilon, delta) statement of zCDP and GDP guarantees when none is given.
+DEFAULT_DELTA = 1e-6
+#: The unit of each definition's budget and guarantee.
+UNITS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}
 
 
 class AnswerError(OverlapDPError):
@@ -107,6 +117,79 @@ def even_share(definition: Definition, budget: float, payers: int) -> float:
     raise AnswerError("could not find a per-query budget within the total (internal error)")
 
 
+def budget_guarantee(definition: Definition, budget: float) -> PureDP | ZCDP:
+    """What a total budget is declared as: epsilon-DP, rho-zCDP, or for GDP ``mu`` the ``mu^2/2``-zCDP of
+    the discrete Gaussian (rounded up; module doc). Every plan's guarantee is within it (:func:`even_share`)."""
+    return declared_guarantee(_budget_object(definition, budget))
+
+
+def resolve_delta(definition: str, delta: float | None) -> float | None:
+    """The delta of the (epsilon, delta) statement: as given, else :data:`DEFAULT_DELTA`, except for pure
+    DP, which is (epsilon, 0)-DP and needs none (None)."""
+    if delta is not None:
+        return check_delta(delta)
+    return None if definition == "pure" else DEFAULT_DELTA
+
+
+def _value(g: PureDP | ZCDP) -> float:
+    return g.epsilon if isinstance(g, PureDP) else g.rho
+
+
+def _epsilon_of(g: PureDP | ZCDP, delta: float | None) -> float:
+    """epsilon at ``delta`` (safe, MATH.md 5); a pure guarantee with no delta is its own epsilon."""
+    if delta is None:
+        assert isinstance(g, PureDP), "zCDP needs a delta"
+        return g.epsilon
+    return g.epsilon_at(delta)
+
+
+def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) -> float:
+    """The largest total budget (to a relative 1e-12) whose guarantee, converted to (epsilon, delta) at
+    ``delta`` (:func:`resolve_delta`), is at most ``epsilon``.
+
+    Pure DP: ``epsilon`` itself (an epsilon-DP budget is (epsilon, delta)-DP at every delta). zCDP: the
+    largest ``rho`` whose Canonne-Kamath-Steinke conversion (2020, Prop. 12; MATH.md 5; the tightest
+    conversion of a zCDP guarantee implemented here, :meth:`ZCDP.epsilon_at`) is at most ``epsilon``; GDP:
+    the largest ``mu`` whose declared ``mu^2/2``-zCDP converts within ``epsilon`` (the discrete Gaussian is
+    not known to be ``mu``-GDP, so GDP's own, tighter profile is not used). Found by bisection whose lower
+    end always satisfies the check with the very conversion the plan reports, so the returned budget's
+    (epsilon, delta) never exceeds ``epsilon``; :class:`BudgetError` when even the smallest budget does.
+    """
+    target = check_positive("epsilon", epsilon)
+    if definition not in DEFINITIONS:
+        raise AnswerError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")
+    d: Definition = definition
+    if d == "pure":
+        return target
+    dl = resolve_delta(d, delta)
+
+    def fits(b: float) -> bool:
+        try:
+            return _epsilon_of(budget_guarantee(d, b), dl) <= target
+        except BudgetError:  # beyond the representable (mu^2/2 not a float): does not fit
+            return False
+
+    lo, hi = 0.0, max(1.0, target)
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1e300:
+            break
+    for _ in range(2000):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi or hi - lo <= 1e-12 * hi:
+            break
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    if not lo > 0:
+        raise BudgetError(
+            f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
+            f"{UNITS[d]} > 0; ask for a larger epsilon or delta"
+        )
+    return lo
+
+
 @dataclass(frozen=True)
 class AnswerPlan:
     """How the budget is spent: the maximum overlap, and the per-query budget under each accounting."""
@@ -123,6 +206,8 @@ class AnswerPlan:
     witness: dict[str, Any] | None
     sequential_share: float
     overlap_share: float
+    delta: float | None = None  # of the (epsilon, delta) statement; None: pure DP, (epsilon, 0)
+    target_epsilon: float | None = None  # the --epsilon the budget was calibrated to, if any
 
     @property
     def per_query(self) -> float:
@@ -141,8 +226,33 @@ class AnswerPlan:
         for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
             if isinstance(g, PureDP):
                 out[name] = {"epsilon": PureDP.compose([g] * n).epsilon}
+            elif self.definition == "gdp":
+                # In GDP's own unit (mu composes in l2, MATH.md 2), and the declared zCDP it stands for.
+                out[name] = {
+                    "mu": GDP.compose([GDP(self.per_query)] * n).mu,
+                    "declared_zcdp_rho": ZCDP.compose([g] * n).rho,
+                }
             else:
                 out[name] = {"rho": ZCDP.compose([g] * n).rho}
+        return out
+
+    def epsilon_delta(self) -> dict[str, float]:
+        """Both guarantees as (epsilon, delta) at :attr:`delta` (0 for pure DP without one), by the
+        declared definition's tightest conversion (MATH.md 5). A guarantee within the total budget (the
+        overlap-aware one always, the sequential one under sequential accounting) also holds the budget's
+        own conversion; the smaller of two valid bounds is reported, so a calibrated plan never states
+        more than its target epsilon."""
+        whole = budget_guarantee(self.definition, self.budget)
+        g = declared_guarantee(self.per_query_budget)
+        out: dict[str, float] = {"delta": 0.0 if self.delta is None else self.delta}
+        for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
+            composed: PureDP | ZCDP = (
+                PureDP.compose([g] * n) if isinstance(g, PureDP) else ZCDP.compose([g] * n)
+            )
+            eps = _epsilon_of(composed, self.delta)
+            if _value(composed) <= _value(whole):
+                eps = min(eps, _epsilon_of(whole, self.delta))
+            out[name] = eps
         return out
 
     def noise_std(self, share: float) -> float:
@@ -185,6 +295,7 @@ class AnswerPlan:
             "noise": noise_for(self.per_query_budget).describe(),
             "noise_std": self.noise_std(self.per_query),
             "guarantee": self.guarantees(),
+            "epsilon_delta": self.epsilon_delta(),
             "witness": self.witness,
             "noise_reduction": self.noise_reduction,
             "level": self.level,
@@ -192,25 +303,39 @@ class AnswerPlan:
         if self.definition == "gdp":
             out["budget"]["declared_zcdp_rho"] = float(_total_limit("gdp", self.budget))
             out["note"] = (
-                "the discrete Gaussian is declared and accounted as mu^2/2-zCDP (CKS 2020); "
-                "guarantees are in zCDP rho"
+                "the discrete Gaussian is declared and accounted as zCDP with ρ = μ²/2 (CKS 2020); "
+                "(ε, δ) is converted from that ρ"
             )
+        if self.target_epsilon is not None:
+            out["target_epsilon"] = self.target_epsilon
         return out
 
 
 def plan_answers(
     queries: Sequence[PredicateQuery],
-    budget: float,
+    budget: float | None,
     definition: str,
     accounting: str = "overlap",
     *,
     level: float = 0.95,
     effort: float | None = DEFAULT_EFFORT,
+    delta: float | None = None,
+    epsilon: float | None = None,
 ) -> AnswerPlan:
-    """Validate the request and share the budget (see the module docstring); draws no noise."""
-    b = check_budget(budget)
+    """Validate the request and share the budget (see the module docstring); draws no noise.
+
+    The total is either ``budget`` (in the definition's unit: epsilon, rho or mu) or, given ``epsilon``
+    instead, the largest budget whose (epsilon, delta) at ``delta`` is at most it (:func:`calibrate_budget`).
+    """
+    if (budget is None) == (epsilon is None):
+        raise BudgetError(
+            "give the budget either as --budget (epsilon, rho or mu, in the definition's unit) "
+            "or as --epsilon (with --delta), not both and not neither"
+        )
     if definition not in DEFINITIONS:
         raise AnswerError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")
+    dl = resolve_delta(definition, delta)
+    b = check_budget(budget) if budget is not None else calibrate_budget(definition, epsilon, dl)
     if accounting not in ACCOUNTINGS:
         raise AnswerError(f"unknown accounting {accounting!r}; choose one of {', '.join(ACCOUNTINGS)}")
     lv = check_level(level)
@@ -227,7 +352,7 @@ def plan_answers(
     try:  # every calibrated noise scale must be finite and representable (mechanisms.calibration)
         noise_for(_budget_object(d, used))
     except BudgetError as exc:
-        raise BudgetError(f"budget = {budget!r} is too small: its per-query share {exc}") from None
+        raise BudgetError(f"budget = {b!r} is too small: its per-query share {exc}") from None
     return AnswerPlan(
         definition=d,
         accounting=accounting,
@@ -241,6 +366,8 @@ def plan_answers(
         witness=res.witness,
         sequential_share=seq,
         overlap_share=ovl,
+        delta=dl,
+        target_epsilon=None if epsilon is None else check_positive("epsilon", epsilon),
     )
 
 

@@ -16,10 +16,13 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
+from overlapdp.display import decimal, spent
 from overlapdp.errors import WorkloadError
-from overlapdp.privacy.accountant import Odometer, OdometerReport
+from overlapdp.overlap import max_overlap
+from overlapdp.privacy.accountant import Neighbouring, Odometer, OdometerReport
 from overlapdp.privacy.definitions import check_delta
 from overlapdp.privacy.ledger_lines import parse_ledger_line
+from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.schema import Schema
 
 
@@ -55,7 +58,8 @@ def account(
     ledger: Annotated[Path, typer.Option("--ledger", help="Ledger file, JSON Lines: query + mechanism.")],
     delta: Annotated[float, typer.Option("--delta", help="Target delta for (epsilon, delta).")] = 1e-6,
     neighbouring: Annotated[
-        str, typer.Option("--neighbouring", help="add_remove (default) or replace (one row moves).")
+        Neighbouring,
+        typer.Option("--neighbouring", help="add_remove: a row added or removed; replace: one row moves."),
     ] = "add_remove",
     effort: Annotated[
         float | None, typer.Option("--effort", help="Seconds per overlap search; past it a safe bound.")
@@ -68,44 +72,115 @@ def account(
     odo = Odometer(sch, neighbouring=neighbouring, effort=effort)
     read_ledger(sch, ledger, odo)
     report = odo.report(d)
+    reasons = _why_infinite(odo, report, effort)
     if as_json:
-        emit_json(report.to_json())
+        doc = report.to_json()
+        for side, why in reasons.items():
+            doc[side]["why_infinite"] = why
+        emit_json(doc)
         return
-    _print(report)
+    _print(report, reasons)
+
+
+def _mass_at_infinity(m: Mechanism) -> float:
+    """The delta a mechanism keeps at every epsilon (its privacy loss is infinite with this
+    probability): an opaque (epsilon, delta) guarantee's delta, 0 for Laplace and Gaussian noise."""
+    atoms = getattr(m, "atoms", None)
+    return float(atoms()[2]) if callable(atoms) else 0.0
+
+
+def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -> dict[str, str]:
+    r"""Why the tightest epsilon is infinite, per side ("sequential", "overlap").
+
+    A composition keeps, at every epsilon, at least the delta that its charges keep at every epsilon:
+    $1-\prod_i(1-\delta_i)$ over the charges known only as (epsilon_i, delta_i) (the mass of the
+    composed privacy-loss distribution at $+\infty$; MATH.md 5, dominating pairs). When that is above
+    the target delta, no epsilon holds. The overlap-aware side takes the worst row's charges: the
+    maximum overlap of the weights $-\ln(1-\delta_i)$, whose sum is monotone in that product.
+    """
+    charges = odo.charges
+    weights = [-math.log1p(-_mass_at_infinity(c.mechanism)) for c in charges]
+    out: dict[str, str] = {}
+    for side, eps in (("sequential", report.sequential_epsilon), ("overlap", report.overlap_epsilon)):
+        if not math.isinf(eps):
+            continue
+        load: float | None = None
+        if side == "sequential":
+            load, where = math.fsum(weights), "the ledger's (ε, δ) charges"
+        elif odo.neighbouring == "add_remove":
+            res = max_overlap([c.query for c in charges], weights=weights, comp="sum", effort=effort)
+            # a search that stopped early: its lower bound is a row that certainly carries that much
+            load = float(res.value if res.exact else res.lower)
+            where = "the (ε, δ) charges covering the worst row"
+        else:  # replace-one-row: a pair of rows, not one row's charges (not computed here)
+            where = "the charges a moved row changes"
+        kept = None if load is None else -math.expm1(-load)
+        if kept is not None and kept >= report.delta * (1 - 1e-9):
+            summed = math.fsum(_mass_at_infinity(c.mechanism) for c in charges)
+            text = (
+                f"{where} keep δ = 1 − ∏(1 − δᵢ) = {spent(kept)} at every ε"
+                + (f" (their δᵢ sum to {spent(summed)})" if side == "sequential" else "")
+                + f", more than δ = {decimal(report.delta)}, so no ε holds; "
+                f"a --delta above {spent(kept)} gives a finite ε"
+            )
+        else:
+            text = (
+                f"no definition certifies a finite ε at δ = {decimal(report.delta)} for {where} "
+                "((ε, δ) guarantees have no Rényi or zCDP form, and their δ remains at every ε); "
+                "a larger --delta may"
+            )
+        out[side] = text
+    return out
+
+
+_NAMES = {"pure": "pure ε", "zcdp": "zCDP ρ", "gdp": "GDP μ", "rdp": "Rényi DP", "approx": "(ε, δ) PLD"}
 
 
 def _fmt(x: Any) -> str:
+    """A guarantee for people: rounded up (never shown below its value)."""
     if isinstance(x, tuple):
-        return f"RDP curve ({len(x)} orders)"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return f"{x:.6g}"
+        return "curve"  # one epsilon per order; the JSON lists them
+    return spent(x)
 
 
-def _print(report: OdometerReport) -> None:
+def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
     out = Table(
         "definition",
         "sequential",
-        "overlap-aware",
-        f"seq. ε at δ={report.delta:g}",
-        f"overlap ε at δ={report.delta:g}",
-        "exact",
-        title=f"privacy of {report.charges} charges ({report.neighbouring} neighbours)",
+        "overlap",
+        "ε seq.",
+        "ε overlap",
+        "exactness",
+        title=f"privacy of {report.charges} charges ({report.neighbouring} neighbours), ε at δ = "
+        f"{decimal(report.delta)}",
     )
-    names = {"pure": "pure ε", "zcdp": "zCDP ρ", "gdp": "GDP μ", "rdp": "Rényi DP", "approx": "(ε, δ) PLD"}
     for key, g in report.definitions.items():
+        if g.exact:
+            exactness = "exact"
+        elif g.bound == "sequential":
+            exactness = "bound (sequential)"
+        else:
+            exactness = "upper bound"
+        approx = key == "approx"  # its native value is the epsilon at delta of the next columns
         out.add_row(
-            names.get(key, key),
-            _fmt(g.sequential),
-            _fmt(g.overlap),
+            _NAMES.get(key, key),
+            "—" if approx else _fmt(g.sequential),
+            "—" if approx else _fmt(g.overlap),
             _fmt(g.sequential_epsilon),
             _fmt(g.overlap_epsilon),
-            "yes" if g.exact else "bound",
+            exactness,
         )
     console.print(out)
+    seq_name = _NAMES.get(report.sequential_method, report.sequential_method)
+    ovl_name = _NAMES.get(report.overlap_method, report.overlap_method)
     console.print(
-        f"tightest: sequential ε = {_fmt(report.sequential_epsilon)} ({report.sequential_method}), "
-        f"overlap-aware ε = {_fmt(report.overlap_epsilon)} ({report.overlap_method})"
+        f"tightest at δ = {decimal(report.delta)}: sequential ε = {_fmt(report.sequential_epsilon)} "
+        f"(from {seq_name}), overlap-aware ε = {_fmt(report.overlap_epsilon)} (from {ovl_name})",
+        highlight=False,
     )
+    for side, why in reasons.items():
+        console.print(
+            f"{'sequential' if side == 'sequential' else 'overlap-aware'} ε = inf: {why}", highlight=False
+        )
     if report.witness:
         console.print(f"worst row: {report.witness}")

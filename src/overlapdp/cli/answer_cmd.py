@@ -8,12 +8,23 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from overlapdp.answering import ACCOUNTINGS, DEFAULT_EFFORT, DEFINITIONS, answer_workload, plan_answers
+from overlapdp.answering import (
+    DEFAULT_DELTA,
+    DEFAULT_EFFORT,
+    Accounting,
+    AnswerPlan,
+    Definition,
+    answer_workload,
+    plan_answers,
+)
 from overlapdp.cli.app import app, console, emit_json, warn
-from overlapdp.engine import ENGINES, open_engine
-from overlapdp.errors import OverlapDPError
+from overlapdp.display import decimal, spent
+from overlapdp.engine import open_engine
+from overlapdp.engine.registry import EngineName
 from overlapdp.query import Workload
 from overlapdp.schema import Schema
+
+_SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
 
 
 @app.command()
@@ -21,13 +32,35 @@ def answer(
     schema: Annotated[Path, typer.Option("--schema", help="Schema JSON file.")],
     data: Annotated[Path, typer.Option("--data", help="CSV or Parquet file with the rows.")],
     queries: Annotated[Path, typer.Option("--queries", help="Workload file, JSON Lines.")],
-    budget: Annotated[float, typer.Option("--budget", help="Total budget: epsilon, rho or mu.")],
-    definition: Annotated[str, typer.Option("--definition", help=f"{' | '.join(DEFINITIONS)}.")],
-    engine: Annotated[
-        str, typer.Option("--engine", help=f"Where to count: {' | '.join(ENGINES)}.")
-    ] = "duckdb",
+    definition: Annotated[
+        Definition,
+        typer.Option("--definition", help="Privacy definition: the budget is epsilon, rho or mu."),
+    ],
+    budget: Annotated[
+        float | None,
+        typer.Option("--budget", help="Total budget in the definition's unit (or give --epsilon)."),
+    ] = None,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(
+            "--epsilon",
+            help="Total budget as epsilon at --delta: the largest budget whose (epsilon, delta) is within it.",
+        ),
+    ] = None,
+    delta: Annotated[
+        float | None,
+        typer.Option(
+            "--delta",
+            help=f"delta of the (epsilon, delta) statement and of --epsilon (default {DEFAULT_DELTA:g}; "
+            "pure DP needs none: it is (epsilon, 0)-DP).",
+        ),
+    ] = None,
+    engine: Annotated[EngineName, typer.Option("--engine", help="Where to count.")] = "duckdb",
     accounting: Annotated[
-        str, typer.Option("--accounting", help=f"How the budget is shared: {' | '.join(ACCOUNTINGS)}.")
+        Accounting,
+        typer.Option(
+            "--accounting", help="How the budget is shared: by maximum overlap, or every query pays."
+        ),
     ] = "overlap",
     level: Annotated[float, typer.Option("--level", help="Confidence level of the error bars.")] = 0.95,
     effort: Annotated[
@@ -36,12 +69,19 @@ def answer(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
-    if engine not in ENGINES:
-        raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     sch = Schema.load(schema)
     workload = Workload.read_jsonl(sch, queries)
     # Every check (budget, definition, workload, data file, columns, values) happens before any noise.
-    plan = plan_answers(list(workload), budget, definition, accounting, level=level, effort=effort)
+    plan = plan_answers(
+        list(workload),
+        budget,
+        definition,
+        accounting,
+        level=level,
+        effort=effort,
+        delta=delta,
+        epsilon=epsilon,
+    )
     with open_engine(engine, sch, data) as eng:
         result = answer_workload(eng, list(workload), plan)
     if result.domain.rows_outside:
@@ -58,23 +98,47 @@ def answer(
     for q, a in zip(workload, result.answers, strict=True):
         out.add_row(str(q.id), str(a.value), f"[{a.low}, {a.high}]", q.describe())
     console.print(out)
+    console.print(_privacy_table(plan))
+
+
+def _privacy_table(plan: AnswerPlan) -> Table:
+    """The privacy report: budget, shares and both guarantees in the definition's own unit (epsilon, rho,
+    or mu with the zCDP rho it is declared as), each also as (epsilon, delta) at the plan's delta."""
     p = plan.to_json()
     rep = Table("privacy", "", title="privacy report", show_header=False)
     rep.add_row("definition", plan.definition)
-    rep.add_row("budget", _fmt(p["budget"]))
+    budget = _fmt(p["budget"])
+    if plan.target_epsilon is not None:
+        budget += f" (calibrated to ε ≤ {decimal(plan.target_epsilon)} at δ = {_delta(plan)})"
+    rep.add_row("budget", budget)
     rep.add_row("accounting", plan.accounting)
     rep.add_row("queries (t)", str(plan.queries))
     rep.add_row("max overlap (gamma)", f"{plan.gamma} ({'exact' if plan.gamma_exact else 'upper bound'})")
     rep.add_row("per-query budget", _fmt(p["per_query"]))
-    rep.add_row("noise", f"{p['noise']} (std {p['noise_std']:.4g})")
-    rep.add_row("guarantee, sequential", _fmt(p["guarantee"]["sequential"]))
-    rep.add_row("guarantee, overlap-aware", _fmt(p["guarantee"]["overlap"]))
-    rep.add_row("witness row", _fmt(plan.witness or {}))
+    rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+    ed = p["epsilon_delta"]
+    for side, label in (("sequential", "sequential"), ("overlap", "overlap-aware")):
+        rep.add_row(f"guarantee, {label}", _fmt(p["guarantee"][side]))
+        rep.add_row(f"  as (ε, δ), {label}", f"ε = {spent(ed[side])}, δ = {_delta(plan)}")
+    rep.add_row("witness row", ", ".join(f"{k} = {v}" for k, v in (plan.witness or {}).items()))
     rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%}")
     if "note" in p:
         rep.add_row("note", str(p["note"]))
-    console.print(rep)
+    return rep
+
+
+def _delta(plan: AnswerPlan) -> str:
+    return "0" if plan.delta is None else decimal(plan.delta)
 
 
 def _fmt(d: dict[str, object]) -> str:
-    return ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in d.items())
+    """``ρ = 0.5``; a GDP guarantee as ``μ = 1 (declared as zCDP ρ = 0.5)``. Privacy parameters are
+    rounded up (never shown below their value)."""
+    parts = {k: v for k, v in d.items() if k != "declared_zcdp_rho"}
+    text = ", ".join(
+        f"{_SYMBOL.get(k, k)} = {spent(v) if isinstance(v, float | int) else v}" for k, v in parts.items()
+    )
+    rho = d.get("declared_zcdp_rho")
+    if isinstance(rho, float):
+        text += f" (declared as zCDP ρ = {spent(rho)})"
+    return text

@@ -6,10 +6,11 @@ import json
 import sys
 from typing import Any
 
-import typer
 from rich.console import Console
 
-app = typer.Typer(
+from overlapdp.cli.help_format import Typer
+
+app = Typer(
     name="overlapdp",
     help="Differentially private queries charged by maximum overlap, composed concurrently.",
     no_args_is_help=True,

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, warn
-from overlapdp.engine import ENGINES, open_engine
+from overlapdp.engine import open_engine
+from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
 from overlapdp.query import Workload
 from overlapdp.schema import Schema
@@ -21,16 +22,12 @@ def count(
     data: Annotated[Path, typer.Option("--data", help="CSV or Parquet file with the rows.")],
     queries: Annotated[Path, typer.Option("--queries", help="Workload file, JSON Lines.")],
     exact: Annotated[bool, typer.Option("--exact", help="Required: exact counts are NOT private.")] = False,
-    engine: Annotated[
-        str, typer.Option("--engine", help=f"Where to count: {' | '.join(ENGINES)}.")
-    ] = "duckdb",
+    engine: Annotated[EngineName, typer.Option("--engine", help="Where to count.")] = "duckdb",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Exact counts of each query (for the data owner; not differentially private)."""
     if not exact:
         raise OverlapDPError("count without noise needs --exact (exact counts are not private)")
-    if engine not in ENGINES:
-        raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     sch = Schema.load(schema)
     workload = Workload.read_jsonl(sch, queries)
     with open_engine(engine, sch, data) as eng:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -14,8 +14,6 @@ from overlapdp.overlap import max_overlap
 from overlapdp.query import Workload
 from overlapdp.schema import Schema
 
-_COMPS = ("count", "sum", "l2")
-
 
 @app.command()
 def overlap(
@@ -24,7 +22,8 @@ def overlap(
         Path, typer.Option("--queries", help="Workload file, JSON Lines ('weight' per line).")
     ],
     comp: Annotated[
-        str, typer.Option("--comp", help="count (gamma), sum (pure DP, zCDP) or l2 (Gaussian DP mu).")
+        Literal["count", "sum", "l2"],
+        typer.Option("--comp", help="count (gamma), sum (pure DP, zCDP) or l2 (Gaussian DP mu)."),
     ] = "count",
     effort: Annotated[
         float | None,
@@ -33,14 +32,12 @@ def overlap(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Maximum (weighted) overlap: the worst row, the composed weight there, the queries covering it."""
-    if comp not in _COMPS:
-        raise OverlapDPError(f"--comp {comp!r}: use one of {', '.join(_COMPS)}")
     if effort is not None and not effort >= 0:
         raise OverlapDPError(f"--effort {effort!r}: give a non-negative number of seconds")
     sch = Schema.load(schema)
     workload = Workload.read_jsonl(sch, queries)
     with err_console.status(f"maximum overlap of {len(workload)} queries...", spinner="dots"):
-        result = max_overlap(workload.queries, comp=comp, effort=effort, schema=sch)  # type: ignore[arg-type]
+        result = max_overlap(workload.queries, comp=comp, effort=effort, schema=sch)
     if not result.exact:
         warn(f"the search stopped at the effort limit: {result.value:g} is a safe upper bound, not exact")
     if as_json:

@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
+from overlapdp.cli.help_format import Typer
 from overlapdp.errors import SchemaError
 from overlapdp.schema import Schema, infer_schema, read_table
 
-schema_app = typer.Typer(help="Inspect or infer schemas.", no_args_is_help=True)
+schema_app = Typer(help="Inspect or infer schemas.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
 
 

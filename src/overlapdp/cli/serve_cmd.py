@@ -6,11 +6,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from overlapdp.cli.app import app, err_console, warn
+from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
 
 
@@ -31,9 +32,9 @@ def serve(
     ] = None,
     budget: Annotated[float, typer.Option(help="Global budget of the --data set.")] = 1.0,
     definition: Annotated[
-        str, typer.Option(help="Privacy definition of the --data set: pure or zcdp.")
+        Literal["pure", "zcdp"], typer.Option(help="Privacy definition of the --data set.")
     ] = "pure",
-    engine: Annotated[str, typer.Option(help="Engine counting the --data set.")] = "duckdb",
+    engine: Annotated[EngineName, typer.Option(help="Engine counting the --data set.")] = "duckdb",
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(help="Allow browser requests from this origin (CORS is off by default)."),
@@ -41,7 +42,10 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 beyond).")] = 1_000_000,
     max_batch: Annotated[int, typer.Option(help="Most queries in one batch (413 beyond).")] = 1_000,
     engine_pool: Annotated[int, typer.Option(help="Engines opened per data set (parallel counts).")] = 2,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    log_level: Annotated[
+        Literal["critical", "error", "warning", "info", "debug", "trace"],
+        typer.Option(help="uvicorn log level."),
+    ] = "warning",
 ) -> None:
     """Serve data sets to several analysts over HTTP with quotas and a durable ledger.
 

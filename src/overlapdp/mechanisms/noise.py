@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
+from overlapdp.display import decimal
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.mechanisms.randomness import RandomSource
 from overlapdp.mechanisms.rationals import as_positive_fraction
@@ -123,7 +124,8 @@ class DiscreteLaplace:
         return w
 
     def describe(self) -> str:
-        return f"discrete Laplace, scale {self.scale}"
+        """For people: the scale as a decimal of at most 10 significant digits (exact in ``scale``)."""
+        return f"discrete Laplace, scale {decimal(self.scale, 10)}"
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ class DiscreteGaussian:
         return int(np.argmax(tails <= alpha))
 
     def describe(self) -> str:
-        return f"discrete Gaussian, sigma^2 {self.sigma2}"
+        """For people: sigma^2 as a decimal of at most 10 significant digits (exact in ``sigma2``)."""
+        return f"discrete Gaussian, sigma^2 {decimal(self.sigma2, 10)}"
 
 
 @lru_cache(maxsize=1024)

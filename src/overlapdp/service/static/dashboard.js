@@ -17,8 +17,25 @@ function cell(row, text) {
   return td;
 }
 
-function fmt(x) {
-  return typeof x === "number" ? (Math.round(x * 1000) / 1000).toString() : String(x ?? "");
+// A number for people (as overlapdp.display does in Python): at most six significant digits, rounded
+// "up" for spends and guarantees and "down" for remaining budgets, so the page never shows less spent
+// or more left than the service computed. A number whose shortest form already fits prints as such
+// (0.2, 1e-6), so no float artefacts such as 0.19999999999999996 or 0.30000000000000004 appear.
+function fmt(x, rounding = "nearest") {
+  if (typeof x !== "number") return String(x ?? "");
+  if (!Number.isFinite(x)) return String(x);
+  const digits = 6;
+  const plain = String(x);
+  if (plain.replace(/^-/, "").replace(/e.*$/, "").replace(".", "").replace(/^0+/, "").length <= digits) {
+    return plain;
+  }
+  let near = Number(x.toPrecision(digits));
+  if (rounding !== "nearest" && near !== x && (near < x) === (rounding === "up")) {
+    // one unit in the sixth digit towards the safe side (the nearest was on the other side)
+    const step = Math.pow(10, Math.floor(Math.log10(Math.abs(near || x))) - (digits - 1));
+    near = Number((rounding === "up" ? near + step : near - step).toPrecision(digits));
+  }
+  return String(near);
 }
 
 function bar(row, fraction) {
@@ -34,7 +51,7 @@ function bar(row, fraction) {
 
 function describeGuarantee(g) {
   if (!g || typeof g !== "object") return "";
-  return Object.entries(g).map(([k, v]) => k + " " + fmt(v)).join(", ");
+  return Object.entries(g).map(([k, v]) => k + " " + fmt(v, "up")).join(", ");
 }
 
 async function refreshDatasets() {
@@ -49,8 +66,8 @@ async function refreshDatasets() {
     cell(tr, name);
     cell(tr, s.definition);
     cell(tr, fmt(s.budget));
-    cell(tr, fmt(s.spent));
-    cell(tr, fmt(s.remaining));
+    cell(tr, fmt(s.spent, "up"));
+    cell(tr, fmt(s.remaining, "down"));
     cell(tr, describeGuarantee(s.guarantee));
     bar(tr, s.budget ? s.spent / s.budget : 0);
     rows.push([tr, s]);
@@ -84,8 +101,8 @@ async function refreshAnalysts() {
       cell(tr, a.name);
       cell(tr, ds);
       cell(tr, fmt(v.quota));
-      cell(tr, fmt(v.spent));
-      cell(tr, fmt(v.remaining));
+      cell(tr, fmt(v.spent, "up"));
+      cell(tr, fmt(v.remaining, "down"));
       cell(tr, a.revoked ? "yes" : "no");
       out.push(tr);
     }
@@ -106,7 +123,7 @@ async function refreshLedger() {
       cell(tr, r.analyst);
       cell(tr, r.kind);
       cell(tr, r.query && r.query.text ? r.query.text : r.query ? JSON.stringify(r.query.conditions || r.query) : "(whole table)");
-      cell(tr, r.cost ? fmt(r.cost.epsilon ?? r.cost.rho ?? r.cost.load) : "");
+      cell(tr, r.cost ? fmt(r.cost.epsilon ?? r.cost.rho ?? r.cost.load, "up") : "");
       cell(tr, new Date(r.created_at * 1000).toLocaleTimeString());
       return tr;
     })
