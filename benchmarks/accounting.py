@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from overlapdp.privacy import Laplace, PureDP, compose_approx, utility_gain
-from overlapdp.privacy.accountant import PrivacyFilter
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.samples import adult_schema
 from overlapdp.schema import IndexSet, Schema

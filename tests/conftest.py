@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +11,17 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# dp_accounting's RDP module imports absl, whose logging handler keeps the sys.stderr of its import: under
+# pytest, the capture's file. When a later test configures logging (the guide's in-process uvicorn runs
+# dictConfig, which closes every existing handler), absl closes that stream unless it is one of the
+# process's own, and pytest's capture breaks ("I/O operation on closed file"). Point it at sys.__stderr__.
+try:
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+except ImportError:  # pragma: no cover - absl comes with dp_accounting, a test dependency
+    pass
 
 
 def _find_shared_data() -> Path:

@@ -29,7 +29,9 @@ from overlapdp.privacy import (
     compose_approx,
     utility_gain,
 )
-from overlapdp.privacy.accountant import AdaptivityError, Odometer, PrivacyFilter, whole_domain
+from overlapdp.privacy.measures import AdaptivityError
+from overlapdp.privacy.odometer import Odometer, whole_domain
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses

@@ -33,8 +33,9 @@ from overlapdp.privacy import (
     odometer,
     privacy_filter,
 )
-from overlapdp.privacy.accountant import Odometer, PrivacyFilter, whole_domain
+from overlapdp.privacy.odometer import Odometer, whole_domain
 from overlapdp.privacy.pld import DEFAULT_H
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses

@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from overlapdp.mechanisms import add_noise, noise_for
 from overlapdp.overlap import OverlapIndex, UnknownQueryError
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.accountant import PrivacyFilter
 from overlapdp.privacy.definitions import GDP, ZCDP, PureDP
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses

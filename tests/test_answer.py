@@ -20,8 +20,8 @@ from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import noise_for
 from overlapdp.overlap import brute_force_overlap
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.accountant import Odometer
 from overlapdp.privacy.mechanisms import Gaussian, OpaqueApproxDP
+from overlapdp.privacy.odometer import Odometer
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import Schema

@@ -33,9 +33,10 @@ from overlapdp.overlap import (
 )
 from overlapdp.overlap.magnitude import MagnitudeError, compose_up, sqrt_up
 from overlapdp.overlap.wcsp import available as wcsp_available
-from overlapdp.privacy.accountant import Odometer, PrivacyFilter
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Gaussian, Laplace, OpaqueApproxDP
+from overlapdp.privacy.odometer import Odometer
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses

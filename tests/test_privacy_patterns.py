@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from overlapdp.privacy.accountant import Odometer
 from overlapdp.privacy.mechanisms import Laplace, OpaqueApproxDP
+from overlapdp.privacy.odometer import Odometer
 from overlapdp.privacy.optimal import compose_approx
 from overlapdp.privacy.patterns import maximal_patterns
 from overlapdp.query import parse_where

@@ -22,9 +22,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
-from overlapdp.privacy.accountant import PrivacyFilter
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
 from overlapdp.service import core as service_core

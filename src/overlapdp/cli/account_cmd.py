@@ -19,10 +19,10 @@ from overlapdp.cli.app import app, console, emit_json
 from overlapdp.display import decimal, spent
 from overlapdp.errors import WorkloadError
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.accountant import Neighbouring, Odometer, OdometerReport
 from overlapdp.privacy.definitions import check_delta
 from overlapdp.privacy.ledger_lines import parse_ledger_line
 from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.privacy.odometer import Neighbouring, Odometer, OdometerReport
 from overlapdp.schema import Schema
 
 

@@ -1,5 +1,5 @@
 """Bridges from the mechanisms' declared guarantees and noise to the privacy package's accountant
-(:class:`overlapdp.privacy.accountant.PrivacyFilter`, the overlap-aware per-row filter; MATH.md 2, 3).
+(:class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the overlap-aware per-row filter; MATH.md 2, 3).
 
 The filter charges :class:`~overlapdp.privacy.mechanisms.Mechanism` descriptions over a coverage. Every
 description built here is at least as costly as the truth under every definition the accountant uses:
@@ -28,9 +28,9 @@ from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace, Noise
 from overlapdp.mechanisms.rationals import float_down
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy import mechanisms as pm
-from overlapdp.privacy.accountant import Admission, PrivacyFilter
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.pld import DEFAULT_H, PLD
+from overlapdp.privacy.privacy_filter import Admission, PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 

@@ -5,7 +5,7 @@
 lets callers interleave queries to them in any order, as colluding analysts might.
 
 - Spawning charges the child's DECLARED guarantee over its DECLARED coverage, once, to an overlap-aware
-  per-row filter (:class:`overlapdp.privacy.accountant.PrivacyFilter`): the child is admitted only if
+  per-row filter (:class:`overlapdp.privacy.privacy_filter.PrivacyFilter`): the child is admitted only if
   every row's composed cost stays within the total budget; otherwise it is refused, never runs, and
   nothing is charged. Every valid filter extends to concurrent composition (Haney et al. CCS 2023,
   arXiv 2309.05901), and a row outside a child's coverage cannot influence that child (MATH.md 1), so

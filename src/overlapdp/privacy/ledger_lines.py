@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from overlapdp.errors import OverlapDPError, WorkloadError
-from overlapdp.privacy.accountant import whole_domain
 from overlapdp.privacy.mechanisms import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -22,6 +21,7 @@ from overlapdp.privacy.mechanisms import (
     OpaqueApproxDP,
     RandomizedResponse,
 )
+from overlapdp.privacy.odometer import whole_domain
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.schema import Schema
 

@@ -2,7 +2,7 @@
 
 The ledger format is ``overlapdp account``'s (one JSON object per line: a query by ``where`` or
 ``conditions`` plus a mechanism) with two optional fields: ``"analyst"`` (a name) and ``"time"`` (a
-number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.accountant.Odometer`'s
+number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.odometer.Odometer`'s
 tightest certified epsilon at ``delta`` after each prefix of the ledger (in time order), sequential and
 overlap-aware (MATH.md sections 2 and 5); a prefix is a fixed, non-adaptive ledger, so these are the
 odometer's guarantees, not a filter's. For ledgers of pure-DP charges :func:`pure_curve` gives the same
@@ -21,9 +21,9 @@ from typing import Any
 
 from overlapdp.errors import OverlapDPError, WorkloadError
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.accountant import Odometer, OdometerReport
 from overlapdp.privacy.ledger_lines import parse_ledger_line
 from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.privacy.odometer import Odometer, OdometerReport
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 

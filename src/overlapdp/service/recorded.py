@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from overlapdp.privacy.accountant import whole_domain
+from overlapdp.privacy.odometer import whole_domain
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.schema import Schema
 

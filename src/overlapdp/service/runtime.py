@@ -6,7 +6,7 @@ and ``overlapdp.engine`` goes through this module:
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
   set's privacy definition and the additive per-row load it puts on each row it covers;
 - :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
-  filter, :class:`overlapdp.privacy.accountant.PrivacyFilter`: a charge is admitted iff the maximum over
+  filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff the maximum over
   rows of the sum of the loads of the charges covering the row stays within the budget, decided in EXACT
   arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers,
   Roth, Ullman, Vadhan 2016) and for zCDP with per-row loads (Feldman and Zrnic 2021));
@@ -34,10 +34,11 @@ import numpy as np
 
 from overlapdp.mechanisms import GuessAndCheck, MechanismError, SparseVector, add_noise, noise_for
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.accountant import PrivacyFilter, whole_domain
 from overlapdp.privacy.concurrent import concurrent_composition
 from overlapdp.privacy.definitions import ZCDP, PureDP, check_positive
 from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
+from overlapdp.privacy.odometer import whole_domain
+from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -157,7 +158,7 @@ def _budget_of(definition: str, amount: float) -> PureDP | ZCDP:
 
 
 class ServiceFilter:
-    """The service's thin adapter over :class:`overlapdp.privacy.accountant.PrivacyFilter`, the one
+    """The service's thin adapter over :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the one
     overlap-aware per-row filter of the library (MATH.md 2, "Adaptive use"): a charge is admitted iff
     every row's load stays within the budget in EXACT arithmetic of the declared float loads.
 
