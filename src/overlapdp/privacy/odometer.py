@@ -478,6 +478,8 @@ class Odometer:
         return DefinitionGuarantee(ApproxMeasure.name, seq, ovl, seq, ovl, witness, exact, method, bound)
 
 
+#: Most loads (charges x components) whose sequential sums are computed exactly rounded up.
+_EXACT_SUM_LIMIT = 500_000
 #: Most maximal covering patterns composed one by one before falling back to a bounded search.
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
@@ -492,7 +494,14 @@ def _column_sums_up(loads: np.ndarray) -> np.ndarray:
     """Each column's exact sum rounded UP to a float: the sequential load, which caps the overlap-aware
     one, so a sum rounded to nearest below the exact total (ten 0.1 sum to 1.0 < 10 * Fraction(0.1))
     would under-report even an exact overlap route. ``fsum`` is correctly rounded, and the sign of the
-    correctly rounded ``exact - fsum`` says whether it was rounded down."""
+    correctly rounded ``exact - fsum`` says whether it was rounded down. Past ``_EXACT_SUM_LIMIT`` loads
+    (about 0.1 s of fsum) the float sum is widened by its error bound instead: the n non-negative loads
+    of a column sum to within $\\gamma_{n-1}$ relative of the exact total (Higham), so
+    $\\mathrm{fl}(s)(1+2nu)$, rounded up, is above it (not the smallest such float, but above every
+    row's exact load, so an exact overlap route is never capped by it)."""
+    if loads.size > _EXACT_SUM_LIMIT:
+        n = loads.shape[0]
+        return np.asarray(np.nextafter(loads.sum(axis=0) * (1 + n * 2.0**-52), np.inf))
     out = np.empty(loads.shape[1])
     for k in range(loads.shape[1]):
         col = loads[:, k].tolist()
