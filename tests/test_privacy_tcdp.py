@@ -37,6 +37,7 @@ from overlapdp.privacy import (
     PureDP,
     concurrent_composition,
 )
+from overlapdp.privacy.odometer import _column_sums_up
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 
@@ -326,6 +327,13 @@ def test_odometer_sequential_sum_is_rounded_up() -> None:
         g = rep.definitions[name]
         load = exact if name == "pure" else 10 * Fraction(Laplace(10.0).zcdp().rho)  # type: ignore[union-attr]
         assert Fraction(g.overlap) >= load and Fraction(g.sequential) >= load  # type: ignore[arg-type]
+    # a large ledger's sums are bounded instead (fsum of every column would take seconds): still above
+    big = np.full((200_001, 3), 0.1)
+    big[:, 1] = 1 / 3
+    sums = _column_sums_up(big)
+    for k, v in enumerate((Fraction(0.1), Fraction(1 / 3), Fraction(0.1))):
+        assert Fraction(float(sums[k])) >= 200_001 * v
+        assert float(sums[k]) <= float(200_001 * v) * (1 + 1e-10)
 
 
 # -- the filter --------------------------------------------------------------------------------------------
