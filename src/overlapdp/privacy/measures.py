@@ -56,8 +56,8 @@ class AdaptivityError(BudgetError):
 class DefinitionGuarantee:
     """One definition's guarantee, sequential and overlap-aware, and both converted to epsilon at delta.
 
-    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
-    delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, the pair
+    (rho, omega) for tCDP, or epsilon at delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
 
     ``overlap`` is never above ``sequential``: the sequential composition of every charge bounds each
     row's loss too (a row pays a subset of the charges and composition is monotone in adding mechanisms),
