@@ -55,6 +55,11 @@ def brute(rows_loads: list[list[int]], mechs: list[Mechanism]) -> dict[str, obje
         out["zcdp"] = max(math.fsum(mechs[i].zcdp().rho for i in r) for r in rows_loads)  # type: ignore[union-attr]
     if all(m.gdp() for m in mechs):
         out["gdp"] = max(math.sqrt(math.fsum(mechs[i].gdp().mu ** 2 for i in r)) for r in rows_loads)  # type: ignore[union-attr]
+    if all(m.tcdp() for m in mechs):  # (sum of rho, smallest omega) of the row's charges
+        out["tcdp"] = (
+            max(math.fsum(mechs[i].tcdp().rho for i in r) for r in rows_loads),  # type: ignore[union-attr]
+            min((mechs[i].tcdp().omega for r in rows_loads for i in r), default=math.inf),  # type: ignore[union-attr]
+        )
     if all(m.rdp(ORDERS) for m in mechs):
         curves = [
             np.sum([mechs[i].rdp(ORDERS).epsilons for i in r], axis=0) if r else np.zeros(len(ORDERS))

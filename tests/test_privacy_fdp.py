@@ -117,7 +117,8 @@ def test_tensor_of_laplace_matches_pld_composition() -> None:
     t = tensor([LaplaceTradeOff(0.5)] * 4)
     c = compose_approx([Laplace(2.0)] * 4)
     for e in (0.1, 0.8, 1.5):
-        assert t.delta_at(e) == pytest.approx(c.delta_at(e), rel=1e-9, abs=1e-15)
+        # the trade-off's profile is the mechanism's rounded up by a relative 1e-9 (per factor)
+        assert c.delta_at(e) <= t.delta_at(e) <= c.delta_at(e) * (1 + 1e-8) + 1e-15
 
 
 def test_clt_is_labelled_approximate_beside_the_safe_bound() -> None:

@@ -18,6 +18,7 @@ from overlapdp.privacy import (
     GDP,
     MEASURES,
     RDP,
+    TCDP,
     ZCDP,
     ApproxDP,
     BudgetError,
@@ -37,8 +38,15 @@ SCALES = [10.0, 10 / 3, 3.0, 5.0, 1 / 0.3, 7.0, 1.1]
 
 
 def test_one_measure_per_definition_in_report_order() -> None:
-    assert [m.name for m in MEASURES] == list(DEFINITIONS) == ["pure", "zcdp", "gdp", "rdp", "approx"]
-    budgets = [PureDP(1.0), ZCDP(1.0), GDP(1.0), RDP(ORDERS, (1.0, 1.0, 1.0)), ApproxDP(1.0, 1e-6)]
+    assert [m.name for m in MEASURES] == list(DEFINITIONS) == ["pure", "zcdp", "gdp", "rdp", "tcdp", "approx"]
+    budgets = [
+        PureDP(1.0),
+        ZCDP(1.0),
+        GDP(1.0),
+        RDP(ORDERS, (1.0, 1.0, 1.0)),
+        TCDP(1.0, 2.0),
+        ApproxDP(1.0, 1e-6),
+    ]
     for budget, name in zip(budgets, DEFINITIONS, strict=True):
         assert [m.name for m in MEASURES if isinstance(budget, m.budget_type)] == [name]
         assert measure_for(budget).name == name
@@ -50,7 +58,7 @@ def test_one_measure_per_definition_in_report_order() -> None:
 
 def _truth_and_budget(
     name: str, mechs: list[Mechanism], factor: int
-) -> tuple[PureDP | ZCDP | GDP | RDP | ApproxDP, bool]:
+) -> tuple[PureDP | ZCDP | GDP | RDP | TCDP | ApproxDP, bool]:
     """A budget at the float nearest the exact total of the declared costs (so it falls on either side
     of it), and whether that total fits it in exact arithmetic."""
     if name in ("pure", "approx"):
@@ -61,6 +69,9 @@ def _truth_and_budget(
     if name == "zcdp":
         total = factor * sum(Fraction(m.zcdp().rho) for m in mechs)  # type: ignore[union-attr]
         return ZCDP(float(total)), total <= Fraction(float(total))
+    if name == "tcdp":  # Gaussian charges are (rho, inf)-tCDP: omega never decides here
+        total = factor * sum(Fraction(m.zcdp().rho) for m in mechs)  # type: ignore[union-attr]
+        return TCDP(float(total), 3.0), total <= Fraction(float(total))
     if name == "gdp":
         squares = factor * sum(Fraction(m.gdp().mu) ** 2 for m in mechs)  # type: ignore[union-attr]
         b = math.sqrt(float(squares))
@@ -81,7 +92,7 @@ def test_each_filter_is_exact_at_its_budget(name: str, scales: list[float], neig
     # which is admitted iff the exact total (doubled for replace-one-row; on mu^2 for GDP) fits.
     # (epsilon, delta): with at most 12 charges advanced composition is above the sum, so the basic
     # rule decides.
-    mechs: list[Mechanism] = [Gaussian(s) if name in ("zcdp", "gdp") else Laplace(s) for s in scales]
+    mechs: list[Mechanism] = [Gaussian(s) if name in ("zcdp", "gdp", "tcdp") else Laplace(s) for s in scales]
     budget, fits = _truth_and_budget(name, mechs, 2 if neighbouring == "replace" else 1)
     flt = PrivacyFilter(SCHEMA, budget, neighbouring=neighbouring)
     admitted = [flt.try_charge(m).admitted for m in mechs]
@@ -93,9 +104,10 @@ def test_fits_is_exact_at_the_budget() -> None:
     # ten charges of 0.1 exceed 1.0 exactly (Fraction(0.1) > 1/10) though their float sum is 1.0
     tenth = Fraction(0.1)
     assert math.fsum([0.1] * 10) == 1.0 and 10 * tenth > 1
-    pure, zcdp, gdp, rdp, approx = MEASURES
+    pure, zcdp, gdp, rdp, tcdp, approx = MEASURES
     assert not pure.fits([10 * tenth], PureDP(1.0)) and pure.fits([9 * tenth], PureDP(1.0))
     assert not zcdp.fits([10 * tenth], ZCDP(1.0))
+    assert not tcdp.fits([10 * tenth], TCDP(1.0, 2.0)) and tcdp.fits([9 * tenth], TCDP(1.0, 2.0))
     assert gdp.fits([Fraction(1)], GDP(1.0)) and not gdp.fits([1 + Fraction(1, 2**80)], GDP(1.0))
     assert not rdp.fits([(Fraction(0), 10 * tenth)], RDP((2.0, 4.0), (5.0, 1.0)))
     assert approx.fits([Fraction(0), Fraction(0), Fraction(1)], ApproxDP(1.0, 1e-6))
@@ -105,7 +117,7 @@ def test_fits_is_exact_at_the_budget() -> None:
 
 
 _NAMES = set(DEFINITIONS)
-_GUARANTEES = {"PureDP", "ZCDP", "GDP", "RDP", "ApproxDP"}
+_GUARANTEES = {"PureDP", "ZCDP", "GDP", "RDP", "TCDP", "ApproxDP"}
 
 
 @pytest.mark.parametrize("module", ["odometer.py", "privacy_filter.py"])

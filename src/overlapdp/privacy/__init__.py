@@ -1,7 +1,7 @@
 """Privacy definitions, composition, conversion and the overlap-aware accountant (DESIGN.md step 4)."""
 
 from overlapdp.privacy.concurrent import ConcurrentGuarantee, concurrent_composition
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, Guarantee, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, Guarantee, PureDP
 from overlapdp.privacy.fdp import (
     ApproxTradeOff,
     CLTApproximation,
@@ -21,6 +21,7 @@ from overlapdp.privacy.mechanisms import (
     Laplace,
     Mechanism,
     OpaqueApproxDP,
+    OpaqueTCDP,
     RandomizedResponse,
 )
 from overlapdp.privacy.odometer import Odometer
@@ -40,6 +41,7 @@ __all__ = [
     "MEASURES",
     "PLD",
     "RDP",
+    "TCDP",
     "ZCDP",
     "ApproxDP",
     "ApproxTradeOff",
@@ -58,6 +60,7 @@ __all__ = [
     "Mechanism",
     "Odometer",
     "OpaqueApproxDP",
+    "OpaqueTCDP",
     "PrivacyFilter",
     "ProfileTradeOff",
     "PureDP",

@@ -10,6 +10,9 @@ adversary interleaving its queries arbitrarily and the analysts possibly colludi
 - Rényi DP: order by order $\\sum_i\\varepsilon_i(\\alpha)$ (Lyu 2022, Theorem 2);
 - zCDP: $\\sum_i\\rho_i$ (Lyu 2022, Corollary 1); pure-DP members enter as $\\varepsilon^2/2$ and GDP members
   as $\\mu^2/2$ (both imply those zCDP guarantees);
+- truncated CDP: $(\\rho_i,\\omega)$-tCDP members compose to $(\\sum_i\\rho_i,\\omega)$-tCDP (Lyu 2022,
+  Corollary 1); with different omegas each member is weakened to the smallest one first (tCDP is
+  monotone in omega), and zCDP / pure-DP / GDP members enter as $(\\rho,\\infty)$;
 - f-DP: the tensor product $\\bigotimes_i f_i$ (Vadhan and Zhang 2023, arXiv 2207.08335), so GDP composes to
   $\\sqrt{\\sum\\mu_i^2}$; a non-interactive mechanism enters through its trade-off function.
 """
@@ -20,12 +23,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.fdp import GaussianTradeOff, ProfileTradeOff, TradeOff, tensor
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.privacy.optimal import Composition, compose_approx
 
-Member = PureDP | ApproxDP | ZCDP | GDP | RDP | TradeOff | Mechanism
+Member = PureDP | ApproxDP | ZCDP | GDP | RDP | TCDP | TradeOff | Mechanism
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class ConcurrentGuarantee:
     """The joint guarantee of concurrently composed mechanisms, with the theorem that gives it."""
 
     definition: str
-    guarantee: PureDP | ZCDP | GDP | RDP | Composition | ProfileTradeOff
+    guarantee: PureDP | ZCDP | GDP | RDP | TCDP | Composition | ProfileTradeOff
     theorem: str
 
     def epsilon_at(self, delta: float) -> float:
@@ -46,8 +49,8 @@ class ConcurrentGuarantee:
 def concurrent_composition(members: Sequence[Member]) -> ConcurrentGuarantee:
     """The guarantee of running ``members`` concurrently (see the module docstring for each theorem).
 
-    All members must share one family: pure/approximate DP; zCDP (with pure DP and GDP converted); RDP on
-    one order grid; f-DP (GDP, trade-off functions and mechanism descriptions). Mixes outside these raise
+    All members must share one family: pure/approximate DP; zCDP (with pure DP and GDP converted); tCDP
+    (with zCDP, pure DP and GDP converted to omega = inf); RDP on one order grid; f-DP (GDP, trade-off functions and mechanism descriptions). Mixes outside these raise
     :class:`BudgetError` rather than guess.
     """
     ms = list(members)
@@ -68,6 +71,11 @@ def concurrent_composition(members: Sequence[Member]) -> ConcurrentGuarantee:
     if all(isinstance(m, ZCDP | PureDP | GDP) for m in ms):
         rho = math.fsum(_rho(m) for m in ms if isinstance(m, ZCDP | PureDP | GDP))
         return ConcurrentGuarantee("zcdp", ZCDP(rho), "Lyu 2022 Cor. 1")
+    if any(isinstance(m, TCDP) for m in ms) and all(isinstance(m, TCDP | ZCDP | PureDP | GDP) for m in ms):
+        ts = [
+            m if isinstance(m, TCDP) else m.to_tcdp() for m in ms if isinstance(m, TCDP | ZCDP | PureDP | GDP)
+        ]
+        return ConcurrentGuarantee("tcdp", TCDP.compose(ts), "Lyu 2022 Cor. 1")
     if all(isinstance(m, TradeOff | Mechanism | GDP) for m in ms):
         fs = [_tradeoff(m) for m in ms if isinstance(m, TradeOff | Mechanism | GDP)]
         return ConcurrentGuarantee("fdp", tensor(fs), "Vadhan-Zhang 2023 (f-DP)")

@@ -110,9 +110,22 @@ def _refine_min(fn: Callable[[np.ndarray], np.ndarray], alphas: np.ndarray) -> f
     return best
 
 
-def zcdp_epsilon(rho: float, delta: float) -> float:
+def _orders_up_to(max_order: float) -> np.ndarray:
+    """The alpha grid cut at ``max_order`` (the largest order a truncated-CDP guarantee covers), with
+    ``max_order`` itself when finite (tCDP holds at alpha = omega too: MATH.md 5, tCDP)."""
+    grid = _alpha_grid()
+    if math.isinf(max_order):
+        return grid
+    return np.append(grid[grid < max_order], max_order)
+
+
+def zcdp_epsilon(rho: float, delta: float, max_order: float = math.inf) -> float:
     """epsilon at delta for rho-zCDP: $\\inf_{\\alpha>1}\\alpha\\rho+\\frac{\\ln(1/\\delta)+(\\alpha-1)\\ln(1-1/\\alpha)-\\ln\\alpha}{\\alpha-1}$
-    (Canonne-Kamath-Steinke 2020, Prop. 12; MATH.md 5), minimised numerically over alpha (safe)."""
+    (Canonne-Kamath-Steinke 2020, Prop. 12; MATH.md 5), minimised numerically over alpha (safe).
+
+    With a finite ``max_order`` omega the infimum runs over $1<\\alpha\\le\\omega$ only: the conversion of
+    (rho, omega)-truncated CDP, which is $(\\alpha,\\alpha\\rho)$-RDP exactly at those orders (Bun, Dwork,
+    Rothblum, Steinke 2018; MATH.md 5, tCDP). Every order evaluated is one of them, so the value is safe."""
     if rho == 0:
         return 0.0
     ld = math.log(delta)
@@ -120,19 +133,20 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     def eps(a: np.ndarray) -> np.ndarray:
         return np.asarray(a * rho + (-ld + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1))
 
-    return max(0.0, _refine_min(eps, _alpha_grid()) * (1 + _MARGIN))
+    return max(0.0, _refine_min(eps, _orders_up_to(max_order)) * (1 + _MARGIN))
 
 
-def zcdp_delta(rho: float, epsilon: float) -> float:
+def zcdp_delta(rho: float, epsilon: float, max_order: float = math.inf) -> float:
     """delta at epsilon for rho-zCDP: $\\inf_{\\alpha>1}\\frac{e^{(\\alpha-1)(\\alpha\\rho-\\varepsilon)}}{\\alpha-1}(1-\\frac1\\alpha)^\\alpha$
-    (Canonne-Kamath-Steinke 2020; MATH.md 5), minimised numerically over alpha (safe)."""
+    (Canonne-Kamath-Steinke 2020; MATH.md 5), minimised numerically over alpha (safe); over
+    $1<\\alpha\\le$ ``max_order`` for truncated CDP (as :func:`zcdp_epsilon`)."""
     if rho == 0:
         return 0.0
 
     def logd(a: np.ndarray) -> np.ndarray:
         return np.asarray((a - 1) * (a * rho - epsilon) + a * np.log1p(-1 / a) - np.log(a - 1))
 
-    return min(1.0, math.exp(_refine_min(logd, _alpha_grid())) * (1 + _MARGIN))
+    return min(1.0, math.exp(_refine_min(logd, _orders_up_to(max_order))) * (1 + _MARGIN))
 
 
 # -- Rényi DP (Balle et al. 2020, Thm. 21; Asoodeh et al.) --------------------------------------------

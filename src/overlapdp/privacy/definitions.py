@@ -32,6 +32,11 @@ def _sum_up(values: Iterable[float | Fraction]) -> float:
     return f if Fraction(f) >= exact else math.nextafter(f, math.inf)
 
 
+def _half_square_up(x: float) -> float:
+    """x^2 / 2 rounded UP from the exact value (a float square can round down or underflow to 0)."""
+    return _sum_up((Fraction(x) ** 2 / 2,))
+
+
 @runtime_checkable
 class Guarantee(Protocol):
     """Anything that can state its privacy profile: epsilon at a delta and delta at an epsilon (safe)."""
@@ -104,6 +109,11 @@ class PureDP:
         """epsilon-DP implies (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3; MATH.md 5)."""
         return ZCDP(self.epsilon**2 / 2)
 
+    def to_tcdp(self) -> TCDP:
+        """epsilon-DP is (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3), so (epsilon^2/2, inf)-tCDP;
+        rho rounded up from the exact square (MATH.md 5, tCDP)."""
+        return TCDP(_half_square_up(self.epsilon), math.inf)
+
     def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
         """RDP curve min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3; Bun-Steinke 2016)."""
         return RDP(tuple(orders), conv.pure_rdp(self.epsilon, orders))
@@ -169,6 +179,11 @@ class ZCDP:
         """rho-zCDP is (alpha, alpha rho)-RDP for every alpha > 1 (Bun-Steinke 2016, Def. 1.1)."""
         return RDP(tuple(orders), tuple(a * self.rho for a in orders))
 
+    def to_tcdp(self) -> TCDP:
+        """rho-zCDP is (rho, inf)-tCDP: the same Rényi bound at every order (Bun, Dwork, Rothblum,
+        Steinke 2018, Def. 1; MATH.md 5, tCDP)."""
+        return TCDP(self.rho, math.inf)
+
 
 @dataclass(frozen=True)
 class GDP:
@@ -199,6 +214,10 @@ class GDP:
         Rényi divergence of order alpha is alpha mu^2/2 (Dong-Roth-Su 2022, Prop. 2.10 with data
         processing for Rényi divergences)."""
         return ZCDP(self.mu**2 / 2)
+
+    def to_tcdp(self) -> TCDP:
+        """mu-GDP is (mu^2/2)-zCDP (see :meth:`to_zcdp`), so (mu^2/2, inf)-tCDP; rho rounded up."""
+        return TCDP(_half_square_up(self.mu), math.inf)
 
 
 @dataclass(frozen=True)
@@ -239,3 +258,66 @@ class RDP:
 
     def delta_at(self, epsilon: float) -> float:
         return conv.rdp_delta(self.orders, self.epsilons, epsilon)
+
+
+def _omega(value: Any) -> float:
+    """A tCDP truncation order: a number > 1, infinity allowed (zCDP is omega = inf)."""
+    if isinstance(value, bool):
+        raise BudgetError(f"omega must be a number > 1 (infinity allowed), got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise BudgetError(f"omega must be a number > 1 (infinity allowed), got {value!r}") from None
+    if math.isnan(v) or v <= 1:
+        raise BudgetError(f"omega must be a number > 1 (infinity allowed), got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class TCDP:
+    """(rho, omega)-truncated concentrated DP (Bun, Dwork, Rothblum, Steinke, "Composable and versatile
+    privacy via truncated CDP", STOC 2018, Def. 1): $D_\\alpha(M(x)\\|M(x'))\\le\\rho\\alpha$ for every order
+    $1<\\alpha<\\omega$ and neighbours x, x', hence also at $\\alpha=\\omega$ (MATH.md 5, tCDP).
+
+    ``rho`` >= 0 finite, ``omega`` > 1 (``math.inf`` is rho-zCDP). Larger rho or smaller omega is a
+    weaker guarantee."""
+
+    rho: float
+    omega: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rho, bool):
+            raise BudgetError(f"rho must be a non-negative finite number, got {self.rho!r}")
+        object.__setattr__(self, "rho", _positive("rho", self.rho))
+        object.__setattr__(self, "omega", _omega(self.omega))
+
+    @staticmethod
+    def compose(items: Iterable[TCDP]) -> TCDP:
+        """rhos add and omega is the smallest (Bun et al. 2018, composition of tCDP: Rényi divergences
+        of independent products add at each order $\\alpha$, which every member bounds up to its own
+        omega; concurrently too, Lyu 2022 Cor. 1; MATH.md 3, 5); rho rounded up from the exact sum."""
+        xs = list(items)
+        if not xs:
+            raise BudgetError("cannot compose an empty list of tCDP guarantees")
+        return TCDP(_sum_up(p.rho for p in xs), min(p.omega for p in xs))
+
+    def __add__(self, other: TCDP) -> TCDP:
+        return TCDP.compose((self, other))
+
+    def epsilon_at(self, delta: float) -> float:
+        """The RDP conversion of Canonne-Kamath-Steinke 2020 Prop. 12 (Balle et al. 2020 Thm. 21) at
+        $\\varepsilon(\\alpha)=\\alpha\\rho$, minimised over $1<\\alpha\\le\\omega$ only (MATH.md 5, tCDP); at most
+        Bun et al. 2018's closed-form conversion, whose per-order formula is looser at the same orders."""
+        return conv.zcdp_epsilon(self.rho, check_delta(delta), max_order=self.omega)
+
+    def delta_at(self, epsilon: float) -> float:
+        """delta at epsilon by the same conversion over $1<\\alpha\\le\\omega$ (MATH.md 5, tCDP)."""
+        return conv.zcdp_delta(self.rho, epsilon, max_order=self.omega)
+
+    def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
+        """(alpha, alpha rho)-RDP at the orders of ``orders`` that are <= omega (the others have no
+        bound); :class:`BudgetError` when none is."""
+        kept = tuple(a for a in orders if a <= self.omega)
+        if not kept:
+            raise BudgetError(f"no RDP order of the grid is <= omega = {self.omega!r}")
+        return RDP(kept, tuple(_sum_up((Fraction(a) * Fraction(self.rho),)) for a in kept))

@@ -41,6 +41,18 @@ class TradeOff(PrivacyProfile):
         return PLD.from_profile(self.profile, lo, hi, h)
 
 
+# Relative margin on the closed-form profiles of the Gaussian and Laplace trade-offs: their float
+# evaluation is off by a few ulps either way (far in the Gaussian tail log_ndtr by up to ~1e-11
+# relative; ``conversions.gdp_delta`` has the same margin), and a profile must never be below the true
+# delta (against mpmath about half the points of a grid were, by an ulp or two).
+_PROFILE_MARGIN = 1e-9
+
+
+def _up(delta: np.ndarray) -> np.ndarray:
+    """A float profile rounded to the safe side: widened by ``_PROFILE_MARGIN``, at most 1."""
+    return np.asarray(np.minimum(1.0, np.asarray(delta) * (1 + _PROFILE_MARGIN)))
+
+
 def _alpha(alpha: np.ndarray | float) -> np.ndarray:
     return np.asarray(np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0))
 
@@ -71,7 +83,8 @@ class ApproxTradeOff(TradeOff):
 
 @dataclass(frozen=True)
 class GaussianTradeOff(TradeOff):
-    """$G_\\mu(\\alpha)=\\Phi(\\Phi^{-1}(1-\\alpha)-\\mu)$ (exact)."""
+    """$G_\\mu(\\alpha)=\\Phi(\\Phi^{-1}(1-\\alpha)-\\mu)$ (exact); its profile is the exact GDP profile of mu
+    (MATH.md 5) rounded up by a relative 1e-9, never below the true delta."""
 
     mu: float
 
@@ -82,9 +95,8 @@ class GaussianTradeOff(TradeOff):
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         if self.mu == 0:
             return np.zeros(np.shape(epsilons))
-        # the value and errors of ``Gaussian(1 / mu).profile``: its mu is 1 / (1 / mu)
-        sigma = check_positive("Gaussian sigma", 1 / self.mu)
-        return gaussian_profile(1.0 / sigma, epsilons)
+        # mu itself (1 / (1 / mu) can be one ulp BELOW mu), and the float result rounded up
+        return _up(gaussian_profile(check_positive("Gaussian DP mu", self.mu), epsilons))
 
     def loss_range(self) -> tuple[float, float]:
         m = self.mu
@@ -94,7 +106,8 @@ class GaussianTradeOff(TradeOff):
 @dataclass(frozen=True)
 class LaplaceTradeOff(TradeOff):
     """Trade-off of Lap(0,1) vs Lap(eps0,1) (Dong-Roth-Su 2022, Appendix): $1-e^{\\varepsilon_0}\\alpha$ for
-    $\\alpha<e^{-\\varepsilon_0}/2$, $e^{-\\varepsilon_0}/(4\\alpha)$ up to 1/2, $e^{-\\varepsilon_0}(1-\\alpha)$ beyond (exact)."""
+    $\\alpha<e^{-\\varepsilon_0}/2$, $e^{-\\varepsilon_0}/(4\\alpha)$ up to 1/2, $e^{-\\varepsilon_0}(1-\\alpha)$ beyond (exact); its
+    profile is the exact Laplace profile of eps0 rounded up by a relative 1e-9, never below the true delta."""
 
     eps0: float
 
@@ -107,9 +120,8 @@ class LaplaceTradeOff(TradeOff):
         return np.asarray(np.where(a < t / 2, 1 - a / t, np.where(a <= 0.5, mid, t * (1 - a))))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
-        # the value and errors of ``Laplace(1 / eps0).profile``: its eps0 is 1 / (1 / eps0)
-        scale = check_positive("Laplace scale", 1 / self.eps0)
-        return laplace_profile(1.0 / scale, epsilons)
+        # eps0 itself (1 / (1 / eps0) can be one ulp BELOW eps0), and the float result rounded up
+        return _up(laplace_profile(check_positive("Laplace eps0", self.eps0), epsilons))
 
     def loss_range(self) -> tuple[float, float]:
         return (-self.eps0, self.eps0)

@@ -20,6 +20,7 @@ one more subclass here and one more entry in :data:`MEASURES`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -31,13 +32,13 @@ import numpy as np
 
 from overlapdp.overlap.magnitude import float_up, sqrt_up, unscale_up
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
 from overlapdp.query import PredicateQuery
 
 Comp = Literal["sum", "l2", "vector"]
 Value = float | tuple[float, ...]
-B = TypeVar("B", PureDP, ZCDP, GDP, RDP, ApproxDP)
+B = TypeVar("B", PureDP, ZCDP, GDP, RDP, TCDP, ApproxDP)
 G = TypeVar("G")
 
 # The filter decides in EXACT arithmetic of the declared (float) costs. The overlap index locates the
@@ -55,8 +56,8 @@ class AdaptivityError(BudgetError):
 class DefinitionGuarantee:
     """One definition's guarantee, sequential and overlap-aware, and both converted to epsilon at delta.
 
-    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, or epsilon at
-    delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
+    ``sequential`` / ``overlap`` hold the native parameter (epsilon, rho, mu, the RDP curve, the pair
+    (rho, omega) for tCDP, or epsilon at delta for approximate DP). ``exact`` is False when the overlap-aware value is a safe upper bound.
 
     ``overlap`` is never above ``sequential``: the sequential composition of every charge bounds each
     row's loss too (a row pays a subset of the charges and composition is monotone in adding mechanisms),
@@ -149,6 +150,9 @@ class FilterRule:
     exact_ok: Callable[[list[Any]], bool]
     row_verdict: Callable[[np.ndarray], bool | None] | None = None
     optimal: bool = False
+    #: A charge's reason never to be admitted whatever the loads (tCDP: its omega is below the budget's
+    #: and it covers some row), or None: the filter refuses it with that reason before any index changes.
+    refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = None
 
     @property
     def single_sum(self) -> bool:
@@ -432,6 +436,96 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
         )
 
 
+class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
+    """(rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018; MATH.md 2 and 5, tCDP). A row
+    covered by charges $(\\rho_i,\\omega_i)$ is $(\\sum\\rho_i,\\min\\omega_i)$-tCDP (composition), so the
+    worst row is the pair $(\\max_x\\sum_{q\\ni x}\\rho_q,\\ \\min\\omega)$ with the minimum over the charges
+    that cover some row: the smallest pair (larger rho, smaller omega is weaker) that every row satisfies.
+    The rho part is a plain per-row ``sum``, computed as zCDP's is; the native value is the pair."""
+
+    name = "tcdp"
+    label = "truncated CDP"
+    budget_type = TCDP
+
+    def guarantee_of(self, m: Mechanism) -> TCDP | None:
+        return m.tcdp()
+
+    def weight(self, g: TCDP) -> float:
+        return g.rho
+
+    def account(
+        self,
+        ctx: AccountingContext,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee | None:
+        """The rho part is the odometer's additive route on the rhos (or zCDP's result itself when every
+        charge's rho IS its zCDP rho: the same loads give the same maximum); omega is the smallest over
+        all charges sequentially and over the charges covering some row overlap-aware (a charge with an
+        empty coverage loads no row)."""
+        gs = [m.tcdp() for m in mechs]
+        if any(g is None for g in gs):
+            return None
+        ts = [g for g in gs if g is not None]
+        z = earlier.get(ZCDPMeasure.name)
+        zs = [m.zcdp() for m in mechs]
+        if z is None or not all(zc is not None and zc.rho == g.rho for zc, g in zip(zs, ts, strict=True)):
+            loads = np.array([[g.rho] for g in ts], dtype=float)
+            z = ctx.additive_guarantee(ZCDPMeasure(), queries, loads, delta)
+        omega_seq = min(g.omega for g in ts)
+        omega_ovl = min(
+            (g.omega for g, q in zip(ts, queries, strict=True) if not q.is_contradiction), default=math.inf
+        )
+        seq = (float(cast(float, z.sequential)), omega_seq)
+        ovl = (float(cast(float, z.overlap)), omega_ovl)
+        return dataclasses.replace(
+            z,
+            definition=self.name,
+            sequential=seq,
+            overlap=ovl,
+            sequential_epsilon=self.to_epsilon(seq, delta),
+            overlap_epsilon=self.to_epsilon(ovl, delta),
+        )
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        """``value`` is the pair (rho, omega) (MATH.md 5, tCDP conversion)."""
+        assert isinstance(value, tuple) and len(value) == 2
+        return TCDP(value[0], value[1]).epsilon_at(delta)
+
+    def budget_value(self, budget: TCDP) -> float:
+        """rho: what the filter's value (the worst row's sum of rho) is compared with; the budget's omega
+        is a condition on each charge (:meth:`rule`)."""
+        return budget.rho
+
+    def rule(self, budget: TCDP, factor: float, options: FilterOptions) -> FilterRule:
+        """Admit iff the charge's omega is at least the budget's and every row's sum of rho stays within
+        the budget's rho, exactly (MATH.md 5, tCDP filter: the individual Rényi filter of Feldman and
+        Zrnic 2021 at every order $1<\\alpha\\le\\omega_B$ at once). A charge with a smaller omega that covers
+        some row is refused whatever the loads, with its reason."""
+        label = self.label
+
+        def rho(m: Mechanism) -> float:
+            return _need(m.tcdp(), m, label).rho
+
+        def refuse(m: Mechanism, q: PredicateQuery) -> str | None:
+            g = _need(m.tcdp(), m, label)
+            if g.omega >= budget.omega or q.is_contradiction:  # a charge covering no row loads no row
+                return None
+            return (
+                f"omega {g.omega!r} (of the {m.name} charge) is below the budget's omega {budget.omega!r}: "
+                f"a tCDP budget admits only charges with omega >= {budget.omega!r}"
+            )
+
+        return FilterRule(
+            tracks=(TrackSpec("sum", rho, lambda m: Fraction(rho(m))),),
+            check=_scalar_check(factor, budget.rho),
+            exact_ok=_exact_scalar(factor, Fraction(budget.rho)),
+            refuse=refuse,
+        )
+
+
 class ApproxMeasure(Measure[ApproxDP]):
     """(epsilon, delta)-DP. The odometer's value is the maximum over maximal overlapping sets of the PLD
     (or KOV) composition's epsilon at delta (MATH.md 2 and 5); the filter's, by default, the combined
@@ -449,7 +543,9 @@ class ApproxMeasure(Measure[ApproxDP]):
         queries: list[PredicateQuery],
         delta: float,
         earlier: Mapping[str, DefinitionGuarantee],
-    ) -> DefinitionGuarantee:
+    ) -> DefinitionGuarantee | None:
+        if not all(m.pld_composable for m in mechs):
+            return None  # e.g. an OpaqueTCDP: known through a profile bound only, no dominating PLD
         return ctx.approx_guarantee(mechs, queries, delta, earlier)
 
     def to_epsilon(self, value: Value, delta: float) -> float:
@@ -622,6 +718,7 @@ MEASURES: tuple[Measure[Any], ...] = (
     ZCDPMeasure(),
     GDPMeasure(),
     RDPMeasure(),
+    TCDPMeasure(),
     ApproxMeasure(),
 )
 #: Their names, the keys of an odometer report's ``definitions``.
@@ -650,6 +747,7 @@ __all__ = [
     "Measure",
     "PureMeasure",
     "RDPMeasure",
+    "TCDPMeasure",
     "TrackSpec",
     "ZCDPMeasure",
     "measure_for",

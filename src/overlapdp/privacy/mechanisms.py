@@ -13,12 +13,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar
 
 import numpy as np
 from scipy.special import log_ndtr
 
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff
 from overlapdp.privacy.pld import DEFAULT_H, PLD
 from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
@@ -59,6 +60,9 @@ class Mechanism(PrivacyProfile):
     """A mechanism's privacy cost. Subclasses are frozen dataclasses with validated parameters."""
 
     name: str = "mechanism"
+    #: Whether :meth:`pld` gives a dominating PLD, so that (epsilon, delta) accounting can compose it
+    #: (False for a mechanism known only through a bound on its profile, such as :class:`OpaqueTCDP`).
+    pld_composable: ClassVar[bool] = True
 
     def pure(self) -> PureDP | None:
         """Its pure-DP guarantee, or None when it has none."""
@@ -71,6 +75,12 @@ class Mechanism(PrivacyProfile):
     def gdp(self) -> GDP | None:
         """Its Gaussian-DP guarantee (exact for Gaussian noise), or None."""
         return None
+
+    def tcdp(self) -> TCDP | None:
+        """Its truncated-CDP guarantee, or None: rho-zCDP (pure epsilon-DP enters as epsilon^2/2) is
+        (rho, inf)-tCDP (Bun, Dwork, Rothblum, Steinke 2018, Def. 1; MATH.md 5, tCDP)."""
+        z = self.zcdp()
+        return None if z is None else z.to_tcdp()
 
     def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP | None:
         """Its Rényi-DP curve on ``orders``, or None when it has none (approximate DP)."""
@@ -347,3 +357,63 @@ class DiscreteGaussian(_Atomic):
         tail = s * math.sqrt(2 * math.pi) * math.exp(float(log_ndtr(-k / s))) / z
         losses = (d * d - 2 * ys * d) / (2 * s * s)
         return losses, w / z, min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class OpaqueTCDP(Mechanism):
+    """A mechanism known only to be (rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018,
+    Def. 1; MATH.md 5, tCDP), e.g. their sinh-normal mechanism, or a subsampled one analysed in tCDP.
+
+    It has no pure, zCDP or Gaussian-DP guarantee (a finite omega bounds no Rényi divergence above
+    omega), and no Rényi curve on a grid reaching above omega; its privacy profile is the safe tCDP
+    conversion (an upper bound, not a dominating pair), so it is not composed by PLD
+    (``pld_composable`` is False): the odometer reports it under tCDP, and an (epsilon, delta) filter
+    charges it as ``approx(delta)`` when given ``per_mechanism_delta``."""
+
+    rho: float
+    omega: float
+    name = "tcdp"
+    pld_composable: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        g = TCDP(self.rho, self.omega)
+        object.__setattr__(self, "rho", g.rho)
+        object.__setattr__(self, "omega", g.omega)
+
+    def tcdp(self) -> TCDP:
+        return TCDP(self.rho, self.omega)
+
+    def zcdp(self) -> ZCDP | None:
+        return ZCDP(self.rho) if math.isinf(self.omega) else None
+
+    def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP | None:
+        """(alpha, alpha rho)-RDP when every order of the grid is <= omega, else None (the grid's
+        higher orders have no bound)."""
+        if all(a <= self.omega for a in orders):
+            return self.tcdp().to_rdp(orders)
+        return None
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        """delta(epsilon) of the tCDP conversion at each epsilon (an upper bound of the true profile)."""
+        g = self.tcdp()
+        return np.array([g.delta_at(float(e)) for e in np.ravel(np.asarray(epsilons, dtype=float))])
+
+    def delta_at(self, epsilon: float) -> float:
+        return self.tcdp().delta_at(epsilon)
+
+    def epsilon_at(self, delta: float) -> float:
+        return self.tcdp().epsilon_at(delta)
+
+    def loss_range(self) -> tuple[float, float]:
+        return (-math.inf, math.inf)  # the privacy loss of a tCDP mechanism need not be bounded
+
+    def pld(self, h: float = DEFAULT_H) -> PLD:
+        raise BudgetError(
+            f"{self.name} is known only as ({self.rho}, {self.omega})-tCDP: it has no dominating PLD; "
+            "account it under tCDP (or as (epsilon, delta) at a chosen delta)"
+        )
+
+    def tradeoff(self) -> TradeOff:
+        raise BudgetError(
+            f"{self.name} is known only as ({self.rho}, {self.omega})-tCDP: it has no trade-off function here"
+        )

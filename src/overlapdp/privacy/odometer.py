@@ -10,6 +10,7 @@ pure     $\\max_x\\sum_{q\\ni x}\\varepsilon_q$              OverlapIndex / max_
 zCDP     $\\max_x\\sum_{q\\ni x}\\rho_q$                     comp ``sum``
 GDP      $\\max_x\\sqrt{\\sum_{q\\ni x}\\mu_q^2}$             comp ``l2``
 RDP      per order $\\max_x\\sum_{q\\ni x}\\varepsilon_q(\\alpha)$ comp ``vector`` (maxima may sit at different rows)
+tCDP     $(\\max_x\\sum_{q\\ni x}\\rho_q,\\ \\min_q\\omega_q)$        comp ``sum`` on rho; omega over charges covering a row
 (ε, δ)   $\\max$ over maximal overlapping sets of ε(δ)  max_overlap with a SetComp of PLD compositions
 ======== ========================================== =============================================
 
@@ -25,7 +26,8 @@ doubling bound.
 
 The definitions are the :data:`~overlapdp.privacy.measures.MEASURES`: the odometer loops over them, each
 picking one of the two routes here (:meth:`Odometer.additive_guarantee` for the additive loads of pure DP,
-zCDP, GDP and RDP; :meth:`Odometer.approx_guarantee` for the PLD composition of (epsilon, delta)) and
+zCDP, GDP, RDP and tCDP's rho;
+:meth:`Odometer.approx_guarantee` for the PLD composition of (epsilon, delta)) and
 supplying its own loads, native value and conversion to epsilon at delta. The odometer reports the
 guarantee of the ledger as if its charges had been fixed in advance; the
 :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` is what makes adaptive use safe.
@@ -187,6 +189,11 @@ class Odometer:
             g = measure.account(self, mechs, queries, d, defs)
             if g is not None:
                 defs[measure.name] = g
+        if not defs:
+            raise BudgetError(
+                "no privacy definition covers every charge of the ledger (e.g. an (epsilon, delta) "
+                "charge beside a tCDP one); convert the charges to one definition"
+            )
         pure = defs.get(PureMeasure.name)  # an all-pure ledger's epsilons, reported beside the tightest
         seq_def = min(defs.values(), key=lambda g: g.sequential_epsilon)
         ovl_def = min(defs.values(), key=lambda g: g.overlap_epsilon)
@@ -223,7 +230,7 @@ class Odometer:
         if comp == "l2":
             squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
             loads = squares[:, None]
-        seq_load = loads.sum(axis=0)
+        seq_load = _column_sums_up(loads)
         exact = True
         witness: dict[str, Any] | None
         if self.neighbouring == "add_remove":
@@ -471,6 +478,8 @@ class Odometer:
         return DefinitionGuarantee(ApproxMeasure.name, seq, ovl, seq, ovl, witness, exact, method, bound)
 
 
+#: Most loads (charges x components) whose sequential sums are computed exactly rounded up.
+_EXACT_SUM_LIMIT = 500_000
 #: Most maximal covering patterns composed one by one before falling back to a bounded search.
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
@@ -479,6 +488,31 @@ _APPROX_MAX_GROUPS = 32
 #: count vectors it filters down to the Pareto-maximal ones.
 _APPROX_GRID_LIMIT = 2_000_000
 _APPROX_MAX_VECTORS = 5_000
+
+
+def _column_sums_up(loads: np.ndarray) -> np.ndarray:
+    """Each column's exact sum rounded UP to a float: the sequential load, which caps the overlap-aware
+    one, so a sum rounded to nearest below the exact total (ten 0.1 sum to 1.0 < 10 * Fraction(0.1))
+    would under-report even an exact overlap route. ``fsum`` is correctly rounded, and the sign of the
+    correctly rounded ``exact - fsum`` says whether it was rounded down. Past ``_EXACT_SUM_LIMIT`` loads
+    (about 0.1 s of fsum) the float sum is widened by its error bound instead: the n non-negative loads
+    of a column sum to within $\\gamma_{n-1}$ relative of the exact total (Higham), so
+    $\\mathrm{fl}(s)(1+2nu)$, rounded up, is above it (not the smallest such float, but above every
+    row's exact load, so an exact overlap route is never capped by it)."""
+    if loads.size > _EXACT_SUM_LIMIT:
+        n = loads.shape[0]
+        return np.asarray(np.nextafter(loads.sum(axis=0) * (1 + n * 2.0**-52), np.inf))
+    out = np.empty(loads.shape[1])
+    for k in range(loads.shape[1]):
+        col = loads[:, k].tolist()
+        try:
+            total = math.fsum(col)
+            if math.fsum([*col, -total]) > 0:
+                total = math.nextafter(total, math.inf)
+        except OverflowError:
+            total = math.inf
+        out[k] = total
+    return out
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:

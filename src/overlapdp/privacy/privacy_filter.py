@@ -17,6 +17,9 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
 - zCDP and RDP: Feldman and Zrnic 2021 (arXiv 2008.11193), individual Rényi filter: for each order the
   per-row sum of RDP losses stays within budget; zCDP is RDP with epsilon(alpha) = alpha rho at every order;
 - GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
+- tCDP with budget $(\\rho_B,\\omega_B)$: a charge with $\\omega<\\omega_B$ covering some row is refused outright
+  (with its reason), the rest admitted while the per-row $\\sum\\rho\\le\\rho_B$: the individual Rényi filter at every order
+  $1<\\alpha\\le\\omega_B$ at once (MATH.md 5, tCDP);
 - (epsilon, delta): the optimal composition needs the parameters fixed in advance, so with
   ``adaptive=True`` a ``composition="optimal"`` filter is REFUSED (:class:`AdaptivityError`); the default
   filter admits, per row, while $\\sqrt{2\\ln(1/\\delta')\\sum_t\\varepsilon_t^2}+\\frac12\\sum_t\\varepsilon_t^2\\le\\varepsilon_g$
@@ -55,7 +58,7 @@ import numpy as np
 
 from overlapdp.overlap import OverlapIndex, OverlapResult
 from overlapdp.overlap.magnitude import float_up
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
 from overlapdp.privacy.mechanisms import Mechanism
@@ -115,7 +118,7 @@ class PrivacyFilter:
     def __init__(
         self,
         schema: Schema,
-        budget: PureDP | ZCDP | GDP | RDP | ApproxDP,
+        budget: PureDP | ZCDP | GDP | RDP | TCDP | ApproxDP,
         *,
         neighbouring: str = "add_remove",
         composition: str = "advanced",
@@ -153,6 +156,7 @@ class PrivacyFilter:
         # :class:`~overlapdp.privacy.measures.FilterRule`): refusals are decided on actual rows.
         self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
+        self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
         self._joint = rule.row_verdict is not None
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
@@ -169,6 +173,11 @@ class PrivacyFilter:
             q = charge.query.with_id(charge.id)
             if self._optimal:
                 return self._try_optimal(charge)
+            if self._refuse is not None:
+                why = self._refuse(mechanism, q)  # raises (as a load would) without such a guarantee
+                if why is not None:
+                    value = self._check([t.index.value for t in self._tracks])[1] if self._ids else 0.0
+                    return Admission(False, None, value, self.measure.budget_value(self.budget), None, why)
             loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
             exact = [t.exact(mechanism) for t in self._tracks]
             peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
