@@ -398,3 +398,13 @@ def test_dashboard_rounds_remaining_down_and_spent_up() -> None:
     assert shown[0.5 - 0.30000000000000004][1] == "0.199999"  # remaining: not 0.2, which is more
     assert shown[0.1996][1] == "0.1996"  # the old page rounded this remaining budget up to 0.2
     assert shown[0.30000000000000004][0] == "0.300001"
+
+
+def test_tcdp_pair_is_shown_as_rho_and_omega_on_the_safe_sides() -> None:
+    from overlapdp.display import guarantee
+
+    # rho is a loss (rounded up), omega a lower limit on the orders (rounded down); RDP stays a curve.
+    assert guarantee("tcdp", (0.30000000000000004, 3.0)) == "ρ = 0.300001, ω = 3"
+    assert guarantee("tcdp", (0.125, math.inf)) == "ρ = 0.125, ω = inf"
+    assert guarantee("rdp", (0.1, 0.2, 0.3)) == "curve (3 orders)"
+    assert guarantee("zcdp", 1 / 3) == "0.333334"

@@ -56,3 +56,13 @@ def spent(value: float | int | Fraction, digits: int = 6) -> str:
 def remaining(value: float | int | Fraction, digits: int = 6) -> str:
     """A remaining budget: rounded down (never shows more left than there is)."""
     return decimal(value, digits, "down")
+
+
+def guarantee(definition: str, value: float | tuple[float, ...]) -> str:
+    """A definition's native value for people, rounded up: a number; tCDP's pair ``ρ = …, ω = …`` (ω is a
+    lower limit: rounded down); an RDP curve by its number of orders (the JSON lists them)."""
+    if isinstance(value, tuple):
+        if definition == "tcdp" and len(value) == 2:
+            return f"ρ = {spent(value[0])}, ω = {remaining(value[1])}"
+        return f"curve ({len(value)} orders)"
+    return spent(value)

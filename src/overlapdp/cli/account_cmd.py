@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
-from overlapdp.display import decimal, spent
+from overlapdp.display import decimal, guarantee, spent
 from overlapdp.errors import WorkloadError
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
@@ -133,14 +133,19 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
     return out
 
 
-_NAMES = {"pure": "pure ε", "zcdp": "zCDP ρ", "gdp": "GDP μ", "rdp": "Rényi DP", "approx": "(ε, δ) PLD"}
+_NAMES = {
+    "pure": "pure ε",
+    "zcdp": "zCDP ρ",
+    "gdp": "GDP μ",
+    "rdp": "Rényi DP",
+    "tcdp": "tCDP (ρ, ω)",
+    "approx": "(ε, δ) PLD",
+}
 
 
 def _fmt(x: Any) -> str:
     """A guarantee for people: rounded up (never shown below its value)."""
-    if isinstance(x, tuple):
-        return "curve"  # one epsilon per order; the JSON lists them
-    return spent(x)
+    return guarantee("", x)
 
 
 def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
@@ -164,8 +169,8 @@ def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
         approx = key == "approx"  # its native value is the epsilon at delta of the next columns
         out.add_row(
             _NAMES.get(key, key),
-            "—" if approx else _fmt(g.sequential),
-            "—" if approx else _fmt(g.overlap),
+            "—" if approx else guarantee(key, g.sequential),
+            "—" if approx else guarantee(key, g.overlap),
             _fmt(g.sequential_epsilon),
             _fmt(g.overlap_epsilon),
             exactness,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from overlapdp.display import guarantee
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
 from overlapdp.privacy.utility import Definition, UtilityGain, utility_gain
@@ -346,11 +347,18 @@ def ledger_report(
     }
     if heat is not None:
         numbers["heat_map"] = _heat_json(heat)
-    names = {"pure": "pure ε", "zcdp": "zCDP ρ", "gdp": "GDP μ", "rdp": "Rényi DP", "approx": "(ε, δ) PLD"}
+    names = {
+        "pure": "pure ε",
+        "zcdp": "zCDP ρ",
+        "gdp": "GDP μ",
+        "rdp": "Rényi DP",
+        "tcdp": "tCDP (ρ, ω)",
+        "approx": "(ε, δ) PLD",
+    }
     defs_rows = []
     for key, g in final.definitions.items():
-        seq = g.sequential if isinstance(g.sequential, float) else f"curve ({len(g.sequential)} orders)"
-        ovl = g.overlap if isinstance(g.overlap, float) else f"curve ({len(g.overlap)} orders)"
+        seq = g.sequential if isinstance(g.sequential, float) else guarantee(key, g.sequential)
+        ovl = g.overlap if isinstance(g.overlap, float) else guarantee(key, g.overlap)
         defs_rows.append([names.get(key, key), seq, ovl, g.sequential_epsilon, g.overlap_epsilon, g.exact])
     sections = [
         (
