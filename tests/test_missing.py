@@ -256,6 +256,15 @@ def test_engines_match_sql_three_valued_logic(case: tuple[Schema, list[list[Any]
             assert eng.counts(qs, method="bitmap") == expected, (engine, texts)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_column_with_no_value_at_all(engine: str) -> None:
+    frame = pd.DataFrame({"age": [20, 21, None], "work": [None, None, None], "pay": [1.0, 2.0, 3.0]})
+    frame["sex"] = ["F", "M", "F"]
+    qs = [parse_where(SMALL, t) for t in ("work IS NULL", "work != 'gov'", "age IS NULL", "TRUE")]
+    with open_engine(engine, SMALL, frame) as eng:
+        assert eng.counts(qs) == [3, 0, 1, 3]
+
+
 # -- raw Adult: no row dropped, counts equal pandas' on the raw CSV --------------------------------------
 RAW_QUERIES: list[tuple[str, Any]] = [
     # The issue's example: names no attribute with missing values, so rows with missing workclass count.

@@ -89,6 +89,9 @@ def column_kind(type_name: str) -> ColumnKind:
         return "float"
     if base in {"varchar", "string", "text", "char"}:
         return "string"
+    if base in {'"null"', "null", "void"}:
+        # A column with no value at all (every cell missing): mapped like text, every row missing.
+        return "string"
     return "other"
 
 
