@@ -21,6 +21,7 @@ from overlapdp.query import parse_where
 from overlapdp.samples import adult_raw_schema, adult_schema
 from overlapdp.schema import CategoricalAttribute, IntAttribute, Schema
 from test_engines import REPORT_FRAME, REPORT_SCHEMA, SECRET, parsed, random_workload, truth
+from test_missing import RAW_QUERIES
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None:
@@ -51,7 +52,11 @@ def test_adult_coded_and_raw(
     expected = truth(raw, adult_raw_frame, work)
     with SparkEngine.from_path(raw, adult_raw_csv, spark=spark) as eng:
         assert eng.report.missing["workclass"] == int(adult_raw_frame["workclass"].isna().sum())
+        assert eng.report.rows_outside == 0  # missing values are allowed where the file has them
         assert eng.counts(parsed(raw, work)) == expected
+        # The same raw-Adult queries as the other engines (tests/test_missing.py), pandas' truth.
+        qs = [parse_where(raw, t) for t, _ in RAW_QUERIES]
+        assert eng.counts(qs) == [int(mask(adult_raw_frame).sum()) for _, mask in RAW_QUERIES]
 
 
 def test_frames_parquet_table_and_report(spark: Any, tmp_path: Path) -> None:
@@ -118,4 +123,12 @@ def test_cli_count_with_spark(spark: Any, tmp_path: Path, capsys: pytest.Capture
         assert done.value.code in (0, None)
         out, err = capsys.readouterr()
         assert json.loads(out) == [{"id": "all", "count": 1}, {"id": "red", "count": 1}]
-        assert "6 of 7 rows lie outside" in err and "color: 1 missing, 1 outside" in err
+        # The figures of rows outside the domain are for 'schema check' only.
+        assert "6 of 7" not in err and "outside" not in err
+        with pytest.raises(SystemExit) as done:
+            main(["schema", "check", str(schema_file), "--data", str(data), "--engine", engine, "--json"])
+        assert done.value.code in (0, None)  # the schema drops such rows ("outside": "drop")
+        out, err = capsys.readouterr()
+        doc = json.loads(out)
+        assert (doc["rows"], doc["rows_outside"]) == (7, 6) and "NOT PRIVATE" in err
+        assert doc["missing"] == {"age": 1, "color": 1, "pay": 1}

@@ -105,8 +105,14 @@ def test_load_reports_the_file(tmp_path: Path) -> None:
 
 def test_infer_needs_declared_bounds() -> None:
     frame = pd.DataFrame({"age": [20, 30, 95], "race": ["W", "B", "W"], "gain": [0.0, 10.5, 7.0]})
-    with pytest.raises(SchemaError, match=r"'age' is numeric: declare its bounds.*leaks"):
+    # Every column that needs a declaration is named in one run (issue 14 item 12).
+    with pytest.raises(
+        SchemaError,
+        match=r"columns 'age', 'gain' are numeric: declare their bounds.*leaks.*'race' holds text",
+    ):
         infer_schema(frame)
+    with pytest.raises(SchemaError, match=r"column 'age' is numeric: declare its bounds.*leaks"):
+        infer_schema(frame, edges={"gain": [0, 5, 20]}, categories={"race": ["W", "B"]})
     with pytest.raises(SchemaError, match="'race' holds text: declare its categories"):
         infer_schema(frame, bounds={"age": (0, 99)}, edges={"gain": [0, 5, 20]})
     s = infer_schema(
@@ -140,5 +146,9 @@ def test_raw_adult_schema_covers_the_raw_file(adult_raw_frame: pd.DataFrame) -> 
     assert set(s.names) == set(adult_raw_frame.columns)
     for a in s:
         codes = a.encode(adult_raw_frame[a.name])
-        # Only the documented missing values ('?' left empty) fall outside the domain.
-        assert (codes < 0).sum() == adult_raw_frame[a.name].isna().sum(), a.name
+        # Every value fits: the documented missing values ('?' left empty) take the missing index of
+        # the three attributes that allow one, and no other attribute has a missing cell.
+        assert (codes < 0).sum() == 0, a.name
+        missing = int(adult_raw_frame[a.name].isna().sum())
+        assert a.missing == (a.name in ("workclass", "occupation", "native_country")), a.name
+        assert (codes == a.null_index).sum() == missing and (missing > 0) == a.missing, a.name

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from overlapdp.engine.base import DomainReport, Engine
+from overlapdp.engine.base import Engine
 from overlapdp.engine.inputs import open_data
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
@@ -373,11 +373,11 @@ def plan_answers(
 
 @dataclass(frozen=True)
 class WorkloadAnswers:
-    """Noisy answers with error bars, the plan that priced them and the data owner's domain report."""
+    """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
+    outside the domain is the data owner's, from ``overlapdp schema check``)."""
 
     answers: list[NoisyAnswer]
     plan: AnswerPlan
-    domain: DomainReport
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -413,13 +413,11 @@ def answer_workload(
         raise AnswerError("the plan was made for another workload")
     if isinstance(engine, Engine):
         counts = engine.counts(qs)
-        domain = engine.report
     else:
         if not qs:
             raise AnswerError("the workload is empty")
         with open_data(engine, qs[0].schema) as opened:
             counts = opened.counts(qs)
-            domain = opened.report
     answers = add_noise(
         counts,
         plan.per_query_budget,
@@ -428,4 +426,4 @@ def answer_workload(
         rng=rng,
         served=served,
     )
-    return WorkloadAnswers(answers, plan, domain)
+    return WorkloadAnswers(answers, plan)

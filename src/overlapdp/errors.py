@@ -81,3 +81,15 @@ def with_prefix(exc: OverlapDPError, prefix: str) -> OverlapDPError:
     out = copy.copy(exc)
     out.args = (prefix + str(exc),)
     return out
+
+
+class OutsideDomainError(DataError):
+    """The data has rows outside the schema's domain and the schema's policy is ``"outside": "error"``.
+
+    ``attributes`` names the attributes with a value outside the domain or a missing value the schema
+    does not allow; the message gives no counts (exact figures are for ``overlapdp schema check``).
+    """
+
+    def __init__(self, message: str, *, attributes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.attributes = attributes

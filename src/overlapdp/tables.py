@@ -128,3 +128,37 @@ def present_values(data: Any, column: str) -> list[Any]:
         values = [r[0] for r in data.select(column).distinct().collect()]
     # NaN (a float that is not equal to itself) is missing, as pandas' dropna treats it.
     return [v for v in values if v is not None and v == v]
+
+
+def has_missing(data: Any, column: str) -> bool:
+    """Whether ``column`` holds a missing value (None/null, or NaN in a float column), computed by the
+    table's own library."""
+    kind = _table_kind(data)
+    if kind == "pandas":
+        return bool(data[column].isna().any())
+    if kind in ("polars", "polars-lazy"):
+        s = data.lazy().select(column).collect().to_series()
+        return bool(s.null_count() > 0 or (s.dtype.is_float() and s.is_nan().any()))
+    if kind in ("arrow", "arrow-batch"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        col = data.column(column)
+        if col.null_count > 0:
+            return True
+        return bool(pa.types.is_floating(col.type) and pc.any(pc.is_nan(col)).as_py())
+    if kind == "duckdb":
+        import duckdb
+
+        rel = data.select(duckdb.ColumnExpression(column))
+        quoted = '"' + column.replace('"', '""') + '"'
+        test = f"{quoted} IS NULL"
+        if str(rel.types[0]).upper() in ("FLOAT", "DOUBLE", "REAL"):
+            test += f" OR isnan({quoted})"
+        return bool(rel.filter(test).limit(1).fetchall())
+    from pyspark.sql import functions as F
+
+    cond = F.col(column).isNull()
+    if dict(data.dtypes)[column] in ("float", "double"):
+        cond = cond | F.isnan(F.col(column))
+    return bool(data.filter(cond).limit(1).count())

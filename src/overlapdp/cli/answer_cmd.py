@@ -84,8 +84,6 @@ def answer(
     )
     with open_engine(engine, sch, data) as eng:
         result = answer_workload(eng, list(workload), plan)
-    if result.domain.rows_outside:
-        warn(result.domain.describe())
     if not plan.gamma_exact:
         warn(
             f"the maximum overlap search stopped early: using its safe upper bound {plan.gamma} "

@@ -34,10 +34,7 @@ def count(
         counts = eng.counts(list(workload))
         report = eng.report
     warn("exact counts are NOT differentially private; do not release them")
-    if report.rows_outside:
-        warn(report.describe())
     if as_json:
-        # The list format is the foundation's; the domain report goes to stderr with the warnings.
         emit_json([{"id": q.id, "count": c} for q, c in zip(workload, counts, strict=True)])
         return
     out = Table("id", "count", "condition", title=f"exact counts ({report.rows} rows, {engine})")

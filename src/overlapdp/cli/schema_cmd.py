@@ -1,4 +1,5 @@
-"""``overlapdp schema``: show a schema, or infer one from a CSV with declared bounds."""
+"""``overlapdp schema``: show a schema, infer one from a CSV with declared bounds, or check data against
+one (``check``: exact figures, NOT private, for the data owner)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json
+from overlapdp.cli.app import app, console, emit_json, warn
 from overlapdp.cli.help_format import Typer
-from overlapdp.errors import SchemaError
+from overlapdp.errors import OverlapDPError, SchemaError
 from overlapdp.schema import Schema, infer_schema, read_table
 
 schema_app = Typer(help="Inspect or infer schemas.", no_args_is_help=True)
@@ -28,10 +29,12 @@ def show(
     if as_json:
         emit_json(sch.to_json())
         return
-    table = Table("attribute", "type", "size", "values", title=f"domain size {sch.domain_size:,}")
+    title = f"domain size {sch.domain_size:,}; rows outside the domain: {sch.outside}"
+    table = Table("attribute", "type", "size", "values", "missing", title=title)
     for a in sch:
-        first = ", ".join(str(a.value_at(i)) for i in range(min(a.size, 4)))
-        table.add_row(a.name, a.kind, str(a.size), first + (", ..." if a.size > 4 else ""))
+        first = ", ".join(str(a.value_at(i)) for i in range(min(a.value_count, 4)))
+        more = ", ..." if a.value_count > 4 else ""
+        table.add_row(a.name, a.kind, str(a.size), first + more, "allowed" if a.missing else "no")
     console.print(table)
 
 
@@ -58,11 +61,21 @@ def infer(
         typer.Option("--categories-from-data", help="Text columns' values present in the data are public."),
     ] = False,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to keep.")] = None,
+    missing: Annotated[
+        str,
+        typer.Option(
+            "--missing",
+            help="Missing cells: 'value' (columns with one allow a missing value, no row is dropped) "
+            'or \'drop\' (the schema drops rows outside its domain: "outside": "drop").',
+        ),
+    ] = "value",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the schema here (default: stdout).")
     ] = None,
 ) -> None:
     """Infer a schema; numeric bounds must be declared (inferring them from data leaks)."""
+    if missing not in ("value", "drop"):
+        raise SchemaError(f"--missing {missing!r}: use 'value' or 'drop'")
     frame = read_table(data)
     parsed_bounds: dict[str, tuple[int, int]] = {}
     for name, spec in _pairs(bounds, "--bounds").items():
@@ -88,9 +101,68 @@ def infer(
         categories=parsed_cats,
         categories_from_data=categories_from_data,
         columns=[c.strip() for c in columns.split(",")] if columns else None,
+        missing="drop" if missing == "drop" else "value",
     )
+    allowed = [a.name for a in sch if a.missing]
+    if allowed:
+        warn(
+            f"{', '.join(allowed)}: the data has missing cells there, so the schema allows a missing value "
+            "(visible to analysts; query it with IS NULL)"
+        )
+    elif missing == "drop":
+        warn('the schema drops rows with a missing cell or a value outside its domain ("outside": "drop")')
     text = json.dumps(sch.to_json(), indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:
         out.write_text(text, encoding="utf-8")
+
+
+@schema_app.command("check")
+def check(
+    schema: Annotated[Path, typer.Argument(help="Schema JSON file.")],
+    data: Annotated[Path, typer.Option("--data", help="CSV or Parquet file with the rows.")],
+    engine: Annotated[
+        str, typer.Option("--engine", help="Where to read the data: duckdb | pandas | polars | spark.")
+    ] = "duckdb",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """NOT PRIVATE: exact counts of missing values and of values outside the schema's domain, per
+    attribute, for the data owner (never for analysts). Exits 1 when rows do not fit the domain and
+    the schema's policy is "outside": "error" (counting would then fail)."""
+    # Imported here: the engines (DuckDB, Polars) are not needed by the other schema commands.
+    from overlapdp.engine import ENGINES, open_engine
+
+    if engine not in ENGINES:
+        raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    sch = Schema.load(schema)
+    with open_engine(engine, sch, data) as eng:
+        report = eng.report
+    warn("NOT PRIVATE: exact figures about the data, for the data owner; do not release them")
+    fails = bool(report.rows_outside) and sch.outside == "error"
+    if as_json:
+        emit_json({"private": False, "policy": sch.outside, "fits": not fails, **report.to_json()})
+    else:
+        title = f"schema check (NOT PRIVATE: for the data owner): {report.rows} rows, {engine}"
+        table = Table("attribute", "missing", "missing allowed", "outside the domain", title=title)
+        for a in sch:
+            table.add_row(
+                a.name,
+                str(report.missing.get(a.name, 0)),
+                "yes" if a.missing else "no",
+                str(report.outside.get(a.name, 0)),
+            )
+        console.print(table)
+        console.print(report.describe())
+        if not report.rows_outside:
+            verdict = "every row fits the domain; no row is dropped"
+        elif sch.outside == "drop":
+            verdict = f'{report.rows_outside} rows are dropped from every count, as the schema states ("outside": "drop")'
+        else:
+            verdict = (
+                'counting fails: the schema\'s policy is "outside": "error"; allow missing values with '
+                '"missing": true on the attribute, widen the domain, or state "outside": "drop"'
+            )
+        console.print(verdict)
+    if fails:
+        raise typer.Exit(1)

@@ -1,10 +1,14 @@
 """The engine interface: a table mapped onto a schema, answering exact counts of many predicate queries.
 
 Every engine (DuckDB, pandas, Polars, Spark) maps each column onto its attribute's value indices
-(categorical values to indices, numbers to bins, integers to ``value - min``). A row whose value is
-missing or outside the domain on ANY attribute stays in the row count but lies outside every query's
-coverage (also a query with no conditions), exactly as in :mod:`overlapdp.engine.encoding`; how many such
-rows there are, per attribute, is reported to the data owner in a :class:`DomainReport`.
+(categorical values to indices, numbers to bins, integers to ``value - min``, a missing value to the
+attribute's missing index when the schema allows it), exactly as in :mod:`overlapdp.engine.encoding`.
+A row with a missing value the schema does not allow or a value outside the domain on ANY attribute
+does not fit the domain. The schema's ``"outside"`` policy decides: ``"error"`` (the default) makes
+:meth:`Engine.counts` raise :class:`~overlapdp.errors.OutsideDomainError` naming the attributes, with no
+counts; ``"drop"`` keeps such rows in the row count but outside every query's coverage (also a query with
+no conditions). How many such rows there are, per attribute, is the data owner's :class:`DomainReport`
+(``overlapdp schema check``); the private commands and the service never show it.
 
 Exact counts are NOT private: they are the inputs of the mechanisms, or the data owner's own view.
 
@@ -30,7 +34,7 @@ import numpy.typing as npt
 
 from overlapdp.engine.batch import answer_from_histogram, histogram_columns
 from overlapdp.engine.bitmaps import bitmap_counts, needed_positions
-from overlapdp.errors import DataError
+from overlapdp.errors import DataError, OutsideDomainError
 from overlapdp.overlap.atoms import Atoms, compute_atoms
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -48,21 +52,26 @@ _BITMAP_MIN_QUERIES = 50
 
 @dataclass(frozen=True)
 class DomainReport:
-    """What the data owner must know about rows that do not fit the schema.
+    """What the data owner must know about rows that do not fit the schema (exact: NOT private).
 
-    ``missing[a]`` counts rows whose value on attribute ``a`` is missing (NULL / NaN / empty cell);
-    ``outside[a]`` counts rows whose value is present but not in the attribute's domain (an unknown
+    ``missing[a]`` counts rows whose value on attribute ``a`` is missing (NULL / NaN / empty cell),
+    whether the schema allows it (``a`` in ``missing_allowed``: the row fits, with the missing value) or
+    not; ``outside[a]`` counts rows whose value is present but not in the attribute's domain (an unknown
     category, a number outside the bins or the integer range, a non-integral number in an int attribute).
-    ``rows_outside`` counts rows with at least one such value: they are in ``rows`` but match no query.
+    ``rows_outside`` counts rows with at least one value that does not fit: a present value outside the
+    domain or a missing value the schema does not allow.
     """
 
     rows: int
     rows_outside: int
     missing: dict[str, int] = field(default_factory=dict)
     outside: dict[str, int] = field(default_factory=dict)
+    missing_allowed: frozenset[str] = frozenset()
 
     @classmethod
-    def from_counts(cls, names: Sequence[str], counts: Sequence[Any]) -> DomainReport:
+    def from_counts(
+        cls, names: Sequence[str], counts: Sequence[Any], missing_allowed: Iterable[str] = ()
+    ) -> DomainReport:
         """From one row of counts: all rows, rows outside, then missing and outside per attribute in
         turn (the layout the SQL and Polars report queries select); NULL counts are 0."""
         v = [int(x or 0) for x in counts]
@@ -71,6 +80,7 @@ class DomainReport:
             rows_outside=v[1],
             missing={n: v[2 + 2 * j] for j, n in enumerate(names)},
             outside={n: v[3 + 2 * j] for j, n in enumerate(names)},
+            missing_allowed=frozenset(missing_allowed),
         )
 
     @property
@@ -78,31 +88,32 @@ class DomainReport:
         return self.rows - self.rows_outside
 
     def problems(self) -> dict[str, dict[str, int]]:
-        """Attributes with missing or out-of-domain values only: ``{name: {"missing": m, "outside": o}}``."""
-        return {
-            name: {"missing": self.missing.get(name, 0), "outside": self.outside.get(name, 0)}
-            for name in self.missing
-            if self.missing.get(name, 0) or self.outside.get(name, 0)
-        }
+        """Attributes with values that do not fit: ``{name: {"missing": m, "outside": o}}``, where ``m``
+        counts only missing values the schema does not allow."""
+        out: dict[str, dict[str, int]] = {}
+        for name in self.missing:
+            m = 0 if name in self.missing_allowed else self.missing.get(name, 0)
+            o = self.outside.get(name, 0)
+            if m or o:
+                out[name] = {"missing": m, "outside": o}
+        return out
 
     def describe(self) -> str:
         """One line for the data owner (counts and attribute names only, never data values)."""
         if not self.rows_outside:
             return f"all {self.rows} rows lie inside the schema's domain"
         parts = [
-            f"{name}: {p['missing']} missing, {p['outside']} outside the domain"
+            f"{name}: {p['missing']} missing (not allowed), {p['outside']} outside the domain"
             for name, p in self.problems().items()
         ]
-        return (
-            f"{self.rows_outside} of {self.rows} rows lie outside the schema's domain and match no query "
-            f"({'; '.join(parts)})"
-        )
+        return f"{self.rows_outside} of {self.rows} rows lie outside the schema's domain ({'; '.join(parts)})"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rows": self.rows,
             "rows_outside": self.rows_outside,
             "missing": dict(self.missing),
+            "missing_allowed": sorted(self.missing_allowed),
             "outside": dict(self.outside),
         }
 
@@ -161,8 +172,34 @@ class Engine(ABC):
         """Total number of rows, including those outside the domain."""
         return self.report.rows
 
+    def check_fits(self) -> None:
+        """Apply the schema's ``"outside"`` policy: with ``"error"`` (the default), rows that do not fit
+        the domain raise :class:`~overlapdp.errors.OutsideDomainError` naming the attributes, without any
+        count (the figures are the data owner's, from ``overlapdp schema check``)."""
+        rep = self.report
+        if not rep.rows_outside or self.schema.outside != "error":
+            return
+        problems = rep.problems()
+        missing = [n for n, p in problems.items() if p["missing"]]
+        outside = [n for n, p in problems.items() if p["outside"]]
+        found = []
+        if missing:
+            found.append(f"missing values on {_names(missing)}, which the schema does not allow")
+        if outside:
+            found.append(f"values outside the domain of {_names(outside)}")
+        raise OutsideDomainError(
+            f'the data has {" and ".join(found)}; the schema\'s policy is "outside": "error". '
+            "See the figures with 'overlapdp schema check SCHEMA --data FILE' (not private: for the data "
+            'owner), then allow missing values with "missing": true on the attribute, widen the domain, '
+            'or state "outside": "drop" in the schema to leave such rows out of every count',
+            attributes=tuple(problems),
+        )
+
     def counts(self, queries: Sequence[PredicateQuery], *, method: Method = "auto") -> list[int]:
         """Exact count of each query: in-domain rows whose values lie in the query's coverage.
+
+        Raises :class:`~overlapdp.errors.OutsideDomainError` when rows do not fit the domain and the
+        schema's policy is ``"outside": "error"`` (:meth:`check_fits`).
 
         ``method="auto"`` groups by atoms when the histogram is small enough and otherwise counts with
         row bitmaps (:mod:`overlapdp.engine.bitmaps`, for engines that export their code columns and
@@ -172,6 +209,7 @@ class Engine(ABC):
         qs = list(queries)
         if not qs:
             return []
+        self.check_fits()
         for q in qs:
             if q.schema is not self.schema and q.schema != self.schema:
                 raise DataError(
@@ -229,3 +267,7 @@ class Engine(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} over {len(self.schema)} attributes>"
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(repr(n) for n in names)

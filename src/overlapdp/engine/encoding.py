@@ -1,8 +1,11 @@
 """Map a table's columns onto the schema: one array of value indices per attribute.
 
-A row with a missing value or a value outside the domain on any attribute is outside the domain: it is
-counted (and reported to the data owner) but lies outside every query's coverage, including a query
-with no conditions.
+A missing value (None, NaN, an empty cell) maps to the attribute's missing index when the schema allows
+it (``"missing": true``, MATH.md section 1) and to ``MISSING`` (-2) otherwise; a present value outside
+the domain maps to ``OUTSIDE`` (-1). A row with a negative code on any attribute is outside the domain:
+what happens to it is the schema's ``"outside"`` policy (an error, or dropped: it then lies outside
+every query's coverage, including a query with no conditions), checked by the engines
+(:meth:`overlapdp.engine.Engine.counts`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from overlapdp.schema import Schema
 
 @dataclass(frozen=True)
 class EncodedTable:
-    """Value indices per attribute (``codes[:, j]``, -1 outside the domain) and the in-domain mask."""
+    """Value indices per attribute (``codes[:, j]``, negative outside the domain) and the in-domain mask."""
 
     schema: Schema
     codes: npt.NDArray[np.int64]

@@ -49,10 +49,10 @@ def exact_counts(queries: Iterable[PredicateQuery], data: pd.DataFrame | Encoded
             lut = lookups.get(key)
             if lut is None:
                 size = schema.attributes[pos].size
-                lut = np.zeros(size + 1, dtype=bool)
+                lut = np.zeros(size + 2, dtype=bool)
                 lut[:size] = cov.mask(size)
                 lookups[key] = lut
-            # -1 (outside the domain) indexes the trailing False entry.
+            # -1 and -2 (outside the domain, missing where not allowed) index the trailing False entries.
             mask &= lut[table.codes[:, pos]]
         out.append(int(mask.sum()))
     return out

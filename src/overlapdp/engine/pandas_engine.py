@@ -18,6 +18,7 @@ from overlapdp.engine.exact import exact_counts
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema, read_table
+from overlapdp.schema.attributes import MISSING, OUTSIDE
 
 
 def group_atom_rows(
@@ -49,7 +50,6 @@ class PandasEngine(Engine):
     ) -> None:
         super().__init__(schema, histogram_limit=histogram_limit)
         self.table = encode_frame(schema, frame)
-        self._missing = {a.name: int(frame[a.name].isna().sum()) for a in schema}
         self._ok_codes = self.table.codes[self.table.in_domain]
 
     @classmethod
@@ -66,11 +66,20 @@ class PandasEngine(Engine):
 
     def _compute_report(self) -> DomainReport:
         t = self.table
+        missing: dict[str, int] = {}
+        outside: dict[str, int] = {}
+        for j, a in enumerate(self.schema):
+            col = t.codes[:, j]
+            # A missing value codes as the missing index where allowed, as MISSING where not.
+            absent = a.null_index if a.null_index is not None else MISSING
+            missing[a.name] = int((col == absent).sum())
+            outside[a.name] = int((col == OUTSIDE).sum())
         return DomainReport(
             rows=t.rows,
             rows_outside=t.out_of_domain,
-            missing=dict(self._missing),
-            outside={n: t.out_of_domain_by_attribute[n] - self._missing[n] for n in self.schema.names},
+            missing=missing,
+            outside=outside,
+            missing_allowed=frozenset(a.name for a in self.schema if a.missing),
         )
 
     def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

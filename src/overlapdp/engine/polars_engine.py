@@ -1,7 +1,8 @@
 """Polars in memory: the schema mapping as Polars expressions, grouping and sums in Polars.
 
 The mapping follows :meth:`overlapdp.schema.Attribute.encode` (see :mod:`overlapdp.engine.sql` for the
-rules): ``-2`` missing, ``-1`` outside the domain, else the value index.
+rules): a missing value to the missing index where the schema allows it and to ``-2`` where not,
+``-1`` outside the domain, else the value index.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import polars as pl
 
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.engine.bitmaps import CHUNK_ROWS
-from overlapdp.engine.sql import MISSING, OUTSIDE
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
@@ -28,6 +28,7 @@ from overlapdp.schema import (
     IntAttribute,
     Schema,
 )
+from overlapdp.schema.attributes import MISSING, OUTSIDE
 
 _CHUNK = 500
 
@@ -74,7 +75,7 @@ def _code(attr: Attribute, col: pl.Expr, kind: str) -> pl.Expr:
             # Numbers first: pandas looks a value up as itself before trying its text.
             for value, i in reversed(list(numbers.items())):
                 mapped = pl.when(col == value).then(pl.lit(i, dtype=pl.Int64)).otherwise(mapped)
-        return pl.when(missing).then(pl.lit(MISSING, dtype=pl.Int64)).otherwise(mapped)
+        return pl.when(missing).then(pl.lit(_absent(attr), dtype=pl.Int64)).otherwise(mapped)
     if kind == "bool":
         col, kind = col.cast(pl.Int64), "int"
     v = col if kind == "int" else col.cast(pl.Float64, strict=False)
@@ -93,7 +94,12 @@ def _code(attr: Attribute, col: pl.Expr, kind: str) -> pl.Expr:
             .then(_bin_tree(v, edges, 0, len(edges) - 1))
             .otherwise(pl.lit(OUTSIDE, dtype=pl.Int64))
         )
-    return pl.when(missing).then(pl.lit(MISSING, dtype=pl.Int64)).otherwise(mapped)
+    return pl.when(missing).then(pl.lit(_absent(attr), dtype=pl.Int64)).otherwise(mapped)
+
+
+def _absent(attr: Attribute) -> int:
+    """The code of a missing value: the missing index where the schema allows it, else ``MISSING``."""
+    return attr.null_index if attr.null_index is not None else MISSING
 
 
 def _condition(code: pl.Expr, values: IndexSet) -> pl.Expr:
@@ -207,12 +213,12 @@ class PolarsEngine(Engine):
         return cls(schema, frame, **kwargs)
 
     def _compute_report(self) -> DomainReport:
-        m = len(self.schema)
         exprs = [pl.len().alias("rows"), (~pl.col("ok")).sum().alias("outside")]
-        for j in range(m):
-            exprs.append((pl.col(f"c{j}") == MISSING).sum().alias(f"m{j}"))
+        for j, attr in enumerate(self.schema):
+            exprs.append((pl.col(f"c{j}") == _absent(attr)).sum().alias(f"m{j}"))
             exprs.append((pl.col(f"c{j}") == OUTSIDE).sum().alias(f"o{j}"))
-        return DomainReport.from_counts(self.schema.names, self.encoded.select(exprs).row(0))
+        allowed = (a.name for a in self.schema if a.missing)
+        return DomainReport.from_counts(self.schema.names, self.encoded.select(exprs).row(0), allowed)
 
     def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         k = len(atoms.attributes)

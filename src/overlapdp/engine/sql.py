@@ -1,7 +1,8 @@
 """SQL for the engines that run SQL (DuckDB, Spark): the schema mapping, atom mapping and conditions.
 
 Each attribute's column is mapped to its value index by a CASE expression pushed into the engine:
-``-2`` when the value is missing (NULL or NaN), ``-1`` when it is present but outside the domain. The
+a missing value (NULL or NaN) maps to the attribute's missing index (the last) when the schema allows
+it and to ``-2`` otherwise, a present value outside the domain to ``-1``. The
 semantics are those of :meth:`overlapdp.schema.Attribute.encode` (the pandas reference):
 
 - int ``min..max``: a finite integral number ``v`` in range maps to ``v - min``;
@@ -32,10 +33,9 @@ from overlapdp.schema import (
     IntAttribute,
     Schema,
 )
+from overlapdp.schema.attributes import MISSING, OUTSIDE
 
 ColumnKind = Literal["int", "float", "string", "bool", "other"]
-MISSING = -2
-OUTSIDE = -1
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,9 @@ def column_kind(type_name: str) -> ColumnKind:
         return "float"
     if base in {"varchar", "string", "text", "char"}:
         return "string"
+    if base in {'"null"', "null", "void"}:
+        # A column with no value at all (every cell missing): mapped like text, every row missing.
+        return "string"
     return "other"
 
 
@@ -123,7 +126,8 @@ def check_kind(attr: Attribute, column: str, kind: ColumnKind, type_name: str) -
 
 
 def code_expression(dialect: Dialect, attr: Attribute, column: str, kind: ColumnKind) -> str:
-    """The value index of ``column`` (``-2`` missing, ``-1`` outside the domain)."""
+    """The value index of ``column`` (missing: the missing index or ``-2``; ``-1`` outside the domain)."""
+    absent = _absent(attr)
     q = dialect.quote(column)
     if isinstance(attr, CategoricalAttribute):
         return _categorical(dialect, attr, q, kind)
@@ -133,13 +137,13 @@ def code_expression(dialect: Dialect, attr: Attribute, column: str, kind: Column
     if isinstance(attr, IntAttribute):
         if kind == "int":
             return (
-                f"CASE WHEN {q} IS NULL THEN {MISSING} "
+                f"CASE WHEN {q} IS NULL THEN {absent} "
                 f"WHEN {q} >= {attr.min} AND {q} <= {attr.max} THEN CAST({q} AS BIGINT) - ({attr.min}) "
                 f"ELSE {OUTSIDE} END"
             )
         v = dialect.to_double(q, kind)
         return (
-            f"CASE WHEN {v} IS NULL OR {dialect.is_nan(v)} THEN {MISSING} "
+            f"CASE WHEN {v} IS NULL OR {dialect.is_nan(v)} THEN {absent} "
             f"WHEN {dialect.is_finite(v)} AND {v} = floor({v}) AND {v} >= {attr.min} AND {v} <= {attr.max} "
             f"THEN CAST({v} AS BIGINT) - ({attr.min}) ELSE {OUTSIDE} END"
         )
@@ -148,7 +152,7 @@ def code_expression(dialect: Dialect, attr: Attribute, column: str, kind: Column
     edges = [float(e) for e in attr.edges]
     missing = f"{v} IS NULL" if kind == "int" else f"{v} IS NULL OR {dialect.is_nan(v)}"
     return (
-        f"CASE WHEN {missing} THEN {MISSING} "
+        f"CASE WHEN {missing} THEN {absent} "
         f"WHEN {v} >= {edges[0]!r} AND {v} < {edges[-1]!r} THEN {_bin_tree(v, edges, 0, len(edges) - 1)} "
         f"ELSE {OUTSIDE} END"
     )
@@ -182,7 +186,12 @@ def _categorical(dialect: Dialect, attr: CategoricalAttribute, q: str, kind: Col
         whens = [f"WHEN {q} = {literal(value)} THEN {i}" for value, i in numbers.items()] + whens
     missing = f"{q} IS NULL" if kind != "float" else f"{q} IS NULL OR {dialect.is_nan(q)}"
     body = " ".join(whens)
-    return f"CASE WHEN {missing} THEN {MISSING} {body} ELSE {OUTSIDE} END"
+    return f"CASE WHEN {missing} THEN {_absent(attr)} {body} ELSE {OUTSIDE} END"
+
+
+def _absent(attr: Attribute) -> int:
+    """The code of a missing value: the missing index where the schema allows it, else ``MISSING``."""
+    return attr.null_index if attr.null_index is not None else MISSING
 
 
 def encoded_select(dialect: Dialect, schema: Schema, kinds: Sequence[ColumnKind], source: str) -> str:
@@ -205,8 +214,8 @@ def _code_type(size: int) -> str:
 def report_select(dialect: Dialect, schema: Schema, table: str) -> str:
     """One aggregate: rows, rows outside the domain, and per attribute missing / outside counts."""
     parts = ["count(*)", dialect.count_if("NOT ok")]
-    for j in range(len(schema)):
-        parts.append(dialect.count_if(f"c{j} = {MISSING}"))
+    for j, attr in enumerate(schema):
+        parts.append(dialect.count_if(f"c{j} = {_absent(attr)}"))
         parts.append(dialect.count_if(f"c{j} = {OUTSIDE}"))
     return f"SELECT {', '.join(parts)} FROM {table}"
 

@@ -23,8 +23,9 @@ CONDITIONAL_CHUNK = 200
 class SqlEngine(Engine):
     """An engine whose table is a SQL relation; the encoded table is ``self._table``.
 
-    The encoded table holds one value-index column ``c{j}`` per attribute (``-2`` missing, ``-1``
-    outside the domain) and the flag ``ok`` (every attribute inside the domain).
+    The encoded table holds one value-index column ``c{j}`` per attribute (a missing value the schema
+    allows has the attribute's missing index; ``-2`` missing where not allowed, ``-1`` outside the
+    domain) and the flag ``ok`` (every attribute inside the domain).
     """
 
     dialect: sql.Dialect
@@ -80,7 +81,8 @@ class SqlEngine(Engine):
     # -- Engine --------------------------------------------------------------------------------------
     def _compute_report(self) -> DomainReport:
         row = self._rows(sql.report_select(self.dialect, self.schema, self._table))[0]
-        return DomainReport.from_counts(self.schema.names, row)
+        allowed = (a.name for a in self.schema if a.missing)
+        return DomainReport.from_counts(self.schema.names, row, allowed)
 
     def _histogram(self, atoms: Atoms) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         k = len(atoms.attributes)

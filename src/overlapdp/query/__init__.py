@@ -8,10 +8,12 @@ from overlapdp.query.predicates import (
     Contradiction,
     Equals,
     InSet,
+    IsNull,
     Not,
     Predicate,
     Range,
     Tautology,
+    Truth,
 )
 from overlapdp.query.sql import parse_where
 from overlapdp.query.workload import Workload, parse_query
@@ -22,11 +24,13 @@ __all__ = [
     "Contradiction",
     "Equals",
     "InSet",
+    "IsNull",
     "Not",
     "Predicate",
     "PredicateQuery",
     "Range",
     "Tautology",
+    "Truth",
     "Workload",
     "joint_coverage",
     "parse_conditions",

@@ -114,15 +114,26 @@ class PredicateQuery:
         if not self.constraints:
             return "TRUE"
         parts = []
-        for p, cov in self.constraints:
+        for p, full_cov in self.constraints:
             attr = self.schema.attributes[p]
-            if not cov:
+            name = _q(attr.name)
+            # The missing value is described apart: IS NULL, never a value in a list.
+            null = bool(full_cov & attr.null_set())
+            cov = full_cov & attr.present()
+            if not full_cov:
                 parts.append("FALSE")
+                continue
+            if not cov:
+                parts.append(f"{name} IS NULL")
+                continue
+            if cov == attr.present():
+                text = f"{name} IS NOT NULL"
             elif attr.ordered and cov.is_interval():
                 lo, hi = cov.intervals[0]
-                parts.append(f"{_q(attr.name)} BETWEEN {attr.value_at(lo)!r} AND {attr.value_at(hi - 1)!r}")
+                text = f"{name} BETWEEN {attr.value_at(lo)!r} AND {attr.value_at(hi - 1)!r}"
             else:
-                parts.append(f"{_q(attr.name)} IN ({', '.join(repr(attr.value_at(i)) for i in cov)})")
+                text = f"{name} IN ({', '.join(repr(attr.value_at(i)) for i in cov)})"
+            parts.append(f"({text} OR {name} IS NULL)" if null and cov != attr.present() else text)
         return " AND ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -130,7 +141,14 @@ class PredicateQuery:
         conditions: dict[str, Any] = {}
         for p, cov in self.constraints:
             attr = self.schema.attributes[p]
-            if attr.ordered and cov.is_interval() and cov and attr.kind == "int":
+            if attr.missing and cov == attr.null_set():
+                conditions[attr.name] = {"is_null": True}
+            elif cov & attr.null_set():
+                # Covers the missing value: named by value indices (the missing one is the last).
+                conditions[attr.name] = {"bins": list(cov)}
+            elif attr.missing and cov == attr.present():
+                conditions[attr.name] = {"is_null": False}
+            elif attr.ordered and cov.is_interval() and cov and attr.kind == "int":
                 lo, hi = cov.intervals[0]
                 conditions[attr.name] = {"range": [attr.value_at(lo), attr.value_at(hi - 1)]}
             elif attr.kind == "binned":

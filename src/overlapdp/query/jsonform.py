@@ -6,7 +6,13 @@ with one or more of these keys (all must hold):
 - ``"range": [lo, hi]`` (inclusive; ``null`` for an open end), ``"eq": v``, ``"ne": v``, ``"in": [...]``,
   ``"not_in": [...]``, ``"lt"``, ``"le"``, ``"gt"``, ``"ge"`` (ordered attributes only),
 - ``"bins": [i, ...]`` (value indices, mostly for binned attributes),
-- ``"not": {...}`` (the complement of a nested condition), ``"all": true`` / ``"none": true``.
+- ``"not": {...}`` (the negation of a nested condition), ``"all": true`` / ``"none": true``,
+- ``"is_null": true`` (the value is missing) / ``"is_null": false`` (it is not), only on an attribute
+  declared with ``"missing": true``.
+
+Missing values follow SQL's three-valued logic (:mod:`overlapdp.query.predicates`): every key but
+``is_null``, ``all`` and ``bins`` is a comparison that is never true of a missing value, and ``"ne"``,
+``"not_in"`` and ``"not"`` leave missing values out too.
 
 The rules of the SQL form hold (:mod:`overlapdp.query.sql`): every value must be in the domain, a
 range must not be inverted (``[60, 20]``) nor cover no value of the domain (``[200, 300]``, ``{"lt":
@@ -26,10 +32,36 @@ from typing import Any
 from overlapdp.errors import DomainValueError, QueryError, QueryTooComplexError, SchemaError, with_prefix
 from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import MAX_DEPTH, MAX_TERMS
-from overlapdp.query.predicates import Compare, Contradiction, Equals, InSet, Not, Predicate, Range, Tautology
+from overlapdp.query.predicates import (
+    Compare,
+    Contradiction,
+    Equals,
+    InSet,
+    IsNull,
+    Not,
+    Predicate,
+    Range,
+    Tautology,
+    Truth,
+)
 from overlapdp.schema import Attribute, IndexSet, Schema
 
-_KEYS = ("range", "eq", "ne", "in", "not_in", "lt", "le", "gt", "ge", "bins", "not", "all", "none")
+_KEYS = (
+    "range",
+    "eq",
+    "ne",
+    "in",
+    "not_in",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "bins",
+    "not",
+    "all",
+    "none",
+    "is_null",
+)
 
 
 def parse_conditions(
@@ -82,12 +114,17 @@ def _check_size(conditions: Mapping[Any, Any], id: str | None) -> None:
 
 def condition_coverage(attr: Attribute, cond: Any) -> IndexSet:
     """Coverage of one attribute's JSON condition (all keys must hold)."""
+    return condition_truth(attr, cond).true
+
+
+def condition_truth(attr: Attribute, cond: Any) -> Truth:
+    """TRUE and UNKNOWN values of one attribute's JSON condition (the keys' three-valued AND)."""
     if not isinstance(cond, Mapping) or not cond:
         raise QueryError(f"attribute {attr.name!r}: a condition must be a non-empty object with keys {_KEYS}")
-    cov = attr.full()
+    out = Truth(attr.full())
     for key, arg in cond.items():
-        cov = cov & _predicate(attr, key, arg).coverage(attr)
-    return cov
+        out = out.both(_predicate(attr, key, arg).truth(attr))
+    return out
 
 
 class _Indices(Predicate):
@@ -106,6 +143,10 @@ class _Indices(Predicate):
                 )
         return IndexSet.from_indices(self.indices)
 
+    def truth(self, attribute: Attribute) -> Truth:
+        # Value indices name values, the missing one included: two-valued.
+        return Truth(self.coverage(attribute))
+
 
 class _Nested(Predicate):
     def __init__(self, cond: Any) -> None:
@@ -113,6 +154,9 @@ class _Nested(Predicate):
 
     def coverage(self, attribute: Attribute) -> IndexSet:
         return condition_coverage(attribute, self.cond)
+
+    def truth(self, attribute: Attribute) -> Truth:
+        return condition_truth(attribute, self.cond)
 
 
 def _predicate(attr: Attribute, key: str, arg: Any) -> Predicate:
@@ -136,6 +180,12 @@ def _predicate(attr: Attribute, key: str, arg: Any) -> Predicate:
         return _Indices(arg)
     if key == "not":
         return Not(_Nested(arg))
+    if key == "is_null":
+        if not isinstance(arg, bool):
+            raise QueryError(
+                f"attribute {attr.name!r}: 'is_null' takes true or false, got {type(arg).__name__}"
+            )
+        return IsNull(negated=not arg)
     if key in ("all", "none"):
         if not isinstance(arg, bool):
             raise QueryError(

@@ -1,8 +1,11 @@
 """SQL-style conditions parsed with sqlglot into predicate queries.
 
 Supported: ``=``, ``!=`` / ``<>``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``, ``NOT IN``, ``NOT``,
-``AND`` across attributes, ``OR`` when both sides constrain the same single attribute, parentheses and
-``TRUE`` / ``FALSE``. Names that are not plain identifiers (``education-num``) are double-quoted.
+``IS NULL``, ``IS NOT NULL`` (on an attribute declared with ``"missing": true`` only), ``AND`` across
+attributes, ``OR`` when both sides constrain the same single attribute, parentheses and ``TRUE`` /
+``FALSE``. Missing values follow SQL's three-valued logic (:mod:`overlapdp.query.predicates`): a
+comparison, ``!=``, ``NOT IN`` or a ``NOT`` of a comparison never covers the missing value; only ``IS
+NULL`` does. Names that are not plain identifiers (``education-num``) are double-quoted.
 Anything else is refused: a predicate query is a conjunction of per-attribute predicates (MATH.md 1).
 
 Checks, in order, each a typed :class:`~overlapdp.errors.OverlapDPError` naming what is wrong:
@@ -34,11 +37,12 @@ from sqlglot.errors import ParseError, TokenError
 from overlapdp.errors import QueryError, QuerySyntaxError, SchemaError, with_prefix
 from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import check_condition_text, too_deep
+from overlapdp.query.predicates import IsNull, Truth
 from overlapdp.schema import IndexSet, Schema
 
-# A condition tree evaluates to coverages keyed by attribute position (missing = tautology), or to
-# None for a contradiction that involves no attribute (FALSE).
-_Cov = dict[int, IndexSet]
+# A condition tree evaluates to three-valued truths keyed by attribute position (absent = tautology);
+# FALSE (which involves no attribute) is FALSE on every value of the first attribute.
+_Cov = dict[int, Truth]
 
 
 def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: float = 1.0) -> PredicateQuery:
@@ -65,7 +69,9 @@ def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: flo
         raise with_prefix(too_deep(), prefix) from None
     except QueryError as exc:
         raise with_prefix(exc, prefix) from None
-    return PredicateQuery.from_coverages(schema, covs, id=id, weight=weight, text=text.strip())
+    # Only TRUE is counted: UNKNOWN (a comparison with a missing value) is left out, as in SQL.
+    true = {pos: t.true for pos, t in covs.items()}
+    return PredicateQuery.from_coverages(schema, true, id=id, weight=weight, text=text.strip())
 
 
 class _Walker:
@@ -97,13 +103,21 @@ class _Walker:
                     f"attribute {attr.name!r} is categorical (unordered); BETWEEN does not apply"
                 )
             lo, hi = self._literal(node.args["low"]), self._literal(node.args["high"])
-            return {pos: attr.interval(lo, hi)}
+            return {pos: Truth.comparison(attr, attr.interval(lo, hi))}
         if isinstance(node, exp.In):
             pos = self._column(node.this)
             if node.args.get("query") is not None:
                 raise QueryError("IN with a sub-query is not a predicate on one attribute")
             values = [self._literal(v) for v in node.expressions]
-            return {pos: self.schema.attributes[pos].values_in(values)}
+            attr = self.schema.attributes[pos]
+            return {pos: Truth.comparison(attr, attr.values_in(values))}
+        if isinstance(node, exp.Is):
+            if not isinstance(node.expression, exp.Null):
+                raise QueryError(
+                    f"unsupported condition {_sql(node)!r}: IS only takes NULL (IS NULL, IS NOT NULL)"
+                )
+            pos = self._column(node.this)
+            return {pos: IsNull().truth(self.schema.attributes[pos])}
         comparisons: dict[type[exp.Expression], str] = {
             exp.EQ: "=",
             exp.NEQ: "!=",
@@ -119,7 +133,7 @@ class _Walker:
         raise QueryError(f"unsupported condition {_sql(node)!r}: use comparisons, BETWEEN, IN, NOT, AND, OR")
 
     def _false(self) -> _Cov:
-        return {0: IndexSet.empty()}
+        return {0: Truth(IndexSet.empty())}
 
     def _compare(self, node: exp.Binary, op: str) -> _Cov:
         left, right = node.left, node.right
@@ -134,16 +148,17 @@ class _Walker:
         attr = self.schema.attributes[pos]
         value = self._literal(literal)
         if op == "=":
-            return {pos: attr.values_in([value])}
+            return {pos: Truth.comparison(attr, attr.values_in([value]))}
         if op == "!=":
-            return {pos: attr.values_in([value]).complement(attr.size)}
+            # NOT (x = v): UNKNOWN, so not counted, where x is missing.
+            return {pos: Truth.comparison(attr, attr.values_in([value])).negate(attr)}
         if not attr.ordered:
             raise QueryError(
                 f"attribute {attr.name!r} is categorical (unordered); {op!r} does not apply, use = or IN"
             )
         if op in ("<", "<="):
-            return {pos: attr.interval(None, value, hi_open=op == "<")}
-        return {pos: attr.interval(value, None, lo_open=op == ">")}
+            return {pos: Truth.comparison(attr, attr.interval(None, value, hi_open=op == "<"))}
+        return {pos: Truth.comparison(attr, attr.interval(value, None, lo_open=op == ">"))}
 
     def _or(self, node: exp.Or) -> _Cov:
         # Decided on the text, before the values: "age = 3 OR race = 'x'" is refused as a whole even
@@ -155,16 +170,16 @@ class _Walker:
                 f"OR across attributes ({', '.join(names)}) is not a predicate query; "
                 "split it into separate queries"
             )
-        # A tautology side makes the OR a tautology; a contradiction side is the neutral element.
+        # A tautology side makes the OR a tautology; a side FALSE on every value is the neutral element.
         out: _Cov = {}
         for part in _chain(node, exp.Or):
             cov = self.walk(part)
             if not cov:
                 return {}
-            if _is_contradiction(cov):
+            if _is_false(cov):
                 continue
             pos, c = next(iter(cov.items()))
-            out[pos] = out[pos] | c if pos in out else c
+            out[pos] = out[pos].either(c) if pos in out else c
         return out or self._false()
 
     def _not(self, node: exp.Not) -> _Cov:
@@ -175,10 +190,10 @@ class _Walker:
         inner = self.walk(node.this)
         if not inner:
             return self._false()
-        if _is_contradiction(inner):
+        if _is_false(inner):
             return {}
         pos, cov = next(iter(inner.items()))
-        return {pos: cov.complement(self.schema.attributes[pos].size)}
+        return {pos: cov.negate(self.schema.attributes[pos])}
 
     def _mentioned(self, node: exp.Expr) -> set[int]:
         # find_all is a breadth-first loop, not a recursion.
@@ -220,6 +235,8 @@ class _Walker:
             raise QueryError(
                 f"{_sql(node)!r} is read as an attribute name; quote text values with single quotes"
             )
+        if isinstance(node, exp.Null):
+            raise QueryError("NULL is not a value to compare with; use IS NULL or IS NOT NULL")
         raise QueryError(f"expected a constant, found {_sql(node)!r}")
 
 
@@ -243,12 +260,13 @@ def _sql(node: exp.Expr) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _is_contradiction(cov: _Cov) -> bool:
-    return any(not c for c in cov.values())
+def _is_false(cov: _Cov) -> bool:
+    """FALSE on every row: some attribute's condition is FALSE on every value (not merely UNKNOWN)."""
+    return any(c.is_false() for c in cov.values())
 
 
 def _intersect(a: _Cov, b: _Cov) -> _Cov:
     out = dict(a)
     for p, c in b.items():
-        out[p] = out[p] & c if p in out else c
+        out[p] = out[p].both(c) if p in out else c
     return out

@@ -109,7 +109,8 @@ def _position(schema: Schema, name: str, flag: str) -> int:
 
 def _labels(schema: Schema, pos: int) -> tuple[str, ...]:
     attr = schema.attributes[pos]
-    return tuple(str(attr.value_at(i)) for i in range(attr.size))
+    # The missing value (an attribute's last index when the schema allows it) reads as NULL.
+    return tuple("NULL" if i == attr.null_index else str(attr.value_at(i)) for i in range(attr.size))
 
 
 def heat_map(

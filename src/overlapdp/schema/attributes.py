@@ -5,7 +5,15 @@
 - :class:`BinnedAttribute`: numbers binned by declared edges, bin ``i`` is ``[edges[i], edges[i+1])``.
 
 Each attribute turns a comparison with a constant into the set of value indices it covers (its
-coverage) and maps raw data values to indices (``-1`` for a value outside the domain).
+coverage) and maps raw data values to indices (``-1`` for a value outside the domain, ``-2`` for a
+missing value the attribute does not allow).
+
+Missing values (MATH.md section 1): an attribute declared with ``missing=True`` (JSON ``"missing":
+true``) has one more value, the missing value (NULL, NaN, an empty cell), at the last index
+``size - 1``. It is a value of the finite domain like any other, so coverage, overlap and accounting
+are unchanged in kind. Only ``IS NULL`` covers it; comparisons, ``=``, ``IN`` and ranges never do, and
+their negations (``!=``, ``NOT IN``, ``NOT``) do not either: SQL's three-valued logic, where a
+comparison with NULL is UNKNOWN and so is its negation (:class:`overlapdp.query.predicates.Truth`).
 
 Queries are checked against the domain (:meth:`Attribute.values_in`, :meth:`Attribute.interval`): a
 value that is not in the domain, an inverted range and a range that covers no value of the domain are
@@ -34,6 +42,23 @@ from overlapdp.schema.indexset import IndexSet
 Comparison = Literal["<", "<=", ">", ">="]
 Scalar = int | float | str | bool
 
+#: Codes of :meth:`Attribute.encode` (and of every engine's mapping) for a value that is not in the
+#: domain: a present value outside it, and a missing value on an attribute that does not allow one.
+OUTSIDE = -1
+MISSING = -2
+
+
+def _check_missing(name: str, missing: Any) -> None:
+    if not isinstance(missing, bool):
+        raise SchemaError(f"attribute {name!r}: 'missing' must be true or false, got {missing!r}")
+
+
+def _is_missing(v: Any) -> bool:
+    """None, NaN (float or numpy) and pandas' NA / NaT: what pandas' ``isna`` calls missing."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    return isinstance(v, float | np.floating) and math.isnan(v)
+
 
 def _as_number(attribute: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -51,31 +76,71 @@ class Attribute(ABC):
     kind: ClassVar[str]
     ordered: ClassVar[bool]
     name: str
+    missing: bool
 
     @property
     @abstractmethod
+    def value_count(self) -> int:
+        """Number of present (non-missing) values: the ones the schema lists, bins or ranges over."""
+
+    @property
     def size(self) -> int:
-        """Number of values (domain points on this attribute)."""
+        """Number of values (domain points on this attribute), the missing value included if allowed."""
+        return self.value_count + 1 if self.missing else self.value_count
+
+    @property
+    def null_index(self) -> int | None:
+        """The index of the missing value (the last one), or None when the attribute has none."""
+        return self.value_count if self.missing else None
+
+    def null_set(self) -> IndexSet:
+        """``{null_index}``, or the empty set when the attribute allows no missing value."""
+        return IndexSet.interval(self.value_count, self.size)
+
+    def present(self) -> IndexSet:
+        """Every value but the missing one: what ``IS NOT NULL`` covers."""
+        return IndexSet.full(self.value_count)
 
     @abstractmethod
     def index_of(self, value: Any) -> int | None:
         """Index of a raw value, or None when it lies outside the domain."""
 
+    def value_at(self, index: int) -> Scalar | None:
+        """A readable value for index ``index`` (the bin's label for binned attributes); None for the
+        missing value."""
+        if index == self.null_index:
+            return None
+        return self._value_at(index)
+
     @abstractmethod
-    def value_at(self, index: int) -> Scalar:
-        """A readable value for index ``index`` (the bin's label for binned attributes)."""
+    def _value_at(self, index: int) -> Scalar:
+        """The readable value of a present index."""
 
     @abstractmethod
     def compare(self, op: Comparison, value: Any) -> IndexSet:
         """Coverage of ``attribute <op> value``; values outside the domain simply match nothing."""
 
-    @abstractmethod
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
-        """Map a column of raw values to indices, ``-1`` where a value is missing or out of domain."""
+        """Map a column of raw values to indices: a missing value (None, NaN, pd.NA) to the missing
+        index when the attribute allows it and to ``MISSING`` (-2) otherwise, a present value outside
+        the domain to ``OUTSIDE`` (-1)."""
+        codes, absent = self._encode_present(values)
+        return np.where(absent, self.value_count if self.missing else MISSING, codes).astype(np.int64)
 
     @abstractmethod
+    def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Indices of present values (``OUTSIDE`` where not in the domain) and the missing-value mask."""
+
     def to_json(self) -> dict[str, Any]:
         """The JSON form read by :func:`overlapdp.schema.Schema.from_json`."""
+        out = self._json()
+        if self.missing:
+            out["missing"] = True
+        return out
+
+    @abstractmethod
+    def _json(self) -> dict[str, Any]:
+        """The JSON form without the missing flag."""
 
     def full(self) -> IndexSet:
         return IndexSet.full(self.size)
@@ -90,6 +155,15 @@ class Attribute(ABC):
         """
         out = []
         for v in values:
+            if v is None:
+                raise QueryError(
+                    f"attribute {self.name!r}: NULL is not a value to compare with; "
+                    + (
+                        'use IS NULL (JSON {"is_null": true}) for the missing value'
+                        if self.missing
+                        else "the schema allows no missing value on this attribute"
+                    )
+                )
             i = self.index_of(self._check_scalar(v))
             if i is None:
                 raise self.not_in_domain(v)
@@ -131,7 +205,8 @@ class Attribute(ABC):
                 value=(lo, hi),
                 suggestions=((hi, lo),),
             )
-        cov = self.full()
+        # A range never covers the missing value (a comparison with NULL is not true).
+        cov = self.present()
         if lo is not None:
             cov = cov & self.compare(">" if lo_open else ">=", lo)
         if hi is not None:
@@ -148,7 +223,10 @@ class Attribute(ABC):
 
     def describe_domain(self) -> str:
         """A short description of the domain for error messages."""
-        return f"{self.size} values"
+        return self._describe() + (", or missing" if self.missing else "")
+
+    def _describe(self) -> str:
+        return f"{self.value_count} values"
 
     def bounds(self) -> tuple[Any, ...]:
         """The smallest and largest values (ordered attributes), for suggestions."""
@@ -182,6 +260,7 @@ class IntAttribute(Attribute):
     name: str
     min: int
     max: int
+    missing: bool = field(default=False, kw_only=True)
     kind: ClassVar[str] = "int"
     ordered: ClassVar[bool] = True
 
@@ -192,9 +271,10 @@ class IntAttribute(Attribute):
                 raise SchemaError(f"attribute {self.name!r}: {bound} must be an integer, got {v!r}")
         if self.min > self.max:
             raise SchemaError(f"attribute {self.name!r}: min {self.min} > max {self.max}")
+        _check_missing(self.name, self.missing)
 
     @property
-    def size(self) -> int:
+    def value_count(self) -> int:
         return self.max - self.min + 1
 
     def _check_scalar(self, value: Any) -> Any:
@@ -209,10 +289,10 @@ class IntAttribute(Attribute):
         v = int(value)
         return v - self.min if self.min <= v <= self.max else None
 
-    def value_at(self, index: int) -> int:
+    def _value_at(self, index: int) -> int:
         return self.min + index
 
-    def describe_domain(self) -> str:
+    def _describe(self) -> str:
         return f"integers {self.min} to {self.max}"
 
     def bounds(self) -> tuple[Any, ...]:
@@ -245,7 +325,7 @@ class IntAttribute(Attribute):
             return IndexSet.empty()
         return IndexSet.interval(int(first) - self.min, int(last) - self.min + 1)
 
-    def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
+    def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         numeric = _numeric_column(self.name, values)
         ok = (
             np.isfinite(numeric)
@@ -253,11 +333,11 @@ class IntAttribute(Attribute):
             & (numeric >= self.min)
             & (numeric <= self.max)
         )
-        out = np.full(len(numeric), -1, dtype=np.int64)
+        out = np.full(len(numeric), OUTSIDE, dtype=np.int64)
         out[ok] = numeric[ok].astype(np.int64) - self.min
-        return out
+        return out, np.isnan(numeric)
 
-    def to_json(self) -> dict[str, Any]:
+    def _json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.kind, "min": self.min, "max": self.max}
 
 
@@ -267,6 +347,7 @@ class CategoricalAttribute(Attribute):
 
     name: str
     values: tuple[Scalar, ...]
+    missing: bool = field(default=False, kw_only=True)
     kind: ClassVar[str] = "categorical"
     ordered: ClassVar[bool] = False
     _lookup: dict[Any, int] = field(init=False, repr=False, compare=False, hash=False)
@@ -282,9 +363,10 @@ class CategoricalAttribute(Attribute):
                 raise SchemaError(f"attribute {self.name!r}: duplicate value #{i}")
             lookup[v] = i
         object.__setattr__(self, "_lookup", lookup)
+        _check_missing(self.name, self.missing)
 
     @property
-    def size(self) -> int:
+    def value_count(self) -> int:
         return len(self.values)
 
     def index_of(self, value: Any) -> int | None:
@@ -298,10 +380,10 @@ class CategoricalAttribute(Attribute):
             found = self._lookup.get(str(value))
         return found
 
-    def value_at(self, index: int) -> Scalar:
+    def _value_at(self, index: int) -> Scalar:
         return self.values[index]
 
-    def describe_domain(self) -> str:
+    def _describe(self) -> str:
         if len(self.values) <= 8:
             return "one of " + ", ".join(_show(v) for v in self.values)
         return f"{len(self.values)} values, listed in the schema"
@@ -329,21 +411,22 @@ class CategoricalAttribute(Attribute):
             f"attribute {self.name!r} is categorical (unordered); {op!r} does not apply, use = or IN"
         )
 
-    def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
+    def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         lookup = self._lookup
 
         def one(v: Any) -> int:
-            if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-                return -1
+            if _is_missing(v):
+                return MISSING
             found = lookup.get(v)
             if found is None and not isinstance(v, str):
                 # Text categories against a column read as numbers: compare as text.
                 found = lookup.get(str(v))
-            return -1 if found is None else found
+            return OUTSIDE if found is None else found
 
-        return np.fromiter((one(v) for v in values.tolist()), dtype=np.int64, count=len(values))
+        codes = np.fromiter((one(v) for v in values.tolist()), dtype=np.int64, count=len(values))
+        return codes, codes == MISSING
 
-    def to_json(self) -> dict[str, Any]:
+    def _json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.kind, "values": list(self.values)}
 
 
@@ -359,6 +442,7 @@ class BinnedAttribute(Attribute):
 
     name: str
     edges: tuple[float, ...]
+    missing: bool = field(default=False, kw_only=True)
     kind: ClassVar[str] = "binned"
     ordered: ClassVar[bool] = True
 
@@ -370,9 +454,10 @@ class BinnedAttribute(Attribute):
                 raise SchemaError(f"attribute {self.name!r}: edge #{i} is not a finite number")
         if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
             raise SchemaError(f"attribute {self.name!r}: edges must be strictly increasing")
+        _check_missing(self.name, self.missing)
 
     @property
-    def size(self) -> int:
+    def value_count(self) -> int:
         return len(self.edges) - 1
 
     def _check_scalar(self, value: Any) -> Any:
@@ -387,12 +472,12 @@ class BinnedAttribute(Attribute):
         v = float(value)
         return int(np.searchsorted(np.asarray(self.edges), v, side="right")) - 1
 
-    def value_at(self, index: int) -> str:
+    def _value_at(self, index: int) -> str:
         lo, hi = self.edges[index], self.edges[index + 1]
         return f"[{_fmt(lo)}, {_fmt(hi)})"
 
-    def describe_domain(self) -> str:
-        return f"{self.size} bins covering [{_fmt(self.edges[0])}, {_fmt(self.edges[-1])})"
+    def _describe(self) -> str:
+        return f"{self.value_count} bins covering [{_fmt(self.edges[0])}, {_fmt(self.edges[-1])})"
 
     def bounds(self) -> tuple[Any, ...]:
         return (self.edges[0], self.edges[-1])
@@ -404,7 +489,7 @@ class BinnedAttribute(Attribute):
     def compare(self, op: Comparison, value: Any) -> IndexSet:
         v = _as_number(self.name, value)
         covered: list[int] = []
-        for i in range(self.size):
+        for i in range(self.value_count):
             lo, hi = self.edges[i], self.edges[i + 1]
             # A bin holds [lo, hi): decide whether all, none or some of it satisfies the comparison.
             if op == "<":
@@ -424,13 +509,13 @@ class BinnedAttribute(Attribute):
                 )
         return IndexSet.from_indices(covered)
 
-    def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
+    def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         numeric = _numeric_column(self.name, values)
         idx = np.searchsorted(np.asarray(self.edges, dtype=float), numeric, side="right") - 1
         ok = np.isfinite(numeric) & (numeric >= self.edges[0]) & (numeric < self.edges[-1])
-        return np.where(ok, idx, -1).astype(np.int64)
+        return np.where(ok, idx, OUTSIDE).astype(np.int64), np.isnan(numeric)
 
-    def to_json(self) -> dict[str, Any]:
+    def _json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.kind, "edges": list(self.edges)}
 
 

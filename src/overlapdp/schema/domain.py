@@ -1,4 +1,11 @@
-"""The domain: an ordered list of attributes, read from JSON or inferred with declared bounds (MATH.md 1)."""
+"""The domain: an ordered list of attributes, read from JSON or inferred with declared bounds (MATH.md 1).
+
+The schema also states, once, what happens to a row that does not fit its domain (a present value
+outside an attribute's domain, or a missing value on an attribute without ``"missing": true``): the
+data owner's decision ``"outside": "error"`` (the default: counting such data is an error that points
+to ``overlapdp schema check`` and the ``missing`` option) or ``"outside": "drop"`` (such rows match no
+query). Rows are never dropped silently.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +14,33 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from overlapdp.errors import SchemaError
 from overlapdp.schema.attributes import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute
 
+OutsidePolicy = Literal["error", "drop"]
+OUTSIDE_POLICIES: tuple[OutsidePolicy, ...] = ("error", "drop")
+
 
 @dataclass(frozen=True)
 class Schema:
-    """The finite domain ``A_1 x ... x A_m``; a row is one value per attribute."""
+    """The finite domain ``A_1 x ... x A_m``; a row is one value per attribute.
+
+    ``outside`` is the policy for rows that do not fit the domain: ``"error"`` (default) or ``"drop"``.
+    """
 
     attributes: tuple[Attribute, ...]
+    outside: OutsidePolicy = field(default="error", kw_only=True)
     _by_name: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.attributes:
             raise SchemaError("a schema needs at least one attribute")
+        if self.outside not in OUTSIDE_POLICIES:
+            raise SchemaError(
+                f"'outside' must be one of {', '.join(repr(p) for p in OUTSIDE_POLICIES)}, got {self.outside!r}"
+            )
         by_name: dict[str, int] = {}
         for i, a in enumerate(self.attributes):
             if not isinstance(a.name, str) or not a.name:
@@ -74,18 +92,28 @@ class Schema:
 
     # -- JSON -------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"attributes": [a.to_json() for a in self.attributes]}
+        out: dict[str, Any] = {"attributes": [a.to_json() for a in self.attributes]}
+        if self.outside != "error":
+            out["outside"] = self.outside
+        return out
 
     @staticmethod
     def from_json(obj: Any) -> Schema:
-        """Read ``{"attributes": [...]}`` or the compact form ``{"age": 85, ...}`` (integers ``0..84``)."""
+        """Read ``{"attributes": [...], "outside": "error" | "drop"}`` or the compact form
+        ``{"age": 85, ...}`` (integers ``0..84``, policy ``"error"``)."""
         if not isinstance(obj, Mapping):
             raise SchemaError("a schema must be a JSON object")
         if "attributes" in obj:
             items = obj["attributes"]
             if not isinstance(items, list):
                 raise SchemaError("'attributes' must be a list")
-            return Schema(tuple(attribute_from_json(item, i) for i, item in enumerate(items)))
+            policy = obj.get("outside", "error")
+            if policy not in OUTSIDE_POLICIES:
+                raise SchemaError(f'\'outside\' must be "error" or "drop", got {policy!r}')
+            return Schema(
+                tuple(attribute_from_json(item, i) for i, item in enumerate(items)),
+                outside=cast(OutsidePolicy, policy),
+            )
         attrs: list[Attribute] = []
         for name, size in obj.items():
             if isinstance(size, bool) or not isinstance(size, int):
@@ -122,21 +150,24 @@ def attribute_from_json(item: Any, position: int = 0) -> Attribute:
     if not isinstance(name, str) or not name:
         raise SchemaError(f"attribute #{position} needs a non-empty 'name'")
     kind = item.get("type")
+    missing = item.get("missing", False)
+    if not isinstance(missing, bool):
+        raise SchemaError(f"attribute {name!r}: 'missing' must be true or false, got {missing!r}")
     try:
         if kind == "int":
-            return IntAttribute(name, item["min"], item["max"])
+            return IntAttribute(name, item["min"], item["max"], missing=missing)
         if kind == "categorical":
             values = item["values"]
             if not isinstance(values, list):
                 raise SchemaError(f"attribute {name!r}: 'values' must be a list")
             if not values:
                 raise SchemaError(f"attribute {name!r} is empty: 'values' has no entries")
-            return CategoricalAttribute(name, tuple(values))
+            return CategoricalAttribute(name, tuple(values), missing=missing)
         if kind == "binned":
             edges = item["edges"]
             if not isinstance(edges, list):
                 raise SchemaError(f"attribute {name!r}: 'edges' must be a list")
-            return BinnedAttribute(name, tuple(edges))
+            return BinnedAttribute(name, tuple(edges), missing=missing)
     except KeyError as exc:
         raise SchemaError(f"attribute {name!r} of type {kind!r} needs the field {exc.args[0]!r}") from None
     raise SchemaError(f"attribute {name!r}: unknown type {kind!r} (use int, categorical or binned)")

@@ -3,13 +3,20 @@
 Bounds taken from the data would leak (the maximum age in a table is a fact about one person), so
 numeric columns need declared ``bounds`` (integers) or ``edges`` (binned); text columns need declared
 ``categories`` unless the caller states that the set of values is public with ``categories_from_data``.
+
+Missing cells are the data owner's explicit choice (``missing``): ``"value"`` (the default) declares
+``"missing": true`` on every column that has a missing cell, so those rows count with the missing value
+(MATH.md section 1); ``"drop"`` declares no missing value and sets the schema's ``"outside": "drop"``, so
+rows with a missing cell (or any value outside the domain) are left out of every count. Either way the
+schema, which analysts see, then tells which columns have missing cells (with ``"value"``) or that rows
+may be dropped (with ``"drop"``); edit it before publishing if that is itself sensitive.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -17,6 +24,7 @@ from overlapdp.errors import DataError, SchemaError
 from overlapdp.schema.attributes import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute, Scalar
 from overlapdp.schema.domain import Schema
 from overlapdp.tables import column_names, numeric_columns, present_values
+from overlapdp.tables import has_missing as has_missing_value
 
 
 def infer_schema(
@@ -27,13 +35,19 @@ def infer_schema(
     categories: Mapping[str, Sequence[Scalar]] | None = None,
     categories_from_data: bool = False,
     columns: Sequence[str] | None = None,
+    missing: Literal["value", "drop"] = "value",
 ) -> Schema:
     """One attribute per column (or per name in ``columns``), never with bounds read off the data.
 
     ``frame`` is any table :mod:`overlapdp.tables` accepts (pandas, Polars eager or lazy, Arrow, a DuckDB
-    relation, Spark): only its column names and types are read, and with ``categories_from_data`` the
-    distinct values of the text columns, computed by the table's own library.
+    relation, Spark): only its column names and types are read, whether a column holds a missing value,
+    and with ``categories_from_data`` the distinct values of the text columns, computed by the table's
+    own library. Every column that needs a declaration is named in one
+    :class:`~overlapdp.errors.SchemaError` (all numeric columns without bounds or edges, all text columns
+    without categories), so one run shows everything to declare.
     """
+    if missing not in ("value", "drop"):
+        raise SchemaError(f"missing must be 'value' or 'drop', got {missing!r}")
     bounds = dict(bounds or {})
     edges = dict(edges or {})
     categories = dict(categories or {})
@@ -44,32 +58,56 @@ def infer_schema(
         if declared not in present:
             raise SchemaError(f"declared attribute {declared!r} is not a column of the data")
     attrs: list[Attribute] = []
+    undeclared_numeric: list[str] = []
+    text: list[str] = []
     for name in names:
         if name not in present:
             raise SchemaError(f"column {name!r} is not in the data")
         if sum(name in d for d in (bounds, edges, categories)) > 1:
             raise SchemaError(f"column {name!r} is declared more than once (bounds, edges, categories)")
+        has_missing = missing == "value" and has_missing_value(frame, name)
         if name in bounds:
             lo, hi = bounds[name]
-            attrs.append(IntAttribute(name, int(lo), int(hi)))
+            attrs.append(IntAttribute(name, int(lo), int(hi), missing=has_missing))
         elif name in edges:
-            attrs.append(BinnedAttribute(name, tuple(float(e) for e in edges[name])))
+            attrs.append(BinnedAttribute(name, tuple(float(e) for e in edges[name]), missing=has_missing))
         elif name in categories:
-            attrs.append(CategoricalAttribute(name, tuple(categories[name])))
+            attrs.append(CategoricalAttribute(name, tuple(categories[name]), missing=has_missing))
         elif name in numeric:
-            raise SchemaError(
-                f"column {name!r} is numeric: declare its bounds (min:max) or bin edges; "
-                "bounds are never inferred from the data, since that leaks"
-            )
+            undeclared_numeric.append(name)
         elif categories_from_data:
             values = present_values(frame, name)
-            attrs.append(CategoricalAttribute(name, tuple(sorted(values, key=str))))
+            attrs.append(CategoricalAttribute(name, tuple(sorted(values, key=str)), missing=has_missing))
         else:
-            raise SchemaError(
-                f"column {name!r} holds text: declare its categories, or state that the values present "
-                "are public (categories_from_data); the set of values in the data can leak"
-            )
-    return Schema(tuple(attrs))
+            text.append(name)
+    problems = []
+    if undeclared_numeric:
+        problems.append(
+            f"{_columns(undeclared_numeric)} numeric: declare {_its(undeclared_numeric)} bounds (min:max) or bin edges; "
+            "bounds are never inferred from the data, since that leaks"
+        )
+    if text:
+        problems.append(
+            f"{_columns(text, 'hold')} text: declare {_its(text)} categories, or state that the values present are "
+            "public (categories_from_data); the set of values in the data can leak"
+        )
+    if problems:
+        raise SchemaError("; ".join(problems))
+    return Schema(tuple(attrs), outside="drop" if missing == "drop" else "error")
+
+
+def _columns(names: Sequence[str], verb: str = "be") -> str:
+    """``column 'a' is`` / ``columns 'a', 'b' are`` (``verb="hold"``: holds / hold)."""
+    one = len(names) == 1
+    if verb == "be":
+        verb = "is" if one else "are"
+    elif one:
+        verb += "s"
+    return f"column{'' if one else 's'} {', '.join(repr(n) for n in names)} {verb}"
+
+
+def _its(names: Sequence[str]) -> str:
+    return "its" if len(names) == 1 else "their"
 
 
 def read_table(path: str | Path) -> pd.DataFrame:

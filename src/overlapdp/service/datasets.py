@@ -90,7 +90,9 @@ def load_dataset(
                 options["connection"] = con
             opened = open_engine(engine, schema, p, **options)
             engines.append(opened)
-            opened.report  # noqa: B018  (reads the file now: a bad file fails at registration)
+            # Reads the file now and applies the schema's "outside" policy: a bad file fails at
+            # registration (the error names attributes, never counts).
+            opened.check_fits()
     except Exception as exc:
         for e in engines:
             e.close()
