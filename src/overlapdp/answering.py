@@ -31,16 +31,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from overlapdp.engine.base import DomainReport, Engine
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike
-from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_positive
-from overlapdp.query import PredicateQuery
+
+if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
+    from overlapdp.engine.base import DomainReport, Engine
+    from overlapdp.query import PredicateQuery
 
 Definition = Literal["pure", "zcdp", "gdp"]
 Accounting = Literal["overlap", "sequential"]
@@ -217,6 +218,8 @@ def plan_answers(
     if not qs:
         raise AnswerError("the workload has no queries")
     d: Definition = definition
+    from overlapdp.overlap import max_overlap
+
     res = max_overlap(qs, comp="count", effort=effort)
     # Overlaps are integers: the floor of a safe upper bound is still safe; never use the lower bound.
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))

@@ -76,3 +76,15 @@ def with_prefix(exc: OverlapDPError, prefix: str) -> OverlapDPError:
     out = copy.copy(exc)
     out.args = (prefix + str(exc),)
     return out
+
+
+class MissingExtraError(OverlapDPError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Also an :class:`ImportError`, so code that treats a missing module as "not available" still does.
+    """
+
+    def __init__(self, message: str = "", *, extra: str = "", module: str | None = None) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.module = module

@@ -10,21 +10,23 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
 from overlapdp.errors import WorkloadError
-from overlapdp.privacy.accountant import Odometer, OdometerReport
-from overlapdp.privacy.definitions import check_delta
-from overlapdp.privacy.ledger_lines import parse_ledger_line
-from overlapdp.schema import Schema
+
+if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from overlapdp.privacy.accountant import Odometer, OdometerReport
+    from overlapdp.schema import Schema
 
 
 def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
     """Parse every line first, then charge them all (a bad line charges nothing)."""
+    from overlapdp.privacy.ledger_lines import parse_ledger_line
+
     try:
         text = path.read_text()
     except OSError as exc:
@@ -63,6 +65,10 @@ def account(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Privacy guarantee of a ledger under every definition, sequential and overlap-aware."""
+    from overlapdp.privacy.accountant import Odometer
+    from overlapdp.privacy.definitions import check_delta
+    from overlapdp.schema import Schema
+
     d = check_delta(delta)
     sch = Schema.load(schema)
     odo = Odometer(sch, neighbouring=neighbouring, effort=effort)

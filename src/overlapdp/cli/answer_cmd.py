@@ -8,12 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from overlapdp.answering import ACCOUNTINGS, DEFAULT_EFFORT, DEFINITIONS, answer_workload, plan_answers
+from overlapdp.answering import ACCOUNTINGS, DEFAULT_EFFORT, DEFINITIONS
 from overlapdp.cli.app import app, console, emit_json, warn
-from overlapdp.engine import ENGINES, open_engine
+from overlapdp.engine.registry import ENGINES
 from overlapdp.errors import OverlapDPError
-from overlapdp.query import Workload
-from overlapdp.schema import Schema
 
 
 @app.command()
@@ -36,6 +34,11 @@ def answer(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
+    from overlapdp.answering import answer_workload, plan_answers
+    from overlapdp.engine import open_engine
+    from overlapdp.query import Workload
+    from overlapdp.schema import Schema
+
     if engine not in ENGINES:
         raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     sch = Schema.load(schema)

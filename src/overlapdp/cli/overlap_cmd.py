@@ -10,9 +10,6 @@ from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
-from overlapdp.overlap import max_overlap
-from overlapdp.query import Workload
-from overlapdp.schema import Schema
 
 _COMPS = ("count", "sum", "l2")
 
@@ -33,6 +30,10 @@ def overlap(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Maximum (weighted) overlap: the worst row, the composed weight there, the queries covering it."""
+    from overlapdp.overlap import max_overlap
+    from overlapdp.query import Workload
+    from overlapdp.schema import Schema
+
     if comp not in _COMPS:
         raise OverlapDPError(f"--comp {comp!r}: use one of {', '.join(_COMPS)}")
     if effort is not None and not effort >= 0:

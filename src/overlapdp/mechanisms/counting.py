@@ -8,13 +8,15 @@ A :class:`Counter` answers ``q(D)`` for predicate queries. It is built from a pl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-import pandas as pd
-
-from overlapdp.engine import EncodedTable, exact_counts
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.query import PredicateQuery
+
+if TYPE_CHECKING:  # pandas and the engines are imported when a table is counted
+    import pandas as pd
+
+    from overlapdp.engine import EncodedTable
 
 CountFunction: TypeAlias = Callable[[PredicateQuery], int]
 DataLike: TypeAlias = "Counter | CountFunction | pd.DataFrame | EncodedTable"
@@ -49,6 +51,10 @@ class Counter:
         """A counter for a function, a DataFrame, an encoded table, or an existing counter."""
         if isinstance(data, Counter):
             return data
+        import pandas as pd
+
+        from overlapdp.engine import EncodedTable, exact_counts
+
         if isinstance(data, pd.DataFrame | EncodedTable):
             table = data
 

@@ -22,11 +22,13 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a column is encoded (DESIGN.md: heavy imports where used)
+    import pandas as pd
 
 from overlapdp.errors import DataError, DomainValueError, QueryError, SchemaError
 from overlapdp.schema.indexset import IndexSet
@@ -330,10 +332,13 @@ class CategoricalAttribute(Attribute):
         )
 
     def encode(self, values: pd.Series) -> npt.NDArray[np.int64]:
+        import pandas as pd
+
         lookup = self._lookup
+        na = pd.NA
 
         def one(v: Any) -> int:
-            if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+            if v is None or (isinstance(v, float) and math.isnan(v)) or v is na:
                 return -1
             found = lookup.get(v)
             if found is None and not isinstance(v, str):
@@ -483,6 +488,8 @@ def _fmt(x: float) -> str:
 
 def _numeric_column(name: str, values: pd.Series) -> npt.NDArray[np.float64]:
     """Numbers of a column; missing cells become NaN (out of domain), text is an error (never echoed)."""
+    import pandas as pd
+
     numeric = pd.to_numeric(values, errors="coerce")
     bad = int(numeric.isna().sum() - values.isna().sum())
     if bad > 0:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from overlapdp.errors import DataError, SchemaError
 from overlapdp.schema.attributes import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute, Scalar
 from overlapdp.schema.domain import Schema
+
+if TYPE_CHECKING:  # imported where a table is read (DESIGN.md: heavy dependencies are imported where used)
+    import pandas as pd
 
 
 def infer_schema(
@@ -27,6 +29,8 @@ def infer_schema(
     columns: Sequence[str] | None = None,
 ) -> Schema:
     """One attribute per column (or per name in ``columns``), never with bounds read off the data."""
+    import pandas as pd
+
     bounds = dict(bounds or {})
     edges = dict(edges or {})
     categories = dict(categories or {})
@@ -65,6 +69,8 @@ def infer_schema(
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV or Parquet file with clear errors naming the file."""
+    import pandas as pd
+
     p = Path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist")
