@@ -11,6 +11,9 @@ from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The run fails when the tests leave files in the checkout (tests/checkout_guard.py).
+pytest_plugins = ["checkout_guard"]
+
 
 def _find_shared_data() -> Path:
     """../shared/data beside the checkout; for a git worktree deeper down, the nearest ancestor's."""

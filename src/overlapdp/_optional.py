@@ -13,7 +13,6 @@ from overlapdp.errors import MissingExtraError
 EXTRA_OF: dict[str, str] = {
     "fastapi": "service",
     "starlette": "service",
-    "pydantic": "service",
     "uvicorn": "service",
     "httpx": "service",
     "matplotlib": "plots",

@@ -12,6 +12,8 @@ import os
 import sys
 from typing import NoReturn
 
+from rich.markup import escape
+
 from overlapdp._optional import extra_for, missing_extra, require
 
 # Each import registers its command on the app (one per line, so branches merge cleanly).
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(exc: OverlapDPError) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    # escape: "pip install 'overlapdp[service]'" is not Rich markup.
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     sys.exit(2)
 
 
@@ -71,7 +74,7 @@ def _internal(exc: Exception) -> NoReturn:
     if os.environ.get("OVERLAPDP_DEBUG"):
         raise exc
     err_console.print(
-        f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (set OVERLAPDP_DEBUG=1 for details)",
+        f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} (set OVERLAPDP_DEBUG=1 for details)",
         highlight=False,
         soft_wrap=True,
     )

@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING
 
 from overlapdp._lazy import lazy_exports
 
+# Eager: the function noisy_counts shares its submodule's name, and importing the submodule (as other
+# modules do) would bind the package attribute to the module instead of a lazy function.
+from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
+
 if TYPE_CHECKING:
     from overlapdp.mechanisms.calibration import (
         declared_guarantee,
@@ -30,7 +34,6 @@ if TYPE_CHECKING:
     from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
     from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
     from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
-    from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
     from overlapdp.mechanisms.noisy_session import NoisyCounts
     from overlapdp.mechanisms.randomness import (
         RandomSource,
@@ -63,10 +66,6 @@ _EXPORTS = {
     "InteractiveMechanism": "interactive",
     "DiscreteGaussian": "noise",
     "DiscreteLaplace": "noise",
-    "NoisyAnswer": "noisy_counts",
-    "add_noise": "noisy_counts",
-    "noisy_count": "noisy_counts",
-    "noisy_counts": "noisy_counts",
     "NoisyCounts": "noisy_session",
     "RandomSource": "randomness",
     "SeededRandomSource": "randomness",

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from overlapdp.privacy.utility import UtilityGain
 from overlapdp.report.ledger import BudgetCurve
 from overlapdp.report.loads import HeatMap, Spend
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 SEQ_COLOUR = "#b0413e"
 OVL_COLOUR = "#2f6f9f"
@@ -26,20 +24,7 @@ _COMP_LABELS = {
 _DEF_LABELS = {"pure": "pure DP\n(Laplace)", "zcdp": "zCDP\n(Gaussian)", "gdp": "Gaussian DP"}
 
 
-def _figure(width: float, height: float) -> Figure:
-    """A new figure; matplotlib (~0.3 s to import, the 'plots' extra) is imported only when one is drawn."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        from overlapdp._optional import missing_extra
-
-        raise missing_extra("plots", "drawing report plots") from None
-    return Figure(figsize=(width, height), layout="constrained")
-
-
 def _save(fig: Figure, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     FigureCanvasAgg(fig)
     fig.savefig(path, format="png", dpi=100)
     return path
@@ -47,7 +32,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def plot_spend(spends: Sequence[Spend], path: Path) -> Path:
     """Grouped bars: what sequential and overlap-aware accounting charge, per comp family."""
-    fig = _figure(7, 4)
+    fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     xs = np.arange(len(spends))
     ax.bar(xs - 0.2, [s.sequential for s in spends], 0.4, label="sequential comp(Q)", color=SEQ_COLOUR)
@@ -64,7 +49,7 @@ def plot_spend(spends: Sequence[Spend], path: Path) -> Path:
 
 def plot_utility(gains: Sequence[UtilityGain], path: Path) -> Path:
     """Mean expected |noise| per query for the same total budget, sequential vs overlap-aware."""
-    fig = _figure(7, 4)
+    fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     xs = np.arange(len(gains))
     ax.bar(xs - 0.2, [g.sequential_noise for g in gains], 0.4, label="sequential", color=SEQ_COLOUR)
@@ -92,7 +77,7 @@ def _ticks(labels: Sequence[str], limit: int = 24) -> tuple[list[int], list[str]
 
 def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None) -> Path:
     """Heat map of the per-row load: max over the other attributes, per (x value, y value)."""
-    fig = _figure(8, 5.5)
+    fig = Figure(figsize=(8, 5.5), layout="constrained")
     ax = fig.add_subplot()
     img = ax.imshow(heat.values.T, origin="lower", aspect="auto", cmap="viridis", interpolation="nearest")
     xi, xl = _ticks(heat.x_labels)
@@ -114,7 +99,7 @@ def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None)
 
 def plot_budget(curves: Sequence[BudgetCurve], delta: float, path: Path, budget: float | None = None) -> Path:
     """Cumulative tightest epsilon at delta, sequential (dashed) vs overlap-aware (solid), per curve."""
-    fig = _figure(8, 4.5)
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
     colours = [f"C{i}" for i in range(10)]
     use_time = all(c.times is not None for c in curves)
