@@ -6,7 +6,8 @@ prints the ratio; ``--only TEXT`` selects rows by name).
 
 Each row starts a fresh interpreter (``sys.executable``) on this checkout's ``src/`` and reports the
 median wall time and the median CPU time (user + system, of the child) over the runs; the first run of
-each row is a warm-up that is not counted (it writes the byte-code caches). The interpreter alone
+each row is a warm-up that is not counted (it writes the byte-code caches, as an install does, even
+when PYTHONDONTWRITEBYTECODE is set). The interpreter alone
 (``python -c pass``) is shown for reference. Targets: ``overlapdp --help`` and each ``overlapdp CMD
 --help`` under 0.5 s of wall time on an idle machine. The machine is shared: rerun the decisive rows.
 """
@@ -50,6 +51,8 @@ ROWS: list[tuple[str, list[str], float | None]] = [
 def timed(src: Path, args: list[str]) -> tuple[float, float]:
     """(wall seconds, child CPU seconds) of one run of the interpreter on ``src``."""
     env = {**os.environ, "PYTHONPATH": str(src)}
+    # An installed package has its byte code cached; without this every run would compile the sources.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
