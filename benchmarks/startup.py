@@ -48,8 +48,9 @@ ROWS: list[tuple[str, list[str], float | None]] = [
 ]
 
 
-def timed(src: Path, args: list[str]) -> tuple[float, float]:
-    """(wall seconds, child CPU seconds) of one run of the interpreter on ``src``."""
+def timed(src: Path, args: list[str]) -> tuple[float, float] | None:
+    """(wall seconds, child CPU seconds) of one run of the interpreter on ``src``; None if it fails
+    (``--version`` on a baseline that predates it)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     # An installed package has its byte code cached; without this every run would compile the sources.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -59,7 +60,7 @@ def timed(src: Path, args: list[str]) -> tuple[float, float]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"{args} failed on {src}:\n{done.stderr}")
+        return None
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -88,23 +89,31 @@ def main() -> None:
         head = f"{'row':58} " + " ".join(f"{s[:18]:>18} wall / cpu" for s in sides)
         print(head + ("   ratio" if opts.baseline else "") + "   target")
         for name, args, target in rows:
-            samples: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
-            for src in sides.values():
-                timed(src, args)  # warm-up: byte-code caches
+            runs = {s: src for s, src in sides.items() if timed(src, args) is not None}  # warm-up
+            samples: dict[str, list[tuple[float, float]]] = {s: [] for s in runs}
             for _ in range(opts.runs):  # interleaved, so load on the machine hits both sides alike
-                for side, src in sides.items():
-                    samples[side].append(timed(src, args))
+                for side, src in runs.items():
+                    t = timed(src, args)
+                    if t is not None:
+                        samples[side].append(t)
             med = {
                 s: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
                 for s, v in samples.items()
+                if v
             }
-            cells = " ".join(f"{med[s][0]:>11.3f} s / {med[s][1]:5.3f} s" for s in sides)
+            cells = " ".join(
+                f"{med[s][0]:>11.3f} s / {med[s][1]:5.3f} s" if s in med else f"{'(fails)':>25}"
+                for s in sides
+            )
             ratio = ""
-            if opts.baseline:
+            if opts.baseline and opts.baseline in med and "this checkout" in med:
                 ratio = f"   {med[opts.baseline][0] / med['this checkout'][0]:5.1f}x"
+            elif opts.baseline:
+                ratio = "       -"
             mark = ""
             if target is not None:
-                mark = f"   < {target} s: {'yes' if med['this checkout'][0] < target else 'NO'}"
+                ok = "this checkout" in med and med["this checkout"][0] < target
+                mark = f"   < {target} s: {'yes' if ok else 'NO'}"
             print(f"{name[:58]:58} {cells}{ratio}{mark}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
