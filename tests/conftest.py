@@ -23,6 +23,9 @@ try:
 except ImportError:  # pragma: no cover - absl comes with dp_accounting, a test dependency
     pass
 
+# The run fails when the tests leave files in the checkout (tests/checkout_guard.py).
+pytest_plugins = ["checkout_guard"]
+
 
 def _find_shared_data() -> Path:
     """../shared/data beside the checkout; for a git worktree deeper down, the nearest ancestor's."""

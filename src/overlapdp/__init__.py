@@ -4,6 +4,9 @@ The data flow (DESIGN.md): ``schema`` -> ``query`` -> ``overlap`` -> ``privacy``
 ``engine`` -> ``service`` -> ``report`` / ``cli``.
 """
 
+from typing import TYPE_CHECKING
+
+from overlapdp._lazy import lazy_exports
 from overlapdp.errors import (
     DataError,
     OverlapDPError,
@@ -12,8 +15,24 @@ from overlapdp.errors import (
     SchemaError,
     WorkloadError,
 )
-from overlapdp.query import PredicateQuery, Workload, parse_query, parse_where
-from overlapdp.schema import IndexSet, Schema, infer_schema
+
+if TYPE_CHECKING:
+    from overlapdp.query import PredicateQuery, Workload, parse_query, parse_where
+    from overlapdp.schema import IndexSet, Schema, infer_schema
+
+# Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
+_EXPORTS = {
+    "PredicateQuery": "query",
+    "Workload": "query",
+    "parse_query": "query",
+    "parse_where": "query",
+    "IndexSet": "schema",
+    "Schema": "schema",
+    "infer_schema": "schema",
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __version__ = "0.1.0"
 

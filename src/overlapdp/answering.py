@@ -37,17 +37,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from overlapdp.engine.base import Engine
-from overlapdp.engine.inputs import open_data
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike
-from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
-from overlapdp.query import PredicateQuery
+
+if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
+    from overlapdp.engine.base import Engine
+    from overlapdp.query import PredicateQuery
 
 Definition = Literal["pure", "zcdp", "gdp"]
 Accounting = Literal["overlap", "sequential"]
@@ -343,6 +343,8 @@ def plan_answers(
     if not qs:
         raise AnswerError("the workload has no queries")
     d: Definition = definition
+    from overlapdp.overlap import max_overlap
+
     res = max_overlap(qs, comp="count", effort=effort)
     # Overlaps are integers: the floor of a safe upper bound is still safe; never use the lower bound.
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
@@ -408,6 +410,9 @@ def answer_workload(
     is opened on the queries' schema with its natural engine and closed afterwards. Counting (where data
     problems surface) happens before any noise is drawn.
     """
+    from overlapdp.engine.base import Engine
+    from overlapdp.engine.inputs import open_data
+
     qs = list(queries)
     if len(qs) != plan.queries:
         raise AnswerError("the plan was made for another workload")

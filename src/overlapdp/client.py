@@ -15,10 +15,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
 import pandas as pd
 
+from overlapdp._optional import missing_extra
 from overlapdp.errors import OverlapDPError
+
+try:
+    import httpx
+except ModuleNotFoundError:  # the 'service' extra: one error that says so
+    raise missing_extra("service", "overlapdp.client", "httpx") from None
 
 #: A query: SQL-style condition text, or a workload-file object ``{"where": ...}`` / ``{"conditions": ...}``.
 QuerySpec = str | Mapping[str, Any]

@@ -93,3 +93,15 @@ class OutsideDomainError(DataError):
     def __init__(self, message: str, *, attributes: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.attributes = attributes
+
+
+class MissingExtraError(OverlapDPError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Also an :class:`ImportError`, so code that treats a missing module as "not available" still does.
+    """
+
+    def __init__(self, message: str = "", *, extra: str = "", module: str | None = None) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.module = module

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,16 +18,18 @@ from rich.table import Table
 from overlapdp.cli.app import app, console, emit_json
 from overlapdp.display import decimal, guarantee, spent
 from overlapdp.errors import WorkloadError
-from overlapdp.overlap import max_overlap
-from overlapdp.privacy.definitions import check_delta
-from overlapdp.privacy.ledger_lines import parse_ledger_line
-from overlapdp.privacy.mechanisms import Mechanism
-from overlapdp.privacy.odometer import Neighbouring, Odometer, OdometerReport
-from overlapdp.schema import Schema
+from overlapdp.privacy.definitions import Neighbouring
+
+if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from overlapdp.privacy.mechanisms import Mechanism
+    from overlapdp.privacy.odometer import Odometer, OdometerReport
+    from overlapdp.schema import Schema
 
 
 def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
     """Parse every line first, then charge them all (a bad line charges nothing)."""
+    from overlapdp.privacy.ledger_lines import parse_ledger_line
+
     try:
         text = path.read_text()
     except OSError as exc:
@@ -67,6 +69,10 @@ def account(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Privacy guarantee of a ledger under every definition, sequential and overlap-aware."""
+    from overlapdp.privacy.definitions import check_delta
+    from overlapdp.privacy.odometer import Odometer
+    from overlapdp.schema import Schema
+
     d = check_delta(delta)
     sch = Schema.load(schema)
     odo = Odometer(sch, neighbouring=neighbouring, effort=effort)
@@ -108,6 +114,8 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
         if side == "sequential":
             load, where = math.fsum(weights), "the ledger's (ε, δ) charges"
         elif odo.neighbouring == "add_remove":
+            from overlapdp.overlap import max_overlap
+
             res = max_overlap([c.query for c in charges], weights=weights, comp="sum", effort=effort)
             # a search that stopped early: its lower bound is a row that certainly carries that much
             load = float(res.value if res.exact else res.lower)

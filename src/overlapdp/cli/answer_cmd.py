@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from overlapdp.answering import (
-    DEFAULT_DELTA,
-    DEFAULT_EFFORT,
-    Accounting,
-    AnswerPlan,
-    Definition,
-    answer_workload,
-    plan_answers,
-)
+from overlapdp.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 from overlapdp.cli.app import app, console, emit_json, warn
 from overlapdp.display import decimal, spent
-from overlapdp.engine import open_engine
 from overlapdp.engine.registry import EngineName
-from overlapdp.query import Workload
-from overlapdp.schema import Schema
+
+if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from overlapdp.answering import AnswerPlan
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
 
@@ -69,6 +61,11 @@ def answer(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
+    from overlapdp.answering import answer_workload, plan_answers
+    from overlapdp.engine import open_engine
+    from overlapdp.query import Workload
+    from overlapdp.schema import Schema
+
     sch = Schema.load(schema)
     workload = Workload.read_jsonl(sch, queries)
     # Every check (budget, definition, workload, data file, columns, values) happens before any noise.

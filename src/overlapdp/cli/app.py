@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 
 from overlapdp.cli.help_format import Typer
@@ -20,6 +21,35 @@ app = Typer(
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata); ``overlapdp.__version__`` from a bare
+    source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("overlapdp")
+    except PackageNotFoundError:
+        from overlapdp import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"overlapdp {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Differentially private queries charged by maximum overlap, composed concurrently."""
 
 
 def emit_json(obj: Any) -> None:

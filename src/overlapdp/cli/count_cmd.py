@@ -9,11 +9,8 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, warn
-from overlapdp.engine import open_engine
 from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
-from overlapdp.query import Workload
-from overlapdp.schema import Schema
 
 
 @app.command()
@@ -26,6 +23,10 @@ def count(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Exact counts of each query (for the data owner; not differentially private)."""
+    from overlapdp.engine import open_engine
+    from overlapdp.query import Workload
+    from overlapdp.schema import Schema
+
     if not exact:
         raise OverlapDPError("count without noise needs --exact (exact counts are not private)")
     sch = Schema.load(schema)

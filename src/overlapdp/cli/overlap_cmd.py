@@ -10,9 +10,6 @@ from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
-from overlapdp.overlap import max_overlap
-from overlapdp.query import Workload
-from overlapdp.schema import Schema
 
 
 @app.command()
@@ -32,6 +29,10 @@ def overlap(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Maximum (weighted) overlap: the worst row, the composed weight there, the queries covering it."""
+    from overlapdp.overlap import max_overlap
+    from overlapdp.query import Workload
+    from overlapdp.schema import Schema
+
     if effort is not None and not effort >= 0:
         raise OverlapDPError(f"--effort {effort!r}: give a non-negative number of seconds")
     sch = Schema.load(schema)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
-from overlapdp.privacy.definitions import check_delta
-from overlapdp.query import Workload
-from overlapdp.report import build_report, read_ledger
-from overlapdp.report.build import ReportSummary
-from overlapdp.report.ledger import LedgerEntry
-from overlapdp.schema import Schema
+
+if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from overlapdp.query import Workload
+    from overlapdp.report.build import ReportSummary
+    from overlapdp.report.ledger import LedgerEntry
 
 
 @app.command()
@@ -47,6 +46,11 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """HTML report and PNG plots: overlap-aware vs sequential spend, utility gain, per-row load heat map."""
+    from overlapdp.privacy.definitions import check_delta
+    from overlapdp.query import Workload
+    from overlapdp.report import build_report, read_ledger
+    from overlapdp.schema import Schema
+
     if (queries is None) == (ledger is None):
         raise OverlapDPError("give exactly one of --queries (a workload) or --ledger")
     if effort is not None and not effort >= 0:

@@ -14,6 +14,10 @@ from overlapdp.cli.app import app, err_console, warn
 from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
 
+#: The ledger when --ledger is not given: in the current directory, never next to --data (whose folder
+#: may be read-only, shared, or a checkout; a ledger there was a surprise).
+DEFAULT_LEDGER = "overlapdp-ledger.sqlite"
+
 
 @app.command()
 def serve(
@@ -22,7 +26,7 @@ def serve(
     ledger: Annotated[
         str | None,
         typer.Option(
-            help="SQLite file or postgresql:// URL (default: next to --data, else ./overlapdp-ledger.sqlite)."
+            help=f"SQLite file or postgresql:// URL (default: {DEFAULT_LEDGER} in the current directory)."
         ),
     ] = None,
     data: Annotated[Path | None, typer.Option(help="Register this CSV/Parquet file at start-up.")] = None,
@@ -49,6 +53,8 @@ def serve(
 ) -> None:
     """Serve data sets to several analysts over HTTP with quotas and a durable ledger.
 
+    The ledger is --ledger, by default overlapdp-ledger.sqlite in the current directory.
+
     The admin token comes from $OVERLAPDP_ADMIN_TOKEN or is generated and printed once on stderr.
     """
     import uvicorn
@@ -61,7 +67,7 @@ def serve(
     if (data is None) != (schema is None):
         raise OverlapDPError("--data and --schema go together")
     if ledger is None:
-        ledger = str(data.with_suffix(".ledger.sqlite")) if data is not None else "overlapdp-ledger.sqlite"
+        ledger = DEFAULT_LEDGER
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(f"listening on {host}: the service is reachable from other machines; put TLS in front of it")
     service = QueryService(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from overlapdp.engine.base import Engine
 from overlapdp.errors import DataError
-from overlapdp.schema import Schema
+
+if TYPE_CHECKING:  # the CLI reads ENGINES for its help: importing this module must stay cheap
+    from overlapdp.engine.base import Engine
+    from overlapdp.schema import Schema
 
 EngineName = Literal["duckdb", "pandas", "polars", "spark"]
 ENGINES: tuple[EngineName, ...] = ("duckdb", "pandas", "polars", "spark")
@@ -41,6 +43,8 @@ def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: An
         return PolarsEngine.from_path(schema, data, **options)
     try:
         from overlapdp.engine.spark_engine import SparkEngine
-    except ImportError:  # pragma: no cover - pyspark is a declared dependency
-        raise DataError("the spark engine needs pyspark (pip install pyspark) and Java") from None
+    except ImportError:  # pyspark is the 'spark' extra
+        raise DataError(
+            "the spark engine needs the 'spark' extra and Java: pip install 'overlapdp[spark]'"
+        ) from None
     return SparkEngine.from_path(schema, data, **options)

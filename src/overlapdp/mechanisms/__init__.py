@@ -6,35 +6,79 @@ Exact integer noise (:mod:`.samplers`, :mod:`.noise`) from the operating system'
 concurrently by :class:`ConcurrentComposition`.
 """
 
-from overlapdp.mechanisms.calibration import (
-    declared_guarantee,
-    gaussian_for_mu,
-    gaussian_for_rho,
-    guarantee_of,
-    laplace_for,
-    noise_for,
-)
-from overlapdp.mechanisms.concurrent import Child, ConcurrentComposition
-from overlapdp.mechanisms.counting import Counter
-from overlapdp.mechanisms.errors import (
-    BudgetExceededError,
-    CoverageError,
-    InsecureRandomnessError,
-    MechanismError,
-)
-from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
-from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
-from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
+from typing import TYPE_CHECKING
+
+from overlapdp._lazy import lazy_exports
+
+# Eager: the function noisy_counts shares its submodule's name, and importing the submodule (as other
+# modules do) would bind the package attribute to the module instead of a lazy function.
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
-from overlapdp.mechanisms.noisy_session import NoisyCounts
-from overlapdp.mechanisms.randomness import (
-    RandomSource,
-    SeededRandomSource,
-    SystemRandomSource,
-    resolve_source,
-    system_source,
-)
-from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
+
+if TYPE_CHECKING:
+    from overlapdp.mechanisms.calibration import (
+        declared_guarantee,
+        gaussian_for_mu,
+        gaussian_for_rho,
+        guarantee_of,
+        laplace_for,
+        noise_for,
+    )
+    from overlapdp.mechanisms.concurrent import Child, ConcurrentComposition
+    from overlapdp.mechanisms.counting import Counter
+    from overlapdp.mechanisms.errors import (
+        BudgetExceededError,
+        CoverageError,
+        InsecureRandomnessError,
+        MechanismError,
+    )
+    from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
+    from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
+    from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
+    from overlapdp.mechanisms.noisy_session import NoisyCounts
+    from overlapdp.mechanisms.randomness import (
+        RandomSource,
+        SeededRandomSource,
+        SystemRandomSource,
+        resolve_source,
+        system_source,
+    )
+    from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
+
+# Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
+_EXPORTS = {
+    "declared_guarantee": "calibration",
+    "gaussian_for_mu": "calibration",
+    "gaussian_for_rho": "calibration",
+    "guarantee_of": "calibration",
+    "laplace_for": "calibration",
+    "noise_for": "calibration",
+    "Child": "concurrent",
+    "ConcurrentComposition": "concurrent",
+    "Counter": "counting",
+    "BudgetExceededError": "errors",
+    "CoverageError": "errors",
+    "InsecureRandomnessError": "errors",
+    "MechanismError": "errors",
+    "GuessAndCheck": "guess_and_check",
+    "GuessAnswer": "guess_and_check",
+    "WHOLE_DOMAIN": "interactive",
+    "Coverage": "interactive",
+    "InteractiveMechanism": "interactive",
+    "DiscreteGaussian": "noise",
+    "DiscreteLaplace": "noise",
+    "NoisyCounts": "noisy_session",
+    "RandomSource": "randomness",
+    "SeededRandomSource": "randomness",
+    "SystemRandomSource": "randomness",
+    "resolve_source": "randomness",
+    "system_source": "randomness",
+    "SparseVector": "sparse_vector",
+    "SVTAnswer": "sparse_vector",
+    "optimal_split": "sparse_vector",
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "WHOLE_DOMAIN",

@@ -16,12 +16,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from overlapdp.engine.exact import exact_counts
-from overlapdp.engine.inputs import data_kind, open_data, unsupported
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.query import PredicateQuery
+from overlapdp.tables import data_kind, unsupported
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas and the engines are imported when a table is counted
     from overlapdp.engine.base import Engine, Method
     from overlapdp.schema import Schema
 
@@ -60,6 +59,8 @@ class _TableCounts:
         with self._lock:
             engine = self._engines.get(schema)
             if engine is None:
+                from overlapdp.engine.inputs import open_data
+
                 engine = open_data(self._data, schema)
                 self._engines[schema] = engine
             return engine.counts(qs, method=method)
@@ -107,6 +108,8 @@ class Counter:
             return data
         kind = data_kind(data)
         if kind == "encoded":
+            from overlapdp.engine.exact import exact_counts
+
             table = data
 
             def many(qs: Sequence[PredicateQuery]) -> list[int]:

@@ -24,7 +24,6 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtri
 
 from overlapdp.display import decimal
 from overlapdp.mechanisms.errors import MechanismError
@@ -215,6 +214,9 @@ class DiscreteGaussian:
         alpha = 1 - level
         half = self._half_pmf
         if half is None:
+            # scipy.special takes ~0.2 s to import: imported where used (DESIGN.md)
+            from scipy.special import ndtri
+
             return math.ceil(self.sigma * float(-ndtri(alpha / 2)))
         # tails[w] = P(|Y| > w), summed from the far end for accuracy in small tails.
         tails = 2.0 * np.cumsum(half[::-1])[::-1]

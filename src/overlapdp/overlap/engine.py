@@ -423,9 +423,11 @@ def _search(
     if algorithm in ("auto", "wcsp"):
         integral = _wcsp_loads(loads)
         if algorithm == "wcsp" and integral is None:
-            raise CompError(
-                "the toulbar2 route needs pytoulbar2 and loads that are integer multiples of one unit"
-            )
+            if not wcsp.available():
+                raise CompError(
+                    "the toulbar2 route needs the 'solvers' extra: pip install 'overlapdp[solvers]'"
+                )
+            raise CompError("the toulbar2 route needs loads that are integer multiples of one unit")
     # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
     # is weak on them.
     boxes = c.single_interval

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
 
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.result import FloatArray
@@ -49,6 +47,10 @@ def solve_milp(tables: Sequence[AtomTable], loads: FloatArray, time_limit: float
 def _solve(
     tables: Sequence[AtomTable], loads: FloatArray, keep: np.ndarray, time_limit: float | None
 ) -> MilpOutcome:
+    # scipy.optimize costs ~0.3 s to import: only when a programme is solved (not for `overlapdp --help`).
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
+
     d = len(tables)
     n_atoms = [t.size for t in tables]
     offset = np.concatenate([[0], np.cumsum(n_atoms)]).astype(np.int64)

@@ -14,9 +14,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from overlapdp.overlap.magnitude import check_finite, compose_up, normalised_loads, unscale_up
@@ -31,6 +30,9 @@ from overlapdp.overlap.result import (
 )
 from overlapdp.query import PredicateQuery, joint_coverage
 from overlapdp.schema import Schema
+
+if TYPE_CHECKING:  # networkx (~0.1 s) is imported by the graph route only, a reference
+    import networkx as nx
 
 BRUTE_FORCE_LIMIT = 2_000_000
 SUBSET_LIMIT = 20
@@ -143,6 +145,8 @@ def subset_overlap(queries: Sequence[PredicateQuery], weights: Any = None, comp:
 
 def overlap_graph(queries: Sequence[PredicateQuery]) -> nx.Graph:
     """The pairwise-overlap graph $G_Q$: a vertex per query that covers a row, an edge per overlapping pair."""
+    import networkx as nx
+
     g = nx.Graph()
     live = [i for i, q in enumerate(queries) if not q.is_contradiction]
     g.add_nodes_from(live)
@@ -174,6 +178,8 @@ def graph_overlap(
     # Normalised loads (MATH.md 7, magnitudes): squares neither underflow nor overflow, sums stay finite.
     scaled, shift = normalised_loads(name, np.asarray(w, dtype=float))
     loads = scaled.tolist()
+    import networkx as nx
+
     if name == "count":
         clique, _ = nx.max_weight_clique(g, weight=None)
     else:

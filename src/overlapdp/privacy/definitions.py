@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from overlapdp.errors import OverlapDPError
 from overlapdp.privacy import conversions as conv
@@ -22,6 +22,17 @@ from overlapdp.privacy import conversions as conv
 
 class BudgetError(OverlapDPError):
     """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
+
+
+# The neighbouring relation (MATH.md 1): a row added or removed (the default), or one row replaced.
+Neighbouring = Literal["add_remove", "replace"]
+
+
+def check_neighbouring(value: str) -> Neighbouring:
+    """``value`` as a :data:`Neighbouring`, or a :class:`BudgetError` naming the choices."""
+    if value not in ("add_remove", "replace"):
+        raise BudgetError(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
+    return "replace" if value == "replace" else "add_remove"
 
 
 def _sum_up(values: Iterable[float | Fraction]) -> float:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import ApproxDP, BudgetError, PureDP, check_positive
@@ -89,6 +88,9 @@ class GaussianTradeOff(TradeOff):
     mu: float
 
     def __call__(self, alpha: np.ndarray | float) -> np.ndarray:
+        # scipy.special takes ~0.2 s to import: imported where used (DESIGN.md)
+        from scipy.special import ndtr, ndtri
+
         a = _alpha(alpha)
         return np.asarray(ndtr(ndtri(1 - a) - self.mu))
 

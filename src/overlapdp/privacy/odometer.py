@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from overlapdp.overlap import OverlapResult, SetComp, max_overlap
 from overlapdp.overlap.magnitude import normalised_loads
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
+from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import (
     MEASURES,
     AdditiveMeasure,
@@ -65,8 +66,6 @@ from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Neighbouring = Literal["add_remove", "replace"]
-
 # Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
 _PAIR_WORK_LIMIT = 50_000_000
 _PAIR_PLD_LIMIT = 40
@@ -75,12 +74,6 @@ _PAIR_PLD_LIMIT = 40
 def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
     """The coverage of a mechanism that touches all data: a query with no constraints."""
     return PredicateQuery.from_coverages(schema, {}, id=id)
-
-
-def _check_neighbouring(value: str) -> Neighbouring:
-    if value not in ("add_remove", "replace"):
-        raise BudgetError(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
-    return "replace" if value == "replace" else "add_remove"
 
 
 @dataclass(frozen=True)

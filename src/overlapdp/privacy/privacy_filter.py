@@ -59,10 +59,11 @@ import numpy as np
 from overlapdp.overlap import OverlapIndex, OverlapResult
 from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
 from overlapdp.privacy.mechanisms import Mechanism
-from overlapdp.privacy.odometer import Charge, Odometer, _check_neighbouring, _make_charge
+from overlapdp.privacy.odometer import Charge, Odometer, _make_charge
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema

@@ -30,11 +30,13 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a column is encoded (DESIGN.md: heavy imports where used)
+    import pandas as pd
 
 from overlapdp.errors import DataError, DomainValueError, QueryError, SchemaError
 from overlapdp.schema.indexset import IndexSet
@@ -55,6 +57,8 @@ def _check_missing(name: str, missing: Any) -> None:
 
 def _is_missing(v: Any) -> bool:
     """None, NaN (float or numpy) and pandas' NA / NaT: what pandas' ``isna`` calls missing."""
+    import pandas as pd
+
     if v is None or v is pd.NA or v is pd.NaT:
         return True
     return isinstance(v, float | np.floating) and math.isnan(v)
@@ -568,6 +572,8 @@ def _fmt(x: float) -> str:
 
 def _numeric_column(name: str, values: pd.Series) -> npt.NDArray[np.float64]:
     """Numbers of a column; missing cells become NaN (out of domain), text is an error (never echoed)."""
+    import pandas as pd
+
     numeric = pd.to_numeric(values, errors="coerce")
     bad = int(numeric.isna().sum() - values.isna().sum())
     if bad > 0:

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from overlapdp.errors import DataError, SchemaError
 from overlapdp.schema.attributes import Attribute, BinnedAttribute, CategoricalAttribute, IntAttribute, Scalar
 from overlapdp.schema.domain import Schema
 from overlapdp.tables import column_names, numeric_columns, present_values
 from overlapdp.tables import has_missing as has_missing_value
+
+if TYPE_CHECKING:  # imported where a table is read (DESIGN.md: heavy dependencies are imported where used)
+    import pandas as pd
 
 
 def infer_schema(
@@ -112,6 +113,8 @@ def _its(names: Sequence[str]) -> str:
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a CSV or Parquet file with clear errors naming the file."""
+    import pandas as pd
+
     p = Path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist")

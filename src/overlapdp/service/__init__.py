@@ -4,10 +4,31 @@
 ``overlapdp serve`` runs it on uvicorn; :mod:`overlapdp.client` talks to it.
 """
 
-from overlapdp.service.app import create_app
-from overlapdp.service.auth import AdminKey, AuthError
-from overlapdp.service.core import Limits, QueryService, ServiceError
-from overlapdp.service.ledger import LedgerError, LedgerStore, open_ledger
+from typing import TYPE_CHECKING
+
+from overlapdp._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from overlapdp.service.app import create_app
+    from overlapdp.service.auth import AdminKey, AuthError
+    from overlapdp.service.core import Limits, QueryService, ServiceError
+    from overlapdp.service.ledger import LedgerError, LedgerStore, open_ledger
+
+# Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
+_EXPORTS = {
+    "create_app": "app",
+    "AdminKey": "auth",
+    "AuthError": "auth",
+    "Limits": "core",
+    "QueryService": "core",
+    "ServiceError": "core",
+    "LedgerError": "ledger",
+    "LedgerStore": "ledger",
+    "open_ledger": "ledger",
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AdminKey",

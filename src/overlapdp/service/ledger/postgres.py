@@ -47,8 +47,10 @@ class PostgresLedger(SQLLedger):
     def __init__(self, url: str) -> None:
         try:
             import psycopg  # noqa: F401  (checked here so a missing driver is a clear error)
-        except ImportError:  # pragma: no cover - psycopg is a dependency
-            raise LedgerError("the PostgreSQL ledger needs psycopg: pip install 'psycopg[binary]'") from None
+        except ImportError:  # psycopg is the 'postgres' extra
+            raise LedgerError(
+                "the PostgreSQL ledger needs the 'postgres' extra: pip install 'overlapdp[postgres]'"
+            ) from None
         super().__init__(url)
 
     def _connect(self) -> Any:

@@ -1,0 +1,292 @@
+"""Start-up and packaging (issue 14 items 10, 11, 13): what the command line and the library import,
+the lazy package exports, the extras and their errors, ``--version`` and serve's ledger default.
+
+Nothing here is timed (speed is measured in benchmarks/startup.py); the tests check structure: in a
+fresh interpreter, ``overlapdp --help`` and ``import overlapdp.mechanisms`` load none of the heavy
+dependencies, which used to cost 2.6 s and 6.4 s of CPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+#: Imported only where used (DESIGN.md); none may be loaded by `--help` or by a bare package import.
+#: (pydantic is not among them: Typer itself imports it to convert a command's options.)
+HEAVY = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "matplotlib",
+    "polars",
+    "pyspark",
+    "pytoulbar2",
+    "duckdb",
+    "pandas",
+    "pyarrow",
+    "networkx",
+    "psycopg",
+    "sqlglot",
+    "scipy.signal",
+    "scipy.special",
+    "scipy.optimize",
+    "scipy.stats",
+    "scipy.sparse",
+)
+
+#: Packages whose public names are lazy exports (overlapdp/_lazy.py).
+LAZY_PACKAGES = (
+    "overlapdp",
+    "overlapdp.audit",
+    "overlapdp.engine",
+    "overlapdp.mechanisms",
+    "overlapdp.overlap",
+    "overlapdp.privacy",
+    "overlapdp.query",
+    "overlapdp.report",
+    "overlapdp.service",
+)
+
+
+def python(code: str, *, block: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter on this checkout's sources; ``block`` modules look absent
+    (``sys.modules[name] = None``: importing them raises ModuleNotFoundError, find_spec gives None)."""
+    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in block)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(REPO / "tests")])}
+    env.pop("OVERLAPDP_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def loaded_heavy(code: str) -> list[str]:
+    done = python(code + f"\nimport json\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+# -- item 11: what start-up imports --------------------------------------------------------------------
+
+
+HELP_EVERYTHING = """
+from overlapdp.cli.main import main
+from overlapdp.cli.app import app
+
+def helps(args):
+    try:
+        main(args)
+    except SystemExit as exc:
+        assert exc.code in (0, None), (args, exc.code)
+
+helps(["--help"])
+helps(["--version"])
+for command in app.registered_commands:
+    helps([command.name or command.callback.__name__, "--help"])
+for group in app.registered_groups:
+    helps([group.name, "--help"])
+    for sub in group.typer_instance.registered_commands:
+        helps([group.name, sub.name or sub.callback.__name__, "--help"])
+"""
+
+
+def test_help_of_every_command_imports_no_heavy_dependency() -> None:
+    assert loaded_heavy(HELP_EVERYTHING) == []
+
+
+def test_package_imports_load_no_heavy_dependency() -> None:
+    assert loaded_heavy("import overlapdp, overlapdp.mechanisms, overlapdp.privacy, overlapdp.engine") == []
+
+
+def test_library_imports_load_only_what_they_use() -> None:
+    # The interactive mechanisms and the accountant: numpy, no pandas, SciPy's signal module or engines.
+    code = (
+        "from overlapdp.mechanisms import SparseVector, NoisyCounts, ConcurrentComposition\n"
+        "from overlapdp.privacy.accountant import Odometer\n"
+        "from overlapdp.overlap import max_overlap\n"
+        "from overlapdp import Schema, PredicateQuery"
+    )
+    assert loaded_heavy(code) == []
+    # Names still resolve to the modules that define them, and using them imports what they need.
+    assert loaded_heavy("from overlapdp.engine import DuckDBEngine") == ["duckdb"]
+
+
+def _type_checking_imports(init: Path) -> dict[str, str]:
+    """Name -> module of the imports under ``if TYPE_CHECKING:`` in a package's __init__."""
+    out: dict[str, str] = {}
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.module, ast.dump(stmt)
+                for alias in stmt.names:
+                    out[alias.asname or alias.name] = stmt.module
+    return out
+
+
+@pytest.mark.parametrize("name", LAZY_PACKAGES)
+def test_lazy_exports_agree_with_the_typed_imports(name: str) -> None:
+    package = importlib.import_module(name)
+    exports: dict[str, str] = package._EXPORTS
+    assert exports, name
+    # What mypy sees (the TYPE_CHECKING imports) is what the package hands out at run time.
+    typed = _type_checking_imports(Path(package.__file__ or ""))
+    assert typed == {n: f"{name}.{sub}" for n, sub in exports.items()}
+    assert set(exports) <= set(package.__all__)
+    assert set(package.__all__) <= set(dir(package))
+    # Importing a submodule binds its name on the package: a lazy name must not be a submodule's name.
+    assert not {n for n, sub in exports.items() if n == sub}
+    for sub in set(exports.values()):
+        importlib.import_module(f"{name}.{sub}")
+    for public, sub in exports.items():
+        assert getattr(package, public) is getattr(importlib.import_module(f"{name}.{sub}"), public)
+    assert not [n for n in package.__all__ if isinstance(getattr(package, n), types.ModuleType)]
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        package.no_such_name  # noqa: B018
+
+
+# -- extras: one clear error naming the extra -------------------------------------------------------------
+
+CLI = "from overlapdp.cli.main import main\nmain({args!r})"
+
+
+def test_serve_without_the_service_extra_names_it() -> None:
+    done = python(CLI.format(args=["serve"]), block=("fastapi", "uvicorn"))
+    assert done.returncode == 2, done.stderr
+    assert "overlapdp serve needs the 'service' extra" in done.stderr
+    assert "pip install 'overlapdp[service]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_demo_names_every_missing_extra_before_it_starts(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    done = python(CLI.format(args=["demo", "--out", str(out)]), block=("fastapi", "matplotlib"))
+    assert done.returncode == 2, done.stderr
+    assert "needs the 'service' and 'plots' extras: pip install 'overlapdp[service,plots]'" in done.stderr
+    assert not out.exists()  # refused before any work
+
+
+def test_report_without_matplotlib_names_the_plots_extra(tmp_path: Path) -> None:
+    done = python(CLI.format(args=["report", "--schema", "s.json", "--queries", "q"]), block=("matplotlib",))
+    assert done.returncode == 2, done.stderr
+    assert "overlapdp report needs the 'plots' extra" in done.stderr
+
+
+def test_library_names_the_extra_of_a_missing_dependency() -> None:
+    code = (
+        "from overlapdp.errors import MissingExtraError\n"
+        "try:\n"
+        "    from overlapdp.service import create_app\n"
+        "except MissingExtraError as exc:\n"
+        "    assert isinstance(exc, ImportError)\n"
+        "    print(exc.extra, '|', exc)\n"
+    )
+    done = python(code, block=("fastapi",))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("service | overlapdp.service.create_app needs the 'service' extra")
+    done = python("import overlapdp.client", block=("httpx",))
+    assert (
+        "MissingExtraError: overlapdp.client needs the 'service' extra (httpx is not installed)"
+        in done.stderr
+    )
+    # The report's plots say so too.
+    code = (
+        "from overlapdp.errors import MissingExtraError\n"
+        "try:\n"
+        "    from overlapdp.report import build_report\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc.extra, '|', exc)\n"
+    )
+    done = python(code, block=("matplotlib",))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("plots | overlapdp.report.build_report needs the 'plots' extra")
+
+
+def test_extras_cover_every_optional_module() -> None:
+    """Each extra named by the code is declared in pyproject.toml with the package that provides it."""
+    from overlapdp._optional import EXTRA_OF
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    base = " ".join(project["dependencies"])
+    provides = {"fastapi", "uvicorn", "httpx", "pydantic", "matplotlib", "pyspark", "pytoulbar2", "psycopg"}
+    for module, extra in EXTRA_OF.items():
+        assert extra in extras, extra
+        if module in provides:
+            assert any(req.startswith(module) for req in extras[extra]), (module, extra)
+            assert module not in base, module  # optional, not in the base install
+    # `all` (and so `dev`, which ./scripts/test installs) holds every extra.
+    (everything,) = extras["all"]
+    assert everything.startswith("overlapdp[")
+    assert set(everything.removeprefix("overlapdp[").removesuffix("]").split(",")) == set(EXTRA_OF.values())
+    assert "overlapdp[all]" in extras["dev"]
+    # ./scripts/demo installs what `overlapdp demo` needs.
+    from overlapdp.cli.main import NEEDS
+
+    demo = (REPO / "scripts" / "demo").read_text(encoding="utf-8")
+    line = next(x for x in demo.splitlines() if x.startswith("OVERLAPDP_EXTRAS="))
+    installed = set(line.split('"')[1].split(","))
+    assert set(NEEDS["demo"]) <= installed
+
+
+# -- item 10: --version ----------------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import overlapdp
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    code, out, err = run(["--version"], capsys)
+    assert (code, err) == (0, "")
+    assert out == f"overlapdp {declared}\n"
+    assert overlapdp.__version__ == declared
+
+
+# -- item 13: serve's ledger in the current directory ----------------------------------------------------
+
+
+def test_serve_writes_its_ledger_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("uvicorn")
+    import uvicorn
+
+    from overlapdp.schema import IntAttribute, Schema
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "people.csv").write_text("age\n1\n2\n3\n", encoding="utf-8")
+    (data_dir / "people.json").write_text(
+        json.dumps(Schema((IntAttribute("age", 0, 9),)).to_json()), encoding="utf-8"
+    )
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("OVERLAPDP_SERVED", raising=False)  # serve sets it; restored after the test
+    monkeypatch.setenv("OVERLAPDP_ADMIN_TOKEN", "t" * 40)
+    started: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.append(kw["host"]))
+    code, _, err = run(
+        ["serve", "--data", str(data_dir / "people.csv"), "--schema", str(data_dir / "people.json")], capsys
+    )
+    assert code == 0, err
+    assert started == ["127.0.0.1"]
+    assert (cwd / "overlapdp-ledger.sqlite").is_file()
+    assert sorted(p.name for p in data_dir.iterdir()) == ["people.csv", "people.json"]
+    assert "(ledger: overlapdp-ledger.sqlite)" in " ".join(err.split())
+    # The default is stated in the command's help.
+    code, out, _ = run(["serve", "--help"], capsys)
+    assert "overlapdp-ledger.sqlite in the current directory" in " ".join(out.split())
