@@ -116,7 +116,7 @@ def test_library_imports_load_only_what_they_use() -> None:
     # The interactive mechanisms and the accountant: numpy, no pandas, SciPy's signal module or engines.
     code = (
         "from overlapdp.mechanisms import SparseVector, NoisyCounts, ConcurrentComposition\n"
-        "from overlapdp.privacy.accountant import Odometer\n"
+        "from overlapdp.privacy.odometer import Odometer\n"
         "from overlapdp.overlap import max_overlap\n"
         "from overlapdp import Schema, PredicateQuery"
     )
