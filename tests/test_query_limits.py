@@ -713,7 +713,14 @@ def test_http_never_answers_500(spec: Any) -> None:
     # (200: deeper objects cannot be encoded by the test client's json.dumps; the service's answer to
     # deeper raw bodies is checked in test_http_json_form_limits)
     with _http_once() as (client, auth):
-        r = client.post("/v1/datasets/people/cost", headers=auth, json={"queries": [spec], "epsilon": 0.01})
+        # Encoded here: the JSON may hold NaN / Infinity (Python's json writes them; a hostile client
+        # may send them), which httpx's own encoder refuses before anything reaches the service.
+        body = json.dumps({"queries": [spec], "epsilon": 0.01})
+        r = client.post(
+            "/v1/datasets/people/cost",
+            headers={**auth, "Content-Type": "application/json"},
+            content=body,
+        )
         assert r.status_code in (200, 400, 413, 422), r.text
 
 

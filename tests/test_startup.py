@@ -275,7 +275,9 @@ def test_serve_writes_its_ledger_in_the_current_directory(
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    monkeypatch.delenv("OVERLAPDP_SERVED", raising=False)  # serve sets it; restored after the test
+    # serve sets OVERLAPDP_SERVED in os.environ; setting it here first makes monkeypatch restore the
+    # original (absent) value afterwards, or every later test on a seeded source would be refused.
+    monkeypatch.setenv("OVERLAPDP_SERVED", "0")
     monkeypatch.setenv("OVERLAPDP_ADMIN_TOKEN", "t" * 40)
     started: list[str] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.append(kw["host"]))
