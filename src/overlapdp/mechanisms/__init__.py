@@ -21,6 +21,7 @@ from overlapdp.mechanisms.errors import (
     CoverageError,
     InsecureRandomnessError,
     MechanismError,
+    SnapshotError,
 )
 from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
@@ -35,6 +36,7 @@ from overlapdp.mechanisms.randomness import (
     system_source,
 )
 from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
+from overlapdp.mechanisms.svt_core import ThresholdState
 
 __all__ = [
     "WHOLE_DOMAIN",
@@ -56,8 +58,10 @@ __all__ = [
     "RandomSource",
     "SVTAnswer",
     "SeededRandomSource",
+    "SnapshotError",
     "SparseVector",
     "SystemRandomSource",
+    "ThresholdState",
     "add_noise",
     "declared_guarantee",
     "gaussian_for_mu",
