@@ -36,7 +36,7 @@ from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
-from test_overlap_index import check_result, weights_st
+from support.overlap import check_result, weights_st
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,7 @@ from overlapdp.errors import DataError
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_raw_schema, adult_schema
 from overlapdp.schema import CategoricalAttribute, IntAttribute, Schema
-from test_engines import REPORT_FRAME, REPORT_SCHEMA, SECRET, parsed, random_workload, truth
+from support.engines import REPORT_FRAME, REPORT_SCHEMA, SECRET, parsed, random_workload, truth
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None:

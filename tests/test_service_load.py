@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
-from test_service_support import ADMIN_TOKEN, Server, fresh_postgres_ledger, running, write_adult
+from support.service import ADMIN_TOKEN, Server, fresh_postgres_ledger, running, write_adult
 
 EPS = 0.0625
 ANALYSTS = 8
