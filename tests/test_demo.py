@@ -12,6 +12,7 @@ from overlapdp.cli.main import main
 from overlapdp.demo import GLOBAL_BUDGET, run_demo
 
 
+@pytest.mark.slow
 def test_demo_numbers_are_consistent(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     summary = run_demo(out, rows=5_000, seed=1)
@@ -49,6 +50,7 @@ def test_demo_numbers_are_consistent(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["global"]["budget"] == GLOBAL_BUDGET
 
 
+@pytest.mark.slow
 def test_demo_cli_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli-demo"
     with pytest.raises(SystemExit) as info:

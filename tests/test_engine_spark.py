@@ -28,6 +28,10 @@ if shutil.which("java") is None:
 
 from overlapdp.engine.spark_engine import SparkEngine, spark_session
 
+# Starting Spark (a JVM) alone takes several seconds and the Adult workload about 20 more: the whole
+# module runs with the slow tests.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
