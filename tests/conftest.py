@@ -1,4 +1,7 @@
-"""Shared fixtures: the real Adult data from ../shared/data when present (skipped with a reason if not)."""
+"""Shared fixtures: the real Adult data from ../shared/data when present (skipped with a reason if not),
+and the Hypothesis profile named by $HYPOTHESIS_PROFILE ("ci" or "dev", the default).
+
+Shared helper code lives in tests/support/ (``from support.service import ...``), not in test modules."""
 
 from __future__ import annotations
 
@@ -43,7 +46,9 @@ SHARED_DATA = _find_shared_data()
 
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci")
+# $HYPOTHESIS_PROFILE picks the profile: .ci/run sets "ci"; unset (a developer's run), "dev". An unknown
+# name fails at start-up. Tests that set max_examples themselves keep their own.
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "dev")
 
 
 def _shared(path: str) -> Path:

@@ -39,7 +39,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
-from test_accountant import ORDERS, brute, covering
+from support.accounting import ORDERS, brute, covering
 
 DELTA = 1e-5
 

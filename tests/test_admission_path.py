@@ -36,7 +36,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
-from test_overlap_index import check_result, weights_st
+from support.overlap import check_result, weights_st
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -273,6 +273,7 @@ def test_parameters_at_the_limits_calibrate_to_finite_noise(budget: Any) -> None
         assert a.std == pytest.approx(2.0**40 * (math.sqrt(2) if isinstance(budget, PureDP) else 1), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_cli_answer_refuses_a_tiny_budget_with_exit_2(tmp_path: Path) -> None:
     from overlapdp.samples import adult_schema, synthetic_adult
 

@@ -208,6 +208,7 @@ def test_svt_without_query_noise_is_flagged_and_the_project_svt_is_not(kind: str
     assert not ours.flags(1.0)
 
 
+@pytest.mark.slow
 @on_both_sources_os_slow
 def test_svt_releasing_the_compared_noisy_value_is_flagged_and_fresh_release_is_not(kind: str) -> None:
     runs = 400_000
@@ -264,6 +265,7 @@ def test_svt_that_does_not_stop_after_c_positives_is_flagged_and_the_project_svt
         assert not ours.flags(1.0), ours
 
 
+@pytest.mark.slow
 @on_both_sources_os_slow
 def test_guess_and_check_is_not_flagged(kind: str) -> None:
     """Guesses at the tolerance boundary, answers moving in opposite directions; declared epsilon from

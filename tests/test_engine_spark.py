@@ -20,14 +20,17 @@ from overlapdp.errors import DataError
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_raw_schema, adult_schema
 from overlapdp.schema import CategoricalAttribute, IntAttribute, Schema
-from test_engines import REPORT_FRAME, REPORT_SCHEMA, SECRET, parsed, random_workload, truth
-from test_missing import RAW_QUERIES
+from support.engines import RAW_QUERIES, REPORT_FRAME, REPORT_SCHEMA, SECRET, parsed, random_workload, truth
 
 pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("Spark needs Java on the PATH", allow_module_level=True)
 
 from overlapdp.engine.spark_engine import SparkEngine, spark_session
+
+# Starting Spark (a JVM) alone takes several seconds and the Adult workload about 20 more: the whole
+# module runs with the slow tests.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

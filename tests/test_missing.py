@@ -34,6 +34,7 @@ from overlapdp.schema import (
     Schema,
     infer_schema,
 )
+from support.engines import RAW_QUERIES
 
 ENGINES = ("duckdb", "pandas", "polars")
 
@@ -266,36 +267,6 @@ def test_a_column_with_no_value_at_all(engine: str) -> None:
 
 
 # -- raw Adult: no row dropped, counts equal pandas' on the raw CSV --------------------------------------
-RAW_QUERIES: list[tuple[str, Any]] = [
-    # The issue's example: names no attribute with missing values, so rows with missing workclass count.
-    ("age BETWEEN 17 AND 26 AND sex = 'Female'", lambda d: d["age"].between(17, 26) & (d["sex"] == "Female")),
-    ("TRUE", lambda d: pd.Series(True, index=d.index)),
-    ("workclass IS NULL", lambda d: d["workclass"].isna()),
-    ("workclass IS NOT NULL", lambda d: d["workclass"].notna()),
-    ("workclass IS NULL AND occupation IS NULL", lambda d: d["workclass"].isna() & d["occupation"].isna()),
-    (
-        "occupation IS NULL AND workclass IS NOT NULL",
-        lambda d: d["occupation"].isna() & d["workclass"].notna(),
-    ),
-    ("workclass != 'Private'", lambda d: d["workclass"].notna() & (d["workclass"] != "Private")),
-    ("NOT (workclass = 'Private')", lambda d: d["workclass"].notna() & (d["workclass"] != "Private")),
-    (
-        "workclass = 'Private' OR workclass IS NULL",
-        lambda d: (d["workclass"] == "Private") | d["workclass"].isna(),
-    ),
-    (
-        "native_country NOT IN ('United-States', 'Mexico') AND age < 30",
-        lambda d: (
-            d["native_country"].notna()
-            & ~d["native_country"].isin(["United-States", "Mexico"])
-            & (d["age"] < 30)
-        ),
-    ),
-    (
-        "native_country IS NULL AND income = '>50K'",
-        lambda d: d["native_country"].isna() & (d["income"] == ">50K"),
-    ),
-]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

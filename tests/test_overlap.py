@@ -414,6 +414,7 @@ def _hard_value_set_workload() -> list[PredicateQuery]:
     return out
 
 
+@pytest.mark.slow
 def test_wcsp_stopped_by_its_timer_is_not_reported_exact() -> None:
     """toulbar2 cut short by the effort limit gives a safe bound, never a claimed optimum it did not prove
     (its solve() says "a solution was found", not "the search ended"; the route reads the "limited" flag)."""
@@ -485,6 +486,7 @@ def many_attribute_boxes(draw: st.DrawFn) -> list[PredicateQuery]:
     return queries
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(many_attribute_boxes(), st.sampled_from(["auto", "wcsp", "gridbranch"]))
 def test_boxes_on_many_attributes_equal_the_clique_route(

@@ -67,6 +67,7 @@ def test_kov_never_below_brute_force(eps: float, k: int, at: float) -> None:
     assert kov_delta(eps, 0.0, k, at) >= brute_force_delta(eps, 0.0, k, at) - 1e-15
 
 
+@pytest.mark.slow
 def test_kov_large_k_log_space_matches_pld_composition() -> None:
     eps, k = 0.01, 100_000
     e_kov = kov_epsilon(eps, 0.0, k, 1e-6)

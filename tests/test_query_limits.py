@@ -563,7 +563,7 @@ def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Pat
     import httpx
     import uvicorn
 
-    from test_service_support import free_port
+    from support.service import free_port
 
     data = tmp_path / "d.csv"
     _frame().to_csv(data, index=False)

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 from overlapdp.service.core import FieldRefused
-from test_service_support import ADMIN_TOKEN, free_port, write_adult
+from support.service import ADMIN_TOKEN, free_port, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

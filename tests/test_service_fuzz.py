@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
-from test_service_support import ADMIN_TOKEN, write_adult
+from support.service import ADMIN_TOKEN, write_adult
 
 _STATE: dict[str, Any] = {}
 

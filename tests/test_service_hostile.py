@@ -29,8 +29,7 @@ from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
 from overlapdp.service import core as service_core
 from overlapdp.service.core import ServiceError
-from test_service_ledger import _FailingCommit
-from test_service_support import ADMIN_TOKEN, running, write_adult
+from support.service import ADMIN_TOKEN, FailingCommit, running, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -265,7 +264,7 @@ def test_a_failing_request_fails_alone_and_the_filters_are_never_rebuilt(
     # A commit that fails: every request of the group gets 503, and the filters are rolled back, not
     # marked stale and rebuilt from the whole ledger at the next admission.
     store = service.store
-    service.store = _FailingCommit(store)
+    service.store = FailingCommit(store)
     with pytest.raises(ServiceError) as err:
         service.query(alice, "adult", ["age < 30"], 0.5)
     assert err.value.status == 503

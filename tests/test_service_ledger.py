@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -18,9 +16,9 @@ import pytest
 
 from overlapdp.service import QueryService, open_ledger
 from overlapdp.service.core import Conflict, QuotaExceeded, ServiceError
-from overlapdp.service.ledger import AdmissionTransaction, LedgerStore
+from overlapdp.service.ledger import LedgerStore
 from overlapdp.service.responses import BatchAnswer
-from test_service_support import fresh_postgres_ledger, write_adult
+from support.service import FailingCommit, fresh_postgres_ledger, write_adult
 
 EPS = 0.0625  # a power of two: k * EPS is exact, so the expected number of admitted queries is exact
 
@@ -166,35 +164,12 @@ def test_two_instances_sharing_a_ledger_never_overspend(ledger_url: str, tmp_pat
     second.store.close()
 
 
-class _FailingCommit(LedgerStore):
-    """A store whose admission transactions all fail at commit time (after the rows were inserted)."""
-
-    def __init__(self, inner: LedgerStore) -> None:
-        self.inner = inner
-        self.url = inner.url
-
-    @contextmanager
-    def admission(self, dataset: str) -> Iterator[AdmissionTransaction]:
-        with self.inner.admission(dataset) as tx:
-            yield tx
-            raise OSError("disk full")  # rolls the transaction back
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-for _name in list(LedgerStore.__abstractmethods__):
-    if _name != "admission":
-        setattr(_FailingCommit, _name, lambda self, *a, _n=_name, **k: getattr(self.inner, _n)(*a, **k))
-_FailingCommit.__abstractmethods__ = frozenset()
-
-
 def test_no_answer_without_its_charge(tmp_path: Path) -> None:
     store = open_ledger(tmp_path / "l.sqlite")
     service = QueryService(store)
     alice = _setup(service, tmp_path)
     service.query(alice, "adult", [_query(0)], EPS)
-    service.store = _FailingCommit(store)
+    service.store = FailingCommit(store)
     with pytest.raises(ServiceError) as err:
         service.query(alice, "adult", [_query(1)], EPS)
     assert err.value.status == 503 and "no answer was released" in str(err.value)

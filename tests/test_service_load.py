@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
-from test_service_support import ADMIN_TOKEN, Server, fresh_postgres_ledger, running, write_adult
+from support.service import ADMIN_TOKEN, Server, fresh_postgres_ledger, running, write_adult
+
+# Every test here drives real servers under load for 5 s or more: run with the slow tests.
+pytestmark = pytest.mark.slow
 
 EPS = 0.0625
 ANALYSTS = 8

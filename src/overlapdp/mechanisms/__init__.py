@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         CoverageError,
         InsecureRandomnessError,
         MechanismError,
+        SnapshotError,
     )
     from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
     from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         system_source,
     )
     from overlapdp.mechanisms.sparse_vector import SparseVector, SVTAnswer, optimal_split
+    from overlapdp.mechanisms.svt_core import ThresholdState
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
@@ -59,6 +61,7 @@ _EXPORTS = {
     "CoverageError": "errors",
     "InsecureRandomnessError": "errors",
     "MechanismError": "errors",
+    "SnapshotError": "errors",
     "GuessAndCheck": "guess_and_check",
     "GuessAnswer": "guess_and_check",
     "WHOLE_DOMAIN": "interactive",
@@ -75,6 +78,7 @@ _EXPORTS = {
     "SparseVector": "sparse_vector",
     "SVTAnswer": "sparse_vector",
     "optimal_split": "sparse_vector",
+    "ThresholdState": "svt_core",
 }
 
 if not TYPE_CHECKING:
@@ -100,8 +104,10 @@ __all__ = [
     "RandomSource",
     "SVTAnswer",
     "SeededRandomSource",
+    "SnapshotError",
     "SparseVector",
     "SystemRandomSource",
+    "ThresholdState",
     "add_noise",
     "declared_guarantee",
     "gaussian_for_mu",

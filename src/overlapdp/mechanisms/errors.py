@@ -24,3 +24,9 @@ class CoverageError(MechanismError):
 
 class BudgetExceededError(MechanismError):
     """A mechanism or a child would spend beyond its declared or remaining budget; nothing was charged."""
+
+
+class SnapshotError(MechanismError):
+    """A mechanism state (snapshot) is malformed, or was taken from another mechanism than the one it is
+    restored into (another kind, ``c`` or noise scale), or is restored into a mechanism that has
+    already answered queries."""

@@ -7,7 +7,8 @@ The analyst sends ``(query, guess)``. A sparse vector with one noisy threshold t
 "confirmed" and costs nothing more; a wrong one gets a FRESH noisy estimate ``q_i(D) + Lap(b)``, at
 most ``c`` of them; after ``c`` wrong guesses the mechanism answers "exhausted".
 
-The test is decided exactly (MATH.md section 4): "wrong" iff ``nu_i - rho >= ceil(E - |q_i(D) - g_i|)``
+The test is decided exactly (MATH.md section 4; :func:`overlapdp.mechanisms.svt_core.crosses`, shared
+with :class:`~overlapdp.mechanisms.SparseVector`): "wrong" iff ``nu_i - rho >= ceil(E - |q_i(D) - g_i|)``
 with ``g_i`` and ``E`` exact rationals (floats exactly as stored). In floating point ``|q - g|`` and
 ``E + rho`` round (near ``2^52`` a count step of 1 can move ``|q - g|`` by 2, and ``E + rho`` rounds
 differently for different ``rho``), which breaks the SVT proof.
@@ -18,26 +19,26 @@ Algorithm 1 with ``epsilon_1 = Delta/s_1``, ``epsilon_2 = 2c Delta/s_2``; ``|q -
 between neighbours, hence the ``2c``), the Laplace part answers at most ``c`` queries and is
 ``c Delta/b``-DP; together ``epsilon_SVT + c Delta/b``. The guarantee is computed from the noise scales
 (the constructor's parameters); :meth:`GuessAndCheck.from_budget` picks scales for a total epsilon.
+:meth:`GuessAndCheck.state` and :meth:`GuessAndCheck.restore` save and resume the secret state.
 All noise is the exact discrete Laplace (see :mod:`overlapdp.mechanisms.sparse_vector` for why the
 SVT proof carries over).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
 from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
 from overlapdp.mechanisms.counting import Counter, DataLike
-from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
 from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
-from overlapdp.mechanisms.sparse_vector import check_c, exact_finite, optimal_split
+from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
 
@@ -166,6 +167,36 @@ class GuessAndCheck:
     def estimates_left(self) -> int:
         return self._c - self._failures
 
+    # -- the secret state ----------------------------------------------------------------------------
+    def state(self) -> ThresholdState:
+        """A JSON-able snapshot of the secret state (threshold noise, wrong guesses so far as
+        ``positives``, queries so far) from which :meth:`restore` resumes a guess-and-check built with
+        the same parameters. It holds ``rho``: keep it as secret as the data."""
+        return ThresholdState(
+            mechanism="guess_and_check",
+            threshold_noise=self._rho,
+            positives=self._failures,
+            queries=self._asked,
+            c=self._c,
+            threshold_scale=self.threshold_noise.scale,
+            query_scale=self.query_noise.scale,
+        )
+
+    def restore(self, state: ThresholdState) -> None:
+        """Resume from ``state`` (see :meth:`SparseVector.restore`, whose rules and warning about
+        rewinding apply here too): only on a fresh mechanism, only from a guess-and-check with the same
+        ``c`` and SVT noise scales (:class:`SnapshotError` otherwise)."""
+        if not isinstance(state, ThresholdState):
+            raise SnapshotError(f"restore takes a ThresholdState, got {type(state).__name__}")
+        state.check_fits("guess_and_check", self._c, self.threshold_noise.scale, self.query_noise.scale)
+        if self._asked:
+            raise SnapshotError(
+                "restore resumes a fresh guess-and-check; this one has already answered queries"
+            )
+        self._rho = state.threshold_noise
+        self._failures = state.positives
+        self._asked = state.queries
+
     def query(self, request: tuple[PredicateQuery, RationalLike]) -> GuessAnswer:
         query, guess = request
         return self.check(query, guess)
@@ -179,9 +210,8 @@ class GuessAndCheck:
         self._asked += 1
         value = self._counter.count(query)
         nu = self.query_noise.sample(self._source)
-        # |value - g| + nu < E + rho, exactly: nu - rho is an integer, below the rational
-        # E - |value - g| iff below its ceiling.
-        if nu - self._rho < math.ceil(self.tolerance - abs(value - g)):
+        # Wrong iff |value - g| + nu >= E + rho, decided exactly (svt_core.crosses).
+        if not crosses(abs(value - g), self.tolerance, nu, self._rho):
             return GuessAnswer("confirmed", index, self.estimates_left)
         self._failures += 1
         v = value + self.estimate_noise.sample(self._source)

@@ -16,11 +16,15 @@ Noise is the exact discrete Laplace: the proof of Lyu et al. shifts ``rho`` by `
 discrete Laplace of scale ``t`` changes by at most ``e^{k/t}`` under a shift by ``k``, so the same
 argument holds; noise scales are rounded up (more noise), so the declared guarantee holds.
 
-The comparison is exact (MATH.md section 4): counts and noise are integers, so "below" is decided as
+The comparison is exact (MATH.md section 4; :func:`overlapdp.mechanisms.svt_core.crosses`, shared with
+Guess-and-Check): counts and noise are integers, so "below" is decided as
 ``q_i(D) + nu_i - rho < ceil(T_i)`` with ``T_i`` the exact rational value of the given threshold (a
 float exactly as stored). Evaluating ``T_i + rho`` in floating point would round differently for
 different ``rho`` (``1e-17 + rho`` is ``rho`` unless ``rho = 0``), so shifting ``rho`` by ``Delta`` would
 no longer shift the comparison by ``Delta`` and the proof would not apply.
+
+:meth:`SparseVector.state` and :meth:`SparseVector.restore` save and resume the secret state
+(:class:`overlapdp.mechanisms.svt_core.ThresholdState`), e.g. across a service restart.
 
 The default split minimises the variance of ``nu_i - rho``: ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}``
 (``1 : c^{2/3}`` monotonic), Lyu et al. Section 4.2.
@@ -28,8 +32,6 @@ The default split minimises the variance of ``nu_i - rho``: ``epsilon_1 : epsilo
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -37,33 +39,20 @@ from typing import Literal
 
 from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
 from overlapdp.mechanisms.counting import Counter, DataLike
-from overlapdp.mechanisms.errors import MechanismError
+from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
 from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
+from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
 
 Outcome = Literal["above", "below", "exhausted"]
 
-
-def check_c(c: int, name: str = "max_positives") -> int:
-    """``c`` of the papers: the most "above" answers (``max_positives``) or failed guesses
-    (``max_failures``, Guess-and-Check); ``name`` is the parameter named in the error."""
-    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-        raise MechanismError(f"{name} (c, the number of positive answers) must be an integer >= 1, got {c!r}")
-    return c
-
-
-def optimal_split(epsilon: float, c: int, *, monotonic: bool = False) -> tuple[float, float]:
-    """``(epsilon_1, epsilon_2)`` with ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}`` (``1 : c^{2/3}``
-    monotonic), the split that minimises the variance of the comparison noise (Lyu et al. 4.2)."""
-    eps = positive_epsilon(epsilon)
-    ratio = float(check_c(c) if monotonic else 2 * c) ** (2.0 / 3.0)
-    eps1 = eps / (1.0 + ratio)
-    return eps1, eps - eps1
+# Defined in svt_core (shared with GuessAndCheck); importable from here as before.
+__all__ = ["Outcome", "SVTAnswer", "SparseVector", "check_c", "exact_finite", "optimal_split"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +140,42 @@ class SparseVector:
     def positives_left(self) -> int:
         return self._c - self._positives
 
+    # -- the secret state ----------------------------------------------------------------------------
+    def state(self) -> ThresholdState:
+        """A JSON-able snapshot of the secret state (threshold noise, positives and queries so far) from
+        which :meth:`restore` resumes a mechanism built with the same parameters (MATH.md section 4).
+
+        It holds the threshold noise ``rho``: whoever sees it can read the data from the answers, so it
+        must be kept as secret as the data."""
+        return ThresholdState(
+            mechanism="sparse_vector",
+            threshold_noise=self._rho,
+            positives=self._positives,
+            queries=self._asked,
+            c=self._c,
+            threshold_scale=self.threshold_noise.scale,
+            query_scale=self.query_noise.scale,
+        )
+
+    def restore(self, state: ThresholdState) -> None:
+        """Resume from ``state``: the next answers are those the mechanism it was taken from would give
+        with the same noise. Only on a mechanism that has answered nothing yet, and only from a sparse
+        vector with the same ``c`` and noise scales (:class:`SnapshotError` otherwise).
+
+        Restoring rewinds: a caller that restores an OLDER snapshot than its last released answer lets
+        the same ``rho`` answer more than ``c`` positives, beyond the declared guarantee. Persist each
+        new state before its answer leaves (as the service's ledger does)."""
+        if not isinstance(state, ThresholdState):
+            raise SnapshotError(f"restore takes a ThresholdState, got {type(state).__name__}")
+        state.check_fits("sparse_vector", self._c, self.threshold_noise.scale, self.query_noise.scale)
+        if self._asked:
+            raise SnapshotError(
+                "restore resumes a fresh sparse vector; this one has already answered queries"
+            )
+        self._rho = state.threshold_noise
+        self._positives = state.positives
+        self._asked = state.queries
+
     def query(self, request: PredicateQuery | tuple[PredicateQuery, RationalLike]) -> SVTAnswer:
         """Compare ``q(D)`` with the (noisy) threshold; ``request`` is a query or ``(query, T_i)``."""
         if isinstance(request, tuple):
@@ -168,13 +193,12 @@ class SparseVector:
             return SVTAnswer("exhausted", index, 0)
         self._asked += 1
         value = self._counter.count(query)
-        return self._compare(value, math.ceil(t), index)
+        return self._compare(value, t, index)
 
-    def _compare(self, value: int, ceiling: int, index: int) -> SVTAnswer:
-        """Answer "below" iff ``value + nu < T + rho``, evaluated exactly: ``value``, ``nu`` and ``rho``
-        are integers, and an integer is below the real ``T`` iff it is below ``ceil(T)``."""
+    def _compare(self, value: int, threshold: Fraction, index: int) -> SVTAnswer:
+        """Answer "below" iff ``value + nu < T + rho``, evaluated exactly (:func:`svt_core.crosses`)."""
         nu = self.query_noise.sample(self._source)
-        if value + nu - self._rho < ceiling:
+        if not crosses(value, threshold, nu, self._rho):
             return SVTAnswer("below", index, self.positives_left)
         self._positives += 1
         released = None
@@ -202,20 +226,3 @@ def _svt_noise(
         used += Fraction(c * delta) / release_noise.scale
     total = max(requested, used)
     return threshold_noise, query_noise, release_noise, PureDP(float_up(total))
-
-
-def exact_finite(name: str, value: object) -> Fraction:
-    """``value`` as an exact rational: integers and rationals exactly, floats exactly as stored, other
-    numbers (Decimal, numpy floats, numeric strings) as their nearest float; a MechanismError naming
-    ``name`` when it is not a finite number."""
-    if isinstance(value, bool):
-        raise MechanismError(f"{name} must be a finite number, got {value!r}")
-    if isinstance(value, numbers.Rational):
-        return Fraction(int(value.numerator), int(value.denominator))
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        raise MechanismError(f"{name} must be a finite number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise MechanismError(f"{name} must be a finite number, got {value!r}")
-    return Fraction(v)

@@ -32,7 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from overlapdp.mechanisms import GuessAndCheck, MechanismError, SparseVector, add_noise, noise_for
+from overlapdp.mechanisms import (
+    GuessAndCheck,
+    MechanismError,
+    SnapshotError,
+    SparseVector,
+    ThresholdState,
+    add_noise,
+    noise_for,
+)
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.concurrent import concurrent_composition
 from overlapdp.privacy.definitions import ZCDP, PureDP, check_positive
@@ -322,20 +330,27 @@ def _build(kind: str, params: dict[str, Any], count: Count) -> SparseVector | Gu
     )
 
 
-# The mechanisms keep their secret state in private fields; the service persists it in the ledger
-# (sessions table) so that a session survives a restart and two instances see the same state.
+# The mechanisms' secret state (threshold noise, answers so far) is persisted in the ledger (sessions
+# table) as their own snapshot, so that a session survives a restart and two instances see the same state.
 def _state_of(mech: SparseVector | GuessAndCheck) -> dict[str, Any]:
-    used = mech._positives if isinstance(mech, SparseVector) else mech._failures
-    return {"threshold_noise": int(mech._rho), "positives": int(used), "queries": int(mech._asked)}
+    return mech.state().to_json()
+
+
+# What the ledger held before snapshots named their mechanism, c and noise scales.
+_OLD_STATE = {"threshold_noise", "positives", "queries"}
 
 
 def _restore(mech: SparseVector | GuessAndCheck, state: dict[str, Any]) -> None:
-    mech._rho = int(state["threshold_noise"])
-    mech._asked = int(state["queries"])
-    if isinstance(mech, SparseVector):
-        mech._positives = int(state["positives"])
-    else:
-        mech._failures = int(state["positives"])
+    if set(state) == _OLD_STATE:
+        # An older row: its counters were written by a mechanism built from this session's own params,
+        # so that mechanism's identity is this one's.
+        state = {**mech.state().to_json(), **state}
+    try:
+        mech.restore(ThresholdState.from_json(state))
+    except SnapshotError as exc:
+        # A stored state that does not fit its session is the ledger's fault, not the request's: it
+        # fails as an internal error (nothing charged, nothing released), not as a 400.
+        raise RuntimeError(f"the session's stored state does not fit its mechanism: {exc}") from None
 
 
 # -- the guarantee over all analysts ----------------------------------------------------------------

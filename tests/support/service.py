@@ -1,7 +1,5 @@
-"""Helpers shared by the service tests: a data set on disk, servers on free loopback ports.
-
-No tests here; the module name only keeps it among the files the service owns.
-"""
+"""Helpers shared by the service tests: a data set on disk, servers on free loopback ports, a test
+PostgreSQL ledger, and a ledger store whose commits fail."""
 
 from __future__ import annotations
 
@@ -14,13 +12,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from overlapdp.samples import adult_schema, synthetic_adult
+from overlapdp.service.ledger import AdmissionTransaction, LedgerStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 POSTGRES_ENV = "OVERLAPDP_TEST_POSTGRES"
 
@@ -121,3 +121,26 @@ def running(ledger: str, **kwargs: object) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+
+
+class FailingCommit(LedgerStore):
+    """A store whose admission transactions all fail at commit time (after the rows were inserted)."""
+
+    def __init__(self, inner: LedgerStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    @contextmanager
+    def admission(self, dataset: str) -> Iterator[AdmissionTransaction]:
+        with self.inner.admission(dataset) as tx:
+            yield tx
+            raise OSError("disk full")  # rolls the transaction back
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+for _name in list(LedgerStore.__abstractmethods__):
+    if _name != "admission":
+        setattr(FailingCommit, _name, lambda self, *a, _n=_name, **k: getattr(self.inner, _n)(*a, **k))
+FailingCommit.__abstractmethods__ = frozenset()
