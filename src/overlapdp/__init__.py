@@ -12,7 +12,16 @@ from overlapdp.errors import (
     SchemaError,
     WorkloadError,
 )
-from overlapdp.query import PredicateQuery, Workload, parse_query, parse_where
+from overlapdp.query import (
+    PredicateQuery,
+    QueryFamily,
+    Workload,
+    group_by,
+    parse_item,
+    parse_query,
+    parse_select,
+    parse_where,
+)
 from overlapdp.schema import IndexSet, Schema, infer_schema
 
 __version__ = "0.1.0"
@@ -23,13 +32,17 @@ __all__ = [
     "OverlapDPError",
     "PredicateQuery",
     "QueryError",
+    "QueryFamily",
     "QuerySyntaxError",
     "Schema",
     "SchemaError",
     "Workload",
     "WorkloadError",
     "__version__",
+    "group_by",
     "infer_schema",
+    "parse_item",
     "parse_query",
+    "parse_select",
     "parse_where",
 ]
