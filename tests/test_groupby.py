@@ -192,9 +192,9 @@ def test_bad_group_by_lines_are_errors_naming_the_problem() -> None:
             parse_item(schema, spec)
         assert words in str(info.value), spec
     # parse_query returns ONE query: a family is refused with a pointer, not as an "unknown key".
-    with pytest.raises(QueryError, match="family of queries"):
+    with pytest.raises(QueryError, match="read by parse_item"):
         parse_query(schema, {"group_by": ["sex"]})
-    with pytest.raises(QueryError, match="family of queries"):
+    with pytest.raises(QueryError, match="read by parse_item"):
         parse_query(schema, "SELECT sex, COUNT(*) FROM t GROUP BY sex")
 
 

@@ -39,8 +39,8 @@ def parse_query(
     A GROUP BY (``group_by``, a SELECT statement) is several queries: :func:`parse_item` reads it."""
     if is_select(spec) or (isinstance(spec, Mapping) and any(k in spec for k in _FAMILY_KEYS)):
         raise QueryError(
-            f"{query_label(id)}a GROUP BY or SELECT statement is a family of queries, not one: "
-            "read it with parse_item or Workload.of"
+            f"{query_label(id)}a SELECT statement or a 'group_by' (a family of queries, one per cell) "
+            "is read by parse_item or Workload.of, not parse_query"
         )
     if isinstance(spec, str):
         return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
