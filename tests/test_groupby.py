@@ -412,3 +412,33 @@ def test_client_returns_a_dataframe_with_one_row_per_cell(tmp_path: Path) -> Non
         assert list(mixed["group"]) == [None, {"sex": "Female"}, {"sex": "Male"}]
         ann.close()
         admin.close()
+
+
+def test_a_group_by_ledger_line_charges_every_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under replace-one-row, a row moving from one cell to another changes both counts: 2 x 0.1. Read
+    as one charge on the filter (the group_by ignored) the move would cost nothing, and the worst pair
+    only 0.1 (in and out of the filter): under-reported."""
+    from overlapdp.report.ledger import parse_ledger
+
+    schema = _schema()
+    (tmp_path / "s.json").write_text(json.dumps(schema.to_json()))
+    line = {
+        "id": "fam",
+        "group_by": ["sex", "race"],
+        "where": "age >= 30",
+        "mechanism": "laplace",
+        "scale": 10,
+    }
+    ledger = _write(tmp_path / "l.jsonl", line)
+    for neighbouring, expected in (("add_remove", 0.1), ("replace", 0.2)):
+        args = ["account", "--schema", str(tmp_path / "s.json"), "--ledger", str(ledger)]
+        code, out, err = run([*args, "--neighbouring", neighbouring, "--json"], capsys)
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["charges"] == 8
+        assert report["definitions"]["pure"]["overlap"] == pytest.approx(expected), neighbouring
+        assert report["definitions"]["pure"]["sequential"] == pytest.approx(0.8)
+    entries = parse_ledger(schema, [json.dumps(line)])
+    assert [e.id for e in entries][:2] == ["fam[sex=Female,race=White]", "fam[sex=Female,race=Black]"]

@@ -20,7 +20,7 @@ from overlapdp.display import decimal, guarantee, spent
 from overlapdp.errors import WorkloadError
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
-from overlapdp.privacy.ledger_lines import parse_ledger_line
+from overlapdp.privacy.ledger_lines import parse_ledger_charges
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.privacy.odometer import Neighbouring, Odometer, OdometerReport
 from overlapdp.schema import Schema
@@ -41,11 +41,11 @@ def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"ledger line {n}: not valid JSON ({exc.msg})") from None
-        cid, mech, query = parse_ledger_line(schema, obj, n)
-        if cid in seen:
-            raise WorkloadError(f"ledger line {n}: duplicate id {cid!r}")
-        seen.add(cid)
-        parsed.append((cid, mech, query))
+        for cid, mech, query in parse_ledger_charges(schema, obj, n):
+            if cid in seen:
+                raise WorkloadError(f"ledger line {n}: duplicate id {cid!r}")
+            seen.add(cid)
+            parsed.append((cid, mech, query))
     if not parsed:
         raise WorkloadError(f"ledger {path} has no charges")
     for cid, mech, query in parsed:
