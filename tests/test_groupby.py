@@ -442,3 +442,12 @@ def test_a_group_by_ledger_line_charges_every_cell(
         assert report["definitions"]["pure"]["sequential"] == pytest.approx(0.8)
     entries = parse_ledger(schema, [json.dumps(line)])
     assert [e.id for e in entries][:2] == ["fam[sex=Female,race=White]", "fam[sex=Female,race=Black]"]
+
+
+def test_each_cell_describes_itself_as_sql_that_reads_back_to_the_same_cell() -> None:
+    schema = _schema()
+    for by, where in ((["sex", "race"], "age >= 30 OR age < 20"), (["income", "children"], None)):
+        family = group_by(schema, by, where, id="f")
+        for cell in family.cells:
+            again = parse_query(schema, cell.describe())
+            assert again.coverages() == cell.coverages(), cell.describe()

@@ -38,6 +38,7 @@ from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import MAX_GROUP_CELLS, check_condition_text, too_deep
 from overlapdp.query.sql import parse_where
 from overlapdp.schema import IndexSet, Schema
+from overlapdp.schema.attributes import BinnedAttribute
 
 #: A group's labels: ``(attribute, value)`` pairs in grouping order; the value is the categorical label,
 #: the integer, or the bin's label (``"[0, 5000)"``).
@@ -113,21 +114,53 @@ def group_by(
     sizes = [schema.attributes[p].size for p in positions]
     check_cells(sizes, names, id, max_cells)
     own = dict(base.constraints)
+    base_text = base.describe() if base.constraints else None
     cells: list[PredicateQuery] = []
     groups: list[GroupLabels] = []
-    for combo in itertools.product(*(range(s) for s in sizes)):
-        covs = dict(own)
-        labels = []
-        for pos, i in zip(positions, combo, strict=True):
-            attr = schema.attributes[pos]
+    # Per grouped attribute and value: the cell's coverage there (the filter's, cut to the value), its
+    # label and its SQL text, computed once (a family may have 100 000 cells).
+    parts = []
+    for pos, size in zip(positions, sizes, strict=True):
+        attr = schema.attributes[pos]
+        column = []
+        for i in range(size):
             single = IndexSet.from_indices([i])
-            covs[pos] = covs[pos] & single if pos in covs else single
-            labels.append((attr.name, attr.value_at(i)))
-        label = tuple(labels)
+            cov = own[pos] & single if pos in own else single
+            column.append(
+                (cov, cov.is_full(size), (attr.name, attr.value_at(i)), _cell_condition(schema, pos, i))
+            )
+        parts.append(column)
+    rest = {p: c for p, c in own.items() if p not in positions}
+    for combo in itertools.product(*parts):
+        covs = dict(rest)
+        for pos, (cov, full, _, _) in zip(positions, combo, strict=True):
+            if not full:  # an attribute with one value: the cell does not constrain it
+                covs[pos] = cov
+        label = tuple(c[2] for c in combo)
         cid = None if id is None else f"{id}[{','.join(f'{a}={v}' for a, v in label)}]"
-        cells.append(PredicateQuery.from_coverages(schema, covs, id=cid, weight=base.weight))
+        text = " AND ".join(c[3] for c in combo)
+        if base_text:
+            text = f"({base_text}) AND {text}"
+        # The filter's weight was checked when it was built; the coverages are within the domain.
+        cells.append(
+            PredicateQuery(schema, tuple(sorted(covs.items())), id=cid, weight=base.weight, text=text)
+        )
         groups.append(label)
     return QueryFamily(id, base, tuple(names), tuple(cells), tuple(groups))
+
+
+def _cell_condition(schema: Schema, pos: int, i: int) -> str:
+    """SQL text for "attribute at ``pos`` holds value index ``i``" (a bin as its two edges)."""
+    attr = schema.attributes[pos]
+    name = attr.name if attr.name.isidentifier() else '"' + attr.name.replace('"', '""') + '"'
+    if isinstance(attr, BinnedAttribute):
+        return f"{name} >= {attr.edges[i]!r} AND {name} < {attr.edges[i + 1]!r}"
+    value = attr.value_at(i)
+    if value is None:  # a missing value, where the schema declares one
+        return f"{name} IS NULL"
+    if isinstance(value, str):
+        return f"{name} = '" + value.replace("'", "''") + "'"
+    return f"{name} = {value!r}"
 
 
 def check_cells(

@@ -606,7 +606,7 @@ class QueryService:
             request_hash=_fingerprint("query", dataset, [q.to_json() for q in queries], mech.parameter),
             queries=list(queries),
             query_json=[
-                _recorded_query(specs[i] if g is None else None, q)
+                _recorded_query(specs[i] if g is None else q.describe(), q)
                 for i, g, q in zip(items, groups, queries, strict=True)
             ],
             mechanism=mech,
