@@ -172,9 +172,8 @@ class _DatasetState:
         self.admit_lock = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queue: list[_Pending] = []
-        # Parsed queries (and GROUP BY families) by their request text (parsing SQL costs more than
-        # counting a small table).
-        self.request_cache: dict[str, PredicateQuery | QueryFamily] = {}
+        # Parsed queries by their request text (parsing SQL costs more than counting a small table).
+        self.request_cache: dict[str, PredicateQuery] = {}
         from overlapdp.schema import Schema
 
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
@@ -506,9 +505,7 @@ class QueryService:
                 raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
             # Every other spec still needs a place in the batch; a family may fill the rest.
             room = self.limits.max_batch - len(out) - (len(specs) - i - 1)
-            parsed = state.request_cache.get(key)
-            if isinstance(parsed, QueryFamily) and len(parsed) > room:
-                parsed = None  # re-parsed below, to be refused with the limit that applies now
+            parsed: PredicateQuery | QueryFamily | None = state.request_cache.get(key)
             if parsed is None:
                 try:
                     parsed = parse_item(state.schema, spec, max_cells=max(room, 0))
@@ -521,9 +518,12 @@ class QueryService:
                         f"query #{i}: {exc}: a request may hold at most {self.limits.max_batch} queries, "
                         "each cell of a GROUP BY counting as one"
                     ) from None
-                if len(state.request_cache) >= 10_000:
-                    state.request_cache.clear()
-                state.request_cache[key] = parsed
+                # Families are not kept: up to max_batch cells each, 10 000 of them would hold
+                # millions of queries in memory (expanding again is cheap next to counting).
+                if isinstance(parsed, PredicateQuery):
+                    if len(state.request_cache) >= 10_000:
+                        state.request_cache.clear()
+                    state.request_cache[key] = parsed
             if isinstance(parsed, QueryFamily):
                 for cell, labels in zip(parsed.cells, parsed.groups, strict=True):
                     suffix = "" if cell.id is None else cell.id[len(parsed.id or "") :]
