@@ -451,3 +451,22 @@ def test_each_cell_describes_itself_as_sql_that_reads_back_to_the_same_cell() ->
         for cell in family.cells:
             again = parse_query(schema, cell.describe())
             assert again.coverages() == cell.coverages(), cell.describe()
+
+
+def test_the_readable_tables_show_cell_ids_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``by_sex[sex=Female]`` holds brackets, which rich reads as markup and used to print as ``by_sex``."""
+    schema, data = _schema(), _data(300)
+    (tmp_path / "s.json").write_text(json.dumps(schema.to_json()))
+    data.to_csv(tmp_path / "d.csv", index=False)
+    queries = _write(tmp_path / "q.jsonl", {"id": "by_sex", "group_by": ["sex"], "where": "age >= 30"})
+    files = ["--schema", str(tmp_path / "s.json"), "--queries", str(queries)]
+    for args in (
+        ["answer", *files, "--data", str(tmp_path / "d.csv"), "--definition", "pure", "--budget", "1"],
+        ["count", *files, "--data", str(tmp_path / "d.csv"), "--exact"],
+        ["overlap", *files],
+    ):
+        code, out, err = run(args, capsys)
+        assert code == 0, err
+        assert "by_sex[sex=Female]" in out, args[0]
