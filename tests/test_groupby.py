@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli_helpers import run
 from overlapdp import QueryFamily, Schema, Workload, group_by, parse_item, parse_query, parse_select
@@ -470,3 +472,32 @@ def test_the_readable_tables_show_cell_ids_in_full(
         code, out, err = run(args, capsys)
         assert code == 0, err
         assert "by_sex[sex=Female]" in out, args[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+            st.integers(0, 3),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_families_overlap_like_their_filters_by_brute_force(
+    families: list[tuple[list[str], int, int]],
+) -> None:
+    """k families: each row is in at most one cell of each, so gamma is the largest number of filters
+    covering one row; max_overlap on the cells equals the enumeration of every row."""
+    schema = Schema.from_json({"a": 4, "b": 3, "c": 2})
+    cells = []
+    for n, (by, lo, hi) in enumerate(families):
+        lo, hi = min(lo, hi), max(lo, hi)
+        cells.extend(group_by(schema, by, f"a BETWEEN {lo} AND {hi}", id=f"f{n}").cells)
+    truth = _brute_max_load(schema, cells)
+    filters = [(min(lo, hi), max(lo, hi)) for _, lo, hi in families]
+    assert truth == max(sum(lo <= a <= hi for lo, hi in filters) for a in range(4))
+    res = max_overlap(cells)
+    assert res.exact and res.value == truth
