@@ -169,6 +169,11 @@ def test_sql_and_workload_line_are_the_same_family() -> None:
         ("SELECT color, COUNT(*) FROM t GROUP BY color", "color"),
         ("SELECT sex COUNT(*) FROM t GROUP BY sex", ""),
         ("SELECT sex, COUNT(*) FROM t GROUP BY sex; SELECT 1", "one SELECT"),
+        ("WITH x AS (SELECT 1) SELECT sex, COUNT(*) FROM x GROUP BY sex", "WITH"),
+        ("SELECT sex, COUNT(*) FROM t TABLESAMPLE (10 PERCENT) GROUP BY sex", "TABLESAMPLE"),
+        ("SELECT sex, COUNT(*) FROM t GROUP BY sex UNION SELECT sex, COUNT(*) FROM u GROUP BY sex", "UNION"),
+        ("SELECT sex, COUNT(*) OVER () FROM t GROUP BY sex", "COUNT(*) OVER ()"),
+        ("SELECT sex, COUNT(*) FROM t GROUP BY sex WITH ROLLUP", "ROLLUP"),
     ],
 )
 def test_select_outside_the_supported_form_is_a_clear_error(text: str, words: str) -> None:

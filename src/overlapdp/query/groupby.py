@@ -262,28 +262,38 @@ def _one_select(statements: list[exp.Expr | None]) -> exp.Select:
     tree = found[0]
     if not isinstance(tree, exp.Select):
         raise QueryError(f"only SELECT ... FROM one table is supported, not {type(tree).__name__.upper()}")
-    refused = {
+    # A whitelist: every clause other than these (JOIN, HAVING, ORDER BY, LIMIT, DISTINCT, WITH,
+    # TABLESAMPLE, WINDOW, ...) changes what is counted, and is refused by name.
+    names = {
         "joins": "JOIN",
         "having": "HAVING",
         "order": "ORDER BY",
         "limit": "LIMIT",
         "offset": "OFFSET",
         "distinct": "DISTINCT",
+        "with_": "WITH",
         "with": "WITH",
         "windows": "WINDOW",
         "qualify": "QUALIFY",
         "laterals": "LATERAL",
         "into": "INTO",
+        "sample": "TABLESAMPLE",
+        "pivots": "PIVOT",
     }
-    for key, name in refused.items():
-        if tree.args.get(key):
+    for key, value in tree.args.items():
+        if value and key not in ("expressions", "from", "from_", "group", "where"):
+            name = names.get(key, key.rstrip("_").upper())
             raise QueryError(f"{name} is not supported: a grouped count reads one table with COUNT(*)")
     source = tree.args.get("from") or tree.args.get("from_")
     if source is None:
         raise QueryError("the statement needs FROM <table>")
     table = source.this
-    if not isinstance(table, exp.Table) or table.args.get("joins"):
+    if not isinstance(table, exp.Table):
         raise QueryError("FROM must name one table (no sub-query, no join)")
+    for key, value in table.args.items():
+        if value and key not in ("this", "db", "catalog", "alias"):
+            name = names.get(key, key.rstrip("_").upper())
+            raise QueryError(f"{name} is not supported: FROM names one whole table")
     return tree
 
 
