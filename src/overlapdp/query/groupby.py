@@ -107,6 +107,8 @@ def group_by(
     if where is None:
         base = PredicateQuery.from_coverages(schema, {}, id=id, weight=1.0 if weight is None else weight)
     elif isinstance(where, PredicateQuery):
+        if where.schema is not schema and where.schema != schema:
+            raise QueryError(f"{query_label(id)}the filter is over another schema")
         base = where if weight is None else where.with_weight(weight)
     else:
         base = parse_where(schema, where, id=id, weight=1.0 if weight is None else weight)
