@@ -464,8 +464,11 @@ def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _declares_fields(spec: dict[str, Any], schema: dict[str, Any]) -> bool:
-    """A named model with its properties and no others (not "any object")."""
+    """A named model with its properties and no others (not "any object"); for a choice of models
+    (``anyOf``: a plain or a GROUP BY answer), every one of them."""
     schema = _resolve(spec, schema)
+    if "anyOf" in schema:
+        return all(_declares_fields(spec, s) for s in schema["anyOf"])
     if schema.get("type") == "array":
         return _declares_fields(spec, schema["items"])
     return bool(schema.get("properties")) and schema.get("additionalProperties") is False

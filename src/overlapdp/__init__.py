@@ -17,7 +17,16 @@ from overlapdp.errors import (
 )
 
 if TYPE_CHECKING:
-    from overlapdp.query import PredicateQuery, Workload, parse_query, parse_where
+    from overlapdp.query import (
+        PredicateQuery,
+        QueryFamily,
+        Workload,
+        group_by,
+        parse_item,
+        parse_query,
+        parse_select,
+        parse_where,
+    )
     from overlapdp.schema import IndexSet, Schema, infer_schema
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
@@ -26,6 +35,10 @@ _EXPORTS = {
     "Workload": "query",
     "parse_query": "query",
     "parse_where": "query",
+    "QueryFamily": "query",
+    "group_by": "query",
+    "parse_item": "query",
+    "parse_select": "query",
     "IndexSet": "schema",
     "Schema": "schema",
     "infer_schema": "schema",
@@ -42,13 +55,17 @@ __all__ = [
     "OverlapDPError",
     "PredicateQuery",
     "QueryError",
+    "QueryFamily",
     "QuerySyntaxError",
     "Schema",
     "SchemaError",
     "Workload",
     "WorkloadError",
     "__version__",
+    "group_by",
     "infer_schema",
+    "parse_item",
     "parse_query",
+    "parse_select",
     "parse_where",
 ]

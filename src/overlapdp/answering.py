@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,8 +46,11 @@ from overlapdp.mechanisms.randomness import RngLike
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
+    import pandas as pd
+
     from overlapdp.engine.base import Engine
     from overlapdp.query import PredicateQuery
+    from overlapdp.query.groupby import GroupLabels
 
 Definition = Literal["pure", "zcdp", "gdp"]
 Accounting = Literal["overlap", "sequential"]
@@ -376,23 +379,55 @@ def plan_answers(
 @dataclass(frozen=True)
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
-    outside the domain is the data owner's, from ``overlapdp schema check``)."""
+    outside the domain is the data owner's, from ``overlapdp schema check``).
+
+    ``groups`` maps the id of each GROUP BY cell to its family's id and its group labels
+    (:meth:`overlapdp.query.Workload.groups`); the JSON form gives those cells ``"family"`` and
+    ``"group"``, and :meth:`frame` one row per cell."""
 
     answers: list[NoisyAnswer]
     plan: AnswerPlan
+    groups: dict[str, tuple[str, GroupLabels]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "answers": [
-                {
-                    "id": a.query_id,
-                    "answer": a.value,
-                    "error_bar": {"level": a.level, "low": a.low, "high": a.high},
-                }
-                for a in self.answers
-            ],
-            "privacy": self.plan.to_json(),
-        }
+        out = []
+        for a in self.answers:
+            item: dict[str, Any] = {"id": a.query_id}
+            cell = self.groups.get(a.query_id or "")
+            if cell is not None:
+                item["family"] = cell[0]
+                item["group"] = dict(cell[1])
+            item["answer"] = a.value
+            item["error_bar"] = {"level": a.level, "low": a.low, "high": a.high}
+            out.append(item)
+        return {"answers": out, "privacy": self.plan.to_json()}
+
+    def frame(self, family: str | None = None) -> pd.DataFrame:
+        """The answers as a pandas DataFrame: with ``family``, one row per cell of that GROUP BY (a
+        column per grouped attribute, then ``answer``, ``low``, ``high``, ``level``), empty cells
+        included; without, one row per answer (``id``, ``answer``, ``low``, ``high``, ``level``)."""
+        import pandas as pd
+
+        rows: list[dict[str, Any]] = []
+        by: list[str] = []
+        for a in self.answers:
+            cell = self.groups.get(a.query_id or "")
+            if family is not None:
+                if cell is None or cell[0] != family:
+                    continue
+                labels = dict(cell[1])
+                by = list(labels)
+                head: dict[str, Any] = labels
+            else:
+                head = {"id": a.query_id}
+            rows.append({**head, "answer": a.value, "low": a.low, "high": a.high, "level": a.level})
+        if family is not None and not rows:
+            known = sorted({f for f, _ in self.groups.values()})
+            raise AnswerError(
+                f"no GROUP BY {family!r} among the answers (families: {', '.join(known) or 'none'})"
+            )
+        columns = [*by, "answer", "low", "high", "level"] if family is not None else None
+        return pd.DataFrame(rows, columns=columns)
 
 
 def answer_workload(
@@ -431,4 +466,7 @@ def answer_workload(
         rng=rng,
         served=served,
     )
-    return WorkloadAnswers(answers, plan)
+    from overlapdp.query import Workload
+
+    groups = queries.groups() if isinstance(queries, Workload) else {}
+    return WorkloadAnswers(answers, plan, groups)

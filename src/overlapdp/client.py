@@ -19,6 +19,7 @@ import pandas as pd
 
 from overlapdp._optional import missing_extra
 from overlapdp.errors import OverlapDPError
+from overlapdp.query.groupby import is_select
 
 try:
     import httpx
@@ -30,8 +31,11 @@ QuerySpec = str | Mapping[str, Any]
 
 
 def _one_query(query: QuerySpec) -> dict[str, Any]:
-    """The body fields of one query: text goes in ``where``, an object is sent as it is."""
-    return {"where": query} if isinstance(query, str) else dict(query)
+    """The body fields of one query: a SELECT statement goes in ``sql``, other text in ``where``, an
+    object is sent as it is."""
+    if isinstance(query, str):
+        return {"sql": query} if is_select(query) else {"where": query}
+    return dict(query)
 
 
 class ServiceRefused(OverlapDPError):
@@ -130,12 +134,19 @@ def _parameter(epsilon: float | None, rho: float | None) -> dict[str, float]:
 
 
 def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per answer; a GROUP BY's cells name their query (``item``) and carry their ``group``."""
     rows = []
-    for q, a in zip(queries, answers, strict=True):
+    grouped = any("group" in a for a in answers)
+    if not grouped and len(answers) != len(queries):
+        raise ServiceRefused(502, {"detail": "the service returned a different number of answers"})
+    for n, a in enumerate(answers):
+        q = queries[int(a.get("item", n))]
         lo, hi = a.get("ci95", [None, None])
-        rows.append(
+        row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
+        if grouped:
+            row["group"] = a.get("group")
+        row.update(
             {
-                "query": q if isinstance(q, str) else str(dict(q)),
                 "count": a["count"],
                 "stddev": a.get("stddev"),
                 "ci95_low": lo,
@@ -144,7 +155,28 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
                 "seq": a.get("seq"),
             }
         )
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFrame:
+    """A GROUP BY's answers: one row per cell, a column per grouped attribute, then the count."""
+    rows = []
+    for a in answers:
+        lo, hi = a.get("ci95", [None, None])
+        group = a.get("group") or {}
+        rows.append(
+            {
+                **{name: group.get(name) for name in by},
+                "count": a["count"],
+                "stddev": a.get("stddev"),
+                "ci95_low": lo,
+                "ci95_high": hi,
+                "charge": a.get("charge"),
+                "seq": a.get("seq"),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*by, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"])
 
 
 def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -209,16 +241,28 @@ class Client(_Base):
     def query(
         self,
         dataset: str,
-        query: QuerySpec,
+        query: QuerySpec | None,
         *,
         epsilon: float | None = None,
         rho: float | None = None,
         key: str | None = None,
+        group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
-        """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id)."""
-        body = {**_one_query(query), **_parameter(epsilon, rho)}
+        """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id).
+
+        With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
+        the grouped attributes' domain, a column per grouped attribute, empty cells included.
+        ``query`` may be None then (every row)."""
+        body: dict[str, Any] = {
+            **(_one_query(query) if query is not None else {}),
+            **_parameter(epsilon, rho),
+        }
+        if group_by is not None:
+            body["group_by"] = list(group_by)
         out = self._call("POST", f"/v1/datasets/{dataset}/query", json=body, key=key, spend=True)
-        return _answers_frame([query], [out])
+        if "group_by" in out:
+            return _cells_frame(out["group_by"], out["answers"])
+        return _answers_frame([query if query is not None else ""], [out])
 
     def batch(
         self,

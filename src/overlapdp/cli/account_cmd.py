@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp -
 
 def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
     """Parse every line first, then charge them all (a bad line charges nothing)."""
-    from overlapdp.privacy.ledger_lines import parse_ledger_line
+    from overlapdp.privacy.ledger_lines import parse_ledger_charges
 
     try:
         text = path.read_text()
@@ -43,11 +43,11 @@ def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"ledger line {n}: not valid JSON ({exc.msg})") from None
-        cid, mech, query = parse_ledger_line(schema, obj, n)
-        if cid in seen:
-            raise WorkloadError(f"ledger line {n}: duplicate id {cid!r}")
-        seen.add(cid)
-        parsed.append((cid, mech, query))
+        for cid, mech, query in parse_ledger_charges(schema, obj, n):
+            if cid in seen:
+                raise WorkloadError(f"ledger line {n}: duplicate id {cid!r}")
+            seen.add(cid)
+            parsed.append((cid, mech, query))
     if not parsed:
         raise WorkloadError(f"ledger {path} has no charges")
     for cid, mech, query in parsed:

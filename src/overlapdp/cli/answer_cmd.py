@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from overlapdp.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
@@ -80,7 +81,7 @@ def answer(
         epsilon=epsilon,
     )
     with open_engine(engine, sch, data) as eng:
-        result = answer_workload(eng, list(workload), plan)
+        result = answer_workload(eng, workload, plan)
     if not plan.gamma_exact:
         warn(
             f"the maximum overlap search stopped early: using its safe upper bound {plan.gamma} "
@@ -91,7 +92,8 @@ def answer(
         return
     out = Table("id", "answer", f"{plan.level:.0%} error bar", "condition", title=f"noisy counts ({engine})")
     for q, a in zip(workload, result.answers, strict=True):
-        out.add_row(str(q.id), str(a.value), f"[{a.low}, {a.high}]", q.describe())
+        # Escaped: a GROUP BY cell's id, by_sex[sex=0], would otherwise be read as rich markup.
+        out.add_row(escape(str(q.id)), str(a.value), escape(f"[{a.low}, {a.high}]"), escape(q.describe()))
     console.print(out)
     console.print(_privacy_table(plan))
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, warn
@@ -40,5 +41,5 @@ def count(
         return
     out = Table("id", "count", "condition", title=f"exact counts ({report.rows} rows, {engine})")
     for q, c in zip(workload, counts, strict=True):
-        out.add_row(str(q.id), str(c), q.describe())
+        out.add_row(escape(str(q.id)), str(c), escape(q.describe()))  # by_sex[sex=0] is not markup
     console.print(out)

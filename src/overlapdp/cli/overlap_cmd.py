@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, err_console, warn
@@ -58,4 +59,5 @@ def overlap(
             row.add_row(name, str(value))
         console.print(row)
         ids = ", ".join(result.queries[:20]) + (", ..." if len(result.queries) > 20 else "")
-        console.print(f"queries covering it: {ids or '(none)'}", highlight=False)
+        # Escaped: a GROUP BY cell's id, by_sex[sex=0], would otherwise be read as rich markup.
+        console.print(f"queries covering it: {escape(ids) or '(none)'}", highlight=False)

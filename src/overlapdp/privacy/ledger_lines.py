@@ -4,6 +4,11 @@ Shared by ``overlapdp account`` and :mod:`overlapdp.report.ledger`. A line names
 ``where`` or ``conditions`` (neither means the whole domain) and its mechanism either nested
 (``"mechanism": {"mechanism": "laplace", "scale": 10}``) or flat (``"mechanism": "gaussian",
 "sigma": 5``), or gives an opaque guarantee (``"epsilon": .., "delta": ..``).
+
+A line with ``"group_by"`` (or a whole ``"sql": "SELECT ... GROUP BY ..."``) records a GROUP BY
+(:mod:`overlapdp.query.groupby`): :func:`parse_ledger_charges` gives one charge per cell (ids
+``"{id}[a=v]"``), each with the line's mechanism. Charging the filter once instead would be the same per
+row under add/remove, but not under replace-one-row, where a row moving between two cells changes both.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from overlapdp.privacy.mechanisms import (
     RandomizedResponse,
 )
 from overlapdp.privacy.odometer import whole_domain
-from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.query import PredicateQuery, QueryFamily, parse_item, parse_query
 from overlapdp.schema import Schema
 
 _MECHANISMS = (
@@ -66,11 +71,32 @@ def parse_mechanism(spec: Mapping[str, Any]) -> Mechanism:
     raise WorkloadError(f"unknown mechanism {name!r} (known: {', '.join(_MECHANISMS)})")
 
 
+def parse_ledger_charges(schema: Schema, obj: Any, n: int) -> list[tuple[str, Mechanism, PredicateQuery]]:
+    """The charges of one ledger line: one, or one per cell of a GROUP BY line; errors name the line."""
+    if not isinstance(obj, dict) or not ("group_by" in obj or "sql" in obj):
+        return [parse_ledger_line(schema, obj, n)]
+    try:
+        mech_field = obj.get("mechanism")
+        mech = parse_mechanism(mech_field) if isinstance(mech_field, Mapping) else parse_mechanism(obj)
+        qid = obj.get("id")
+        cid = str(qid) if qid is not None else f"line{n}"
+        keys = ("where", "conditions", "group_by", "sql")
+        family = parse_item(schema, {k: obj[k] for k in keys if k in obj}, id=cid)
+        if not isinstance(family, QueryFamily):  # SELECT COUNT(*) without GROUP BY: one query
+            return [(cid, mech, family)]
+        return [(c.id or cid, mech, c) for c in family.cells]
+    except OverlapDPError as exc:
+        raise type(exc)(f"ledger line {n}: {exc}") from None
+
+
 def parse_ledger_line(schema: Schema, obj: Any, n: int) -> tuple[str, Mechanism, PredicateQuery]:
-    """(id, mechanism, query) of one ledger line; errors name the line."""
+    """(id, mechanism, query) of one ledger line of one query (:func:`parse_ledger_charges` reads
+    GROUP BY lines too); errors name the line."""
     try:
         if not isinstance(obj, dict):
             raise WorkloadError("a ledger line must be a JSON object")
+        if "group_by" in obj or "sql" in obj:
+            raise WorkloadError("a GROUP BY line is several charges: read it with parse_ledger_charges")
         mech_field = obj.get("mechanism")
         mech = parse_mechanism(mech_field) if isinstance(mech_field, Mapping) else parse_mechanism(obj)
         qid = obj.get("id")

@@ -6,6 +6,7 @@ from overlapdp._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from overlapdp.query.conjunction import PredicateQuery, joint_coverage
+    from overlapdp.query.groupby import QueryFamily, group_by, parse_select
     from overlapdp.query.jsonform import parse_conditions
     from overlapdp.query.predicates import (
         AnyOf,
@@ -21,12 +22,15 @@ if TYPE_CHECKING:
         Truth,
     )
     from overlapdp.query.sql import parse_where
-    from overlapdp.query.workload import Workload, parse_query
+    from overlapdp.query.workload import Workload, parse_item, parse_query
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
     "PredicateQuery": "conjunction",
     "joint_coverage": "conjunction",
+    "QueryFamily": "groupby",
+    "group_by": "groupby",
+    "parse_select": "groupby",
     "parse_conditions": "jsonform",
     "AnyOf": "predicates",
     "Compare": "predicates",
@@ -41,6 +45,7 @@ _EXPORTS = {
     "Truth": "predicates",
     "parse_where": "sql",
     "Workload": "workload",
+    "parse_item": "workload",
     "parse_query": "workload",
 }
 
@@ -57,12 +62,16 @@ __all__ = [
     "Not",
     "Predicate",
     "PredicateQuery",
+    "QueryFamily",
     "Range",
     "Tautology",
     "Truth",
     "Workload",
+    "group_by",
     "joint_coverage",
     "parse_conditions",
+    "parse_item",
     "parse_query",
+    "parse_select",
     "parse_where",
 ]

@@ -13,7 +13,9 @@ naming the limit and its value:
   and 33 ``(NOT`` pairs from an empty stack, 28 / 63 / 19 from 400 frames deep, so 16 keeps a wide
   margin (legitimate conditions rarely nest more than 3 deep);
 - ``MAX_TERMS`` terms joined by ``AND`` / ``OR`` (the ``AND`` of ``BETWEEN`` counts too): chains are
-  walked iteratively, so this bounds time, not the stack.
+  walked iteratively, so this bounds time, not the stack;
+- ``MAX_GROUP_CELLS`` cells of a GROUP BY (the product of the grouped attributes' domain sizes),
+  checked before any cell is built (:mod:`overlapdp.query.groupby`).
 
 The same limits apply to the JSON form (nested ``"not"`` objects, condition keys). A RecursionError
 that still escapes (the pre-scan is a model of the parser, not the parser) is turned into the same
@@ -29,6 +31,9 @@ from overlapdp.errors import QueryTooComplexError
 MAX_CONDITION_CHARS = 10_000
 MAX_DEPTH = 16
 MAX_TERMS = 1_000
+#: Cells of one GROUP BY: one predicate query each, so this bounds the work of expanding, counting
+#: and accounting one grouped query.
+MAX_GROUP_CELLS = 100_000
 
 # Comments, strings and quoted names are skipped as sqlglot's default dialect reads them ('' and ""
 # escape a quote; no backslash escapes); an unterminated one runs to the end of the text.

@@ -6,6 +6,12 @@ Any other key is an error (a misspelt ``"wieght"`` would otherwise be silently i
 ``"text"``, the condition as written, which the service's ledger records next to ``"conditions"`` and
 which is ignored here. Types are strict: ``"weight": "2"`` or ``true`` is an error. Blank lines and
 lines starting with ``#`` are skipped.
+
+GROUP BY (:mod:`overlapdp.query.groupby`): a line with ``"group_by": [attributes]`` (and ``"where"`` or
+``"conditions"`` for the filter, or neither for every row), or ``{"sql": "SELECT a, COUNT(*) FROM t ...
+GROUP BY a"}``, is a :class:`QueryFamily` and expands into one query per cell of the grouped attributes'
+domain, in place; the workload keeps the families (:attr:`Workload.families`) so answers can carry
+their group labels.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from typing import Any, overload
 
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
 from overlapdp.query.conjunction import PredicateQuery, query_label
+from overlapdp.query.groupby import GroupLabels, QueryFamily, group_by, is_select, parse_select
 from overlapdp.query.jsonform import parse_conditions
+from overlapdp.query.limits import MAX_GROUP_CELLS
 from overlapdp.query.sql import parse_where
 from overlapdp.schema import Schema
 
@@ -26,7 +34,14 @@ from overlapdp.schema import Schema
 def parse_query(
     schema: Schema, spec: str | Mapping[str, Any], *, id: str | None = None, weight: float | None = None
 ) -> PredicateQuery:
-    """A query from SQL text, ``{"where": ...}`` or ``{"conditions": ...}`` (plus ``id`` / ``weight``)."""
+    """A query from SQL text, ``{"where": ...}`` or ``{"conditions": ...}`` (plus ``id`` / ``weight``).
+
+    A GROUP BY (``group_by``, a SELECT statement) is several queries: :func:`parse_item` reads it."""
+    if is_select(spec) or (isinstance(spec, Mapping) and any(k in spec for k in _FAMILY_KEYS)):
+        raise QueryError(
+            f"{query_label(id)}a SELECT statement or a 'group_by' (a family of queries, one per cell) "
+            "is read by parse_item or Workload.of, not parse_query"
+        )
     if isinstance(spec, str):
         return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
     if not isinstance(spec, Mapping):
@@ -55,6 +70,55 @@ def parse_query(
 
 
 _QUERY_KEYS = ("where", "conditions", "id", "weight", "text")
+#: Keys of a grouped query line (besides ``where`` / ``conditions``, ``id`` and ``weight``).
+_FAMILY_KEYS = ("group_by", "sql")
+
+
+def parse_item(
+    schema: Schema,
+    spec: str | Mapping[str, Any],
+    *,
+    id: str | None = None,
+    weight: float | None = None,
+    max_cells: int = MAX_GROUP_CELLS,
+) -> PredicateQuery | QueryFamily:
+    """A workload item: a :class:`QueryFamily` for ``{"group_by": [...], "where": ...}``,
+    ``{"sql": "SELECT ..."}`` or SELECT text, otherwise one query (:func:`parse_query`). A family of
+    more than ``max_cells`` cells is refused before it is expanded (``QueryTooComplexError``)."""
+    if is_select(spec):
+        assert isinstance(spec, str)
+        return parse_select(
+            schema, spec, id=id, weight=1.0 if weight is None else weight, max_cells=max_cells
+        )
+    if not isinstance(spec, Mapping) or not any(k in spec for k in _FAMILY_KEYS):
+        return parse_query(schema, spec, id=id, weight=weight)
+    allowed = (*_QUERY_KEYS, *_FAMILY_KEYS)
+    unknown = [k for k in spec if k not in allowed]
+    if unknown:
+        raise QueryError(
+            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} (a grouped query takes "
+            f"{', '.join(repr(k) for k in allowed)})"
+        )
+    qid = spec.get("id", id)
+    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
+        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
+    qid = None if qid is None else str(qid)
+    w = spec.get("weight", 1.0) if weight is None else weight
+    if "sql" in spec:
+        others = [k for k in ("group_by", "where", "conditions") if k in spec]
+        if others:
+            raise QueryError(f"{query_label(qid)}'sql' holds the whole statement; drop {others[0]!r}")
+        if not is_select(spec["sql"]):
+            raise QueryError(f"{query_label(qid)}'sql' must be a SELECT statement")
+        return parse_select(schema, spec["sql"], id=qid, weight=w, max_cells=max_cells)
+    if "where" in spec and "conditions" in spec:
+        raise QueryError(f"{query_label(qid)}give at most one of 'where' or 'conditions'")
+    filt: PredicateQuery | None = None
+    if "where" in spec or "conditions" in spec:
+        filt = parse_query(
+            schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=qid, weight=w
+        )
+    return group_by(schema, spec["group_by"], filt, id=qid, weight=w, max_cells=max_cells)
 
 
 @dataclass(frozen=True)
@@ -63,6 +127,8 @@ class Workload(Sequence[PredicateQuery]):
 
     schema: Schema
     queries: tuple[PredicateQuery, ...]
+    #: The GROUP BY families whose cells are among ``queries`` (contiguous, in order).
+    families: tuple[QueryFamily, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -75,12 +141,26 @@ class Workload(Sequence[PredicateQuery]):
 
     @staticmethod
     def of(schema: Schema, specs: Iterable[str | Mapping[str, Any] | PredicateQuery]) -> Workload:
-        """Build from condition strings, JSON objects or queries; missing ids become ``q1, q2, ...``."""
-        queries = []
+        """Build from condition strings, JSON objects, queries or families (SELECT text, ``group_by``
+        objects, :class:`QueryFamily`); missing ids become ``q1, q2, ...``."""
+        items = []
         for i, spec in enumerate(specs, start=1):
-            q = spec if isinstance(spec, PredicateQuery) else parse_query(schema, spec)
-            queries.append(q if q.id is not None else q.with_id(f"q{i}"))
-        return Workload(schema, tuple(queries))
+            q = spec if isinstance(spec, PredicateQuery | QueryFamily) else parse_item(schema, spec)
+            items.append(q if q.id is not None else q.with_id(f"q{i}"))
+        return Workload.from_items(schema, items)
+
+    @staticmethod
+    def from_items(schema: Schema, items: Iterable[PredicateQuery | QueryFamily]) -> Workload:
+        """Queries and families in order, each family expanded into its cells in place."""
+        queries: list[PredicateQuery] = []
+        families: list[QueryFamily] = []
+        for item in items:
+            if isinstance(item, QueryFamily):
+                families.append(item)
+                queries.extend(item.cells)
+            else:
+                queries.append(item)
+        return Workload(schema, tuple(queries), tuple(families))
 
     @staticmethod
     def read_jsonl(schema: Schema, path: str | Path) -> Workload:
@@ -107,16 +187,31 @@ class Workload(Sequence[PredicateQuery]):
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{source} line {n}: expected a JSON object")
             try:
-                q = parse_query(schema, obj, id=f"line{n}" if "id" not in obj else None)
+                q = parse_item(schema, obj, id=f"line{n}" if "id" not in obj else None)
             except OverlapDPError as exc:
                 raise with_prefix(exc, f"{source} line {n}: ") from None
             queries.append(q)
-        return Workload(schema, tuple(queries))
+        return Workload.from_items(schema, queries)
 
     def write_jsonl(self, path: str | Path) -> None:
+        """One line per query, and one ``group_by`` line per family (read back as the same cells)."""
+        first = {f.cells[0].id: f for f in self.families if f.cells}
+        skip = {c.id for f in self.families for c in f.cells}
         with Path(path).open("w", encoding="utf-8") as fh:
             for q in self.queries:
-                fh.write(json.dumps(q.to_json()) + "\n")
+                if q.id in first:
+                    fh.write(json.dumps(first[q.id].to_json()) + "\n")
+                elif q.id not in skip:
+                    fh.write(json.dumps(q.to_json()) + "\n")
+
+    def groups(self) -> dict[str, tuple[str, GroupLabels]]:
+        """Cell id -> (its family's id, its group labels), for every cell of every family."""
+        out: dict[str, tuple[str, GroupLabels]] = {}
+        for f in self.families:
+            for c, g in zip(f.cells, f.groups, strict=True):
+                if c.id is not None:
+                    out[c.id] = (f.id or "", g)
+        return out
 
     @property
     def ids(self) -> list[str]:

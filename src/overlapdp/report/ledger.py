@@ -21,7 +21,7 @@ from typing import Any
 
 from overlapdp.errors import OverlapDPError, WorkloadError
 from overlapdp.overlap import max_overlap
-from overlapdp.privacy.ledger_lines import parse_ledger_line
+from overlapdp.privacy.ledger_lines import parse_ledger_charges
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.privacy.odometer import Odometer, OdometerReport
 from overlapdp.query import PredicateQuery
@@ -104,12 +104,13 @@ def parse_ledger(schema: Schema, lines: Iterable[str], *, source: str = "<ledger
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{source} line {n}: not valid JSON ({exc.msg})") from None
         try:
-            cid, mech, query = parse_ledger_line(schema, obj, n)
+            charges = parse_ledger_charges(schema, obj, n)
         except OverlapDPError as exc:
             raise type(exc)(f"{source}: {exc}") from None
-        if cid in seen:
-            raise WorkloadError(f"{source} line {n}: duplicate id {cid!r}")
-        seen.add(cid)
+        for cid, _, _ in charges:
+            if cid in seen:
+                raise WorkloadError(f"{source} line {n}: duplicate id {cid!r}")
+            seen.add(cid)
         analyst = obj.get("analyst")
         if analyst is not None and not isinstance(analyst, str | int):
             raise WorkloadError(f"{source} line {n}: 'analyst' must be a name")
@@ -119,7 +120,8 @@ def parse_ledger(schema: Schema, lines: Iterable[str], *, source: str = "<ledger
         elif with_time != has_time:
             raise WorkloadError(f"{source} line {n}: give 'time' on every line or on none")
         t = _time(obj["time"], n) if has_time else None
-        entries.append(LedgerEntry(cid, mech, query, None if analyst is None else str(analyst), t))
+        for cid, mech, query in charges:
+            entries.append(LedgerEntry(cid, mech, query, None if analyst is None else str(analyst), t))
     if not entries:
         raise WorkloadError(f"{source} has no charges")
     if with_time:

@@ -47,6 +47,7 @@ from overlapdp.service.responses import (
     DatasetInfo,
     DatasetStatus,
     ErrorBody,
+    GroupedAnswer,
     LedgerEntry,
     NewToken,
     QueryAnswer,
@@ -300,9 +301,21 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return service.dataset_for(who, name)
 
     @app.post("/v1/datasets/{name}/query", tags=["analyst"])
-    def query(name: str, body: QueryRequest, who: Analyst, key: IdempotencyKey = None) -> QueryAnswer:
-        """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid."""
+    def query(
+        name: str, body: QueryRequest, who: Analyst, key: IdempotencyKey = None
+    ) -> QueryAnswer | GroupedAnswer:
+        """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid.
+        With ``group_by``: one answer per cell of the grouped attributes' domain, charged together."""
         out = service.query(who, name, [body.spec()], *_parameter(body.epsilon, body.rho), request_key=key)
+        first = out.answers[0].group if out.answers else None
+        if first is not None:
+            return GroupedAnswer(
+                group_by=list(first),
+                answers=out.answers,
+                cost=out.cost,
+                replayed=out.replayed,
+                remaining=out.remaining,
+            )
         return QueryAnswer(
             **out.answers[0].model_dump(), cost=out.cost, replayed=out.replayed, remaining=out.remaining
         )

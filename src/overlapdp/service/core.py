@@ -35,9 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.errors import OverlapDPError, QueryError
+from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
 from overlapdp.mechanisms.calibration import laplace_scale
-from overlapdp.query import PredicateQuery, parse_query
+from overlapdp.query import PredicateQuery, QueryFamily, parse_item, parse_query
 from overlapdp.service import runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
@@ -477,11 +477,25 @@ class QueryService:
 
     # -- queries ----------------------------------------------------------------------------------
     def _parse(self, state: _DatasetState, specs: Sequence[Any]) -> list[PredicateQuery]:
+        """One query per spec (a session step); a GROUP BY is refused here."""
+        queries, _, groups = self._expand(state, specs)
+        if any(g is not None for g in groups):
+            raise QueryError("a GROUP BY is answered by .../query or .../batch, not by a session")
+        return queries
+
+    def _expand(
+        self, state: _DatasetState, specs: Sequence[Any]
+    ) -> tuple[list[PredicateQuery], list[int], list[dict[str, Any] | None]]:
+        """The queries of a request, each GROUP BY expanded into its cells in place, with the position of
+        the spec each query comes from and, for a cell, its group labels. The cells of all GROUP BYs
+        count toward ``max_batch`` (refused before a family is expanded)."""
         if len(specs) > self.limits.max_batch:
             raise TooLarge(f"a batch may hold at most {self.limits.max_batch} queries, got {len(specs)}")
         if not specs:
             raise QueryError("a batch needs at least one query")
-        out = []
+        out: list[PredicateQuery] = []
+        items: list[int] = []
+        groups: list[dict[str, Any] | None] = []
         for i, spec in enumerate(specs):
             try:
                 key = dumps(spec)
@@ -489,17 +503,38 @@ class QueryService:
                 raise QueryError(f"query #{i} holds a number that is not finite") from None
             if len(key) > self.limits.max_query_chars:
                 raise TooLarge(f"query #{i} is longer than {self.limits.max_query_chars} characters")
-            parsed = state.request_cache.get(key)
+            # Every other spec still needs a place in the batch; a family may fill the rest.
+            room = self.limits.max_batch - len(out) - (len(specs) - i - 1)
+            parsed: PredicateQuery | QueryFamily | None = state.request_cache.get(key)
             if parsed is None:
                 try:
-                    parsed = parse_query(state.schema, spec)
+                    parsed = parse_item(state.schema, spec, max_cells=max(room, 0))
                 except RecursionError:  # a condition nested deeper than the parser can follow
                     raise QueryError(f"query #{i} is nested too deeply") from None
-                if len(state.request_cache) >= 10_000:
-                    state.request_cache.clear()
-                state.request_cache[key] = parsed
-            out.append(parsed.with_id(str(i)))
-        return out
+                except QueryTooComplexError as exc:
+                    if exc.limit != "cells":
+                        raise
+                    raise TooLarge(
+                        f"query #{i}: {exc}: a request may hold at most {self.limits.max_batch} queries, "
+                        "each cell of a GROUP BY counting as one"
+                    ) from None
+                # Families are not kept: up to max_batch cells each, 10 000 of them would hold
+                # millions of queries in memory (expanding again is cheap next to counting).
+                if isinstance(parsed, PredicateQuery):
+                    if len(state.request_cache) >= 10_000:
+                        state.request_cache.clear()
+                    state.request_cache[key] = parsed
+            if isinstance(parsed, QueryFamily):
+                for cell, labels in zip(parsed.cells, parsed.groups, strict=True):
+                    suffix = "" if cell.id is None else cell.id[len(parsed.id or "") :]
+                    out.append(cell.with_id(f"{i}{suffix}"))
+                    items.append(i)
+                    groups.append(dict(labels))
+            else:
+                out.append(parsed.with_id(str(i)))
+                items.append(i)
+                groups.append(None)
+        return out, items, groups
 
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
@@ -561,7 +596,7 @@ class QueryService:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
         loaded = self._loaded(state)
-        queries = self._parse(state, specs)
+        queries, items, groups = self._expand(state, specs)
         mech = self._mechanism(state, parameter, parameter_name)
         load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
@@ -570,7 +605,10 @@ class QueryService:
             request_key=_check_key(request_key),
             request_hash=_fingerprint("query", dataset, [q.to_json() for q in queries], mech.parameter),
             queries=list(queries),
-            query_json=[_recorded_query(spec, q) for spec, q in zip(specs, queries, strict=True)],
+            query_json=[
+                _recorded_query(specs[i] if g is None else q.describe(), q)
+                for i, g, q in zip(items, groups, queries, strict=True)
+            ],
             mechanism=mech,
             loads=[load] * len(queries),
         )
@@ -579,6 +617,10 @@ class QueryService:
             # request joins a group, so a failure here concerns this request alone.
             pending.true_counts = loaded.counts(queries)
             pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+            for answer, i, g in zip(pending.noisy, items, groups, strict=True):
+                if g is not None:  # recorded with the answer, so a replay returns the labels too
+                    answer["group"] = g
+                    answer["item"] = i
         return state, pending
 
     def open_session(

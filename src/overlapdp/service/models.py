@@ -64,9 +64,15 @@ class _OneQuery(_Body):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> _OneQuery:
-        if (self.where is None) == (self.conditions is None):
+        if self.where is not None and self.conditions is not None:
+            raise ValueError("give exactly one of 'where' (SQL-style text) or 'conditions' (JSON form)")
+        if self.where is None and self.conditions is None and not self._whole_domain_allowed():
             raise ValueError("give exactly one of 'where' (SQL-style text) or 'conditions' (JSON form)")
         return self
+
+    def _whole_domain_allowed(self) -> bool:
+        """Whether the body may name no condition (a GROUP BY over every row)."""
+        return False
 
     def spec(self) -> dict[str, Any]:
         """The query as a workload line (what the query parser reads)."""
@@ -74,10 +80,35 @@ class _OneQuery(_Body):
 
 
 class QueryRequest(_OneQuery):
-    """One counting query; give the parameter of the data set's definition (``epsilon`` or ``rho``)."""
+    """One counting query; give the parameter of the data set's definition (``epsilon`` or ``rho``).
+
+    With ``group_by`` it is a GROUP BY: one count per cell of the grouped attributes' domain (empty
+    cells included), each charged the parameter; the cells are disjoint, so every row pays it once.
+    ``where`` / ``conditions`` are then the filter and may be left out (every row)."""
 
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
     rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+    group_by: list[str] | None = Field(
+        default=None,
+        description="GROUP BY these attributes: one answer per cell of their domain (as in workload files)",
+        examples=[["sex", "race"]],
+    )
+    sql: str | None = Field(
+        default=None,
+        description="the whole query as SQL instead: SELECT a, b, COUNT(*) FROM t [WHERE ...] GROUP BY a, b",
+        examples=["SELECT sex, race, COUNT(*) FROM adult WHERE age >= 30 GROUP BY sex, race"],
+    )
+
+    def _whole_domain_allowed(self) -> bool:
+        return self.group_by is not None or self.sql is not None
+
+    def spec(self) -> dict[str, Any]:
+        out = super().spec() if self.where is not None or self.conditions is not None else {}
+        if self.group_by is not None:
+            out["group_by"] = list(self.group_by)
+        if self.sql is not None:
+            out["sql"] = self.sql  # with anything else, refused by the parser (400 naming the field)
+        return out
 
 
 def _no_weights(queries: list[Any]) -> list[Any]:
@@ -95,7 +126,9 @@ class BatchRequest(_Body):
     """Several counting queries admitted and charged together (all or none), each with the same parameter."""
 
     queries: Annotated[list[QuerySpec], AfterValidator(_no_weights)] = Field(
-        description="condition strings or workload-file objects ({'where': ...} or {'conditions': ...})",
+        description="condition strings or workload-file objects ({'where': ...} or {'conditions': ...}, "
+        "optionally with 'group_by'; or {'sql': 'SELECT ...'}); a GROUP BY counts its cells toward the "
+        "batch limit",
         examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
     )
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")

@@ -194,6 +194,10 @@ class Answer(Out):
     stddev: float
     ci95: tuple[int, int]
     noise: str
+    group: dict[str, Any] | None = omitted(
+        "a GROUP BY cell's labels, attribute -> value (categorical label, integer, or bin label)"
+    )
+    item: int | None = omitted("a GROUP BY cell: the position of its query in the request")
 
 
 class QueryAnswer(Answer):
@@ -202,6 +206,17 @@ class QueryAnswer(Answer):
     cost: Cost
     replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
     remaining: float | None
+
+
+class GroupedAnswer(Out):
+    """``POST .../query`` with ``group_by``: one answer per cell of the grouped attributes' domain (each
+    with its ``group``), charged together; the cells are disjoint, so a row pays one cell's cost."""
+
+    group_by: list[str]
+    answers: list[Answer]
+    cost: Cost
+    replayed: bool
+    remaining: float | None = omitted("left out on a replayed request")
 
 
 class BatchAnswer(Out):
