@@ -314,9 +314,8 @@ def _write(path: Path, obj: Any) -> Path:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    from test_service_support import ADMIN_TOKEN
-
     from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+    from support.service import ADMIN_TOKEN
 
     schema, data = _schema(), _data(800)
     data.to_csv(tmp_path / "d.csv", index=False)

@@ -47,12 +47,18 @@ Data = Callable[[PredicateQuery], int]
 
 def build_svt(rng: SeededRandomSource, data: Data = count) -> SparseVector:
     # Thresholds near the counts and little noise: the answers mix "above" and "below" before c = 4.
-    return SparseVector(data, epsilon=2.0, c=4, release_epsilon=1.0, rng=rng)
+    return SparseVector(data, epsilon=2.0, max_positives=4, release_epsilon=1.0, rng=rng)
 
 
 def build_gc(rng: SeededRandomSource, data: Data = count) -> GuessAndCheck:
     return GuessAndCheck(
-        data, tolerance=2.5, c=3, threshold_scale=Fraction(1, 2), query_scale=1, estimate_scale=2, rng=rng
+        data,
+        tolerance=2.5,
+        max_failures=3,
+        threshold_scale=Fraction(1, 2),
+        query_scale=1,
+        estimate_scale=2,
+        rng=rng,
     )
 
 
@@ -128,7 +134,7 @@ def test_an_exhausted_snapshot_restores_an_exhausted_mechanism_that_reads_nothin
 
 
 def test_state_is_plain_json_and_round_trips_exactly() -> None:
-    svt = SparseVector(count, epsilon=0.3, c=2, monotonic=True, rng=9)
+    svt = SparseVector(count, epsilon=0.3, max_positives=2, monotonic=True, rng=9)
     for k in range(5):
         svt.ask(QUERIES[k], 6)
     data = svt.state().to_json()
@@ -147,11 +153,13 @@ def test_state_is_plain_json_and_round_trips_exactly() -> None:
 
 
 def _svt(**params: Any) -> SparseVector:
-    return SparseVector(count, **{"epsilon": 1.0, "c": 2, "rng": 0, **params})
+    return SparseVector(count, **{"epsilon": 1.0, "max_positives": 2, "rng": 0, **params})
 
 
 def _gc(**params: Any) -> GuessAndCheck:
-    return GuessAndCheck.from_budget(count, **{"epsilon": 1.0, "tolerance": 2, "c": 2, "rng": 0, **params})
+    return GuessAndCheck.from_budget(
+        count, **{"epsilon": 1.0, "tolerance": 2, "max_failures": 2, "rng": 0, **params}
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,7 +167,7 @@ def _gc(**params: Any) -> GuessAndCheck:
     [
         (_gc, _svt, "guess_and_check"),  # another kind of mechanism
         (_svt, _gc, "sparse_vector"),
-        (lambda: _svt(c=3), _svt, "c"),
+        (lambda: _svt(max_positives=3), _svt, "c"),
         # nu (and rho) drawn at other scales
         (
             lambda: _svt(monotonic=True, threshold_epsilon=0.25),
