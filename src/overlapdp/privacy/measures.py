@@ -181,8 +181,11 @@ class Measure(ABC, Generic[B]):
     label: ClassVar[str]
     #: The guarantee type a budget of this definition has.
     budget_type: ClassVar[type]
-    #: Whether a filter's budget of this definition may be raised or lowered in place.
-    resettable: ClassVar[bool] = False
+    #: Whether a filter's budget of this definition may be raised or lowered in place (keeping its
+    #: tracks: RDP on the same orders, tCDP with the same omega, (epsilon, delta) with the same options).
+    resettable: ClassVar[bool] = True
+    #: The names of a budget's parameters, in the order of its type's fields (what a user gives).
+    parameters: ClassVar[tuple[str, ...]]
 
     def for_orders(self, orders: Sequence[float]) -> Measure[B]:
         """This measure on an RDP order grid (the others do not depend on one)."""
@@ -296,7 +299,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
     name = "pure"
     label = "pure DP"
     budget_type = PureDP
-    resettable = True
+    parameters = ("epsilon",)
 
     def guarantee_of(self, m: Mechanism) -> PureDP | None:
         return m.pure()
@@ -318,7 +321,7 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
     name = "zcdp"
     label = "zCDP"
     budget_type = ZCDP
-    resettable = True
+    parameters = ("rho",)
 
     def guarantee_of(self, m: Mechanism) -> ZCDP | None:
         return m.zcdp()
@@ -341,7 +344,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
     name = "gdp"
     label = "Gaussian DP"
     budget_type = GDP
-    resettable = True
+    parameters = ("mu",)
     comp = "l2"
 
     def guarantee_of(self, m: Mechanism) -> GDP | None:
@@ -387,6 +390,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     name: ClassVar[str] = "rdp"
     label: ClassVar[str] = "Rényi DP"
     budget_type: ClassVar[type] = RDP
+    parameters: ClassVar[tuple[str, ...]] = ("orders", "epsilons")
     comp: ClassVar[Comp] = "vector"
 
     def for_orders(self, orders: Sequence[float]) -> RDPMeasure:
@@ -446,6 +450,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     name = "tcdp"
     label = "truncated CDP"
     budget_type = TCDP
+    parameters = ("rho", "omega")
 
     def guarantee_of(self, m: Mechanism) -> TCDP | None:
         return m.tcdp()
@@ -535,6 +540,7 @@ class ApproxMeasure(Measure[ApproxDP]):
     name = "approx"
     label = "(epsilon, delta)-DP"
     budget_type = ApproxDP
+    parameters = ("epsilon", "delta")
 
     def account(
         self,

@@ -135,17 +135,14 @@ class PrivacyFilter:
         self._n = 0
         self._ids: set[str] = set()
         self.measure: Measure[Any] = measure_for(budget)
-        rule = self.measure.rule(
-            budget,
-            self._factor,
-            FilterOptions(
-                neighbouring=self.neighbouring,
-                composition=composition,
-                adaptive=adaptive,
-                delta_slack=delta_slack,
-                per_mechanism_delta=per_mechanism_delta,
-            ),
+        self._options = FilterOptions(
+            neighbouring=self.neighbouring,
+            composition=composition,
+            adaptive=adaptive,
+            delta_slack=delta_slack,
+            per_mechanism_delta=per_mechanism_delta,
         )
+        rule = self.measure.rule(budget, self._factor, self._options)
         self._tracks = [
             _Track(OverlapIndex(schema, t.comp), t.load, t.exact, squared=t.squared) for t in rule.tracks
         ]
@@ -402,18 +399,29 @@ class PrivacyFilter:
             for t, m in zip(self._tracks, savepoint[1], strict=True):
                 t.index.release(m)
 
-    def set_budget(self, budget: PureDP | ZCDP | GDP) -> None:
+    def set_budget(self, budget: PureDP | ZCDP | GDP | RDP | TCDP | ApproxDP) -> None:
         """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
-        filter refuses new charges until the worst row is back within budget, which it never is again."""
+        filter refuses new charges until the worst row is back within budget, which it never is again.
+
+        The new budget must keep the filter's tracks and the conditions already applied to admitted
+        charges: an RDP budget on the same orders, a tCDP budget with the same omega (a larger omega
+        would not hold for charges admitted under the smaller one), an (epsilon, delta) budget under
+        the same options (its delta may change: the per-row test is re-derived from it)."""
         if type(budget) is not type(self.budget) or not self.measure.resettable:
             raise BudgetError(
                 f"the budget of a {type(self.budget).__name__} filter can change to another "
-                f"{type(self.budget).__name__} budget only (pure DP, zCDP or Gaussian DP)"
+                f"{type(self.budget).__name__} budget only"
             )
-        rule = self.measure.rule(budget, self._factor, FilterOptions(neighbouring=self.neighbouring))
+        if isinstance(budget, RDP) and isinstance(self.budget, RDP) and budget.orders != self.budget.orders:
+            raise BudgetError("an RDP filter's budget can change only on the same orders")
+        if isinstance(budget, TCDP) and isinstance(self.budget, TCDP) and budget.omega != self.budget.omega:
+            raise BudgetError("a tCDP filter's budget can change its rho only, not its omega")
+        rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self.budget = budget
-            self._check, self._exact_ok = rule.check, rule.exact_ok
+            self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
+            if rule.row_verdict is not None:
+                self._row_verdict = rule.row_verdict
 
     _spent: tuple[OverlapResult, float] | None = None
 
