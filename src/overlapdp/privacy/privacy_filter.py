@@ -347,9 +347,18 @@ class PrivacyFilter:
 
         ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
         entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
-        it, MATH.md 1), so replaying a long ledger keeps the index small."""
+        it, MATH.md 1), so replaying a long ledger keeps the index small; on a squared track (GDP, the
+        (epsilon, delta) rule) one entry per copy, since sqrt(times) x mu is not exact in floats."""
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
             raise BudgetError(f"times must be a positive integer, got {times!r}")
+        if times > 1 and any(t.squared for t in self._tracks):
+            # k copies of a charge on a squared track (GDP mu, the advanced rule's epsilon) compose to
+            # sqrt(k) times its parameter, which no float states exactly (k times it would count k^2
+            # copies): each copy gets its own index entry instead.
+            first = self.record(mechanism, query, id)
+            for j in range(1, times):
+                self.record(mechanism, query, f"{first.id}#{j}")
+            return first
         with self._lock:
             charge = _make_charge(self.schema, mechanism, query, id, self._n)
             ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
@@ -458,15 +467,18 @@ def _tight(r: OverlapResult) -> bool:
 
 
 def _times(load: Any, k: int) -> Any:
-    """``k`` copies of one charge's load: exact for Fractions; floats (which only locate the worst
-    row) rounded to nearest, within the fast path's margin ``_NEAR``."""
+    """``k`` copies of one charge's load: exact for Fractions; floats rounded UP from the exact
+    multiple, so that a value reported from the index's float weights (:meth:`PrivacyFilter.value`:
+    RDP) never falls below the exact sum (``9 * 0.1`` rounds to 0.9, below ``9 * Fraction(0.1)``)."""
     if k == 1:
         return load
     if isinstance(load, tuple):
-        return tuple(k * x for x in load)
+        return tuple(_times(x, k) for x in load)
     if isinstance(load, list):
-        return [k * x for x in load]
-    return k * load
+        return [_times(x, k) for x in load]
+    if isinstance(load, Fraction):
+        return k * load
+    return float_up(k * Fraction(load))
 
 
 def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:
