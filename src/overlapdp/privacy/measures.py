@@ -221,6 +221,10 @@ class Measure(ABC, Generic[B]):
         """The filter's test of ``budget``; ``factor`` is 2 for replace-one-row (the doubling bound:
         additive loads over a symmetric difference are at most twice the largest row's), else 1."""
 
+    def check_reset(self, old: B, new: B) -> None:
+        """Raise :class:`BudgetError` unless a filter of ``old`` may take ``new`` in place (its tracks,
+        and the conditions its admitted charges met, stay valid)."""
+
     def fits(self, loads: Sequence[Any], budget: B) -> bool:
         """Whether one row with these exact per-track loads (Fractions, in the units of
         :attr:`TrackSpec.exact`: a sum, a sum of squares for GDP, a tuple per RDP order, or
@@ -421,6 +425,10 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     def budget_value(self, budget: RDP) -> tuple[float, ...]:
         return budget.epsilons
 
+    def check_reset(self, old: RDP, new: RDP) -> None:
+        if new.orders != old.orders:
+            raise BudgetError("an RDP filter's budget can change only on the same orders")
+
     def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
         """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
         individual Rényi filter; MATH.md 2), on the budget's own order grid."""
@@ -503,6 +511,11 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
         """rho: what the filter's value (the worst row's sum of rho) is compared with; the budget's omega
         is a condition on each charge (:meth:`rule`)."""
         return budget.rho
+
+    def check_reset(self, old: TCDP, new: TCDP) -> None:
+        """omega stays: charges admitted under a smaller omega would not meet a larger one."""
+        if new.omega != old.omega:
+            raise BudgetError("a tCDP filter's budget can change its rho only, not its omega")
 
     def rule(self, budget: TCDP, factor: float, options: FilterOptions) -> FilterRule:
         """Admit iff the charge's omega is at least the budget's and every row's sum of rho stays within

@@ -421,10 +421,7 @@ class PrivacyFilter:
                 f"the budget of a {type(self.budget).__name__} filter can change to another "
                 f"{type(self.budget).__name__} budget only"
             )
-        if isinstance(budget, RDP) and isinstance(self.budget, RDP) and budget.orders != self.budget.orders:
-            raise BudgetError("an RDP filter's budget can change only on the same orders")
-        if isinstance(budget, TCDP) and isinstance(self.budget, TCDP) and budget.omega != self.budget.omega:
-            raise BudgetError("a tCDP filter's budget can change its rho only, not its omega")
+        self.measure.check_reset(self.budget, budget)
         rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self.budget = budget

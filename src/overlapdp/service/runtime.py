@@ -3,13 +3,19 @@
 Everything the service needs from ``overlapdp.overlap``, ``overlapdp.privacy``, ``overlapdp.mechanisms``
 and ``overlapdp.engine`` goes through this module:
 
+- :data:`SERVED` / :data:`DEFINITIONS`: the definitions a data set can be served under, derived from the
+  library's measures (:data:`overlapdp.privacy.measures.MEASURES`): pure DP, zCDP, GDP, RDP at one order,
+  tCDP and approximate DP, each with its amount and fixed parameters (:func:`check_params`), and
+  :func:`epsilon_delta`, the (epsilon, delta) line of an amount (MATH.md 5);
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
-  set's privacy definition and the additive per-row load it puts on each row it covers;
+  set's privacy definition and the per-row load it puts on each row it covers;
 - :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
-  filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff the maximum over
-  rows of the sum of the loads of the charges covering the row stays within the budget, decided in EXACT
-  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers,
-  Roth, Ullman, Vadhan 2016) and for zCDP with per-row loads (Feldman and Zrnic 2021));
+  filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff every row's
+  composition of the loads of the charges covering it stays within the budget, decided in EXACT
+  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": pure DP (Rogers, Roth,
+  Ullman, Vadhan 2016), zCDP, tCDP and RDP with per-row loads (Feldman and Zrnic 2021), GDP (Smith and
+  Thakurta 2022; here the zCDP filter at rho = mu^2/2), approximate DP by the adaptive advanced / basic
+  rule (Whitehouse et al. 2023));
 - :data:`MAX_AMOUNT`, :func:`check_amount` and :func:`mechanism_for`: the ranges of budgets and
   per-query parameters (every calibrated noise scale finite and representable,
   :mod:`overlapdp.mechanisms.calibration`);
