@@ -153,6 +153,7 @@ def _until_refused(w: World, token: str, amount_name: str, amount: float) -> int
         if r.status_code == 403:
             body = r.json()
             assert "quota" in body["detail"] and body["quota_admits"] is False
+            assert body["spent_epsilon_delta"]["delta"] > 0 and body["remaining"] >= 0
             return n
         assert r.status_code == 200, r.text
         assert "spent_epsilon_delta" in r.json()

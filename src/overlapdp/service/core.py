@@ -794,7 +794,8 @@ class QueryService:
         global_ok = own_ok and state.global_filter.try_all(pairs)
         if not (own_ok and global_ok):
             mine.rollback(mark)
-            remaining = max(0.0, quota - mine.max_load())
+            spent = mine.max_load()
+            remaining = max(0.0, quota - spent)
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()
                 global_ok = state.global_filter.try_all(pairs)
@@ -804,6 +805,7 @@ class QueryService:
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
                 remaining=remaining,
+                spent_epsilon_delta=runtime.epsilon_delta(definition, state.params, spent),
                 quota_admits=own_ok,
                 global_admits=global_ok,
             )

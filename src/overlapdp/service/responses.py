@@ -40,8 +40,9 @@ def omitted(description: str | None = None) -> Any:
 class ErrorBody(BaseModel):
     """A refused request: the exception's name and a one-line reason naming the field or attribute.
 
-    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota) and
-    ``quota_admits`` / ``global_admits`` (whether each budget alone would have paid).
+    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota),
+    ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta)) and ``quota_admits`` /
+    ``global_admits`` (whether each budget alone would have paid).
     """
 
     model_config = ConfigDict(extra="allow")
