@@ -323,7 +323,14 @@ HELP = [
     (["count"], ["[duckdb|pandas|polars|spark]"]),
     (["account"], ["[add_remove|replace]"]),
     (["overlap"], ["[count|sum|l2]"]),
-    (["serve"], ["[pure|zcdp]", "[duckdb|pandas|polars|spark]", "[critical|error|warning|info|debug|trace]"]),
+    (
+        ["serve"],
+        [
+            "[pure|zcdp|gdp|rdp|tcdp|approx]",
+            "[duckdb|pandas|polars|spark]",
+            "[critical|error|warning|info|debug|trace]",
+        ],
+    ),
     (["report"], []),
     (["demo"], []),
     (["schema"], []),

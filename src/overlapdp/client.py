@@ -124,13 +124,12 @@ class _Base:
         return body
 
 
-def _parameter(epsilon: float | None, rho: float | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    if epsilon is not None:
-        out["epsilon"] = float(epsilon)
-    if rho is not None:
-        out["rho"] = float(rho)
-    return out
+def _parameter(
+    epsilon: float | None, rho: float | None, mu: float | None = None, epsilon_alpha: float | None = None
+) -> dict[str, float]:
+    """The per-query amount(s) given (the data set's definition says which one it takes)."""
+    given = {"epsilon": epsilon, "rho": rho, "mu": mu, "epsilon_alpha": epsilon_alpha}
+    return {k: float(v) for k, v in given.items() if v is not None}
 
 
 def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
@@ -245,6 +244,8 @@ class Client(_Base):
         *,
         epsilon: float | None = None,
         rho: float | None = None,
+        mu: float | None = None,
+        epsilon_alpha: float | None = None,
         key: str | None = None,
         group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
@@ -255,7 +256,7 @@ class Client(_Base):
         ``query`` may be None then (every row)."""
         body: dict[str, Any] = {
             **(_one_query(query) if query is not None else {}),
-            **_parameter(epsilon, rho),
+            **_parameter(epsilon, rho, mu, epsilon_alpha),
         }
         if group_by is not None:
             body["group_by"] = list(group_by)
@@ -271,10 +272,12 @@ class Client(_Base):
         *,
         epsilon: float | None = None,
         rho: float | None = None,
+        mu: float | None = None,
+        epsilon_alpha: float | None = None,
         key: str | None = None,
     ) -> pd.DataFrame:
         """Several noisy counts, admitted and charged together (all or none)."""
-        body = {"queries": list(queries), **_parameter(epsilon, rho)}
+        body = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
         out = self._call("POST", f"/v1/datasets/{dataset}/batch", json=body, key=key, spend=True)
         return _answers_frame(queries, out["answers"])
 
@@ -285,9 +288,11 @@ class Client(_Base):
         *,
         epsilon: float | None = None,
         rho: float | None = None,
+        mu: float | None = None,
+        epsilon_alpha: float | None = None,
     ) -> dict[str, Any]:
         """A dry run: the cost and whether the quota and the global budget would admit it now."""
-        body = {"queries": list(queries), **_parameter(epsilon, rho)}
+        body = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
         out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/cost", json=body)
         return out
 
@@ -355,14 +360,19 @@ class AdminClient(Client):
         budget: float,
         definition: str = "pure",
         engine: str = "duckdb",
+        **parameters: float | str,
     ) -> dict[str, Any]:
-        body = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
-        body.update(definition=definition, engine=engine)
+        """Register a data set; ``parameters``: its definition's (``delta``, ``omega`` for tcdp,
+        ``alpha`` for rdp, ``composition`` for approx)."""
+        body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
+        body.update(definition=definition, engine=engine, **parameters)
         out: dict[str, Any] = self._call("POST", "/v1/admin/datasets", json=body)
         return out
 
-    def set_budget(self, dataset: str, budget: float, definition: str = "pure") -> dict[str, Any]:
-        body = {"definition": definition, "budget": budget}
+    def set_budget(
+        self, dataset: str, budget: float, definition: str = "pure", **parameters: float | str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"definition": definition, "budget": budget, **parameters}
         out: dict[str, Any] = self._call("PUT", f"/v1/admin/datasets/{dataset}/budget", json=body)
         return out
 

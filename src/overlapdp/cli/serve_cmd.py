@@ -36,8 +36,18 @@ def serve(
     ] = None,
     budget: Annotated[float, typer.Option(help="Global budget of the --data set.")] = 1.0,
     definition: Annotated[
-        Literal["pure", "zcdp"], typer.Option(help="Privacy definition of the --data set.")
+        Literal["pure", "zcdp", "gdp", "rdp", "tcdp", "approx"],
+        typer.Option(
+            help="Privacy definition of the --data set; --budget is its epsilon, rho, mu, epsilon_alpha "
+            "(rdp, at --alpha), rho (tcdp, with --omega) or epsilon (approx, with --delta)."
+        ),
     ] = "pure",
+    delta: Annotated[
+        float | None,
+        typer.Option(help="Delta of the (epsilon, delta) lines; approx: the budget's delta (default 1e-6)."),
+    ] = None,
+    omega: Annotated[float | None, typer.Option(help="tcdp: the truncation order omega (> 1).")] = None,
+    alpha: Annotated[float | None, typer.Option(help="rdp: the Renyi order alpha (> 1).")] = None,
     engine: Annotated[EngineName, typer.Option(help="Engine counting the --data set.")] = "duckdb",
     cors_origin: Annotated[
         list[str] | None,
@@ -81,7 +91,16 @@ def serve(
                 schema_json = json.loads(schema.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as exc:
                 raise OverlapDPError(f"cannot read schema file {str(schema)!r}: {exc}") from None
-            service.register_dataset(ds_name, str(data.resolve()), schema_json, engine, definition, budget)
+            params = {"delta": delta, "omega": omega, "alpha": alpha}
+            service.register_dataset(
+                ds_name,
+                str(data.resolve()),
+                schema_json,
+                engine,
+                definition,
+                budget,
+                {k: v for k, v in params.items() if v is not None},
+            )
     admin, generated = AdminKey.from_env()
     if generated is not None:
         err_console.print(f"admin token (shown once): {generated}", highlight=False, soft_wrap=True)

@@ -181,8 +181,11 @@ class Measure(ABC, Generic[B]):
     label: ClassVar[str]
     #: The guarantee type a budget of this definition has.
     budget_type: ClassVar[type]
-    #: Whether a filter's budget of this definition may be raised or lowered in place.
-    resettable: ClassVar[bool] = False
+    #: Whether a filter's budget of this definition may be raised or lowered in place (keeping its
+    #: tracks: RDP on the same orders, tCDP with the same omega, (epsilon, delta) with the same options).
+    resettable: ClassVar[bool] = True
+    #: The names of a budget's parameters, in the order of its type's fields (what a user gives).
+    parameters: ClassVar[tuple[str, ...]]
 
     def for_orders(self, orders: Sequence[float]) -> Measure[B]:
         """This measure on an RDP order grid (the others do not depend on one)."""
@@ -217,6 +220,10 @@ class Measure(ABC, Generic[B]):
     def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:
         """The filter's test of ``budget``; ``factor`` is 2 for replace-one-row (the doubling bound:
         additive loads over a symmetric difference are at most twice the largest row's), else 1."""
+
+    def check_reset(self, old: B, new: B) -> None:
+        """Raise :class:`BudgetError` unless a filter of ``old`` may take ``new`` in place (its tracks,
+        and the conditions its admitted charges met, stay valid)."""
 
     def fits(self, loads: Sequence[Any], budget: B) -> bool:
         """Whether one row with these exact per-track loads (Fractions, in the units of
@@ -296,7 +303,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
     name = "pure"
     label = "pure DP"
     budget_type = PureDP
-    resettable = True
+    parameters = ("epsilon",)
 
     def guarantee_of(self, m: Mechanism) -> PureDP | None:
         return m.pure()
@@ -318,7 +325,7 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
     name = "zcdp"
     label = "zCDP"
     budget_type = ZCDP
-    resettable = True
+    parameters = ("rho",)
 
     def guarantee_of(self, m: Mechanism) -> ZCDP | None:
         return m.zcdp()
@@ -341,7 +348,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
     name = "gdp"
     label = "Gaussian DP"
     budget_type = GDP
-    resettable = True
+    parameters = ("mu",)
     comp = "l2"
 
     def guarantee_of(self, m: Mechanism) -> GDP | None:
@@ -387,6 +394,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     name: ClassVar[str] = "rdp"
     label: ClassVar[str] = "Rényi DP"
     budget_type: ClassVar[type] = RDP
+    parameters: ClassVar[tuple[str, ...]] = ("orders", "epsilons")
     comp: ClassVar[Comp] = "vector"
 
     def for_orders(self, orders: Sequence[float]) -> RDPMeasure:
@@ -417,6 +425,10 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     def budget_value(self, budget: RDP) -> tuple[float, ...]:
         return budget.epsilons
 
+    def check_reset(self, old: RDP, new: RDP) -> None:
+        if new.orders != old.orders:
+            raise BudgetError("an RDP filter's budget can change only on the same orders")
+
     def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
         """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
         individual Rényi filter; MATH.md 2), on the budget's own order grid."""
@@ -446,6 +458,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     name = "tcdp"
     label = "truncated CDP"
     budget_type = TCDP
+    parameters = ("rho", "omega")
 
     def guarantee_of(self, m: Mechanism) -> TCDP | None:
         return m.tcdp()
@@ -499,6 +512,11 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
         is a condition on each charge (:meth:`rule`)."""
         return budget.rho
 
+    def check_reset(self, old: TCDP, new: TCDP) -> None:
+        """omega stays: charges admitted under a smaller omega would not meet a larger one."""
+        if new.omega != old.omega:
+            raise BudgetError("a tCDP filter's budget can change its rho only, not its omega")
+
     def rule(self, budget: TCDP, factor: float, options: FilterOptions) -> FilterRule:
         """Admit iff the charge's omega is at least the budget's and every row's sum of rho stays within
         the budget's rho, exactly (MATH.md 5, tCDP filter: the individual Rényi filter of Feldman and
@@ -535,6 +553,7 @@ class ApproxMeasure(Measure[ApproxDP]):
     name = "approx"
     label = "(epsilon, delta)-DP"
     budget_type = ApproxDP
+    parameters = ("epsilon", "delta")
 
     def account(
         self,

@@ -136,17 +136,14 @@ class PrivacyFilter:
         self._n = 0
         self._ids: set[str] = set()
         self.measure: Measure[Any] = measure_for(budget)
-        rule = self.measure.rule(
-            budget,
-            self._factor,
-            FilterOptions(
-                neighbouring=self.neighbouring,
-                composition=composition,
-                adaptive=adaptive,
-                delta_slack=delta_slack,
-                per_mechanism_delta=per_mechanism_delta,
-            ),
+        self._options = FilterOptions(
+            neighbouring=self.neighbouring,
+            composition=composition,
+            adaptive=adaptive,
+            delta_slack=delta_slack,
+            per_mechanism_delta=per_mechanism_delta,
         )
+        rule = self.measure.rule(budget, self._factor, self._options)
         self._tracks = [
             _Track(OverlapIndex(schema, t.comp), t.load, t.exact, squared=t.squared) for t in rule.tracks
         ]
@@ -351,9 +348,18 @@ class PrivacyFilter:
 
         ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
         entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
-        it, MATH.md 1), so replaying a long ledger keeps the index small."""
+        it, MATH.md 1), so replaying a long ledger keeps the index small; on a squared track (GDP, the
+        (epsilon, delta) rule) one entry per copy, since sqrt(times) x mu is not exact in floats."""
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
             raise BudgetError(f"times must be a positive integer, got {times!r}")
+        if times > 1 and any(t.squared for t in self._tracks):
+            # k copies of a charge on a squared track (GDP mu, the advanced rule's epsilon) compose to
+            # sqrt(k) times its parameter, which no float states exactly (k times it would count k^2
+            # copies): each copy gets its own index entry instead.
+            first = self.record(mechanism, query, id)
+            for j in range(1, times):
+                self.record(mechanism, query, f"{first.id}#{j}")
+            return first
         with self._lock:
             charge = _make_charge(self.schema, mechanism, query, id, self._n)
             ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
@@ -403,18 +409,26 @@ class PrivacyFilter:
             for t, m in zip(self._tracks, savepoint[1], strict=True):
                 t.index.release(m)
 
-    def set_budget(self, budget: PureDP | ZCDP | GDP) -> None:
+    def set_budget(self, budget: PureDP | ZCDP | GDP | RDP | TCDP | ApproxDP) -> None:
         """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
-        filter refuses new charges until the worst row is back within budget, which it never is again."""
+        filter refuses new charges until the worst row is back within budget, which it never is again.
+
+        The new budget must keep the filter's tracks and the conditions already applied to admitted
+        charges: an RDP budget on the same orders, a tCDP budget with the same omega (a larger omega
+        would not hold for charges admitted under the smaller one), an (epsilon, delta) budget under
+        the same options (its delta may change: the per-row test is re-derived from it)."""
         if type(budget) is not type(self.budget) or not self.measure.resettable:
             raise BudgetError(
                 f"the budget of a {type(self.budget).__name__} filter can change to another "
-                f"{type(self.budget).__name__} budget only (pure DP, zCDP or Gaussian DP)"
+                f"{type(self.budget).__name__} budget only"
             )
-        rule = self.measure.rule(budget, self._factor, FilterOptions(neighbouring=self.neighbouring))
+        self.measure.check_reset(self.budget, budget)
+        rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self.budget = budget
-            self._check, self._exact_ok = rule.check, rule.exact_ok
+            self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
+            if rule.row_verdict is not None:
+                self._row_verdict = rule.row_verdict
 
     _spent: tuple[OverlapResult, float] | None = None
 
@@ -451,15 +465,18 @@ def _tight(r: OverlapResult) -> bool:
 
 
 def _times(load: Any, k: int) -> Any:
-    """``k`` copies of one charge's load: exact for Fractions; floats (which only locate the worst
-    row) rounded to nearest, within the fast path's margin ``_NEAR``."""
+    """``k`` copies of one charge's load: exact for Fractions; floats rounded UP from the exact
+    multiple, so that a value reported from the index's float weights (:meth:`PrivacyFilter.value`:
+    RDP) never falls below the exact sum (``9 * 0.1`` rounds to 0.9, below ``9 * Fraction(0.1)``)."""
     if k == 1:
         return load
     if isinstance(load, tuple):
-        return tuple(k * x for x in load)
+        return tuple(_times(x, k) for x in load)
     if isinstance(load, list):
-        return [k * x for x in load]
-    return k * load
+        return [_times(x, k) for x in load]
+    if isinstance(load, Fraction):
+        return k * load
+    return float_up(k * Fraction(load))
 
 
 def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:

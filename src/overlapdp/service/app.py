@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from overlapdp.errors import OverlapDPError
+from overlapdp.service import runtime
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard
@@ -234,7 +235,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     def register_dataset(body: DatasetRegistration, _: Admin) -> AdminDatasetInfo:
         """Register a data set (file, schema, engine) with its privacy definition and global budget."""
         return service.register_dataset(
-            body.name, body.path, body.schema_, body.engine, body.definition, body.budget
+            body.name, body.path, body.schema_, body.engine, body.definition, body.budget, body.params()
         )
 
     @app.get("/v1/admin/datasets", tags=["admin"])
@@ -250,7 +251,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.put("/v1/admin/datasets/{name}/budget", tags=["admin"])
     def set_budget(name: str, body: BudgetUpdate, _: Admin) -> AdminDatasetInfo:
         """Change the global budget (or the definition, which replays the ledger); charges stay."""
-        return service.set_budget(name, body.definition, body.budget)
+        return service.set_budget(name, body.definition, body.budget, body.params())
 
     @app.post("/v1/admin/analysts", tags=["admin"], status_code=201)
     def create_analyst(body: AnalystCreate, _: Admin) -> AnalystCreated:
@@ -306,7 +307,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     ) -> QueryAnswer | GroupedAnswer:
         """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid.
         With ``group_by``: one answer per cell of the grouped attributes' domain, charged together."""
-        out = service.query(who, name, [body.spec()], *_parameter(body.epsilon, body.rho), request_key=key)
+        out = service.query(who, name, [body.spec()], *_parameter(body), request_key=key)
         first = out.answers[0].group if out.answers else None
         if first is not None:
             return GroupedAnswer(
@@ -317,20 +318,24 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
                 remaining=out.remaining,
             )
         return QueryAnswer(
-            **out.answers[0].model_dump(), cost=out.cost, replayed=out.replayed, remaining=out.remaining
+            **out.answers[0].model_dump(),
+            cost=out.cost,
+            replayed=out.replayed,
+            remaining=out.remaining,
+            spent_epsilon_delta=out.spent_epsilon_delta,
         )
 
     @app.post("/v1/datasets/{name}/batch", tags=["analyst"])
     def batch(name: str, body: BatchRequest, who: Analyst, key: IdempotencyKey = None) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
         _batch_size(service, body.queries)
-        return service.query(who, name, body.queries, *_parameter(body.epsilon, body.rho), request_key=key)
+        return service.query(who, name, body.queries, *_parameter(body), request_key=key)
 
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
     def cost(name: str, body: BatchRequest, who: Analyst) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
         _batch_size(service, body.queries)
-        return service.cost(who, name, body.queries, *_parameter(body.epsilon, body.rho))
+        return service.cost(who, name, body.queries, *_parameter(body))
 
     @app.post("/v1/datasets/{name}/sessions", tags=["analyst"], status_code=201)
     def open_session(
@@ -401,12 +406,12 @@ def _message(problem: Any) -> str:
     return f"unknown field {name!r}"
 
 
-def _parameter(epsilon: float | None, rho: float | None) -> tuple[float | None, str | None]:
-    if epsilon is not None and rho is not None:
-        raise _BadRequest("give one of 'epsilon' or 'rho', not both")
-    if epsilon is not None:
-        return epsilon, "epsilon"
-    return (rho, "rho") if rho is not None else (None, None)
+def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | None]:
+    """The per-query amount the body gives, and its name (at most one of them)."""
+    given = [(getattr(body, n), n) for n in runtime.AMOUNTS if getattr(body, n) is not None]
+    if len(given) > 1:
+        raise _BadRequest("give one of " + ", ".join(repr(n) for n in runtime.AMOUNTS) + ", not several")
+    return given[0] if given else (None, None)
 
 
 def _batch_size(service: QueryService, queries: list[Any]) -> None:

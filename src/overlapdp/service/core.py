@@ -63,6 +63,7 @@ from overlapdp.service.responses import (
     CostEstimate,
     DatasetInfo,
     DatasetStatus,
+    EpsilonDelta,
     Guarantee,
     LedgerEntry,
     NewToken,
@@ -185,7 +186,12 @@ class _DatasetState:
         """Empty filters (then :meth:`apply` replays the ledger); only when the definition changes."""
         schema = self.schema
         self.last_seq = 0
-        self.global_filter = runtime.make_filter(schema, self.record.definition, self.record.budget)
+        #: The record's definition and parameters the filters were built for (a change means a reset).
+        self.built_for = (self.record.definition, self.record.params)
+        self.params = runtime.check_params(self.record.definition, self.record.params)
+        self.global_filter = runtime.make_filter(
+            schema, self.record.definition, self.record.budget, self.params
+        )
         self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
         self._parsed: dict[str, PredicateQuery] = {}
 
@@ -210,7 +216,7 @@ class _DatasetState:
     def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
         f = self.analyst_filters.get(analyst)
         if f is None:
-            f = runtime.make_filter(self.schema, self.record.definition, quota)
+            f = runtime.make_filter(self.schema, self.record.definition, quota, self.params)
             self.analyst_filters[analyst] = f
         return f
 
@@ -288,15 +294,24 @@ class QueryService:
         return state
 
     def register_dataset(
-        self, name: str, path: str, schema: Any, engine: str, definition: str, budget: float
+        self,
+        name: str,
+        path: str,
+        schema: Any,
+        engine: str,
+        definition: str,
+        budget: float,
+        params: Mapping[str, Any] | None = None,
     ) -> AdminDatasetInfo:
+        """Register a data set served under ``definition`` (:data:`runtime.SERVED`) with a global
+        ``budget`` in its amount and its fixed ``params`` (:func:`runtime.check_params`)."""
         _check_name("data set name", name)
-        runtime.check_definition(definition)
+        clean = runtime.check_params(definition, params)
         budget = runtime.check_amount("budget", budget)
         check_engine(engine)
         loaded = load_dataset(name, path, schema, engine, pool=self.limits.engine_pool)
         record = DatasetRecord(
-            name, str(path), loaded.schema.to_json(), engine, definition, budget, time.time()
+            name, str(path), loaded.schema.to_json(), engine, definition, budget, time.time(), clean
         )
         try:
             self.store.put_dataset(record)
@@ -306,15 +321,26 @@ class QueryService:
         state = self._install(record, loaded)
         return self._admin_info(state)
 
-    def set_budget(self, name: str, definition: str, budget: float) -> AdminDatasetInfo:
+    def set_budget(
+        self, name: str, definition: str, budget: float, params: Mapping[str, Any] | None = None
+    ) -> AdminDatasetInfo:
+        """Change the global budget; the definition or its parameters (``params``: None keeps them under
+        the same definition) only while the data set has no charges (the ledger refuses otherwise)."""
         runtime.check_definition(definition)
         budget = runtime.check_amount("budget", budget)
         state = self._state(name)
-        self.store.set_budget(name, definition, budget)
+        if params is None and definition == state.record.definition:
+            clean = state.record.params
+        else:
+            clean = runtime.check_params(definition, params)
+        try:
+            self.store.set_budget(name, definition, budget, clean)
+        except LedgerError as exc:
+            raise Conflict(str(exc)) from None
         record = self.store.get_dataset(name)
         assert record is not None
         with state.admit_lock:
-            changed = record.definition != state.record.definition
+            changed = (record.definition, record.params) != state.built_for
             state.record = record
             if changed:
                 state.reset()
@@ -329,6 +355,7 @@ class QueryService:
             "name": rec.name,
             "definition": rec.definition,
             "parameter": runtime.DEFINITIONS[rec.definition],
+            "parameters": dict(state.params),
             "schema": rec.schema,
             "available": state.loaded is not None,
         }
@@ -341,6 +368,9 @@ class QueryService:
             "path": rec.path,
             "engine": rec.engine,
             "budget": rec.budget,
+            "budget_epsilon_delta": EpsilonDelta(
+                **runtime.epsilon_delta(rec.definition, state.params, rec.budget)
+            ),
             "rows": _rows(state),
         }
 
@@ -372,10 +402,15 @@ class QueryService:
             rec = state.record
             per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
             spent = state.global_filter.max_load()
-            guarantee = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent)
+            guarantee = runtime.global_guarantee(
+                rec.definition, list(per_analyst.values()), spent, state.params
+            )
             return DatasetStatus(
                 **self._admin_fields(state),
                 spent=spent,
+                spent_epsilon_delta=EpsilonDelta(
+                    **runtime.epsilon_delta(rec.definition, state.params, spent)
+                ),
                 remaining=max(0.0, rec.budget - spent),
                 spent_by_analyst=per_analyst,
                 guarantee=Guarantee(**guarantee),
@@ -459,11 +494,14 @@ class QueryService:
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
                 spent = f.max_load() if f is not None else 0.0
+            defn, params = state.record.definition, state.params
             per[ds] = QuotaInfo(
-                definition=state.record.definition,  # type: ignore[arg-type]  # checked at registration
+                definition=defn,  # type: ignore[arg-type]  # checked at registration
                 quota=quota,
                 spent=spent,
                 remaining=max(0.0, quota - spent),
+                spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, spent)),
+                quota_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, quota)),
             )
         return AnalystInfo(name=analyst.name, revoked=analyst.revoked, datasets=per)
 
@@ -544,7 +582,7 @@ class QueryService:
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
             )
-        return runtime.mechanism_for(state.record.definition, parameter)
+        return runtime.mechanism_for(state.record.definition, parameter, state.params)
 
     def _loaded(self, state: _DatasetState) -> LoadedDataset:
         if state.loaded is None:
@@ -641,7 +679,7 @@ class QueryService:
             raise QueryError(f"unknown session kind {kind!r}; use 'sparse_vector' or 'guess_and_check'")
         clean = _session_params(kind, params)
         public, secret, epsilon = runtime.open_session(kind, clean, loaded.count)
-        cost = runtime.pure_to_definition(state.record.definition, epsilon)
+        cost = runtime.pure_to_definition(state.record.definition, epsilon, state.params)
         pending = _Pending(
             analyst=analyst.name,
             kind="session",
@@ -722,7 +760,7 @@ class QueryService:
         try:
             with self.store.admission(state.record.name) as tx:
                 state.record = tx.dataset()
-                if state.record.definition != state.global_filter.definition:
+                if (state.record.definition, state.record.params) != state.built_for:
                     # Another instance changed the definition: replay the ledger (an admin action).
                     state.reset()
                     state.apply(tx.loads_since(0))
@@ -787,11 +825,8 @@ class QueryService:
         pairs = list(zip(p.queries, p.loads, strict=True))
         definition = state.record.definition
         value = p.loads[0] if p.loads else 0.0
-        cost = Cost(
-            definition=definition,  # type: ignore[arg-type]  # checked at registration
-            queries=len(p.queries),
-            epsilon=value if definition == "pure" else None,
-            rho=value if definition == "zcdp" else None,
+        cost = Cost.model_validate(
+            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
         )
         if p.kind == "dry-run":
             return self._dry_run(state, mine, quota, pairs, cost), []
@@ -801,7 +836,8 @@ class QueryService:
         global_ok = own_ok and state.global_filter.try_all(pairs)
         if not (own_ok and global_ok):
             mine.rollback(mark)
-            remaining = max(0.0, quota - mine.max_load())
+            spent = mine.max_load()
+            remaining = max(0.0, quota - spent)
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()
                 global_ok = state.global_filter.try_all(pairs)
@@ -811,6 +847,7 @@ class QueryService:
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
                 remaining=remaining,
+                spent_epsilon_delta=runtime.epsilon_delta(definition, state.params, spent),
                 quota_admits=own_ok,
                 global_admits=global_ok,
             )
@@ -845,8 +882,13 @@ class QueryService:
                 raise Conflict("this idempotency key is being used by a concurrent request")
             answers.append(Answer(charge=row.id, seq=row.seq, **answer))
             seqs.append(row.seq)
+        spent = mine.max_load()
         return BatchAnswer(
-            answers=answers, cost=cost, replayed=False, remaining=max(0.0, quota - mine.max_load())
+            answers=answers,
+            cost=cost,
+            replayed=False,
+            remaining=max(0.0, quota - spent),
+            spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, spent)),
         ), seqs
 
     def _session_open(
@@ -945,9 +987,12 @@ class QueryService:
             verdicts.append(f.try_all(pairs))
             f.rollback(sp)
         own_ok, global_ok = verdicts
+        definition = state.record.definition
+        batch = runtime.batch_cost(state.schema, pairs, definition)
         return CostEstimate(
-            cost=cost.model_copy(update={"batch": BatchCost(**runtime.batch_cost(state.schema, pairs))}),
+            cost=cost.model_copy(update={"batch": BatchCost(**batch)}),
             spent_after=after,
+            spent_after_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, after)),
             admissible=own_ok and global_ok,
             quota_admits=own_ok,
             global_admits=global_ok,

@@ -80,14 +80,17 @@ class _OneQuery(_Body):
 
 
 class QueryRequest(_OneQuery):
-    """One counting query; give the parameter of the data set's definition (``epsilon`` or ``rho``).
+    """One counting query; give the amount of the data set's definition (``epsilon``, ``rho``, ``mu`` or
+    ``epsilon_alpha``).
 
     With ``group_by`` it is a GROUP BY: one count per cell of the grouped attributes' domain (empty
     cells included), each charged the parameter; the cells are disjoint, so every row pays it once.
     ``where`` / ``conditions`` are then the filter and may be left out (every row)."""
 
-    epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
-    rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+    epsilon: float | None = Field(default=None, description="per-query epsilon (pure and approx data sets)")
+    rho: float | None = Field(default=None, description="per-query rho (zcdp and tcdp data sets)")
+    mu: float | None = Field(default=None, description="per-query mu (gdp data sets)")
+    epsilon_alpha: float | None = Field(default=None, description="per-query Renyi epsilon (rdp data sets)")
     group_by: list[str] | None = Field(
         default=None,
         description="GROUP BY these attributes: one answer per cell of their domain (as in workload files)",
@@ -131,8 +134,10 @@ class BatchRequest(_Body):
         "batch limit",
         examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
     )
-    epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
-    rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+    epsilon: float | None = Field(default=None, description="per-query epsilon (pure and approx data sets)")
+    rho: float | None = Field(default=None, description="per-query rho (zcdp and tcdp data sets)")
+    mu: float | None = Field(default=None, description="per-query mu (gdp data sets)")
+    epsilon_alpha: float | None = Field(default=None, description="per-query Renyi epsilon (rdp data sets)")
 
 
 class SparseVectorSession(_Body):
@@ -192,13 +197,50 @@ class DatasetRegistration(_Body):
     path: str
     schema_: dict[str, Any] = Field(alias="schema")
     engine: str = Field(default="duckdb", description="duckdb (default), pandas, polars or spark")
-    definition: str = Field(default="pure", description="'pure' (epsilon) or 'zcdp' (rho)")
-    budget: float = Field(description="the global budget over all analysts, in the definition's unit")
+    definition: str = Field(
+        default="pure",
+        description="pure (epsilon), zcdp (rho), gdp (mu), rdp (epsilon_alpha at the order alpha), "
+        "tcdp (rho, with omega) or approx (epsilon, with delta)",
+    )
+    budget: float = Field(description="the global budget over all analysts, in the definition's amount")
+    delta: float | None = Field(
+        default=None, description="delta of the (epsilon, delta) lines; approx: the budget's delta (1e-6)"
+    )
+    omega: float | None = Field(default=None, description="tcdp: the truncation order (> 1), required")
+    alpha: float | None = Field(default=None, description="rdp: the Renyi order (> 1), required")
+    composition: str | None = Field(
+        default=None, description="approx: 'advanced' (the default; 'optimal' is refused for adaptive use)"
+    )
+
+    def params(self) -> dict[str, Any]:
+        """The definition's parameters that were given."""
+        given = {
+            "delta": self.delta,
+            "omega": self.omega,
+            "alpha": self.alpha,
+            "composition": self.composition,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
 
 class BudgetUpdate(_Body):
     definition: str
     budget: float
+    delta: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
+    omega: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
+    alpha: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
+    composition: str | None = Field(default=None, description="as at registration (omitted: unchanged)")
+
+    def params(self) -> dict[str, Any] | None:
+        """The definition's parameters given, or None (keep the data set's)."""
+        given = {
+            "delta": self.delta,
+            "omega": self.omega,
+            "alpha": self.alpha,
+            "composition": self.composition,
+        }
+        out = {k: v for k, v in given.items() if v is not None}
+        return out or None
 
 
 class AnalystCreate(_Body):

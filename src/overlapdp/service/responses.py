@@ -2,7 +2,7 @@
 which the HTTP API declares as response models, so that ``/openapi.json`` describes every answer.
 
 - Fields that do not apply to an answer are left out of its JSON (not sent as ``null``): a cost names
-  ``epsilon`` on a pure-DP data set and ``rho`` on a zCDP one, a sparse-vector step has ``above`` and
+  the data set's amount (``epsilon``, ``rho``, ``mu`` or ``epsilon_alpha``), a sparse-vector step has ``above`` and
   ``positives_left``, a guess-and-check step ``ok`` and ``estimates_left``. A field that is ``null`` on
   the wire (``rows`` of a data set this instance cannot read, ``remaining`` of a replayed request) is
   declared nullable.
@@ -40,8 +40,9 @@ def omitted(description: str | None = None) -> Any:
 class ErrorBody(BaseModel):
     """A refused request: the exception's name and a one-line reason naming the field or attribute.
 
-    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota) and
-    ``quota_admits`` / ``global_admits`` (whether each budget alone would have paid).
+    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota),
+    ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta)) and ``quota_admits`` /
+    ``global_admits`` (whether each budget alone would have paid).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -64,13 +65,30 @@ class ValidationErrorBody(BaseModel):
 
 # -- data sets -------------------------------------------------------------------------------------
 
+#: The privacy definitions a data set may be served under (``overlapdp.service.runtime.SERVED``).
+DefinitionName = Literal["pure", "zcdp", "gdp", "rdp", "tcdp", "approx"]
+#: The amount of each: what budgets, quotas and per-query charges are given in.
+AmountName = Literal["epsilon", "rho", "mu", "epsilon_alpha"]
+
+
+class EpsilonDelta(Out):
+    """A spend, quota or budget as (epsilon, delta)-DP at the data set's ``delta`` (the library's safe
+    conversion of the data set's definition, MATH.md 5)."""
+
+    epsilon: float
+    delta: float
+
 
 class DatasetInfo(Out):
     """A data set as an analyst sees it."""
 
     name: str
-    definition: Literal["pure", "zcdp"]
-    parameter: Literal["epsilon", "rho"] = Field(description="the per-query parameter to give")
+    definition: DefinitionName
+    parameter: AmountName = Field(description="the per-query parameter to give (also the unit of budgets)")
+    parameters: dict[str, Any] = Field(
+        description="the definition's fixed parameters: delta (of every (epsilon, delta) line), "
+        "omega (tcdp), alpha (rdp), composition (approx)"
+    )
     schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
     available: bool = Field(description="whether this service instance can read the rows")
 
@@ -83,6 +101,7 @@ class AdminDatasetInfo(DatasetInfo):
     path: str
     engine: str
     budget: float
+    budget_epsilon_delta: EpsilonDelta
     rows: int | None = Field(description="null when this instance cannot read the rows")
 
 
@@ -90,17 +109,21 @@ class Guarantee(Out):
     """The guarantee over all analysts together (concurrent composition, MATH.md 3): the smaller of the
     data set's own per-row filter and the concurrent composition of the analysts' spends."""
 
-    definition: Literal["pure", "zcdp"]
+    definition: DefinitionName
     epsilon: float | None = omitted()
     rho: float | None = omitted()
+    mu: float | None = omitted()
+    epsilon_alpha: float | None = omitted()
     by_global_filter: float
-    by_concurrent_composition: float
+    by_concurrent_composition: float | None = omitted("left out for approximate DP (deltas would add)")
+    epsilon_delta: EpsilonDelta
 
 
 class DatasetStatus(AdminDatasetInfo):
     """Global spend (the worst row's load over all charges), remaining budget, spend per analyst."""
 
     spent: float
+    spent_epsilon_delta: EpsilonDelta
     remaining: float
     spent_by_analyst: dict[str, float]
     guarantee: Guarantee
@@ -111,10 +134,12 @@ class DatasetStatus(AdminDatasetInfo):
 
 
 class QuotaInfo(Out):
-    definition: Literal["pure", "zcdp"]
+    definition: DefinitionName
     quota: float
     spent: float = Field(description="the worst row's load of the analyst's charges (overlap-aware)")
     remaining: float
+    spent_epsilon_delta: EpsilonDelta
+    quota_epsilon_delta: EpsilonDelta
 
 
 class AnalystInfo(Out):
@@ -178,9 +203,11 @@ class Cost(Out):
     """The per-query parameter (``epsilon`` or ``rho``, after the data set's definition) and the number
     of queries; a dry run adds ``batch``."""
 
-    definition: Literal["pure", "zcdp"]
+    definition: DefinitionName
     epsilon: float | None = omitted()
     rho: float | None = omitted()
+    mu: float | None = omitted()
+    epsilon_alpha: float | None = omitted()
     queries: int
     batch: BatchCost | None = omitted()
 
@@ -206,6 +233,7 @@ class QueryAnswer(Answer):
     cost: Cost
     replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
     remaining: float | None
+    spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
 
 class GroupedAnswer(Out):
@@ -226,6 +254,7 @@ class BatchAnswer(Out):
     cost: Cost
     replayed: bool
     remaining: float | None = omitted("left out on a replayed request")
+    spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
 
 class CostEstimate(Out):
@@ -233,6 +262,7 @@ class CostEstimate(Out):
 
     cost: Cost
     spent_after: float = Field(description="the analyst's spend if the batch were charged now")
+    spent_after_epsilon_delta: EpsilonDelta
     admissible: bool
     quota_admits: bool
     global_admits: bool

@@ -3,13 +3,19 @@
 Everything the service needs from ``overlapdp.overlap``, ``overlapdp.privacy``, ``overlapdp.mechanisms``
 and ``overlapdp.engine`` goes through this module:
 
+- :data:`SERVED` / :data:`DEFINITIONS`: the definitions a data set can be served under, derived from the
+  library's measures (:data:`overlapdp.privacy.measures.MEASURES`): pure DP, zCDP, GDP, RDP at one order,
+  tCDP and approximate DP, each with its amount and fixed parameters (:func:`check_params`), and
+  :func:`epsilon_delta`, the (epsilon, delta) line of an amount (MATH.md 5);
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
-  set's privacy definition and the additive per-row load it puts on each row it covers;
+  set's privacy definition and the per-row load it puts on each row it covers;
 - :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
-  filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff the maximum over
-  rows of the sum of the loads of the charges covering the row stays within the budget, decided in EXACT
-  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": valid for pure DP (Rogers,
-  Roth, Ullman, Vadhan 2016) and for zCDP with per-row loads (Feldman and Zrnic 2021));
+  filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff every row's
+  composition of the loads of the charges covering it stays within the budget, decided in EXACT
+  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": pure DP (Rogers, Roth,
+  Ullman, Vadhan 2016), zCDP, tCDP and RDP with per-row loads (Feldman and Zrnic 2021), GDP (Smith and
+  Thakurta 2022; here the zCDP filter at rho = mu^2/2), approximate DP by the adaptive advanced / basic
+  rule (Whitehouse et al. 2023));
 - :data:`MAX_AMOUNT`, :func:`check_amount` and :func:`mechanism_for`: the ranges of budgets and
   per-query parameters (every calibrated noise scale finite and representable,
   :mod:`overlapdp.mechanisms.calibration`);
@@ -23,9 +29,10 @@ and ``overlapdp.engine`` goes through this module:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -42,16 +49,47 @@ from overlapdp.mechanisms import (
     noise_for,
 )
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.concurrent import concurrent_composition
-from overlapdp.privacy.definitions import ZCDP, PureDP, check_positive
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta, check_positive
+from overlapdp.privacy.measures import MEASURES, ApproxMeasure, FilterOptions, Measure
 from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
 from overlapdp.privacy.odometer import whole_domain
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-#: Privacy definitions a data set can be served under, and the name of each one's parameter.
-DEFINITIONS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho"}
+
+@dataclass(frozen=True)
+class Served:
+    """How the service serves one privacy definition (one :class:`~overlapdp.privacy.measures.Measure`).
+
+    ``amount``: the one number a data set's budget, an analyst's quota and a query's charge are given in
+    (the measure's first parameter); ``fixed``: the data set's other parameters, fixed at registration
+    (tCDP's ``omega``; RDP's order ``alpha``). Every data set also has a ``delta``, the delta of its
+    (epsilon, delta) lines (approximate DP: its budget's delta, also each quota's).
+    """
+
+    name: str
+    amount: str
+    fixed: tuple[str, ...] = ()
+
+
+def _served(m: Measure[Any]) -> Served:
+    if m.name == "rdp":
+        # The library's RDP budget is a curve on an order grid; the service keeps one number per budget,
+        # quota and charge, so it serves Renyi DP of ONE order alpha fixed by the data set (Mironov 2017,
+        # (alpha, epsilon)-RDP): the curve of that one order.
+        return Served(m.name, "epsilon_alpha", ("alpha",))
+    return Served(m.name, m.parameters[0], tuple(p for p in m.parameters[1:] if p != "delta"))
+
+
+#: The definitions a data set can be served under, from the library's measures (one source of truth).
+SERVED: dict[str, Served] = {m.name: _served(m) for m in MEASURES}
+#: Each definition's amount: the parameter of its budgets, quotas and per-query charges.
+DEFINITIONS: dict[str, str] = {name: d.amount for name, d in SERVED.items()}
+#: Every per-query parameter name a request may carry.
+AMOUNTS: tuple[str, ...] = tuple(dict.fromkeys(DEFINITIONS.values()))
+#: The delta of a data set's (epsilon, delta) lines when none is given.
+DEFAULT_DELTA = 1e-6
 
 
 def check_definition(definition: str) -> str:
@@ -60,6 +98,88 @@ def check_definition(definition: str) -> str:
             f"privacy definition {definition!r} is not served; use one of {', '.join(DEFINITIONS)}"
         )
     return definition
+
+
+def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A data set's fixed parameters, validated, with their defaults: ``delta`` (every definition,
+    default :data:`DEFAULT_DELTA`), ``omega`` (tCDP, required, > 1), ``alpha`` (RDP, required, > 1) and
+    ``composition`` (approximate DP: only ``"advanced"``, the filter valid under adaptive choice;
+    ``"optimal"`` is refused with :class:`AdaptivityError`, MATH.md 2, "Adaptive use")."""
+    served = SERVED[check_definition(definition)]
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    allowed = {"delta", *served.fixed} | ({"composition"} if definition == "approx" else set())
+    for k in given:
+        if k not in allowed:
+            raise BudgetError(
+                f"a {definition} data set has no parameter {str(k)[:40]!r}; its parameters are "
+                + ", ".join(repr(a) for a in sorted(allowed))
+            )
+    out: dict[str, Any] = {"delta": check_delta(_number("delta", given.get("delta", DEFAULT_DELTA)))}
+    if out["delta"] == 0:
+        raise BudgetError("delta must be greater than 0 (the delta of the data set's (epsilon, delta) lines)")
+    for name in served.fixed:
+        if name not in given:
+            raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
+        v = _number(name, given[name])
+        if not (1 < v <= MAX_AMOUNT):
+            raise BudgetError(
+                f"{name} must be a number > 1 and at most {MAX_AMOUNT:.0e}, got {given[name]!r}"
+            )
+        out[name] = v
+    if definition == "approx":
+        composition = given.get("composition", "advanced")
+        ApproxMeasure().rule(ApproxDP(1.0, out["delta"]), 1.0, FilterOptions(composition=composition))
+        out["composition"] = composition
+    return out
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BudgetError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def budget_of(definition: str, amount: float, params: Mapping[str, Any]) -> Any:
+    """The library budget of ``amount`` under the data set's definition and parameters."""
+    if definition == "pure":
+        return PureDP(amount)
+    if definition == "zcdp":
+        return ZCDP(amount)
+    if definition == "gdp":
+        return GDP(amount)
+    if definition == "rdp":
+        return RDP((params["alpha"],), (amount,))
+    if definition == "tcdp":
+        return TCDP(amount, params["omega"])
+    if definition == "approx":
+        return ApproxDP(amount, params["delta"])
+    raise BudgetError(f"privacy definition {definition!r} is not served")
+
+
+def epsilon_delta(definition: str, params: Mapping[str, Any], amount: float) -> dict[str, float]:
+    """``amount`` of the data set's definition as (epsilon, delta)-DP at the data set's delta (MATH.md 5,
+    the library's conversions, each safe): pure DP is epsilon itself; zCDP, tCDP (orders up to omega)
+    and one-order RDP by the RDP conversion (Balle et al. 2020 Thm. 21); GDP as the ``mu^2/2``-zCDP the
+    discrete Gaussian is declared as (:mod:`overlapdp.mechanisms.calibration`: GDP's own profile is not
+    claimed); approximate DP: the filter's epsilon already holds at the budget's delta."""
+    return {"epsilon": _epsilon_at(definition, _key(params), float(amount)), "delta": float(params["delta"])}
+
+
+def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon_at(definition: str, key: tuple[tuple[str, Any], ...], amount: float) -> float:
+    params = dict(key)
+    delta = params["delta"]
+    if amount <= 0:
+        return 0.0
+    if definition in ("pure", "approx"):
+        return amount
+    if definition == "gdp":
+        return float(ZCDP(_float_up(Fraction(amount) ** 2 / 2)).epsilon_at(delta))
+    return float(budget_of(definition, amount, params).epsilon_at(delta))
 
 
 #: Largest budget, quota or per-query parameter the service takes. It keeps every sum of loads the
@@ -78,46 +198,88 @@ def check_amount(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class Mechanism:
-    """The mechanism answering one count (sensitivity 1 under add/remove).
+    """The mechanism answering one count (sensitivity 1 under add/remove) and what it is charged.
 
-    ``pure``: the discrete Laplace calibrated to epsilon; ``zcdp``: the discrete Gaussian calibrated to
-    rho (MATH.md 6, Canonne, Kamath, Steinke 2020; calibration by ``overlapdp.mechanisms``, which rounds
-    scales up so that the declared guarantee holds).
+    ``parameter`` is the query's amount in the data set's definition, which is also its per-row load
+    (MATH.md 2, closed forms of comp). The noise (MATH.md 6; calibration by ``overlapdp.mechanisms``,
+    which rounds scales up so that the declared guarantee holds):
+
+    - pure DP and approximate DP: the discrete Laplace of ``epsilon`` (an (epsilon, 0) charge);
+    - zCDP and tCDP: the discrete Gaussian of ``rho`` (Canonne, Kamath, Steinke 2020), rho-zCDP, which is
+      (rho, inf)-tCDP (MATH.md 5, tCDP): every charge meets the budget's omega;
+    - GDP: the discrete Gaussian with sigma = 1/mu, DECLARED as mu^2/2-zCDP (no proof that it is mu-GDP is
+      known, :mod:`overlapdp.mechanisms.calibration`); the GDP filter's exact per-row test
+      sum mu^2 <= B^2 is the zCDP filter at rho = mu^2/2 exactly, so the data set is B^2/2-zCDP;
+    - RDP of order alpha: the discrete Gaussian of rho = epsilon_alpha / alpha rounded DOWN, whose
+      (alpha, alpha rho)-RDP is within the declared epsilon_alpha.
     """
 
     definition: str
     parameter: float
+    alpha: float = 0.0
 
     @property
-    def guarantee(self) -> PureDP | ZCDP:
-        return PureDP(self.parameter) if self.definition == "pure" else ZCDP(self.parameter)
+    def guarantee(self) -> PureDP | ZCDP | GDP:
+        """What the noise is calibrated to."""
+        if self.definition in ("pure", "approx"):
+            return PureDP(self.parameter)
+        if self.definition == "gdp":
+            return GDP(self.parameter)
+        if self.definition == "rdp":
+            return ZCDP(_float_down(Fraction(self.parameter) / Fraction(self.alpha)))
+        return ZCDP(self.parameter)
 
     def to_json(self) -> dict[str, Any]:
-        name = "discrete_laplace" if self.definition == "pure" else "discrete_gaussian"
-        return {"name": name, "definition": self.definition, DEFINITIONS[self.definition]: self.parameter}
+        name = "discrete_laplace" if self.definition in ("pure", "approx") else "discrete_gaussian"
+        out: dict[str, Any] = {
+            "name": name,
+            "definition": self.definition,
+            DEFINITIONS[self.definition]: self.parameter,
+        }
+        if self.definition == "rdp":
+            out["alpha"] = self.alpha
+            out["rho"] = self.guarantee.rho  # type: ignore[union-attr]
+        return out
 
 
-def mechanism_for(definition: str, parameter: float) -> Mechanism:
+def mechanism_for(definition: str, parameter: float, params: Mapping[str, Any] | None = None) -> Mechanism:
     """The mechanism for a per-query parameter, refused (:class:`BudgetError` naming the parameter)
     unless it lies in the service's range and its noise scale is representable
     (:func:`overlapdp.mechanisms.noise_for`: epsilon >= 2^-40, rho >= 2^-81)."""
     check_definition(definition)
-    mech = Mechanism(definition, check_amount(DEFINITIONS[definition], parameter))
-    noise_for(mech.guarantee)  # raises before anything is counted or drawn
+    alpha = float((params or {}).get("alpha", 0.0)) if definition == "rdp" else 0.0
+    mech = Mechanism(definition, check_amount(DEFINITIONS[definition], parameter), alpha)
+    try:
+        noise_for(mech.guarantee)  # raises before anything is counted or drawn
+    except BudgetError as exc:
+        if definition == "rdp":  # the message names rho: say which amount it came from
+            raise BudgetError(
+                f"epsilon_alpha = {parameter!r} is too small at alpha = {alpha!r} ({exc})"
+            ) from None
+        raise
     return mech
 
 
 def load_of(definition: str, parameter: float) -> float:
-    """The additive per-row load of one charge: epsilon (pure DP sums, MATH.md 2) or rho (zCDP sums)."""
+    """The additive per-row load of one charge: the query's amount itself (epsilon, rho, mu or
+    epsilon_alpha: each definition's per-row loads compose by its ``comp``, MATH.md 2)."""
     check_definition(definition)
     return float(parameter)
 
 
-def pure_to_definition(definition: str, epsilon: float) -> float:
-    """An epsilon-DP mechanism's cost under ``definition`` (pure to zCDP: rho = eps^2/2, MATH.md 5,
-    rounded UP to a float so that the charge is never below the exact cost)."""
+def pure_to_definition(definition: str, epsilon: float, params: Mapping[str, Any] | None = None) -> float:
+    """An epsilon-DP mechanism's (a session's) cost in the data set's amount, rounded UP from the exact
+    value (MATH.md 5): pure and approximate DP: epsilon; zCDP and tCDP: rho = eps^2/2 (Bun and Steinke
+    2016 Prop. 3.3; omega = inf); GDP: mu = epsilon, whose declared mu^2/2-zCDP is that same rho; RDP of
+    order alpha: min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3; Bun and Steinke 2016)."""
     check_definition(definition)
-    return epsilon if definition == "pure" else _float_up(Fraction(epsilon) ** 2 / 2)
+    if definition in ("pure", "approx", "gdp"):
+        return epsilon
+    half = Fraction(epsilon) ** 2 / 2
+    if definition == "rdp":
+        alpha = Fraction((params or {})["alpha"])
+        return _float_up(min(Fraction(epsilon), alpha * half))
+    return _float_up(half)
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -128,15 +290,24 @@ _ids = itertools.count()
 @dataclass(frozen=True)
 class Charged(PrivacyMechanism):
     """One charge as the service records it: its load under the data set's definition, declared
-    exactly as the float the ledger holds (``epsilon``-DP for ``pure``, ``rho``-zCDP for ``zcdp``)."""
+    exactly as the float the ledger holds (an ``epsilon``-DP, ``rho``-zCDP, ``mu``-GDP or
+    (alpha, ``epsilon_alpha``)-RDP guarantee; an approximate-DP charge is (epsilon, 0)). ``alpha``: the
+    data set's RDP order."""
 
     definition: str
     load: float
+    alpha: float = 0.0
     name = "charge"
 
     @property
-    def guarantee(self) -> PureDP | ZCDP:
-        return PureDP(self.load) if self.definition == "pure" else ZCDP(self.load)
+    def guarantee(self) -> PureDP | ZCDP | GDP | RDP:
+        if self.definition in ("pure", "approx"):
+            return PureDP(self.load)
+        if self.definition == "gdp":
+            return GDP(self.load)
+        if self.definition == "rdp":
+            return RDP((self.alpha,), (self.load,))
+        return ZCDP(self.load)
 
     def pure(self) -> PureDP | None:
         g = self.guarantee
@@ -145,6 +316,18 @@ class Charged(PrivacyMechanism):
     def zcdp(self) -> ZCDP | None:
         g = self.guarantee
         return g if isinstance(g, ZCDP) else None
+
+    def gdp(self) -> GDP | None:
+        g = self.guarantee
+        return g if isinstance(g, GDP) else None
+
+    def rdp(self, orders: Sequence[float] = (2.0,)) -> RDP | None:
+        g = self.guarantee
+        if not isinstance(g, RDP):
+            return None
+        if tuple(orders) != g.orders:
+            raise BudgetError(f"a charge of the data set's order {self.alpha!r} is known at that order only")
+        return g
 
     def epsilon_at(self, delta: float) -> float:
         return self.guarantee.epsilon_at(delta)
@@ -156,13 +339,9 @@ class Charged(PrivacyMechanism):
         return np.array([self.guarantee.delta_at(float(e)) for e in np.atleast_1d(epsilons)])
 
     def loss_range(self) -> tuple[float, float]:
-        if self.definition != "pure":
-            raise BudgetError("a zCDP charge has no bounded privacy loss: compose it as zCDP")
+        if not isinstance(self.guarantee, PureDP):
+            raise BudgetError("only a pure-DP charge has a bounded privacy loss")
         return (-self.load, self.load)
-
-
-def _budget_of(definition: str, amount: float) -> PureDP | ZCDP:
-    return PureDP(amount) if check_definition(definition) == "pure" else ZCDP(amount)
 
 
 class ServiceFilter:
@@ -170,18 +349,26 @@ class ServiceFilter:
     overlap-aware per-row filter of the library (MATH.md 2, "Adaptive use"): a charge is admitted iff
     every row's load stays within the budget in EXACT arithmetic of the declared float loads.
 
-    Loads are epsilon (``pure``) or rho (``zcdp``). A batch is admitted all or nothing
+    Loads are the data set's amount (epsilon, rho, mu, epsilon_alpha). The filter is the library's for
+    the definition's budget: per-row sums for pure DP (Rogers, Roth, Ullman, Vadhan 2016), zCDP, tCDP and
+    one-order RDP (Feldman and Zrnic 2021), sum mu^2 <= B^2 for GDP, and for approximate DP the adaptive
+    (advanced / basic combined) rule of :mod:`overlapdp.privacy.privacy_filter` (the optimal composition
+    is refused for adaptive use, :func:`check_params`). A batch is admitted all or nothing
     (:meth:`try_all`: a savepoint, each charge through the filter, a rollback on the first refusal);
     committed charges read back from the ledger go through :meth:`record`, which never refuses, so a
     restart replays the same exact loads through the same filter and reproduces the spend exactly. The
     budget may change (an admin raises or lowers it).
     """
 
-    def __init__(self, schema: Schema, definition: str, budget: float) -> None:
+    def __init__(
+        self, schema: Schema, definition: str, budget: float, params: Mapping[str, Any] | None = None
+    ) -> None:
         self.schema = schema
         self.definition = check_definition(definition)
+        self.params = dict(params) if params is not None else check_params(definition, _defaults(definition))
+        self._alpha = float(self.params.get("alpha", 0.0))
         self._budget = float(budget)
-        self._filter = PrivacyFilter(schema, _budget_of(definition, budget))
+        self._filter = PrivacyFilter(schema, budget_of(definition, budget, self.params))
         self._everything = whole_domain(schema)
 
     @property
@@ -191,11 +378,11 @@ class ServiceFilter:
     @budget.setter
     def budget(self, amount: float) -> None:
         if amount != self._budget:
-            self._filter.set_budget(_budget_of(self.definition, amount))
+            self._filter.set_budget(budget_of(self.definition, amount, self.params))
             self._budget = float(amount)
 
     def _charge(self, load: float) -> Charged:
-        return Charged(self.definition, load)
+        return Charged(self.definition, load, self._alpha)
 
     def try_all(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
         """Admit every charge or none (each one sees those before it)."""
@@ -226,8 +413,15 @@ class ServiceFilter:
         self._filter.release(savepoint)
 
     def max_load(self) -> float:
-        """The worst row's load: its exact value rounded up (a safe upper bound when the index is not
-        exact), :meth:`PrivacyFilter.spent`."""
+        """The spend in the data set's amount: the worst row's load, its exact value rounded up (a safe
+        upper bound when the index is not exact), :meth:`PrivacyFilter.spent`; GDP: sqrt of the worst
+        row's sum of mu^2; RDP: the worst row's sum at the one order; approximate DP: the filter's
+        epsilon at the budget's delta (:meth:`PrivacyFilter.value`)."""
+        if len(self._filter) == 0:
+            return 0.0
+        if self.definition == "rdp":
+            v = self._filter.value()
+            return float(v[0] if isinstance(v, tuple) else v)
         return self._filter.spent()
 
     def __len__(self) -> int:
@@ -237,23 +431,43 @@ class ServiceFilter:
 QuotaFilter = ServiceFilter
 
 
-def batch_cost(schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]]) -> dict[str, float]:
-    """What a batch costs on its own: overlap-aware (the worst row's load, MATH.md 2) and sequential, both
-    from the exact sums of the loads rounded up."""
-    alone = ServiceFilter(schema, "pure", 1.0)  # record() never refuses: the budget plays no part
+def batch_cost(
+    schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]], definition: str = "pure"
+) -> dict[str, float]:
+    """What a batch costs on its own in the data set's amount: overlap-aware (the worst row's
+    composition, MATH.md 2) and sequential, from the exact sums of the loads rounded up: sums, except
+    GDP (sqrt of the sum of mu^2). Approximate DP: basic composition (the sum of epsilons, a safe bound)."""
+    l2 = check_definition(definition) == "gdp"
+    alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
     for query, load in charges:
         alone.record(query, load)
-    sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
+    if l2:
+        total = sum((Fraction(x) ** 2 for _, x in charges), Fraction(0))
+        sequential = GDP.compose([GDP(x) for _, x in charges]).mu if total > 0 else 0.0
+    else:
+        sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
     return {"overlap": alone.max_load(), "sequential": sequential}
 
 
-def make_filter(schema: Schema, definition: str, budget: float) -> ServiceFilter:
-    return ServiceFilter(schema, definition, budget)
+def make_filter(
+    schema: Schema, definition: str, budget: float, params: Mapping[str, Any] | None = None
+) -> ServiceFilter:
+    return ServiceFilter(schema, definition, budget, params)
+
+
+def _defaults(definition: str) -> dict[str, Any]:
+    """Parameters for a filter built without a data set's (tests, :func:`batch_cost`)."""
+    return {"omega": math.inf, "alpha": 2.0} if definition in ("tcdp", "rdp") else {}
 
 
 def _float_up(x: Fraction) -> float:
     f = float(x)
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _float_down(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
 
 
 # -- noise ----------------------------------------------------------------------------------------
@@ -356,26 +570,41 @@ def _restore(mech: SparseVector | GuessAndCheck, state: dict[str, Any]) -> None:
 # -- the guarantee over all analysts ----------------------------------------------------------------
 
 
-def global_guarantee(definition: str, analyst_spent: list[float], global_spent: float) -> dict[str, Any]:
-    """The guarantee for all analysts together, even colluding and interleaving.
+def global_guarantee(
+    definition: str,
+    analyst_spent: list[float],
+    global_spent: float,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The guarantee for all analysts together, even colluding and interleaving, in the data set's amount,
+    with its (epsilon, delta) line.
 
     Two safe bounds, the smaller reported: the data set's own per-row filter over every charge (filters
     extend to concurrent composition, Haney et al. 2023, MATH.md 3), and the concurrent composition of
-    the analysts' spends (:func:`concurrent_composition`: pure DP sums, Vadhan and Wang 2021; zCDP sums,
-    Lyu 2022 Corollary 1).
+    the analysts' spends (MATH.md 3), rounded up from the exact value: pure DP sums (Vadhan and Wang
+    2021); zCDP and tCDP rho sum (Lyu 2022 Corollary 1; omega is the data set's for every analyst); RDP
+    sums at the order (Lyu 2022 Theorem 2); GDP as declared zCDP, mu^2/2 summing, so mu composes in l2.
+    Approximate DP: only the global filter (the analysts' deltas would add), ``by_concurrent_composition``
+    is left out.
     """
     check_definition(definition)
+    p = dict(params) if params is not None else _defaults(definition)
     name = DEFINITIONS[definition]
     spent = [s for s in analyst_spent if s > 0]
-    if spent:
-        members = [PureDP(s) if definition == "pure" else ZCDP(s) for s in spent]
-        g = concurrent_composition(members).guarantee
-        composed = float(g.epsilon if isinstance(g, PureDP) else g.rho)  # type: ignore[union-attr]
-    else:
+    composed: float | None
+    if definition == "approx":
+        composed = None
+    elif not spent:
         composed = 0.0
+    elif definition == "gdp":
+        composed = GDP.compose([GDP(s) for s in spent]).mu
+    else:
+        composed = _float_up(sum((Fraction(s) for s in spent), Fraction(0)))
+    value = global_spent if composed is None else min(global_spent, composed)
     return {
         "definition": definition,
-        name: min(global_spent, composed),
+        name: value,
         "by_global_filter": global_spent,
         "by_concurrent_composition": composed,
+        "epsilon_delta": epsilon_delta(definition, p, value),
     }

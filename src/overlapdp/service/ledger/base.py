@@ -32,7 +32,9 @@ LoadRow = tuple[int, str, str | None, float]
 
 @dataclass(frozen=True)
 class DatasetRecord:
-    """A registered data set: where its rows live, its schema, engine and global budget."""
+    """A registered data set: where its rows live, its schema, engine and global budget; ``params``: its
+    definition's fixed parameters (``delta``, tCDP's ``omega``, RDP's ``alpha``, ...), stored with the
+    definition (:func:`encode_definition`)."""
 
     name: str
     path: str
@@ -41,6 +43,7 @@ class DatasetRecord:
     definition: str
     budget: float
     created_at: float
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,10 @@ class LedgerStore(abc.ABC):
     def put_dataset(self, record: DatasetRecord) -> None: ...
 
     @abc.abstractmethod
-    def set_budget(self, name: str, definition: str, budget: float) -> None: ...
+    def set_budget(
+        self, name: str, definition: str, budget: float, params: dict[str, Any] | None = None
+    ) -> None:
+        """Change the budget; the definition or its parameters only while the data set has no charges."""
 
     @abc.abstractmethod
     def get_dataset(self, name: str) -> DatasetRecord | None: ...
@@ -230,6 +236,17 @@ class LedgerStore(abc.ABC):
             if len(rows) < page:
                 return
             after = rows[-1].seq
+
+
+def encode_definition(definition: str, params: dict[str, Any] | None) -> str:
+    """The ledger's ``definition`` column: the name, then the parameters' canonical JSON (if any), so that
+    a ledger written before parameters existed reads back unchanged."""
+    return definition if not params else f"{definition} {dumps(params)}"
+
+
+def decode_definition(text: str) -> tuple[str, dict[str, Any]]:
+    name, _, rest = text.partition(" ")
+    return name, (json.loads(rest) if rest else {})
 
 
 def dumps(obj: Any) -> str:

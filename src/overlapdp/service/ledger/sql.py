@@ -24,7 +24,9 @@ from overlapdp.service.ledger.base import (
     LoadRow,
     NewCharge,
     SessionRecord,
+    decode_definition,
     dumps,
+    encode_definition,
     loads,
 )
 
@@ -80,8 +82,9 @@ def charge_from_row(row: Sequence[Any]) -> ChargeRecord:
 
 def dataset_from_row(row: Sequence[Any]) -> DatasetRecord:
     name, path, schema, engine, definition, budget, created = row
+    defn, params = decode_definition(str(definition))
     return DatasetRecord(
-        str(name), str(path), loads(schema), str(engine), str(definition), float(budget), float(created)
+        str(name), str(path), loads(schema), str(engine), defn, float(budget), float(created), params
     )
 
 
@@ -186,29 +189,33 @@ class SQLLedger(LedgerStore):
                     record.path,
                     dumps(record.schema),
                     record.engine,
-                    record.definition,
+                    encode_definition(record.definition, record.params),
                     record.budget,
                     record.created_at or time.time(),
                 ),
             )
 
-    def set_budget(self, name: str, definition: str, budget: float) -> None:
+    def set_budget(
+        self, name: str, definition: str, budget: float, params: dict[str, Any] | None = None
+    ) -> None:
         with self._tx(write=True) as conn:
             record = self._lock_dataset(conn, name)
             if record is None:
                 raise LedgerError(f"unknown data set {name!r}")
-            if (
-                definition != record.definition
-                and self._exec(conn, "SELECT 1 FROM charges WHERE dataset = ? LIMIT 1", (name,)).fetchone()
-            ):
+            params = record.params if params is None else params
+            if (definition, params) != (record.definition, record.params) and self._exec(
+                conn, "SELECT 1 FROM charges WHERE dataset = ? LIMIT 1", (name,)
+            ).fetchone():
+                # The charges' loads are in the definition's amount and were admitted under its
+                # parameters: read under others they could under-report (e.g. rho read as epsilon).
                 raise LedgerError(
                     f"data set {name!r} already has charges under {record.definition!r}; "
-                    "its privacy definition can no longer change"
+                    "its privacy definition and parameters can no longer change"
                 )
             self._exec(
                 conn,
                 "UPDATE datasets SET definition = ?, budget = ? WHERE name = ?",
-                (definition, budget, name),
+                (encode_definition(definition, params), budget, name),
             )
 
     def get_dataset(self, name: str) -> DatasetRecord | None:

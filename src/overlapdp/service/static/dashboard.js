@@ -123,7 +123,7 @@ async function refreshLedger() {
       cell(tr, r.analyst);
       cell(tr, r.kind);
       cell(tr, r.query && r.query.text ? r.query.text : r.query ? JSON.stringify(r.query.conditions || r.query) : "(whole table)");
-      cell(tr, r.cost ? fmt(r.cost.epsilon ?? r.cost.rho ?? r.cost.load, "up") : "");
+      cell(tr, r.cost ? fmt(r.cost.load ?? r.cost.epsilon ?? r.cost.rho ?? r.cost.mu ?? r.cost.epsilon_alpha, "up") : "");
       cell(tr, new Date(r.created_at * 1000).toLocaleTimeString());
       return tr;
     })
