@@ -25,11 +25,11 @@ import httpx
 import mpmath
 import pytest
 from fastapi.testclient import TestClient
-from test_service_support import ADMIN_TOKEN, REPO, free_port, write_adult
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded
 from overlapdp.privacy.definitions import RDP, TCDP, ZCDP
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger, runtime
+from support.service import ADMIN_TOKEN, REPO, free_port, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 DELTA = 1e-6
