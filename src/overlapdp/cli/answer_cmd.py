@@ -83,7 +83,7 @@ def answer(
         epsilon=epsilon,
     )
     with open_engine(engine, sch, data) as eng:
-        result = answer_workload(eng, list(workload), plan)
+        result = answer_workload(eng, list(workload), plan, aggregates=workload.aggregates or None)
     if result.domain.rows_outside:
         warn(result.domain.describe())
     if not plan.gamma_exact:

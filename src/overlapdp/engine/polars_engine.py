@@ -20,6 +20,7 @@ from overlapdp.engine.sql import MISSING, OUTSIDE
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Clipping
 from overlapdp.schema import (
     Attribute,
     BinnedAttribute,
@@ -158,6 +159,7 @@ class PolarsEngine(Engine):
         ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(schema))])
         self.encoded = enc.with_columns(ok.alias("ok"))
         self._inside = self.encoded.filter(pl.col("ok"))
+        self._sum_input = (lazy, kinds)  # the raw frame for sums over raw numbers
 
     def _check_numbers(self, lazy: pl.LazyFrame, kinds: list[str]) -> None:
         checks = [
@@ -233,6 +235,42 @@ class PolarsEngine(Engine):
         for start in range(0, max(self._inside.height, 1), CHUNK_ROWS):
             part = self._inside.slice(start, CHUNK_ROWS)
             yield {p: part[f"c{p}"].to_numpy() for p in positions}
+
+    def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        lazy, kinds = self._sum_input
+        lo, hi = clipping.units
+        codes = [
+            _code(a, pl.col(a.name), k).alias(f"c{j}")
+            for j, (a, k) in enumerate(zip(self.schema, kinds, strict=True))
+        ]
+        raw = pl.col(clipping.column)
+        if kinds[self.schema.position(clipping.column)] == "bool":
+            raw = raw.cast(pl.Int64)
+        # k(v) = min(max(floor(v/step + 1/2), L), H) in doubles, as numpy and SQL compute it.
+        units = (
+            (raw.cast(pl.Float64, strict=False) / float(clipping.step) + 0.5)
+            .floor()
+            .clip(float(lo), float(hi))
+            .cast(pl.Int64)
+            .alias("u")
+        )
+        ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(self.schema))])
+        try:
+            inside = lazy.select([*codes, units]).filter(ok).collect()
+        except pl.exceptions.PolarsError as exc:
+            raise DataError(f"cannot read the data with Polars ({type(exc).__name__})") from None
+        out: list[int] = []
+        for start in range(0, len(queries), _CHUNK):
+            exprs = []
+            for i, q in enumerate(queries[start : start + _CHUNK]):
+                cond: pl.Expr = pl.lit(True)
+                for pos, cov in q.constraints:
+                    cond = cond & _condition(pl.col(f"c{pos}"), cov)
+                exprs.append(
+                    pl.when(cond).then(pl.col("u").cast(pl.Int128)).otherwise(0).sum().alias(f"q{i}")
+                )
+            out.extend(int(v or 0) for v in inside.select(exprs).row(0))
+        return out
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         out: list[int] = []

@@ -6,6 +6,11 @@ Any other key is an error (a misspelt ``"wieght"`` would otherwise be silently i
 ``"text"``, the condition as written, which the service's ledger records next to ``"conditions"`` and
 which is ignored here. Types are strict: ``"weight": "2"`` or ``true`` is an error. Blank lines and
 lines starting with ``#`` are skipped.
+
+A line may also say what it aggregates (:mod:`overlapdp.query.aggregate`): ``"aggregate"`` (``"count"``,
+the default, ``"sum"`` or ``"mean"``), ``"of"`` (the numeric attribute), ``"bounds"`` (``[lo, hi]``,
+declared clipping bounds; else the bounds declared for the attribute, else an error) and ``"step"``
+(the resolution, default 1). :attr:`Workload.aggregates` holds them, one per query.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
+from overlapdp.query.aggregate import AGGREGATE_KEYS, COUNT, Aggregate, parse_aggregate
 from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.jsonform import parse_conditions
 from overlapdp.query.sql import parse_where
@@ -63,8 +69,12 @@ class Workload(Sequence[PredicateQuery]):
 
     schema: Schema
     queries: tuple[PredicateQuery, ...]
+    #: One aggregate per query (empty: every query is a count).
+    aggregates: tuple[Aggregate, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.aggregates and len(self.aggregates) != len(self.queries):
+            raise WorkloadError("a workload needs one aggregate per query (or none: all counts)")
         seen: set[str] = set()
         for q in self.queries:
             if q.id is None:
@@ -75,25 +85,49 @@ class Workload(Sequence[PredicateQuery]):
 
     @staticmethod
     def of(schema: Schema, specs: Iterable[str | Mapping[str, Any] | PredicateQuery]) -> Workload:
-        """Build from condition strings, JSON objects or queries; missing ids become ``q1, q2, ...``."""
+        """Build from condition strings, JSON objects or queries; missing ids become ``q1, q2, ...``.
+        A JSON object may carry the aggregate keys of a workload line (``aggregate``, ``of``, ...)."""
         queries = []
+        aggregates: list[Aggregate] = []
         for i, spec in enumerate(specs, start=1):
-            q = spec if isinstance(spec, PredicateQuery) else parse_query(schema, spec)
+            agg = COUNT
+            if isinstance(spec, Mapping) and any(k in spec for k in AGGREGATE_KEYS):
+                rest = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
+                q = parse_query(schema, rest)
+                agg = parse_aggregate(
+                    schema, {k: spec[k] for k in AGGREGATE_KEYS if k in spec}, label=query_label(q.id)
+                )
+            else:
+                q = spec if isinstance(spec, PredicateQuery) else parse_query(schema, spec)
             queries.append(q if q.id is not None else q.with_id(f"q{i}"))
-        return Workload(schema, tuple(queries))
+            aggregates.append(agg)
+        if all(a == COUNT for a in aggregates):
+            aggregates = []
+        return Workload(schema, tuple(queries), tuple(aggregates))
 
     @staticmethod
-    def read_jsonl(schema: Schema, path: str | Path) -> Workload:
+    def read_jsonl(
+        schema: Schema, path: str | Path, *, declared: Mapping[str, Sequence[float]] | None = None
+    ) -> Workload:
+        """A JSON Lines workload; ``declared`` maps attributes to clipping bounds ``[lo, hi(, step)]``
+        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`)."""
         p = Path(path)
         try:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise WorkloadError(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
-        return Workload.from_lines(schema, lines, source=str(p))
+        return Workload.from_lines(schema, lines, source=str(p), declared=declared)
 
     @staticmethod
-    def from_lines(schema: Schema, lines: Iterable[str], *, source: str = "<workload>") -> Workload:
+    def from_lines(
+        schema: Schema,
+        lines: Iterable[str],
+        *,
+        source: str = "<workload>",
+        declared: Mapping[str, Sequence[float]] | None = None,
+    ) -> Workload:
         queries = []
+        aggregates: list[Aggregate] = []
         for n, line in enumerate(lines, start=1):
             text = line.strip()
             if not text or text.startswith("#"):
@@ -106,21 +140,33 @@ class Workload(Sequence[PredicateQuery]):
                 raise WorkloadError(f"{source} line {n}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{source} line {n}: expected a JSON object")
+            agg_spec = {k: obj.pop(k) for k in AGGREGATE_KEYS if k in obj}
             try:
                 q = parse_query(schema, obj, id=f"line{n}" if "id" not in obj else None)
+                agg = parse_aggregate(schema, agg_spec, declared=declared, label=query_label(q.id))
             except OverlapDPError as exc:
                 raise with_prefix(exc, f"{source} line {n}: ") from None
             queries.append(q)
-        return Workload(schema, tuple(queries))
+            aggregates.append(agg)
+        if all(a == COUNT for a in aggregates):
+            aggregates = []
+        return Workload(schema, tuple(queries), tuple(aggregates))
 
     def write_jsonl(self, path: str | Path) -> None:
         with Path(path).open("w", encoding="utf-8") as fh:
-            for q in self.queries:
-                fh.write(json.dumps(q.to_json()) + "\n")
+            for i, q in enumerate(self.queries):
+                line = q.to_json()
+                if self.aggregates and self.aggregates[i] != COUNT:
+                    line.update(self.aggregates[i].to_json())
+                fh.write(json.dumps(line) + "\n")
 
     @property
     def ids(self) -> list[str]:
         return [q.id or "" for q in self.queries]
+
+    def aggregate(self, i: int) -> Aggregate:
+        """The aggregate of query ``i`` (a count unless the workload says otherwise)."""
+        return self.aggregates[i] if self.aggregates else COUNT
 
     @property
     def weights(self) -> list[float]:
