@@ -160,9 +160,9 @@ def add_sum_noise(
     step = Fraction(clipping.step)
     return [
         NoisySum(
-            value=float(step * c.value),
-            low=float_down(step * c.low),
-            high=float_up(step * c.high),
+            value=_scaled(step, c.value, 0),
+            low=_scaled(step, c.low, -1),
+            high=_scaled(step, c.high, 1),
             level=lv,
             units=c.value,
             units_low=c.low,
@@ -175,6 +175,14 @@ def add_sum_noise(
         )
         for c in counts
     ]
+
+
+def _scaled(step: Fraction, units: int, direction: int) -> float:
+    """``step * units`` as a float: nearest (0), rounded down (-1) or up (1); exact when it can be."""
+    if step.denominator == 1 and abs(step.numerator * units) < 2**53:
+        return float(step.numerator * units)  # an exact float: no rounding either way
+    x = step * units
+    return float(x) if direction == 0 else float_down(x) if direction < 0 else float_up(x)
 
 
 def mean_of(
