@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli_helpers import run
 from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.audit import audit_epsilon
 from overlapdp.engine import open_engine
@@ -412,3 +414,51 @@ def test_sql_aggregates(text: str, want: tuple[str, str | None]) -> None:
 def test_bad_sql_aggregates_are_errors(text: str) -> None:
     with pytest.raises(QueryError):
         parse_sql_aggregate(SCHEMA, text)
+
+
+@pytest.mark.slow
+def test_spark_sums_equal_pandas_clipped_sums() -> None:
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java")
+    from overlapdp.engine.spark_engine import SparkEngine, spark_session
+
+    d = small_frame(1)
+    qs = [parse_where(SCHEMA, text) for text, _ in CONDITIONS]
+    session = spark_session()
+    for clip in (Clipping("age", -20, 40), Clipping("hours", 0.5, 50, 0.5)):
+        with SparkEngine.from_frame(SCHEMA, d, spark=session) as eng:
+            got = eng.sums(qs, clip)
+        with open_engine("pandas", SCHEMA, d) as eng:
+            assert got == eng.sums(qs, clip)
+    want = [pandas_truth(d, m(d), "age", -20, 40)[0] for _, m in CONDITIONS]
+    with SparkEngine.from_frame(SCHEMA, d, spark=session) as eng:
+        assert eng.sums(qs, Clipping("age", -20, 40)) == want
+
+
+def test_cli_answers_sums_with_bounds_declared_in_the_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = SCHEMA.to_json()
+    doc["attributes"][0]["bounds"] = [20, 60]  # age: declared by the data owner, used by the mean
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    (tmp_path / "q.jsonl").write_text(
+        '{"id": "n", "where": "age >= 30"}\n'
+        '{"id": "h", "where": "age >= 30", "aggregate": "sum", "of": "hours", "bounds": [0, 99]}\n'
+        '{"id": "m", "where": "TRUE", "aggregate": "mean", "of": "age"}\n'
+    )
+    d = integer_hours()
+    d.to_csv(tmp_path / "d.csv", index=False)
+    args = ["answer", "--schema", str(tmp_path / "s.json"), "--data", str(tmp_path / "d.csv")]
+    args += ["--queries", str(tmp_path / "q.jsonl"), "--budget", "3", "--definition", "pure", "--json"]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    answers = json.loads(out)["answers"]
+    assert [a.get("aggregate", "count") for a in answers] == ["count", "sum", "mean"]
+    assert answers[2]["bounds"] == [20, 60]
+    lo, hi = answers[2]["error_bar"]["low"], answers[2]["error_bar"]["high"]
+    assert 20 <= lo <= hi <= 60
+    (tmp_path / "bad.jsonl").write_text('{"where": "TRUE", "aggregate": "sum", "of": "hours"}\n')
+    args[args.index(str(tmp_path / "q.jsonl"))] = str(tmp_path / "bad.jsonl")
+    code, out, err = run(args, capsys)
+    assert code == 2 and "'bounds' missing" in err

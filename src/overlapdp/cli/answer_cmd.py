@@ -22,6 +22,7 @@ from overlapdp.display import decimal, spent
 from overlapdp.engine import open_engine
 from overlapdp.engine.registry import EngineName
 from overlapdp.query import Workload
+from overlapdp.query.aggregate import load_declared_bounds
 from overlapdp.schema import Schema
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
@@ -70,7 +71,7 @@ def answer(
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
     sch = Schema.load(schema)
-    workload = Workload.read_jsonl(sch, queries)
+    workload = Workload.read_jsonl(sch, queries, declared=load_declared_bounds(schema))
     # Every check (budget, definition, workload, data file, columns, values) happens before any noise.
     plan = plan_answers(
         list(workload),

@@ -20,17 +20,19 @@ attribute's value is its integer, a binned attribute's value is the row's raw nu
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Literal
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from overlapdp.errors import QueryError
+from overlapdp.errors import QueryError, SchemaError
 from overlapdp.schema import BinnedAttribute, IntAttribute, Schema
 
 AggregateKind = Literal["count", "sum", "mean"]
@@ -179,6 +181,33 @@ def parse_aggregate(
     except QueryError as exc:
         raise QueryError(f"{label}{exc}") from None
     return Aggregate(kind, clip)
+
+
+def declared_bounds(schema_json: Any) -> dict[str, list[float]]:
+    """Clipping bounds declared in a schema's JSON: an attribute object of the ``{"attributes": [...]}``
+    form may carry ``"bounds": [lo, hi]`` and ``"step": s`` for sums and means of it
+    (``{"name": "hours_per_week", "type": "int", "min": 1, "max": 99, "bounds": [0, 99]}``). Checked
+    when a query uses them (:func:`parse_aggregate`); the shape is checked here (:class:`SchemaError`)."""
+    out: dict[str, list[float]] = {}
+    items = schema_json.get("attributes") if isinstance(schema_json, Mapping) else None
+    if not isinstance(items, list):
+        return out
+    for item in items:
+        if not isinstance(item, Mapping) or "bounds" not in item:
+            continue
+        name, bounds = item.get("name"), item["bounds"]
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise SchemaError(f"attribute {name!r}: 'bounds' must be a list [lo, hi] of two numbers")
+        out[str(name)] = [*bounds, *([item["step"]] if "step" in item else [])]
+    return out
+
+
+def load_declared_bounds(path: str | Path) -> dict[str, list[float]]:
+    """:func:`declared_bounds` of a schema file (an unreadable file is left to ``Schema.load``)."""
+    try:
+        return declared_bounds(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
 
 
 def parse_sql_aggregate(schema: Schema, text: str) -> tuple[AggregateKind, str | None]:
