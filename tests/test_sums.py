@@ -275,10 +275,18 @@ def engine_sum(frame: pd.DataFrame, clip: Clipping) -> int:
         return eng.sums([parse_where(schema, "TRUE")], clip)[0]
 
 
-def sum_sampler(s0: int, s1: int, clip: Clipping, budget: PureDP, neighbouring: str = "add_remove"):
+def sum_sampler(
+    s0: int,
+    s1: int,
+    clip: Clipping,
+    budget: PureDP,
+    neighbouring: str = "add_remove",
+    covers_all: bool = False,
+):
     def sampler(which: int, n: int, src: RandomSource) -> list[int]:
         s = s0 if which == 0 else s1
-        return [a.units for a in add_sum_noise([s] * n, clip, budget, neighbouring=neighbouring, rng=src)]  # type: ignore[arg-type]
+        out = add_sum_noise([s] * n, clip, budget, neighbouring=neighbouring, covers_all=covers_all, rng=src)  # type: ignore[arg-type]
+        return [a.units for a in out]  # type: ignore[arg-type]
 
     return sampler
 
@@ -399,7 +407,9 @@ def test_replace_one_sensitivity_is_the_width_and_add_remove_the_larger_magnitud
     c = Clipping("x", -30, 10)
     assert c.sensitivity("add_remove") == 30 and c.sensitivity("replace") == 40
     c2 = Clipping("x", 1.5, 4.5, 0.5)
-    assert c2.units == (3, 9) and c2.sensitivity("add_remove") == 9 and c2.sensitivity("replace") == 6
+    assert c2.units == (3, 9) and c2.sensitivity("add_remove") == 9
+    # Replacing a row may take it out of the query's rows: the whole contribution 9, not H - L = 6.
+    assert c2.sensitivity("replace") == 9 and c2.sensitivity("replace", covers_all=True) == 6
 
 
 @pytest.mark.parametrize(
@@ -462,3 +472,34 @@ def test_cli_answers_sums_with_bounds_declared_in_the_schema(
     args[args.index(str(tmp_path / "q.jsonl"))] = str(tmp_path / "bad.jsonl")
     code, out, err = run(args, capsys)
     assert code == 2 and "'bounds' missing" in err
+
+
+@on_both_sources_os_slow
+def test_sum_audit_replace_one_row_leaving_the_query_with_positive_bounds(kind: str) -> None:
+    """Bounds [10, 20]: replacing a row at 20 inside ``age >= 30`` by one outside removes 20 from the sum,
+    twice H - L. The default replace-one sensitivity holds; H - L alone (``covers_all``) is flagged."""
+    schema = Schema((IntAttribute("age", 0, 99), IntAttribute("x", 0, 99)))
+    q = parse_where(schema, "age >= 30")
+    clip, eps = Clipping("x", 10, 20), 1.0
+    d0 = pd.DataFrame({"age": [40, 50, 20], "x": [15, 99, 5]})
+    d1 = d0.copy()
+    d1.loc[1, "age"] = 25  # the row at x = 99 (clipped to 20) leaves the query's rows
+    sums = []
+    for d in (d0, d1):
+        with open_engine("duckdb", schema, d) as eng:
+            sums.append(eng.sums([q], clip)[0])
+    assert sums[0] - sums[1] == 20
+    ok = audit_epsilon(
+        sum_sampler(sums[0], sums[1], clip, PureDP(eps), "replace"),
+        runs=60_000,
+        rng=source(kind, 25),
+        confidence=confidence_for(kind),
+    )
+    assert not ok.flags(eps)
+    wrong = audit_epsilon(
+        sum_sampler(sums[0], sums[1], clip, PureDP(eps), "replace", covers_all=True),
+        runs=60_000,
+        rng=source(kind, 26),
+        confidence=confidence_for(kind),
+    )
+    assert wrong.flags(eps)

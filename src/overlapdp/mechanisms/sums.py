@@ -3,7 +3,8 @@
 A sum of attribute ``c`` over a query's rows, each value clipped to DECLARED bounds ``[lo, hi]`` and
 rounded to the declared resolution ``step`` (:class:`~overlapdp.query.aggregate.Clipping`), is an
 integer ``S`` in units of ``step``; one row moves it by at most ``Delta = max(|L|, |H|)`` (add/remove)
-or ``H - L`` (replace-one-row), ``L = lo/step``, ``H = hi/step``. The exact integer noise of
+or ``max(H - L, |L|, |H|)`` (replace-one-row; ``H - L`` if the query covers every row), ``L = lo/step``,
+``H = hi/step`` (:meth:`~overlapdp.query.aggregate.Clipping.sensitivity`). The exact integer noise of
 :mod:`overlapdp.mechanisms.calibration` at sensitivity ``Delta`` makes the release ``step * (S + Z)``
 exactly as private as a count is at sensitivity 1 under the same budget: discrete Laplace of scale
 ``Delta/epsilon`` is ``epsilon``-DP, discrete Gaussian with ``sigma^2 = Delta^2/(2 rho)`` is
@@ -142,15 +143,17 @@ def add_sum_noise(
     budget: CountBudget,
     *,
     neighbouring: Neighbouring = "add_remove",
+    covers_all: bool = False,
     level: float = 0.95,
     ids: Sequence[str | None] | None = None,
     rng: RngLike = None,
     served: bool = False,
 ) -> list[NoisySum]:
     """Noisy versions of exact clipped sums (in units of ``clipping.step``, as the engines' ``sums``
-    return them), each ``budget``-private under ``neighbouring`` (module doc)."""
+    return them), each ``budget``-private under ``neighbouring`` (module doc; ``covers_all``: the queries
+    cover every row, which lowers the replace-one sensitivity to ``H - L``)."""
     lv = _check_level(level)
-    delta = clipping.sensitivity(neighbouring)
+    delta = clipping.sensitivity(neighbouring, covers_all=covers_all)
     try:
         noise = noise_for(budget, delta)
     except BudgetError as exc:

@@ -9,8 +9,9 @@ Granularity (MATH.md 6): the exact samplers add integer noise, so a value ``v`` 
 integer ``k(v) = min(max(floor(v/s + 1/2), L), H)`` in units of the declared resolution ``s`` (``step``,
 default 1), with ``L = lo/s`` and ``H = hi/s``, which must be integers (to a relative ``1e-9``; the
 nearest integers are used). The released sum is ``s`` times a noisy integer. ``|L|, |H| <= 2^40``.
-Sensitivity of the sum in units of ``s`` (MATH.md 2): ``max(|L|, |H|)`` when a row is added or removed,
-``H - L`` when one row is replaced.
+Sensitivity of the sum in units of ``s`` (MATH.md 2): ``max(|L|, |H|)`` when a row is added or removed;
+when one row is replaced, ``H - L`` for a query covering every row and ``max(H - L, |L|, |H|)`` otherwise
+(the row may leave or enter the query's rows).
 
 The clipping bounds come from the workload line or, when it has none, from ``declared`` (bounds the
 data owner declared per attribute, e.g. in the schema); a sum without bounds is an error naming the
@@ -88,14 +89,17 @@ class Clipping:
         s = Fraction(self.step)
         return round(Fraction(self.lo) / s), round(Fraction(self.hi) / s)
 
-    def sensitivity(self, neighbouring: Neighbouring = "add_remove") -> int:
-        """The sum's sensitivity in units of ``step`` (MATH.md 2): ``max(|L|, |H|)`` for add/remove, ``H - L``
-        for replace-one-row. At least 1 (a zero sensitivity would be a count of nothing; never less noise)."""
+    def sensitivity(self, neighbouring: Neighbouring = "add_remove", *, covers_all: bool = False) -> int:
+        """The sum's sensitivity in units of ``step`` (MATH.md 2). Add/remove: ``max(|L|, |H|)`` (one row's
+        contribution). Replace-one-row: ``max(H - L, |L|, |H|)``, because the replaced row may move into or
+        out of the query's coverage, which changes the sum by a whole contribution (with ``0 < L``, e.g.
+        bounds ``[10, 20]``, that is 20, more than ``H - L = 10``); ``H - L`` only for a query that covers
+        every row (``covers_all``). At least 1 (never less noise than a count)."""
         lo, hi = self.units
         if neighbouring == "add_remove":
             return max(1, abs(lo), abs(hi))
         if neighbouring == "replace":
-            return max(1, hi - lo)
+            return max(1, hi - lo) if covers_all else max(1, hi - lo, abs(lo), abs(hi))
         raise QueryError(f"unknown neighbouring relation {neighbouring!r}; use 'add_remove' or 'replace'")
 
     def to_json(self) -> dict[str, Any]:
