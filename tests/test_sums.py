@@ -503,3 +503,14 @@ def test_sum_audit_replace_one_row_leaving_the_query_with_positive_bounds(kind: 
         confidence=confidence_for(kind),
     )
     assert wrong.flags(eps)
+
+
+def test_exact_count_command_refuses_sum_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    SCHEMA.save(tmp_path / "s.json")
+    (tmp_path / "q.jsonl").write_text(
+        '{"id": "h", "where": "TRUE", "aggregate": "sum", "of": "age", "bounds": [0, 9]}\n'
+    )
+    small_frame().to_csv(tmp_path / "d.csv", index=False)
+    args = ["count", "--exact", "--schema", str(tmp_path / "s.json"), "--data", str(tmp_path / "d.csv")]
+    code, _, err = run([*args, "--queries", str(tmp_path / "q.jsonl")], capsys)
+    assert code == 2 and "asks for a sum" in err
