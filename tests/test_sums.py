@@ -514,3 +514,28 @@ def test_exact_count_command_refuses_sum_lines(tmp_path: Path, capsys: pytest.Ca
     args = ["count", "--exact", "--schema", str(tmp_path / "s.json"), "--data", str(tmp_path / "d.csv")]
     code, _, err = run([*args, "--queries", str(tmp_path / "q.jsonl")], capsys)
     assert code == 2 and "asks for a sum" in err
+
+
+def test_missing_values_contribute_nothing_to_a_sum_on_every_path() -> None:
+    """SQL semantics for NULL: today such rows are outside the domain; the value mapping alone must
+    also skip them (DuckDB's GREATEST(NULL, L) is L, which would count a missing value as lo)."""
+    import duckdb
+    import polars as pl
+
+    from overlapdp.engine import sql
+    from overlapdp.engine.aggregates import clip_units, units_sql
+    from overlapdp.engine.polars_engine import units_expr
+
+    clip = Clipping("v", 10, 20)
+    values = [float("nan"), 5.0, 15.4, 99.0]
+    assert clip_units(values, clip).tolist() == [0, 10, 15, 20]
+    con = duckdb.connect()
+    con.register("t", pd.DataFrame({"v": values}))
+    expr = units_sql(sql.DUCKDB, "v", "float", clip)
+    assert [r[0] for r in con.execute(f"SELECT {expr} FROM t").fetchall()] == [None, 10, 15, 20]
+    nulls = con.execute(f"SELECT {units_sql(sql.DUCKDB, 'v', 'int', clip)} FROM (SELECT NULL::INT AS v)")
+    assert nulls.fetchall() == [(None,)]
+    con.close()
+    frame = pl.DataFrame({"v": [None, float("nan"), 5.0, 15.4, 99.0]})
+    assert frame.select(units_expr(clip, "float").alias("u"))["u"].to_list() == [None, None, 10, 15, 20]
+    assert clip_units(frame.to_pandas()["v"], clip).tolist() == [0, 0, 10, 15, 20]

@@ -29,12 +29,14 @@ from overlapdp.schema import Schema
 
 
 def clip_units(values: npt.ArrayLike, clipping: Clipping) -> npt.NDArray[np.int64]:
-    """``k(v)`` of every value (NaN maps to ``L``; callers only pass in-domain rows, which have none)."""
+    """``k(v)`` of every value; a missing value (NaN) contributes nothing (0), as NULL in SQL's ``SUM``.
+
+    (Today a row missing its value lies outside the domain and matches no query anyway; this keeps
+    sums right if missing values become part of a domain.)"""
     lo, hi = clipping.units
     v = np.asarray(values, dtype=np.float64)
-    k = np.floor(v / float(clipping.step) + 0.5)
-    k = np.nan_to_num(k, nan=float(lo), posinf=float(hi), neginf=float(lo))
-    return np.clip(k, lo, hi).astype(np.int64)
+    k = np.clip(np.floor(v / float(clipping.step) + 0.5), lo, hi)  # NaN stays NaN; +-inf clip to H, L
+    return np.where(np.isnan(k), 0.0, k).astype(np.int64)
 
 
 def raw_numbers(frame: pd.DataFrame, column: str) -> npt.NDArray[np.float64]:
@@ -84,7 +86,11 @@ def units_sql(dialect: sql.Dialect, column: str, kind: sql.ColumnKind, clipping:
     v = f"TRY_CAST({q} AS DOUBLE)" if kind == "string" else f"CAST({q} AS DOUBLE)"
     step = f"CAST({float(clipping.step)!r} AS DOUBLE)"
     k = f"floor({v} / {step} + CAST(0.5 AS DOUBLE))"
-    return f"CAST(LEAST(GREATEST({k}, {lo}), {hi}) AS BIGINT)"
+    # LEAST / GREATEST skip NULLs in DuckDB and Spark, so a missing value must be kept NULL explicitly.
+    return (
+        f"CASE WHEN {v} IS NULL OR {dialect.is_nan(v)} THEN NULL "
+        f"ELSE CAST(LEAST(GREATEST({k}, {lo}), {hi}) AS BIGINT) END"
+    )
 
 
 def sums_select(

@@ -115,6 +115,19 @@ def _condition(code: pl.Expr, values: IndexSet) -> pl.Expr:
     return out
 
 
+def units_expr(clipping: Clipping, kind: str) -> pl.Expr:
+    """``k(v) = min(max(floor(v/step + 1/2), L), H)`` of the raw column in doubles, as numpy and SQL
+    compute it (:mod:`overlapdp.engine.aggregates`); a missing value (null, NaN) stays null, so it
+    contributes nothing, as NULL in SQL's ``SUM``."""
+    lo, hi = clipping.units
+    raw = pl.col(clipping.column)
+    if kind == "bool":
+        raw = raw.cast(pl.Int64)
+    v = raw.cast(pl.Float64, strict=False)
+    k = (v / float(clipping.step) + 0.5).floor().clip(float(lo), float(hi))
+    return pl.when(v.is_null() | v.is_nan()).then(None).otherwise(k).cast(pl.Int64)
+
+
 class PolarsEngine(Engine):
     """Exact counts over a Polars DataFrame (a LazyFrame is collected once, encoded)."""
 
@@ -238,22 +251,11 @@ class PolarsEngine(Engine):
 
     def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
         lazy, kinds = self._sum_input
-        lo, hi = clipping.units
         codes = [
             _code(a, pl.col(a.name), k).alias(f"c{j}")
             for j, (a, k) in enumerate(zip(self.schema, kinds, strict=True))
         ]
-        raw = pl.col(clipping.column)
-        if kinds[self.schema.position(clipping.column)] == "bool":
-            raw = raw.cast(pl.Int64)
-        # k(v) = min(max(floor(v/step + 1/2), L), H) in doubles, as numpy and SQL compute it.
-        units = (
-            (raw.cast(pl.Float64, strict=False) / float(clipping.step) + 0.5)
-            .floor()
-            .clip(float(lo), float(hi))
-            .cast(pl.Int64)
-            .alias("u")
-        )
+        units = units_expr(clipping, kinds[self.schema.position(clipping.column)]).alias("u")
         ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(self.schema))])
         try:
             inside = lazy.select([*codes, units]).filter(ok).collect()
