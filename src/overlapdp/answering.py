@@ -400,6 +400,7 @@ def _answer_json(a: NoisyAnswer | NoisySum | NoisyMean) -> dict[str, Any]:
     }
     if isinstance(a, NoisySum):
         out.update(aggregate="sum", **a.clipping.to_json())
+        out.update(sensitivity=a.sensitivity * a.clipping.step, noise=a.noise.describe(), noise_std=a.std)
     elif isinstance(a, NoisyMean):
         out.update(aggregate="mean", **a.sum.clipping.to_json())
         out["parts"] = {

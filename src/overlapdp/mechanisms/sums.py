@@ -154,8 +154,8 @@ def add_sum_noise(
     cover every row, which lowers the replace-one sensitivity to ``H - L``)."""
     lv = _check_level(level)
     delta = clipping.sensitivity(neighbouring, covers_all=covers_all)
-    try:
-        noise = noise_for(budget, delta)
+    try:  # checked first so that the error names the sum
+        noise_for(budget, delta)
     except BudgetError as exc:
         raise BudgetError(f"sum of {clipping.column!r} (sensitivity {delta} steps): {exc}") from None
     source = resolve_source(rng, served=served)
@@ -172,7 +172,7 @@ def add_sum_noise(
             units_high=c.high,
             clipping=clipping,
             sensitivity=delta,
-            noise=noise,
+            noise=c.noise,  # the noise actually drawn
             guarantee=c.guarantee,
             query_id=c.query_id,
         )
