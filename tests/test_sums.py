@@ -452,6 +452,7 @@ def test_spark_sums_equal_pandas_clipped_sums() -> None:
     from overlapdp.engine.spark_engine import SparkEngine, spark_session
 
     d = small_frame(1)
+    d.loc[0, "hours"] = 1e300  # outside the domain: its clipped value must not overflow Spark's floor
     qs = [parse_where(SCHEMA, text) for text, _ in CONDITIONS]
     session = spark_session()
     for clip in (Clipping("age", -20, 40), Clipping("hours", 0.5, 50, 0.5)):

@@ -85,12 +85,13 @@ def units_sql(dialect: sql.Dialect, column: str, kind: sql.ColumnKind, clipping:
         q = f"CAST({q} AS INTEGER)"
     v = f"TRY_CAST({q} AS DOUBLE)" if kind == "string" else f"CAST({q} AS DOUBLE)"
     step = f"CAST({float(clipping.step)!r} AS DOUBLE)"
-    k = f"floor({v} / {step} + CAST(0.5 AS DOUBLE))"
-    # LEAST / GREATEST skip NULLs in DuckDB and Spark, so a missing value must be kept NULL explicitly.
-    return (
-        f"CASE WHEN {v} IS NULL OR {dialect.is_nan(v)} THEN NULL "
-        f"ELSE CAST(LEAST(GREATEST({k}, {lo}), {hi}) AS BIGINT) END"
-    )
+    x = f"{v} / {step} + CAST(0.5 AS DOUBLE)"
+    # floor(min(max(x, L), H)) equals min(max(floor(x), L), H) for integers L, H, and clamping first
+    # keeps floor's result small (Spark's floor returns BIGINT, which 1e300 would overflow; the value is
+    # computed for rows outside the domain too, before they are filtered out). LEAST / GREATEST skip
+    # NULLs in DuckDB and Spark, so a missing value is kept NULL explicitly.
+    bounded = f"LEAST(GREATEST({x}, CAST({lo} AS DOUBLE)), CAST({hi} AS DOUBLE))"
+    return f"CASE WHEN {v} IS NULL OR {dialect.is_nan(v)} THEN NULL ELSE CAST(floor({bounded}) AS BIGINT) END"
 
 
 def sums_select(
