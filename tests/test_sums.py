@@ -543,7 +543,7 @@ def test_missing_values_contribute_nothing_to_a_sum_on_every_path() -> None:
 
     from overlapdp.engine import sql
     from overlapdp.engine.aggregates import clip_units, units_sql
-    from overlapdp.engine.polars_engine import units_expr
+    from overlapdp.engine.polars_engine import raw_number
 
     clip = Clipping("v", 10, 20)
     values = [float("nan"), 5.0, 15.4, 99.0]
@@ -556,5 +556,28 @@ def test_missing_values_contribute_nothing_to_a_sum_on_every_path() -> None:
     assert nulls.fetchall() == [(None,)]
     con.close()
     frame = pl.DataFrame({"v": [None, float("nan"), 5.0, 15.4, 99.0]})
-    assert frame.select(units_expr(clip, "float").alias("u"))["u"].to_list() == [None, None, 10, 15, 20]
+    raw = frame.select(raw_number(clip, "float").alias("v"))["v"].to_numpy()
+    assert clip_units(raw, clip).tolist() == [0, 0, 10, 15, 20]
     assert clip_units(frame.to_pandas()["v"], clip).tolist() == [0, 0, 10, 15, 20]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    step=st.sampled_from([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 0.001]),
+    lo_k=st.integers(-300, 300),
+    width=st.integers(1, 600),
+)
+def test_engines_agree_on_random_steps_and_bounds(seed: int, step: float, lo_k: int, width: int) -> None:
+    """Rounding to the step is the same IEEE computation on every engine, ties and all."""
+    d = small_frame(seed, rows=120)
+    rng = np.random.default_rng(seed)
+    d.loc[:40, "hours"] = np.round(rng.uniform(0, 99.99, 41) / step) * step + step / 2  # exact halves
+    lo, hi = lo_k * step, (lo_k + width) * step
+    clip = Clipping("hours", lo, hi, step)
+    qs = [parse_where(SCHEMA, text) for text, _ in CONDITIONS]
+    got = set()
+    for name in ENGINES:
+        with open_engine(name, SCHEMA, d) as eng:
+            got.add(tuple(eng.sums(qs, clip)))
+    assert len(got) == 1

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from overlapdp.engine.aggregates import clip_units
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.sql import MISSING, OUTSIDE
@@ -115,17 +116,15 @@ def _condition(code: pl.Expr, values: IndexSet) -> pl.Expr:
     return out
 
 
-def units_expr(clipping: Clipping, kind: str) -> pl.Expr:
-    """``k(v) = min(max(floor(v/step + 1/2), L), H)`` of the raw column in doubles, as numpy and SQL
-    compute it (:mod:`overlapdp.engine.aggregates`); a missing value (null, NaN) stays null, so it
-    contributes nothing, as NULL in SQL's ``SUM``."""
-    lo, hi = clipping.units
+def raw_number(clipping: Clipping, kind: str) -> pl.Expr:
+    """The summed column as doubles (null when missing or not a number). The clipped units are then
+    computed by numpy (:func:`overlapdp.engine.aggregates.clip_units`): Polars rewrites ``v / step`` as
+    a multiplication by ``1/step``, which rounds differently (``8.95 / 0.1 + 0.5`` is
+    ``89.99999999999999`` in IEEE division, ``90`` through the reciprocal)."""
     raw = pl.col(clipping.column)
     if kind == "bool":
         raw = raw.cast(pl.Int64)
-    v = raw.cast(pl.Float64, strict=False)
-    k = (v / float(clipping.step) + 0.5).floor().clip(float(lo), float(hi))
-    return pl.when(v.is_null() | v.is_nan()).then(None).otherwise(k).cast(pl.Int64)
+    return raw.cast(pl.Float64, strict=False)
 
 
 class PolarsEngine(Engine):
@@ -255,12 +254,14 @@ class PolarsEngine(Engine):
             _code(a, pl.col(a.name), k).alias(f"c{j}")
             for j, (a, k) in enumerate(zip(self.schema, kinds, strict=True))
         ]
-        units = units_expr(clipping, kinds[self.schema.position(clipping.column)]).alias("u")
+        raw = raw_number(clipping, kinds[self.schema.position(clipping.column)]).alias("v")
         ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(self.schema))])
         try:
-            inside = lazy.select([*codes, units]).filter(ok).collect()
+            inside = lazy.select([*codes, raw]).filter(ok).collect()
         except pl.exceptions.PolarsError as exc:
             raise DataError(f"cannot read the data with Polars ({type(exc).__name__})") from None
+        values = inside["v"].to_numpy()  # nulls become NaN, which contribute nothing
+        inside = inside.with_columns(pl.Series("u", clip_units(values, clipping), dtype=pl.Int64))
         out: list[int] = []
         for start in range(0, len(queries), _CHUNK):
             exprs = []
