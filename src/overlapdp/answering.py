@@ -26,6 +26,13 @@ the declared definition (MATH.md 5: pure DP's randomized-response profile, Canon
 zCDP, which GDP budgets are declared as). A budget may instead be given as a target ``epsilon`` at
 ``delta``: :func:`calibrate_budget` finds the largest total budget whose conversion is at most it.
 
+Sums and means (:mod:`overlapdp.mechanisms.sums`): a query whose aggregate is a clipped sum or mean
+gets the SAME per-query budget as a count; its noise is calibrated to the sum's sensitivity (declared
+bounds, add/remove: ``max(|lo|, |hi|)`` in units of the step), so its privacy parameter, and hence its
+weight in the per-row accounting, is that per-query budget, like a count's (MATH.md 2, weighted
+overlap: a row pays the parameters of the queries covering it, whatever they aggregate). A mean spends
+half on a noisy sum and half on a noisy count of the same rows and is charged once.
+
 Everything that can be wrong with the input is checked BEFORE any noise is drawn: :func:`plan_answers`
 validates the budget, definition, accounting and level and computes ``gamma``; the caller then opens the
 data (bad files and columns fail there) and :func:`answer_workload` counts and only then adds noise.
@@ -42,8 +49,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
-from overlapdp.mechanisms.randomness import RngLike
+from overlapdp.mechanisms.randomness import RngLike, resolve_source
+from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
+from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
@@ -385,20 +394,17 @@ class WorkloadAnswers:
     (:meth:`overlapdp.query.Workload.groups`); the JSON form gives those cells ``"family"`` and
     ``"group"``, and :meth:`frame` one row per cell."""
 
-    answers: list[NoisyAnswer]
+    answers: list[NoisyAnswer | NoisySum | NoisyMean]
     plan: AnswerPlan
     groups: dict[str, tuple[str, GroupLabels]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = []
         for a in self.answers:
-            item: dict[str, Any] = {"id": a.query_id}
+            item = _answer_json(a)
             cell = self.groups.get(a.query_id or "")
-            if cell is not None:
-                item["family"] = cell[0]
-                item["group"] = dict(cell[1])
-            item["answer"] = a.value
-            item["error_bar"] = {"level": a.level, "low": a.low, "high": a.high}
+            if cell is not None:  # a GROUP BY cell: its family and labels right after its id
+                item = {"id": item.pop("id"), "family": cell[0], "group": dict(cell[1]), **item}
             out.append(item)
         return {"answers": out, "privacy": self.plan.to_json()}
 
@@ -430,6 +436,31 @@ class WorkloadAnswers:
         return pd.DataFrame(rows, columns=columns)
 
 
+def _answer_json(a: NoisyAnswer | NoisySum | NoisyMean) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": a.query_id,
+        "answer": a.value,
+        "error_bar": {"level": a.level, "low": a.low, "high": a.high},
+    }
+    if isinstance(a, NoisySum):
+        out.update(aggregate="sum", **a.clipping.to_json())
+        out.update(sensitivity=a.sensitivity * a.clipping.step, noise=a.noise.describe(), noise_std=a.std)
+    elif isinstance(a, NoisyMean):
+        out.update(aggregate="mean", **a.sum.clipping.to_json())
+        out["parts"] = {
+            "split": "half the query's budget each",
+            "sum": {
+                "answer": a.sum.value,
+                "error_bar": {"level": a.sum.level, "low": a.sum.low, "high": a.sum.high},
+            },
+            "count": {
+                "answer": a.count.value,
+                "error_bar": {"level": a.count.level, "low": a.count.low, "high": a.count.high},
+            },
+        }
+    return out
+
+
 def answer_workload(
     engine: Engine | Any,
     queries: Sequence[PredicateQuery],
@@ -437,8 +468,13 @@ def answer_workload(
     *,
     rng: RngLike = None,
     served: bool = False,
+    aggregates: Sequence[Aggregate] | None = None,
 ) -> WorkloadAnswers:
     """Exact counts once from ``engine``, then independent exact noise at the plan's per-query budget.
+
+    ``aggregates`` (one per query, e.g. :attr:`overlapdp.query.Workload.aggregates`; default: a
+    workload's own, else all counts) makes some queries clipped sums or means
+    (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's add/remove sensitivity.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
     :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
@@ -451,6 +487,12 @@ def answer_workload(
     qs = list(queries)
     if len(qs) != plan.queries:
         raise AnswerError("the plan was made for another workload")
+    if aggregates is None:
+        aggregates = getattr(queries, "aggregates", None) or None
+    if aggregates is not None and any(a != COUNT for a in aggregates):
+        return _answer_aggregates(
+            engine, qs, list(aggregates), plan, rng=rng, served=served, groups=_groups(queries)
+        )
     if isinstance(engine, Engine):
         counts = engine.counts(qs)
     else:
@@ -458,7 +500,8 @@ def answer_workload(
             raise AnswerError("the workload is empty")
         with open_data(engine, qs[0].schema) as opened:
             counts = opened.counts(qs)
-    answers = add_noise(
+    answers: list[NoisyAnswer | NoisySum | NoisyMean] = []
+    answers += add_noise(
         counts,
         plan.per_query_budget,
         level=plan.level,
@@ -466,7 +509,99 @@ def answer_workload(
         rng=rng,
         served=served,
     )
+    return WorkloadAnswers(answers, plan, _groups(queries))
+
+
+def _groups(queries: Any) -> dict[str, tuple[str, GroupLabels]]:
+    """The GROUP BY cells of a :class:`~overlapdp.query.Workload` (none for a plain list of queries)."""
     from overlapdp.query import Workload
 
-    groups = queries.groups() if isinstance(queries, Workload) else {}
+    return queries.groups() if isinstance(queries, Workload) else {}
+
+
+def check_aggregates(plan: AnswerPlan, aggregates: Sequence[Aggregate]) -> None:
+    """Every sum's and mean's noise can be calibrated at the plan's per-query budget (a too-small budget
+    for a large sensitivity is a :class:`BudgetError` naming the attribute), before any data is read or
+    noise drawn."""
+    budget = plan.per_query_budget
+    for a in dict.fromkeys(aggregates):
+        if a.clipping is None:
+            continue
+        delta = a.clipping.sensitivity("add_remove")
+        part = budget if a.kind == "sum" else split_budget(budget)
+        try:
+            noise_for(part, delta)
+            if a.kind == "mean":
+                noise_for(part, 1)
+        except BudgetError as exc:
+            raise BudgetError(
+                f"{a.kind} of {a.clipping.column!r} (sensitivity {delta} steps of {a.clipping.step!r}): {exc}"
+            ) from None
+
+
+def _exact_aggregates(
+    eng: Engine, qs: list[PredicateQuery], aggs: list[Aggregate]
+) -> tuple[list[int], dict[Clipping, list[int]]]:
+    """Exact counts of every query and exact clipped sums (units of step) per clipping, in one place."""
+    counts = eng.counts(qs)
+    sums: dict[Clipping, list[int]] = {}
+    for clip in dict.fromkeys(a.clipping for a in aggs if a.clipping is not None):
+        idx = [i for i, a in enumerate(aggs) if a.clipping == clip]
+        got = eng.sums([qs[i] for i in idx], clip)
+        full = [0] * len(qs)
+        for i, v in zip(idx, got, strict=True):
+            full[i] = v
+        sums[clip] = full
+    return counts, sums
+
+
+def _answer_aggregates(
+    engine: Engine | Any,
+    qs: list[PredicateQuery],
+    aggs: list[Aggregate],
+    plan: AnswerPlan,
+    *,
+    rng: RngLike,
+    served: bool,
+    groups: dict[str, tuple[str, GroupLabels]],
+) -> WorkloadAnswers:
+    """Counts, sums and means of a mixed workload: all exact values first (data problems surface before
+    any noise), then independent noise per query at the plan's per-query budget."""
+    if len(aggs) != len(qs):
+        raise AnswerError("give one aggregate per query")
+    from overlapdp.engine.base import Engine
+    from overlapdp.engine.inputs import open_data
+
+    check_aggregates(plan, aggs)
+    if isinstance(engine, Engine):
+        counts, sums = _exact_aggregates(engine, qs, aggs)
+    else:
+        if not qs:
+            raise AnswerError("the workload is empty")
+        with open_data(engine, qs[0].schema) as opened:
+            counts, sums = _exact_aggregates(opened, qs, aggs)
+    source = resolve_source(rng, served=served)
+    budget = plan.per_query_budget
+    answers: list[NoisyAnswer | NoisySum | NoisyMean] = []
+    for q, a, i in zip(qs, aggs, range(len(qs)), strict=True):
+        if a.clipping is None:
+            answers.extend(add_noise([counts[i]], budget, level=plan.level, ids=[q.id], rng=source))
+        elif a.kind == "sum":
+            answers.extend(
+                add_sum_noise(
+                    [sums[a.clipping][i]], a.clipping, budget, level=plan.level, ids=[q.id], rng=source
+                )
+            )
+        else:
+            answers.extend(
+                add_mean_noise(
+                    [sums[a.clipping][i]],
+                    [counts[i]],
+                    a.clipping,
+                    budget,
+                    level=plan.level,
+                    ids=[q.id],
+                    rng=source,
+                )
+            )
     return WorkloadAnswers(answers, plan, groups)

@@ -65,10 +65,11 @@ def answer(
     from overlapdp.answering import answer_workload, plan_answers
     from overlapdp.engine import open_engine
     from overlapdp.query import Workload
+    from overlapdp.query.aggregate import load_declared_bounds
     from overlapdp.schema import Schema
 
     sch = Schema.load(schema)
-    workload = Workload.read_jsonl(sch, queries)
+    workload = Workload.read_jsonl(sch, queries, declared=load_declared_bounds(schema))
     # Every check (budget, definition, workload, data file, columns, values) happens before any noise.
     plan = plan_answers(
         list(workload),

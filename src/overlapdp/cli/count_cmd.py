@@ -32,6 +32,9 @@ def count(
         raise OverlapDPError("count without noise needs --exact (exact counts are not private)")
     sch = Schema.load(schema)
     workload = Workload.read_jsonl(sch, queries)
+    for q, agg in zip(workload, workload.aggregates, strict=False):
+        if agg.kind != "count":  # never print a count where a sum or mean was asked for
+            raise OverlapDPError(f"query {q.id!r} asks for a {agg.kind}; 'count' gives exact counts only")
     with open_engine(engine, sch, data) as eng:
         counts = eng.counts(list(workload))
         report = eng.report

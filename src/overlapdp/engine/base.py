@@ -37,6 +37,7 @@ from overlapdp.engine.bitmaps import bitmap_counts, needed_positions
 from overlapdp.errors import DataError, OutsideDomainError
 from overlapdp.overlap.atoms import Atoms, compute_atoms
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Clipping, check_summable
 from overlapdp.schema import Schema
 
 Method = Literal["auto", "histogram", "conditional", "bitmap"]
@@ -155,6 +156,11 @@ class Engine(ABC):
         the engine does not export them (it then counts by conditional sums)."""
         return None
 
+    def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        """Exact clipped sums (in units of ``clipping.step``) of non-contradictory queries over the
+        in-domain rows (:mod:`overlapdp.engine.aggregates`); engines that cannot sum say so."""
+        raise DataError(f"the {self.name} engine cannot compute sums")
+
     def close(self) -> None:
         """Release engine resources (connections, cached tables); the engine is unusable afterwards."""
         return None
@@ -229,6 +235,25 @@ class Engine(ABC):
         cells, weights = self._histogram(atoms)
         answers = answer_from_histogram(atoms, cells, weights, histogram_columns(atoms, qs))
         return [int(a) for a in answers]
+
+    def sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        """Exact clipped sum of ``clipping.column`` over each query's rows, as integers in units of
+        ``clipping.step`` (:mod:`overlapdp.engine.aggregates`, MATH.md 6): the rows a count of the query
+        counts, each contributing ``min(max(floor(v/step + 1/2), L), H)``. NOT private."""
+        qs = list(queries)
+        for q in qs:
+            if q.schema is not self.schema and q.schema != self.schema:
+                raise DataError(
+                    f"query {q.id or q.describe()!r} was built on another schema than the engine's data"
+                )
+        check_summable(self.schema, clipping.column)
+        out = [0] * len(qs)
+        live = [i for i, q in enumerate(qs) if not q.is_contradiction]
+        if live:
+            got = self._conditional_sums([qs[i] for i in live], clipping)
+            for i, s in zip(live, got, strict=True):
+                out[i] = int(s or 0)
+        return out
 
     def _histogram_fits(self, atoms: Atoms, queries: Sequence[PredicateQuery]) -> bool:
         """Whether the histogram path is expected to be cheaper than conditional sums.

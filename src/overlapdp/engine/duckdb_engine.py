@@ -96,6 +96,7 @@ class DuckDBEngine(SqlEngine):
         self.con.execute(f"CREATE OR REPLACE TEMP {kind} {table} AS {select}")
         self._table = table
         self._materialized = materialize
+        self._sum_source = (source, kinds)
 
     # -- constructors --------------------------------------------------------------------------------
     @classmethod

@@ -11,12 +11,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from overlapdp.engine.aggregates import clip_units, encoded_sums, raw_numbers
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.engine.encoding import encode_frame
 from overlapdp.engine.exact import exact_counts
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Clipping
 from overlapdp.schema import Schema, read_table
 from overlapdp.schema.attributes import MISSING, OUTSIDE
 
@@ -51,6 +53,7 @@ class PandasEngine(Engine):
         super().__init__(schema, histogram_limit=histogram_limit)
         self.table = encode_frame(schema, frame)
         self._ok_codes = self.table.codes[self.table.in_domain]
+        self._frame = frame  # raw numbers for sums (a reference, not a copy)
 
     @classmethod
     def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PandasEngine:
@@ -87,6 +90,10 @@ class PandasEngine(Engine):
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         return exact_counts(queries, self.table)
+
+    def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        units = clip_units(raw_numbers(self._frame, clipping.column), clipping)
+        return encoded_sums(self.table, units, queries, clipping)
 
     def _code_chunks(self, positions: Sequence[int]) -> Iterable[dict[int, npt.NDArray[np.integer]]]:
         codes = self._ok_codes

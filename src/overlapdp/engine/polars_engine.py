@@ -15,11 +15,13 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from overlapdp.engine.aggregates import clip_units
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.engine.bitmaps import CHUNK_ROWS
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Clipping
 from overlapdp.schema import (
     Attribute,
     BinnedAttribute,
@@ -120,6 +122,17 @@ def _condition(code: pl.Expr, values: IndexSet) -> pl.Expr:
     return out
 
 
+def raw_number(clipping: Clipping, kind: str) -> pl.Expr:
+    """The summed column as doubles (null when missing or not a number). The clipped units are then
+    computed by numpy (:func:`overlapdp.engine.aggregates.clip_units`): Polars rewrites ``v / step`` as
+    a multiplication by ``1/step``, which rounds differently (``8.95 / 0.1 + 0.5`` is
+    ``89.99999999999999`` in IEEE division, ``90`` through the reciprocal)."""
+    raw = pl.col(clipping.column)
+    if kind == "bool":
+        raw = raw.cast(pl.Int64)
+    return raw.cast(pl.Float64, strict=False)
+
+
 class PolarsEngine(Engine):
     """Exact counts over a Polars DataFrame (a LazyFrame is collected once, encoded)."""
 
@@ -164,6 +177,7 @@ class PolarsEngine(Engine):
         ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(schema))])
         self.encoded = enc.with_columns(ok.alias("ok"))
         self._inside = self.encoded.filter(pl.col("ok"))
+        self._sum_input = (lazy, kinds)  # the raw frame for sums over raw numbers
 
     def _check_numbers(self, lazy: pl.LazyFrame, kinds: list[str]) -> None:
         checks = [
@@ -239,6 +253,33 @@ class PolarsEngine(Engine):
         for start in range(0, max(self._inside.height, 1), CHUNK_ROWS):
             part = self._inside.slice(start, CHUNK_ROWS)
             yield {p: part[f"c{p}"].to_numpy() for p in positions}
+
+    def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        lazy, kinds = self._sum_input
+        codes = [
+            _code(a, pl.col(a.name), k).alias(f"c{j}")
+            for j, (a, k) in enumerate(zip(self.schema, kinds, strict=True))
+        ]
+        raw = raw_number(clipping, kinds[self.schema.position(clipping.column)]).alias("v")
+        ok = pl.all_horizontal([pl.col(f"c{j}") >= 0 for j in range(len(self.schema))])
+        try:
+            inside = lazy.select([*codes, raw]).filter(ok).collect()
+        except pl.exceptions.PolarsError as exc:
+            raise DataError(f"cannot read the data with Polars ({type(exc).__name__})") from None
+        values = inside["v"].to_numpy()  # nulls become NaN, which contribute nothing
+        inside = inside.with_columns(pl.Series("u", clip_units(values, clipping), dtype=pl.Int64))
+        out: list[int] = []
+        for start in range(0, len(queries), _CHUNK):
+            exprs = []
+            for i, q in enumerate(queries[start : start + _CHUNK]):
+                cond: pl.Expr = pl.lit(True)
+                for pos, cov in q.constraints:
+                    cond = cond & _condition(pl.col(f"c{pos}"), cov)
+                exprs.append(
+                    pl.when(cond).then(pl.col("u").cast(pl.Int128)).otherwise(0).sum().alias(f"q{i}")
+                )
+            out.extend(int(v or 0) for v in inside.select(exprs).row(0))
+        return out
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         out: list[int] = []

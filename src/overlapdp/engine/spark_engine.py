@@ -94,6 +94,7 @@ class SparkEngine(SqlEngine):
             self._table = f"overlapdp_encoded_{n}"
             encoded.createOrReplaceTempView(self._table)
             self._source = source
+            self._sum_source = (source, kinds)
         except _spark_errors() as exc:
             raise DataError(f"cannot read {label} with Spark ({type(exc).__name__})") from None
 

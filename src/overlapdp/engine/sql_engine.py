@@ -10,10 +10,12 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.engine import sql
+from overlapdp.engine.aggregates import sums_select
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Clipping
 from overlapdp.schema import Schema
 
 # Conditional sums per SQL statement: large enough to share the scan, small enough to compile fast.
@@ -33,6 +35,8 @@ class SqlEngine(Engine):
     def __init__(self, schema: Schema, *, histogram_limit: int = DEFAULT_HISTOGRAM_LIMIT) -> None:
         super().__init__(schema, histogram_limit=histogram_limit)
         self._table = ""
+        # The raw relation and its column kinds (schema order), for sums over raw numbers.
+        self._sum_source: tuple[str, list[sql.ColumnKind]] | None = None
 
     # -- engine specifics ----------------------------------------------------------------------------
     @abstractmethod
@@ -97,6 +101,17 @@ class SqlEngine(Engine):
         cols = self._arrays(query, k + 1)
         cells = np.stack(cols[:k], axis=1) if cols[0].size else np.zeros((0, k), dtype=np.int64)
         return cells.astype(np.int64, copy=False), cols[k]
+
+    def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        if self._sum_source is None:
+            raise DataError(f"the {self.name} engine cannot compute sums")
+        source, kinds = self._sum_source
+        out: list[int] = []
+        for start in range(0, len(queries), CONDITIONAL_CHUNK):
+            chunk = queries[start : start + CONDITIONAL_CHUNK]
+            row = self._rows(sums_select(self.dialect, self.schema, kinds, source, clipping, chunk))[0]
+            out.extend(int(v or 0) for v in row)
+        return out
 
     def _conditional_counts(self, queries: Sequence[PredicateQuery]) -> list[int]:
         out: list[int] = []

@@ -12,6 +12,10 @@ GROUP BY (:mod:`overlapdp.query.groupby`): a line with ``"group_by": [attributes
 GROUP BY a"}``, is a :class:`QueryFamily` and expands into one query per cell of the grouped attributes'
 domain, in place; the workload keeps the families (:attr:`Workload.families`) so answers can carry
 their group labels.
+A line may also say what it aggregates (:mod:`overlapdp.query.aggregate`): ``"aggregate"`` (``"count"``,
+the default, ``"sum"`` or ``"mean"``), ``"of"`` (the numeric attribute), ``"bounds"`` (``[lo, hi]``,
+declared clipping bounds; else the bounds declared for the attribute, else an error) and ``"step"``
+(the resolution, default 1). :attr:`Workload.aggregates` holds them, one per query.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
+from overlapdp.query.aggregate import AGGREGATE_KEYS, COUNT, Aggregate, parse_aggregate
 from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.groupby import GroupLabels, QueryFamily, group_by, is_select, parse_select
 from overlapdp.query.jsonform import parse_conditions
@@ -129,8 +134,12 @@ class Workload(Sequence[PredicateQuery]):
     queries: tuple[PredicateQuery, ...]
     #: The GROUP BY families whose cells are among ``queries`` (contiguous, in order).
     families: tuple[QueryFamily, ...] = ()
+    #: One aggregate per query (empty: every query is a count).
+    aggregates: tuple[Aggregate, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.aggregates and len(self.aggregates) != len(self.queries):
+            raise WorkloadError("a workload needs one aggregate per query (or none: all counts)")
         seen: set[str] = set()
         for q in self.queries:
             if q.id is None:
@@ -142,38 +151,74 @@ class Workload(Sequence[PredicateQuery]):
     @staticmethod
     def of(schema: Schema, specs: Iterable[str | Mapping[str, Any] | PredicateQuery]) -> Workload:
         """Build from condition strings, JSON objects, queries or families (SELECT text, ``group_by``
-        objects, :class:`QueryFamily`); missing ids become ``q1, q2, ...``."""
-        items = []
+        objects, :class:`QueryFamily`); missing ids become ``q1, q2, ...``. A JSON object may carry the
+        aggregate keys of a workload line (``aggregate``, ``of``, ...)."""
+        items: list[PredicateQuery | QueryFamily] = []
+        aggregates: list[Aggregate] = []
         for i, spec in enumerate(specs, start=1):
-            q = spec if isinstance(spec, PredicateQuery | QueryFamily) else parse_item(schema, spec)
+            agg = COUNT
+            if isinstance(spec, Mapping) and any(k in spec for k in AGGREGATE_KEYS):
+                rest = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
+                q: PredicateQuery | QueryFamily = parse_item(schema, rest)
+                agg = parse_aggregate(
+                    schema, {k: spec[k] for k in AGGREGATE_KEYS if k in spec}, label=query_label(q.id)
+                )
+            else:
+                q = spec if isinstance(spec, PredicateQuery | QueryFamily) else parse_item(schema, spec)
             items.append(q if q.id is not None else q.with_id(f"q{i}"))
-        return Workload.from_items(schema, items)
+            aggregates.append(agg)
+        return Workload.from_items(schema, items, aggregates)
 
     @staticmethod
-    def from_items(schema: Schema, items: Iterable[PredicateQuery | QueryFamily]) -> Workload:
-        """Queries and families in order, each family expanded into its cells in place."""
+    def from_items(
+        schema: Schema,
+        items: Iterable[PredicateQuery | QueryFamily],
+        aggregates: Sequence[Aggregate] | None = None,
+    ) -> Workload:
+        """Queries and families in order, each family expanded into its cells in place; ``aggregates``
+        (one per item; default all counts) is repeated for every cell of a family."""
         queries: list[PredicateQuery] = []
         families: list[QueryFamily] = []
-        for item in items:
+        per_query: list[Aggregate] = []
+        listed = list(items)
+        aggs = list(aggregates) if aggregates is not None else [COUNT] * len(listed)
+        if len(aggs) != len(listed):
+            raise WorkloadError("give one aggregate per item (or none: all counts)")
+        for item, agg in zip(listed, aggs, strict=True):
             if isinstance(item, QueryFamily):
                 families.append(item)
                 queries.extend(item.cells)
+                per_query.extend([agg] * len(item.cells))
             else:
                 queries.append(item)
-        return Workload(schema, tuple(queries), tuple(families))
+                per_query.append(agg)
+        if all(a == COUNT for a in per_query):
+            per_query = []
+        return Workload(schema, tuple(queries), tuple(families), tuple(per_query))
 
     @staticmethod
-    def read_jsonl(schema: Schema, path: str | Path) -> Workload:
+    def read_jsonl(
+        schema: Schema, path: str | Path, *, declared: Mapping[str, Sequence[float]] | None = None
+    ) -> Workload:
+        """A JSON Lines workload; ``declared`` maps attributes to clipping bounds ``[lo, hi(, step)]``
+        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`)."""
         p = Path(path)
         try:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise WorkloadError(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
-        return Workload.from_lines(schema, lines, source=str(p))
+        return Workload.from_lines(schema, lines, source=str(p), declared=declared)
 
     @staticmethod
-    def from_lines(schema: Schema, lines: Iterable[str], *, source: str = "<workload>") -> Workload:
+    def from_lines(
+        schema: Schema,
+        lines: Iterable[str],
+        *,
+        source: str = "<workload>",
+        declared: Mapping[str, Sequence[float]] | None = None,
+    ) -> Workload:
         queries = []
+        aggregates: list[Aggregate] = []
         for n, line in enumerate(lines, start=1):
             text = line.strip()
             if not text or text.startswith("#"):
@@ -186,23 +231,32 @@ class Workload(Sequence[PredicateQuery]):
                 raise WorkloadError(f"{source} line {n}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{source} line {n}: expected a JSON object")
+            agg_spec = {k: obj.pop(k) for k in AGGREGATE_KEYS if k in obj}
             try:
                 q = parse_item(schema, obj, id=f"line{n}" if "id" not in obj else None)
+                agg = parse_aggregate(schema, agg_spec, declared=declared, label=query_label(q.id))
             except OverlapDPError as exc:
                 raise with_prefix(exc, f"{source} line {n}: ") from None
             queries.append(q)
-        return Workload.from_items(schema, queries)
+            aggregates.append(agg)
+        return Workload.from_items(schema, queries, aggregates)
 
     def write_jsonl(self, path: str | Path) -> None:
         """One line per query, and one ``group_by`` line per family (read back as the same cells)."""
         first = {f.cells[0].id: f for f in self.families if f.cells}
         skip = {c.id for f in self.families for c in f.cells}
         with Path(path).open("w", encoding="utf-8") as fh:
-            for q in self.queries:
+            for i, q in enumerate(self.queries):
+                agg = self.aggregates[i] if self.aggregates else COUNT
                 if q.id in first:
-                    fh.write(json.dumps(first[q.id].to_json()) + "\n")
+                    line = first[q.id].to_json()
                 elif q.id not in skip:
-                    fh.write(json.dumps(q.to_json()) + "\n")
+                    line = q.to_json()
+                else:
+                    continue
+                if agg != COUNT:
+                    line.update(agg.to_json())
+                fh.write(json.dumps(line) + "\n")
 
     def groups(self) -> dict[str, tuple[str, GroupLabels]]:
         """Cell id -> (its family's id, its group labels), for every cell of every family."""
@@ -216,6 +270,10 @@ class Workload(Sequence[PredicateQuery]):
     @property
     def ids(self) -> list[str]:
         return [q.id or "" for q in self.queries]
+
+    def aggregate(self, i: int) -> Aggregate:
+        """The aggregate of query ``i`` (a count unless the workload says otherwise)."""
+        return self.aggregates[i] if self.aggregates else COUNT
 
     @property
     def weights(self) -> list[float]:

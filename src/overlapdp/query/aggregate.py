@@ -1,0 +1,248 @@
+"""What a query aggregates: a count (the default), or the SUM or MEAN of a numeric attribute clipped to
+DECLARED bounds (never read off the data; MATH.md sections 2 and 6).
+
+A workload line may add ``"aggregate": "count" | "sum" | "mean"``, ``"of": <attribute>``,
+``"bounds": [lo, hi]`` and ``"step": s`` to its query:
+``{"id": "h", "where": "age >= 30", "aggregate": "sum", "of": "hours_per_week", "bounds": [0, 99]}``.
+
+Granularity (MATH.md 6): the exact samplers add integer noise, so a value ``v`` enters a sum as the
+integer ``k(v) = min(max(floor(v/s + 1/2), L), H)`` in units of the declared resolution ``s`` (``step``,
+default 1), with ``L = lo/s`` and ``H = hi/s``, which must be integers (to a relative ``1e-9``; the
+nearest integers are used). The released sum is ``s`` times a noisy integer. ``|L|, |H| <= 2^40``.
+Sensitivity of the sum in units of ``s`` (MATH.md 2): ``max(|L|, |H|)`` when a row is added or removed;
+when one row is replaced, ``H - L`` for a query covering every row and ``max(H - L, |L|, |H|)`` otherwise
+(the row may leave or enter the query's rows).
+
+The clipping bounds come from the workload line or, when it has none, from ``declared`` (bounds the
+data owner declared per attribute, e.g. in the schema); a sum without bounds is an error naming the
+attribute. Only numeric attributes (integer ranges and binned numbers) can be summed: an integer
+attribute's value is its integer, a binned attribute's value is the row's raw number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from overlapdp.errors import QueryError, SchemaError
+from overlapdp.schema import BinnedAttribute, IntAttribute, Schema
+
+AggregateKind = Literal["count", "sum", "mean"]
+AGGREGATES: tuple[AggregateKind, ...] = ("count", "sum", "mean")
+Neighbouring = Literal["add_remove", "replace"]
+#: Workload-line keys this module owns.
+AGGREGATE_KEYS = ("aggregate", "of", "bounds", "step")
+#: Largest clipping bound in units of the step (keeps sums of many rows and noise scales in range).
+MAX_UNITS = 2**40
+
+
+def _number(field: str, value: Any, label: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise QueryError(f"{label}{field!r} must be a number, got {type(value).__name__}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise QueryError(f"{label}{field!r} must be a finite number, got {value!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """Declared clipping bounds ``[lo, hi]`` of attribute ``column`` and the resolution ``step``."""
+
+    column: str
+    lo: float
+    hi: float
+    step: float = 1.0
+
+    def __post_init__(self) -> None:
+        label = f"sum of {self.column!r}: "
+        lo = _number("bounds", self.lo, label)
+        hi = _number("bounds", self.hi, label)
+        step = _number("step", self.step, label)
+        if not step > 0:
+            raise QueryError(f"{label}'step' must be positive, got {self.step!r}")
+        if not lo < hi:
+            raise QueryError(f"{label}'bounds' must be [lo, hi] with lo < hi, got [{self.lo!r}, {self.hi!r}]")
+        for name, b in (("lo", lo), ("hi", hi)):
+            ratio = Fraction(b) / Fraction(step)
+            k = round(ratio)
+            if abs(ratio - k) > Fraction(1, 10**9) * max(1, abs(k)):
+                raise QueryError(
+                    f"{label}'bounds' {name} = {b!r} is not a multiple of 'step' = {step!r} "
+                    "(values are summed as integers in units of step)"
+                )
+            if abs(k) > MAX_UNITS:
+                raise QueryError(f"{label}'bounds' {name} = {b!r} is more than 2^40 steps from 0")
+
+    @property
+    def units(self) -> tuple[int, int]:
+        """``(L, H)``: the bounds in units of ``step`` (integers)."""
+        s = Fraction(self.step)
+        return round(Fraction(self.lo) / s), round(Fraction(self.hi) / s)
+
+    def sensitivity(self, neighbouring: Neighbouring = "add_remove", *, covers_all: bool = False) -> int:
+        """The sum's sensitivity in units of ``step`` (MATH.md 2). Add/remove: ``max(|L|, |H|)`` (one row's
+        contribution). Replace-one-row: ``max(H - L, |L|, |H|)``, because the replaced row may move into or
+        out of the query's coverage, which changes the sum by a whole contribution (with ``0 < L``, e.g.
+        bounds ``[10, 20]``, that is 20, more than ``H - L = 10``); ``H - L`` only for a query that covers
+        every row (``covers_all``). At least 1 (never less noise than a count)."""
+        lo, hi = self.units
+        if neighbouring == "add_remove":
+            return max(1, abs(lo), abs(hi))
+        if neighbouring == "replace":
+            return max(1, hi - lo) if covers_all else max(1, hi - lo, abs(lo), abs(hi))
+        raise QueryError(f"unknown neighbouring relation {neighbouring!r}; use 'add_remove' or 'replace'")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"of": self.column, "bounds": [self.lo, self.hi], "step": self.step}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A query's aggregate: ``count`` (no clipping), or ``sum`` / ``mean`` of ``clipping.column``."""
+
+    kind: AggregateKind = "count"
+    clipping: Clipping | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "count") != (self.clipping is None):
+            raise QueryError("a count has no clipping; a sum or mean needs one")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"aggregate": self.kind}
+        if self.clipping is not None:
+            out.update(self.clipping.to_json())
+        return out
+
+
+COUNT = Aggregate()
+
+
+def check_summable(schema: Schema, column: Any, label: str = "") -> str:
+    """The name of a numeric attribute of ``schema`` (integer range or binned); an error otherwise."""
+    if not isinstance(column, str):
+        raise QueryError(f"{label}'of' must be an attribute name (a string)")
+    if column not in schema.names:
+        raise QueryError(f"{label}'of' names {column[:60]!r}, which is not an attribute of the schema")
+    attr = schema.attribute(column)
+    if not isinstance(attr, IntAttribute | BinnedAttribute):
+        raise QueryError(f"{label}'of': attribute {column!r} is {attr.kind}; only numbers can be summed")
+    return column
+
+
+def parse_aggregate(
+    schema: Schema,
+    spec: Mapping[str, Any],
+    *,
+    declared: Mapping[str, Sequence[float]] | None = None,
+    label: str = "",
+) -> Aggregate:
+    """The aggregate of a workload line's ``aggregate`` / ``of`` / ``bounds`` / ``step`` keys.
+
+    ``declared`` maps attribute names to bounds ``[lo, hi]`` or ``[lo, hi, step]`` declared by the data
+    owner, used when the line gives no ``bounds``. Bounds are never taken from the data.
+    """
+    kind = spec.get("aggregate", "count")
+    if kind not in AGGREGATES:
+        raise QueryError(f"{label}'aggregate' must be one of {', '.join(AGGREGATES)}, got {str(kind)[:40]!r}")
+    if kind == "count":
+        extra = [k for k in ("of", "bounds", "step") if k in spec]
+        if extra:
+            raise QueryError(f"{label}{extra[0]!r} is only meaningful with 'aggregate': 'sum' or 'mean'")
+        return COUNT
+    if "of" not in spec:
+        raise QueryError(f"{label}'aggregate': {kind!r} needs 'of', the attribute to {kind}")
+    column = check_summable(schema, spec["of"], label)
+    bounds: Any = spec.get("bounds")
+    step: Any = spec.get("step")
+    if bounds is None:
+        decl = None if declared is None else declared.get(column)
+        if decl is None:
+            raise QueryError(
+                f"{label}'bounds' missing: a {kind} of {column!r} needs declared clipping bounds "
+                "[lo, hi] (on the workload line or declared for the attribute); they are never read "
+                "off the data"
+            )
+        bounds = list(decl[:2])
+        if step is None and len(decl) > 2:
+            step = decl[2]
+    if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+        raise QueryError(f"{label}'bounds' must be a list [lo, hi] of two numbers")
+    lo = _number("bounds", bounds[0], label)
+    hi = _number("bounds", bounds[1], label)
+    st = 1.0 if step is None else _number("step", step, label)
+    try:
+        clip = Clipping(column, lo, hi, st)
+    except QueryError as exc:
+        raise QueryError(f"{label}{exc}") from None
+    return Aggregate(kind, clip)
+
+
+def declared_bounds(schema_json: Any) -> dict[str, list[float]]:
+    """Clipping bounds declared in a schema's JSON: an attribute object of the ``{"attributes": [...]}``
+    form may carry ``"bounds": [lo, hi]`` and ``"step": s`` for sums and means of it
+    (``{"name": "hours_per_week", "type": "int", "min": 1, "max": 99, "bounds": [0, 99]}``). Checked
+    when a query uses them (:func:`parse_aggregate`); the shape is checked here (:class:`SchemaError`)."""
+    out: dict[str, list[float]] = {}
+    items = schema_json.get("attributes") if isinstance(schema_json, Mapping) else None
+    if not isinstance(items, list):
+        return out
+    for item in items:
+        if not isinstance(item, Mapping) or "bounds" not in item:
+            continue
+        name, bounds = item.get("name"), item["bounds"]
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise SchemaError(f"attribute {name!r}: 'bounds' must be a list [lo, hi] of two numbers")
+        out[str(name)] = [*bounds, *([item["step"]] if "step" in item else [])]
+    return out
+
+
+def load_declared_bounds(path: str | Path) -> dict[str, list[float]]:
+    """:func:`declared_bounds` of a schema file (an unreadable file is left to ``Schema.load``)."""
+    try:
+        return declared_bounds(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+def parse_sql_aggregate(schema: Schema, text: str) -> tuple[AggregateKind, str | None]:
+    """The aggregate of a SQL select expression: ``COUNT(*)``, ``SUM(col)`` or ``AVG(col)`` (``MEAN``).
+
+    Returns ``(kind, column)`` (column None for a count). For a SELECT parser to call at its single
+    place where an aggregate other than ``COUNT(*)`` is handled; clipping bounds come from the workload
+    or the declared bounds (:func:`parse_aggregate`), never from the SQL text or the data.
+    """
+    if not isinstance(text, str) or len(text) > 1000:
+        raise QueryError("an aggregate must be a short SQL expression such as SUM(hours_per_week)")
+    # sqlglot is imported where SQL is parsed (DESIGN.md: heavy dependencies are imported where used)
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        tree = sqlglot.parse_one(text)
+    except (ParseError, TokenError):
+        raise QueryError(f"cannot parse the aggregate {text[:60]!r}") from None
+    if isinstance(tree, exp.Count):
+        inner = tree.this
+        if isinstance(inner, exp.Star):
+            return "count", None
+        raise QueryError("only COUNT(*) is supported among counts")
+    kinds: dict[type[exp.Expression], AggregateKind] = {exp.Sum: "sum", exp.Avg: "mean"}
+    kind = next((k for t, k in kinds.items() if isinstance(tree, t)), None)
+    if kind is None and isinstance(tree, exp.Anonymous) and str(tree.name).upper() == "MEAN":
+        kind = "mean"
+        args = tree.expressions
+        inner = args[0] if len(args) == 1 else None
+    else:
+        inner = tree.this if kind is not None else None
+    if kind is None:
+        raise QueryError(f"unsupported aggregate {text[:60]!r}; use COUNT(*), SUM(column) or AVG(column)")
+    if not isinstance(inner, exp.Column) or inner.table:
+        raise QueryError(f"{text[:60]!r}: the argument of {kind.upper()} must be one column name")
+    return kind, check_summable(schema, inner.name)
