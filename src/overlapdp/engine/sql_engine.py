@@ -10,7 +10,6 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.engine import sql
-from overlapdp.engine.aggregates import sums_select
 from overlapdp.engine.base import DEFAULT_HISTOGRAM_LIMIT, DomainReport, Engine
 from overlapdp.errors import DataError
 from overlapdp.overlap.atoms import Atoms
@@ -103,6 +102,9 @@ class SqlEngine(Engine):
         return cells.astype(np.int64, copy=False), cols[k]
 
     def _conditional_sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
+        # pandas comes with the aggregates module: imported where a sum is asked for (DESIGN.md)
+        from overlapdp.engine.aggregates import sums_select
+
         if self._sum_source is None:
             raise DataError(f"the {self.name} engine cannot compute sums")
         source, kinds = self._sum_source
