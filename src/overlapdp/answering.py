@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from overlapdp.consistency import ConsistentAnswers, project, workload_design
 from overlapdp.engine.base import DomainReport, Engine
 from overlapdp.engine.inputs import open_data
 from overlapdp.errors import OverlapDPError
@@ -373,14 +374,17 @@ def plan_answers(
 
 @dataclass(frozen=True)
 class WorkloadAnswers:
-    """Noisy answers with error bars, the plan that priced them and the data owner's domain report."""
+    """Noisy answers with error bars, the plan that priced them and the data owner's domain report;
+    ``consistent``: their projection onto a non-negative table's answers, when asked for
+    (:mod:`overlapdp.consistency`; post-processing, the raw answers are kept as they are)."""
 
     answers: list[NoisyAnswer]
     plan: AnswerPlan
     domain: DomainReport
+    consistent: ConsistentAnswers | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "answers": [
                 {
                     "id": a.query_id,
@@ -391,6 +395,9 @@ class WorkloadAnswers:
             ],
             "privacy": self.plan.to_json(),
         }
+        if self.consistent is not None:
+            out["consistent"] = self.consistent.to_json()
+        return out
 
 
 def answer_workload(
@@ -400,8 +407,14 @@ def answer_workload(
     *,
     rng: RngLike = None,
     served: bool = False,
+    consistent: bool = False,
 ) -> WorkloadAnswers:
     """Exact counts once from ``engine``, then independent exact noise at the plan's per-query budget.
+
+    ``consistent=True`` also projects the noisy answers onto the answers of a non-negative table
+    (:func:`overlapdp.consistency.make_consistent`: post-processing, no privacy cost, total squared error
+    never increased; MATH.md 6). Its cells are enumerated before any counting, so a workload beyond the
+    cell limit fails (:class:`~overlapdp.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
     :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
@@ -411,6 +424,7 @@ def answer_workload(
     qs = list(queries)
     if len(qs) != plan.queries:
         raise AnswerError("the plan was made for another workload")
+    design = workload_design(qs) if consistent else None
     if isinstance(engine, Engine):
         counts = engine.counts(qs)
         domain = engine.report
@@ -428,4 +442,9 @@ def answer_workload(
         rng=rng,
         served=served,
     )
-    return WorkloadAnswers(answers, plan, domain)
+    fitted = None
+    if design is not None:
+        fitted = project(
+            design, [a.value for a in answers], [a.noise.variance for a in answers], ids=[q.id for q in qs]
+        )
+    return WorkloadAnswers(answers, plan, domain, fitted)

@@ -18,6 +18,7 @@ from overlapdp.answering import (
     plan_answers,
 )
 from overlapdp.cli.app import app, console, emit_json, warn
+from overlapdp.consistency import NOTE
 from overlapdp.display import decimal, spent
 from overlapdp.engine import open_engine
 from overlapdp.engine.registry import EngineName
@@ -66,6 +67,14 @@ def answer(
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds for the maximum-overlap search (then a safe bound).")
     ] = DEFAULT_EFFORT,
+    consistent: Annotated[
+        bool,
+        typer.Option(
+            "--consistent",
+            help="Also print consistent answers: the noisy ones projected onto a non-negative table's "
+            "answers (post-processing, no privacy cost; total squared error never increases; no error bars).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
@@ -83,7 +92,7 @@ def answer(
         epsilon=epsilon,
     )
     with open_engine(engine, sch, data) as eng:
-        result = answer_workload(eng, list(workload), plan)
+        result = answer_workload(eng, list(workload), plan, consistent=consistent)
     if result.domain.rows_outside:
         warn(result.domain.describe())
     if not plan.gamma_exact:
@@ -94,10 +103,15 @@ def answer(
     if as_json:
         emit_json(result.to_json())
         return
-    out = Table("id", "answer", f"{plan.level:.0%} error bar", "condition", title=f"noisy counts ({engine})")
-    for q, a in zip(workload, result.answers, strict=True):
-        out.add_row(str(q.id), str(a.value), f"[{a.low}, {a.high}]", q.describe())
+    fitted = result.consistent
+    columns = ["id", "answer", f"{plan.level:.0%} error bar"] + (["consistent"] if fitted else [])
+    out = Table(*columns, "condition", title=f"noisy counts ({engine})")
+    for i, (q, a) in enumerate(zip(workload, result.answers, strict=True)):
+        extra = [f"{fitted.values[i]:.1f}"] if fitted else []
+        out.add_row(str(q.id), str(a.value), f"[{a.low}, {a.high}]", *extra, q.describe())
     console.print(out)
+    if fitted:
+        console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
     console.print(_privacy_table(plan))
 
 

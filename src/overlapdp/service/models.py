@@ -100,6 +100,12 @@ class BatchRequest(_Body):
     )
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure DP data sets)")
     rho: float | None = Field(default=None, description="per-query rho (zCDP data sets)")
+    consistent: bool = Field(
+        default=False,
+        description="also return consistent answers: the noisy counts projected onto the answers of a "
+        "non-negative table (post-processing, no privacy cost); a dry run only checks that they can be "
+        "computed",
+    )
 
 
 class SparseVectorSession(_Body):
