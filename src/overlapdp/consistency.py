@@ -28,10 +28,11 @@ Guarantees.
   squared error. It does NOT bound each answer's error: one consistent answer can be further from its
   truth than its noisy answer was, so the noisy answers' per-answer error bars are not error bars of the
   consistent answers, and none are attached to them.
-- Exactness: the solver's tolerance (``scipy.optimize.nnls``, an active-set method exact up to rounding,
-  for small problems; ``scipy.optimize.lsq_linear`` with sparse ``A`` beyond); the consistent answers are
-  ``A x`` for the returned ``x >= 0``, so they are consistent exactly (up to float sums), whatever the
-  solver's accuracy in the objective.
+- Exactness: ``scipy.optimize.nnls`` (Lawson and Hanson's active-set method) solves the problem exactly
+  up to rounding; the consistent answers are ``A x`` for the returned ``x >= 0``, so they are consistent
+  up to float sums whatever the solver's accuracy in the objective. (Measured on 300 random 2-D boxes of
+  Adult, 5,855 cells: nnls 0.24 s where ``lsq_linear``'s bounded trust-region method on the sparse matrix
+  took 47 s, so the dense active-set method is used, up to :data:`MATRIX_LIMIT` entries.)
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import scipy.optimize
-import scipy.sparse
 
 from overlapdp.errors import OverlapDPError
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer
@@ -56,8 +56,8 @@ from overlapdp.schema import Schema
 CELL_LIMIT = 100_000
 #: Largest intermediate (partial patterns x atoms of one attribute x query bytes) built while enumerating.
 WORK_LIMIT_BYTES = 400_000_000
-#: Up to this many matrix entries (queries x cells) the dense active-set solver (nnls) is used.
-DENSE_LIMIT = 4_000_000
+#: Largest queries x cells matrix solved (dense float64, 8 bytes an entry).
+MATRIX_LIMIT = 10_000_000
 
 
 class ConsistencyError(OverlapDPError):
@@ -120,8 +120,9 @@ def workload_design(
     """The distinct covering patterns of ``queries`` (cells), as a queries x cells 0/1 matrix.
 
     Exact (module docstring). Raises :class:`ConsistencyError` naming the limit when the workload has
-    more than ``limit`` cells (default :data:`CELL_LIMIT`) or enumerating them would build more than
-    ``work_limit`` bytes at once (default :data:`WORK_LIMIT_BYTES`).
+    more than ``limit`` cells (default :data:`CELL_LIMIT`), enumerating them would build more than
+    ``work_limit`` bytes at once (default :data:`WORK_LIMIT_BYTES`), or the queries x cells matrix has
+    more than :data:`MATRIX_LIMIT` entries.
     """
     limit = CELL_LIMIT if limit is None else limit
     work_limit = WORK_LIMIT_BYTES if work_limit is None else work_limit
@@ -154,7 +155,17 @@ def workload_design(
             )
     members = np.unpackbits(current, axis=1, count=t).astype(bool)
     members = members[members.any(axis=1)]
-    return Design(np.ascontiguousarray(members.T))
+    design = Design(np.ascontiguousarray(members.T))
+    _check_matrix(t, design.cells)
+    return design
+
+
+def _check_matrix(t: int, n: int) -> None:
+    if t * n > MATRIX_LIMIT:
+        raise ConsistencyError(
+            f"queries: {t} queries x {n:,} cells is more than the solver's limit of {MATRIX_LIMIT:,} "
+            "matrix entries; consistent answers need fewer or simpler queries"
+        )
 
 
 def _unique_rows(rows: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
@@ -191,22 +202,16 @@ def project(
     sqrt_w = 1.0 / np.sqrt(np.maximum(var, floor))
     # Scale so the largest weight is 1: the solver's tolerances are relative to sensible magnitudes.
     sqrt_w = sqrt_w / sqrt_w.max()
-    a = design.matrix
     n = design.cells
-    if t * n <= DENSE_LIMIT:
-        dense = a.astype(np.float64) * sqrt_w[:, None]
-        x, _ = scipy.optimize.nnls(dense, y * sqrt_w, maxiter=max(50 * n, 1000))
-        solver = "nnls"
-    else:
-        sparse = scipy.sparse.csr_matrix(a, dtype=np.float64)
-        sparse = scipy.sparse.diags(sqrt_w) @ sparse
-        res = scipy.optimize.lsq_linear(
-            sparse, y * sqrt_w, bounds=(0.0, np.inf), method="trf", lsq_solver="lsmr", tol=1e-12
-        )
-        x = res.x
-        solver = "lsq_linear (trf, sparse)"
-    x = np.maximum(np.asarray(x, dtype=np.float64), 0.0)  # already >= 0; guards -0.0 and rounding
-    fitted = scipy.sparse.csr_matrix(a, dtype=np.float64) @ x
+    _check_matrix(t, n)
+    a = design.matrix.astype(np.float64)
+    try:
+        x, _ = scipy.optimize.nnls(a * sqrt_w[:, None], y * sqrt_w, maxiter=max(50 * n, 1000))
+    except RuntimeError as exc:  # the active-set method's iteration cap (not seen in practice)
+        raise ConsistencyError(f"answers: the least-squares solver did not converge ({exc})") from None
+    x = np.maximum(np.asarray(x, dtype=np.float64), 0.0)  # already >= 0; guards -0.0
+    fitted = a @ x
+    solver = "nnls"
     return ConsistentAnswers(
         values=[float(v) for v in fitted],
         raw=[float(v) for v in y],
