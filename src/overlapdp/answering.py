@@ -57,6 +57,7 @@ from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
 
+    from overlapdp.consistency import ConsistentAnswers
     from overlapdp.engine.base import Engine
     from overlapdp.query import PredicateQuery
     from overlapdp.query.groupby import GroupLabels
@@ -388,7 +389,9 @@ def plan_answers(
 @dataclass(frozen=True)
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
-    outside the domain is the data owner's, from ``overlapdp schema check``).
+    outside the domain is the data owner's, from ``overlapdp schema check``); ``consistent``: their
+    projection onto a non-negative table's answers, when asked for (:mod:`overlapdp.consistency`;
+    post-processing, the raw answers are kept as they are).
 
     ``groups`` maps the id of each GROUP BY cell to its family's id and its group labels
     (:meth:`overlapdp.query.Workload.groups`); the JSON form gives those cells ``"family"`` and
@@ -397,6 +400,7 @@ class WorkloadAnswers:
     answers: list[NoisyAnswer | NoisySum | NoisyMean]
     plan: AnswerPlan
     groups: dict[str, tuple[str, GroupLabels]] = field(default_factory=dict)
+    consistent: ConsistentAnswers | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = []
@@ -406,7 +410,10 @@ class WorkloadAnswers:
             if cell is not None:  # a GROUP BY cell: its family and labels right after its id
                 item = {"id": item.pop("id"), "family": cell[0], "group": dict(cell[1]), **item}
             out.append(item)
-        return {"answers": out, "privacy": self.plan.to_json()}
+        doc: dict[str, Any] = {"answers": out, "privacy": self.plan.to_json()}
+        if self.consistent is not None:
+            doc["consistent"] = self.consistent.to_json()
+        return doc
 
     def frame(self, family: str | None = None) -> pd.DataFrame:
         """The answers as a pandas DataFrame: with ``family``, one row per cell of that GROUP BY (a
@@ -469,12 +476,18 @@ def answer_workload(
     rng: RngLike = None,
     served: bool = False,
     aggregates: Sequence[Aggregate] | None = None,
+    consistent: bool = False,
 ) -> WorkloadAnswers:
     """Exact counts once from ``engine``, then independent exact noise at the plan's per-query budget.
 
     ``aggregates`` (one per query, e.g. :attr:`overlapdp.query.Workload.aggregates`; default: a
     workload's own, else all counts) makes some queries clipped sums or means
     (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's add/remove sensitivity.
+
+    ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
+    table (:func:`overlapdp.consistency.make_consistent`: post-processing, no privacy cost, total squared
+    error never increased; MATH.md 6). Its cells are enumerated before any counting, so a workload beyond
+    the cell limit fails (:class:`~overlapdp.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
     :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
@@ -490,9 +503,15 @@ def answer_workload(
     if aggregates is None:
         aggregates = getattr(queries, "aggregates", None) or None
     if aggregates is not None and any(a != COUNT for a in aggregates):
+        if consistent:
+            raise AnswerError("consistent answers are computed for counts only, not for sums or means")
         return _answer_aggregates(
             engine, qs, list(aggregates), plan, rng=rng, served=served, groups=_groups(queries)
         )
+    if consistent:
+        from overlapdp.consistency import workload_design
+
+        design = workload_design(qs)
     if isinstance(engine, Engine):
         counts = engine.counts(qs)
     else:
@@ -500,8 +519,7 @@ def answer_workload(
             raise AnswerError("the workload is empty")
         with open_data(engine, qs[0].schema) as opened:
             counts = opened.counts(qs)
-    answers: list[NoisyAnswer | NoisySum | NoisyMean] = []
-    answers += add_noise(
+    noisy = add_noise(
         counts,
         plan.per_query_budget,
         level=plan.level,
@@ -509,7 +527,15 @@ def answer_workload(
         rng=rng,
         served=served,
     )
-    return WorkloadAnswers(answers, plan, _groups(queries))
+    fitted = None
+    if consistent:
+        from overlapdp.consistency import project
+
+        fitted = project(
+            design, [a.value for a in noisy], [a.noise.variance for a in noisy], ids=[q.id for q in qs]
+        )
+    answers: list[NoisyAnswer | NoisySum | NoisyMean] = list(noisy)
+    return WorkloadAnswers(answers, plan, _groups(queries), fitted)
 
 
 def _groups(queries: Any) -> dict[str, tuple[str, GroupLabels]]:

@@ -275,11 +275,21 @@ class Client(_Base):
         mu: float | None = None,
         epsilon_alpha: float | None = None,
         key: str | None = None,
+        consistent: bool = False,
     ) -> pd.DataFrame:
-        """Several noisy counts, admitted and charged together (all or none)."""
-        body = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
+        """Several noisy counts, admitted and charged together (all or none).
+
+        ``consistent=True`` adds a column ``consistent``: the counts projected onto the answers of a
+        non-negative table (post-processing, no privacy cost; the total squared error never increases,
+        a single count's can, so the interval columns belong to ``count`` only)."""
+        body: dict[str, Any] = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
+        if consistent:
+            body["consistent"] = True
         out = self._call("POST", f"/v1/datasets/{dataset}/batch", json=body, key=key, spend=True)
-        return _answers_frame(queries, out["answers"])
+        frame = _answers_frame(queries, out["answers"])
+        if consistent:
+            frame["consistent"] = out["consistent"]["counts"]
+        return frame
 
     def cost(
         self,

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from overlapdp.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 from overlapdp.cli.app import app, console, emit_json, warn
+from overlapdp.consistency import NOTE
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
 
@@ -59,6 +60,14 @@ def answer(
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds for the maximum-overlap search (then a safe bound).")
     ] = DEFAULT_EFFORT,
+    consistent: Annotated[
+        bool,
+        typer.Option(
+            "--consistent",
+            help="Also print consistent answers: the noisy ones projected onto a non-negative table's "
+            "answers (post-processing, no privacy cost; total squared error never increases; no error bars).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
@@ -82,7 +91,7 @@ def answer(
         epsilon=epsilon,
     )
     with open_engine(engine, sch, data) as eng:
-        result = answer_workload(eng, workload, plan)
+        result = answer_workload(eng, workload, plan, consistent=consistent)
     if not plan.gamma_exact:
         warn(
             f"the maximum overlap search stopped early: using its safe upper bound {plan.gamma} "
@@ -91,11 +100,18 @@ def answer(
     if as_json:
         emit_json(result.to_json())
         return
-    out = Table("id", "answer", f"{plan.level:.0%} error bar", "condition", title=f"noisy counts ({engine})")
-    for q, a in zip(workload, result.answers, strict=True):
-        # Escaped: a GROUP BY cell's id, by_sex[sex=0], would otherwise be read as rich markup.
-        out.add_row(escape(str(q.id)), str(a.value), escape(f"[{a.low}, {a.high}]"), escape(q.describe()))
+    fitted = result.consistent
+    columns = ["id", "answer", f"{plan.level:.0%} error bar"] + (["consistent"] if fitted else [])
+    out = Table(*columns, "condition", title=f"noisy counts ({engine})")
+    for i, (q, a) in enumerate(zip(workload, result.answers, strict=True)):
+        extra = [f"{fitted.values[i]:.1f}"] if fitted else []
+        # Escaped: a GROUP BY cell's id, by_sex[sex=Female], would otherwise be read as rich markup.
+        out.add_row(
+            escape(str(q.id)), str(a.value), escape(f"[{a.low}, {a.high}]"), *extra, escape(q.describe())
+        )
     console.print(out)
+    if fitted:
+        console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
     console.print(_privacy_table(plan))
 
 

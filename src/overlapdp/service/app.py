@@ -329,13 +329,15 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     def batch(name: str, body: BatchRequest, who: Analyst, key: IdempotencyKey = None) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
         _batch_size(service, body.queries)
-        return service.query(who, name, body.queries, *_parameter(body), request_key=key)
+        return service.query(
+            who, name, body.queries, *_parameter(body), request_key=key, consistent=body.consistent
+        )
 
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
     def cost(name: str, body: BatchRequest, who: Analyst) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
         _batch_size(service, body.queries)
-        return service.cost(who, name, body.queries, *_parameter(body))
+        return service.cost(who, name, body.queries, *_parameter(body), consistent=body.consistent)
 
     @app.post("/v1/datasets/{name}/sessions", tags=["analyst"], status_code=201)
     def open_session(

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from overlapdp.consistency import NOTE, Design, project, workload_design
 from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, QueryFamily, parse_item, parse_query
@@ -59,6 +60,7 @@ from overlapdp.service.responses import (
     Answer,
     BatchAnswer,
     BatchCost,
+    ConsistentCounts,
     Cost,
     CostEstimate,
     DatasetInfo,
@@ -600,11 +602,23 @@ class QueryService:
         parameter_name: str | None = None,
         *,
         request_key: str | None = None,
+        consistent: bool = False,
     ) -> BatchAnswer:
-        """Answer a batch of counting queries (each with the same per-query parameter) atomically."""
-        return self._submit(
-            *self._query(analyst, dataset, specs, parameter, parameter_name, request_key), BatchAnswer
-        )
+        """Answer a batch of counting queries (each with the same per-query parameter) atomically.
+
+        ``consistent``: also the counts projected onto a non-negative table's answers
+        (:mod:`overlapdp.consistency`, post-processing of the released counts, recomputed identically on
+        a replay). The workload's cells are enumerated before anything is charged, so a workload over
+        :data:`CONSISTENT_CELL_LIMIT` is refused (400) without spending.
+        """
+        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, request_key)
+        design = _consistency_design(pending) if consistent else None
+        out = self._submit(state, pending, BatchAnswer)
+        if design is None:
+            return out
+        fitted = project(design, [a.count for a in out.answers], [a.stddev**2 for a in out.answers])
+        counts = ConsistentCounts(counts=fitted.values, cells=design.cells, solver=fitted.solver, note=NOTE)
+        return out.model_copy(update={"consistent": counts})
 
     def cost(
         self,
@@ -613,11 +627,15 @@ class QueryService:
         specs: Sequence[Any],
         parameter: float | None,
         parameter_name: str | None = None,
+        *,
+        consistent: bool = False,
     ) -> CostEstimate:
-        """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent)."""
-        return self._submit(
-            *self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True), CostEstimate
-        )
+        """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
+        with ``consistent``, also whether consistent answers could be computed (400 if not)."""
+        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True)
+        if consistent:
+            _consistency_design(pending)
+        return self._submit(state, pending, CostEstimate)
 
     def _query(
         self,
@@ -1017,6 +1035,16 @@ class QueryService:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+#: Most cells (distinct sets of covering queries) a batch may have for consistent answers: bounds the
+#: solver's work per request on a shared service.
+CONSISTENT_CELL_LIMIT = 20_000
+
+
+def _consistency_design(pending: _Pending) -> Design:
+    queries = [q for q in pending.queries if q is not None]
+    return workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
 
 
 def _rows(state: _DatasetState) -> int | None:

@@ -138,6 +138,12 @@ class BatchRequest(_Body):
     rho: float | None = Field(default=None, description="per-query rho (zcdp and tcdp data sets)")
     mu: float | None = Field(default=None, description="per-query mu (gdp data sets)")
     epsilon_alpha: float | None = Field(default=None, description="per-query Renyi epsilon (rdp data sets)")
+    consistent: bool = Field(
+        default=False,
+        description="also return consistent answers: the noisy counts projected onto the answers of a "
+        "non-negative table (post-processing, no privacy cost); a dry run only checks that they can be "
+        "computed",
+    )
 
 
 class SparseVectorSession(_Body):

@@ -247,14 +247,26 @@ class GroupedAnswer(Out):
     remaining: float | None = omitted("left out on a replayed request")
 
 
+class ConsistentCounts(Out):
+    """The noisy counts projected onto the answers of a non-negative table (weighted least squares over
+    the workload's cells, post-processing: no privacy cost). The total squared error (weighted by
+    1/variance) never increases; a single count's error can, so no per-count interval is given."""
+
+    counts: list[float] = Field(description="one per query, in request order")
+    cells: int = Field(description="cells of the table (distinct sets of covering queries)")
+    solver: str
+    note: str
+
+
 class BatchAnswer(Out):
-    """``POST .../batch``: the answers in request order, charged together."""
+    """``POST .../batch``: the answers in request order, charged together; ``consistent`` when asked."""
 
     answers: list[Answer]
     cost: Cost
     replayed: bool
     remaining: float | None = omitted("left out on a replayed request")
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
+    consistent: ConsistentCounts | None = omitted("only with 'consistent': true in the request")
 
 
 class CostEstimate(Out):
