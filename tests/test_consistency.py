@@ -16,7 +16,6 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_service_support import ADMIN_TOKEN, write_adult
 
 from cli_helpers import run
 from overlapdp.answering import answer_workload, plan_answers
@@ -30,6 +29,7 @@ from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
+from support.service import ADMIN_TOKEN, write_adult
 
 # -- the cells ---------------------------------------------------------------------------------------
 

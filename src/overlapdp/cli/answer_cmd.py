@@ -11,7 +11,6 @@ from rich.table import Table
 
 from overlapdp.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 from overlapdp.cli.app import app, console, emit_json, warn
-from overlapdp.consistency import NOTE
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
 
@@ -111,6 +110,8 @@ def answer(
         )
     console.print(out)
     if fitted:
+        from overlapdp.consistency import NOTE
+
         console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
     console.print(_privacy_table(plan))
 
