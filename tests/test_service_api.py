@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -654,13 +655,14 @@ def _guide_curl_calls() -> list[tuple[str, str, Any]]:
                 continue
             method = re.search(r"-X (\w+)", command)
             path = re.search(r'"\$URL(/[^"?]*)', command)
-            body = re.search(r"-d '(.*)'", command)
+            # The body as the shell passes it: shlex undoes the quoting, e.g. '\'' for a quote.
+            body = re.search(r"-d ('.*')", command)
             assert path, command
             calls.append(
                 (
                     method.group(1) if method else "GET",
                     path.group(1),
-                    json.loads(body.group(1)) if body else None,
+                    json.loads(shlex.split(body.group(1))[0]) if body else None,
                 )
             )
     return calls
