@@ -234,3 +234,18 @@ def test_cli_answer_json_reads_sql_means_with_the_schemas_declared_bounds(
         and "count" in answers[0]["parts"]
     )
     assert [a["aggregate"] for a in answers[1:]] == ["sum"] * 3 and answers[1]["group"] == {"sex": "F"}
+
+
+def test_select_strings_without_ids_keep_their_aggregate_and_round_trip(tmp_path: Path) -> None:
+    w = Workload.of(
+        SCHEMA,
+        ["SELECT sex, AVG(age) FROM t WHERE edu = 'phd' GROUP BY sex", "SELECT SUM(age) FROM t"],
+        declared={"age": [0, 90]},
+    )
+    assert w.ids[:3] == ["q1[sex=F]", "q1[sex=M]", "q1[sex=X]"] and w.ids[3] == "q2"
+    assert w.families[0].aggregate == "mean"
+    assert [w.aggregate(i).kind for i in range(4)] == ["mean"] * 3 + ["sum"]
+    p = tmp_path / "w.jsonl"
+    w.write_jsonl(p)  # written in the JSON-line form, read back without the declared bounds
+    again = Workload.read_jsonl(SCHEMA, p)
+    assert signature(again) == signature(w)
