@@ -392,7 +392,7 @@ def test_service_counts_cells_toward_the_batch_limit_and_refuses_bad_group_by(se
     for body, status, words in [
         ({"group_by": ["colour"], "epsilon": 0.1}, 400, "colour"),
         ({"group_by": "sex", "epsilon": 0.1}, 422, "group_by"),
-        ({"sql": "SELECT sex, SUM(age) FROM t GROUP BY sex", "epsilon": 0.1}, 400, "not answered here"),
+        ({"sql": "SELECT sex, SUM(age) FROM t GROUP BY sex", "epsilon": 0.1}, 400, "'bounds' missing"),
         ({"sql": "SELECT sex, COUNT(*) FROM t GROUP BY sex", "where": "age > 3", "epsilon": 0.1}, 400, "sql"),
         ({"epsilon": 0.1}, 422, "where"),
     ]:

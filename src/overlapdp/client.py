@@ -136,6 +136,7 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
     """One row per answer; a GROUP BY's cells name their query (``item``) and carry their ``group``."""
     rows = []
     grouped = any("group" in a for a in answers)
+    summed = any("aggregate" in a for a in answers)
     if not grouped and len(answers) != len(queries):
         raise ServiceRefused(502, {"detail": "the service returned a different number of answers"})
     for n, a in enumerate(answers):
@@ -144,9 +145,12 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
         row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
         if grouped:
             row["group"] = a.get("group")
+        if summed:  # a sum or mean: its kind and value (a count's value is its count)
+            row["aggregate"] = a.get("aggregate", "count")
+            row["answer"] = a.get("answer", a.get("count"))
         row.update(
             {
-                "count": a["count"],
+                "count": a.get("count"),
                 "stddev": a.get("stddev"),
                 "ci95_low": lo,
                 "ci95_high": hi,
@@ -167,7 +171,8 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
         rows.append(
             {
                 **{name: group.get(name) for name in by},
-                "count": a["count"],
+                **({"aggregate": a["aggregate"], "answer": a.get("answer")} if "aggregate" in a else {}),
+                "count": a.get("count"),
                 "stddev": a.get("stddev"),
                 "ci95_low": lo,
                 "ci95_high": hi,
@@ -175,7 +180,10 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
                 "seq": a.get("seq"),
             }
         )
-    return pd.DataFrame(rows, columns=[*by, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"])
+    extra = ["aggregate", "answer"] if any("aggregate" in a for a in answers) else []
+    return pd.DataFrame(
+        rows, columns=[*by, *extra, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"]
+    )
 
 
 def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
