@@ -261,7 +261,9 @@ class Client(_Base):
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.
-        ``query`` may be None then (every row)."""
+        ``query`` may be None then (every row). An object query with ``aggregate`` / ``of`` / ``bounds``
+        (or ``{"sql": "SELECT SUM(col) ...", "bounds": [lo, hi]}``) asks a clipped sum or mean: the
+        table then has ``aggregate`` and ``answer`` columns."""
         body: dict[str, Any] = {
             **(_one_query(query) if query is not None else {}),
             **_parameter(epsilon, rho, mu, epsilon_alpha),

@@ -2,7 +2,9 @@
 
 - A query is given with the field names of workload files: ``"where"`` (SQL-style condition text) or
   ``"conditions"`` (the JSON form), exactly one of them; a batch lists such queries (or bare condition
-  strings) under ``"queries"``.
+  strings) under ``"queries"``. A query may also carry ``"aggregate"``, ``"of"``, ``"bounds"`` and
+  ``"step"`` (a clipped sum or mean), or a ``"sql"`` SELECT with ``SUM(col)`` / ``AVG(col)``, as a
+  workload line (:func:`overlapdp.query.parse_line`); the bounds are never read off the data.
 - Unknown fields are refused (422 naming the field), so typos do not pass silently; so is a field the
   chosen mechanism does not use (``max_positives`` for a guess-and-check session, ``tolerance`` for a
   sparse vector): each session kind has its own body. Unknown keys inside a query object of a batch are
