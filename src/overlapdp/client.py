@@ -136,6 +136,7 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
     """One row per answer; a GROUP BY's cells name their query (``item``) and carry their ``group``."""
     rows = []
     grouped = any("group" in a for a in answers)
+    summed = any("aggregate" in a for a in answers)
     if not grouped and len(answers) != len(queries):
         raise ServiceRefused(502, {"detail": "the service returned a different number of answers"})
     for n, a in enumerate(answers):
@@ -144,9 +145,12 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
         row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
         if grouped:
             row["group"] = a.get("group")
+        if summed:  # a sum or mean: its kind and value (a count's value is its count)
+            row["aggregate"] = a.get("aggregate", "count")
+            row["answer"] = a.get("answer", a.get("count"))
         row.update(
             {
-                "count": a["count"],
+                "count": a.get("count"),
                 "stddev": a.get("stddev"),
                 "ci95_low": lo,
                 "ci95_high": hi,
@@ -167,7 +171,8 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
         rows.append(
             {
                 **{name: group.get(name) for name in by},
-                "count": a["count"],
+                **({"aggregate": a["aggregate"], "answer": a.get("answer")} if "aggregate" in a else {}),
+                "count": a.get("count"),
                 "stddev": a.get("stddev"),
                 "ci95_low": lo,
                 "ci95_high": hi,
@@ -175,7 +180,10 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
                 "seq": a.get("seq"),
             }
         )
-    return pd.DataFrame(rows, columns=[*by, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"])
+    extra = ["aggregate", "answer"] if any("aggregate" in a for a in answers) else []
+    return pd.DataFrame(
+        rows, columns=[*by, *extra, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"]
+    )
 
 
 def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -253,7 +261,9 @@ class Client(_Base):
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.
-        ``query`` may be None then (every row)."""
+        ``query`` may be None then (every row). An object query with ``aggregate`` / ``of`` / ``bounds``
+        (or ``{"sql": "SELECT SUM(col) ...", "bounds": [lo, hi]}``) asks a clipped sum or mean: the
+        table then has ``aggregate`` and ``answer`` columns."""
         body: dict[str, Any] = {
             **(_one_query(query) if query is not None else {}),
             **_parameter(epsilon, rho, mu, epsilon_alpha),

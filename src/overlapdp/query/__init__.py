@@ -6,7 +6,7 @@ from overlapdp._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from overlapdp.query.conjunction import PredicateQuery, joint_coverage
-    from overlapdp.query.groupby import QueryFamily, group_by, parse_select
+    from overlapdp.query.groupby import QueryFamily, group_by, parse_select, parse_select_aggregate
     from overlapdp.query.jsonform import parse_conditions
     from overlapdp.query.predicates import (
         AnyOf,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         Truth,
     )
     from overlapdp.query.sql import parse_where
-    from overlapdp.query.workload import Workload, parse_item, parse_query
+    from overlapdp.query.workload import Workload, parse_item, parse_line, parse_query
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
@@ -31,6 +31,7 @@ _EXPORTS = {
     "QueryFamily": "groupby",
     "group_by": "groupby",
     "parse_select": "groupby",
+    "parse_select_aggregate": "groupby",
     "parse_conditions": "jsonform",
     "AnyOf": "predicates",
     "Compare": "predicates",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "parse_where": "sql",
     "Workload": "workload",
     "parse_item": "workload",
+    "parse_line": "workload",
     "parse_query": "workload",
 }
 
@@ -71,7 +73,9 @@ __all__ = [
     "joint_coverage",
     "parse_conditions",
     "parse_item",
+    "parse_line",
     "parse_query",
     "parse_select",
+    "parse_select_aggregate",
     "parse_where",
 ]

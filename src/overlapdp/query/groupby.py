@@ -16,13 +16,17 @@ attributes add two. Binned attributes group by their bins.
 Limits: a family may have at most :data:`~overlapdp.query.limits.MAX_GROUP_CELLS` (100 000) cells,
 checked from the domain sizes before any cell is built (:class:`~overlapdp.errors.QueryTooComplexError`
 with ``limit="cells"``). The SELECT form accepts exactly ``SELECT <the grouped attributes>, COUNT(*)
-FROM <one table> [WHERE <condition>] [GROUP BY <attributes>]``; anything else (joins, HAVING, ORDER BY,
-LIMIT, DISTINCT, sub-queries, other aggregates) is a :class:`~overlapdp.errors.QueryError` naming it.
+FROM <one table> [WHERE <condition>] [GROUP BY <attributes>]``, or the same with ``SUM(col)`` or
+``AVG(col)`` in place of ``COUNT(*)`` (:func:`parse_select_aggregate`; the clipping bounds of a sum or
+mean come from the workload line or the schema, never from the statement or the data); anything else
+(joins, HAVING, ORDER BY, LIMIT, DISTINCT, sub-queries, other aggregates, two aggregates) is a
+:class:`~overlapdp.errors.QueryError` naming it.
 The WHERE condition is read by :func:`overlapdp.query.sql.parse_where`, with all its rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -34,6 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from overlapdp.errors import QueryError, QuerySyntaxError, QueryTooComplexError, SchemaError, with_prefix
+from overlapdp.query.aggregate import AggregateKind, parse_sql_aggregate
 from overlapdp.query.conjunction import PredicateQuery, query_label
 from overlapdp.query.limits import MAX_GROUP_CELLS, check_condition_text, too_deep
 from overlapdp.query.sql import parse_where
@@ -47,7 +52,7 @@ GroupLabels = tuple[tuple[str, Any], ...]
 
 @dataclass(frozen=True)
 class QueryFamily:
-    """A grouped count: its ``id``, the filter ``where``, the grouped attributes ``by``, and its
+    """A grouped count (or sum or mean, :attr:`aggregate`): its ``id``, the filter ``where``, the grouped attributes ``by``, and its
     expansion into ``cells`` (one :class:`PredicateQuery` per point of the grouped attributes' domain, in
     lexicographic order of value indices), with each cell's ``groups`` labels.
 
@@ -60,6 +65,8 @@ class QueryFamily:
     by: tuple[str, ...]
     cells: tuple[PredicateQuery, ...]
     groups: tuple[GroupLabels, ...]
+    #: What every cell aggregates (``"count"``, ``"sum"``, ``"mean"``); the clipping of a sum or mean is
+    #: kept with the workload (:attr:`overlapdp.query.Workload.aggregates`).
     aggregate: str = "count"
 
     @property
@@ -75,7 +82,8 @@ class QueryFamily:
 
     def with_id(self, id: str | None) -> QueryFamily:
         """The same family under another id (the cells are renamed with it)."""
-        return group_by(self.schema, self.by, self.where.with_id(id), id=id)
+        family = group_by(self.schema, self.by, self.where.with_id(id), id=id)
+        return dataclasses.replace(family, aggregate=self.aggregate)
 
     def group(self, i: int) -> dict[str, Any]:
         """Cell ``i``'s labels as ``{attribute: value}``."""
@@ -219,7 +227,29 @@ def parse_select(
     ``SELECT COUNT(*) FROM t [WHERE cond]`` (no GROUP BY) as one :class:`PredicateQuery`.
 
     The SELECT list must hold the GROUP BY attributes (the same set) and one aggregate; cells follow
-    the GROUP BY order. Size limits are checked on the text before sqlglot sees it.
+    the GROUP BY order. Size limits are checked on the text before sqlglot sees it. Counts only: a
+    ``SUM`` or ``AVG`` needs clipping bounds, which a statement alone does not carry, so it is refused
+    here (a :class:`~overlapdp.errors.QueryError` naming 'bounds') and read by
+    :func:`parse_select_aggregate` with the bounds of a workload line or the schema.
+    """
+    item, kind, column = parse_select_aggregate(schema, text, id=id, weight=weight, max_cells=max_cells)
+    if kind != "count":
+        raise QueryError(
+            f"{query_label(id)}a {kind} of {column!r} needs declared clipping 'bounds' [lo, hi]: give "
+            "them on the workload line or declare them in the schema (never read off the data)"
+        )
+    return item
+
+
+def parse_select_aggregate(
+    schema: Schema, text: str, *, id: str | None = None, weight: float = 1.0, max_cells: int = MAX_GROUP_CELLS
+) -> tuple[QueryFamily | PredicateQuery, AggregateKind, str | None]:
+    """A SELECT statement (:func:`parse_select`'s forms, with ``COUNT(*)``, ``SUM(col)`` or ``AVG(col)``
+    as its one aggregate) and what it aggregates: ``(item, kind, column)``, ``column`` None for a count.
+
+    The clipping bounds of a sum or mean are NOT part of the statement: the caller takes them from the
+    workload line or the schema's declared bounds (:func:`overlapdp.query.aggregate.parse_aggregate`),
+    never from the data. A family's :attr:`QueryFamily.aggregate` is the kind.
     """
     prefix = query_label(id)
     if not isinstance(text, str) or not text.strip():
@@ -233,7 +263,7 @@ def parse_select(
             raise QuerySyntaxError(f"cannot parse the statement: {first[:200]}") from None
         tree = _one_select(statements)
         by = _group_columns(tree)
-        columns, aggregate = _select_list(tree)
+        columns, (kind, column) = _select_list(schema, tree)
         if sorted(columns) != sorted(by):
             raise QueryError(
                 f"the SELECT list names {_names(columns)} but GROUP BY names {_names(by)}; "
@@ -245,16 +275,15 @@ def parse_select(
         raise with_prefix(too_deep("statement"), prefix) from None
     except QueryError as exc:
         raise with_prefix(exc, prefix) from None
-    if aggregate != "count":  # pragma: no cover - _aggregate refuses every other aggregate for now
-        raise QueryError(f"{prefix}aggregate {aggregate!r} is not supported yet")
     base = (
         parse_where(schema, condition, id=id, weight=weight)
         if condition is not None
         else PredicateQuery.from_coverages(schema, {}, id=id, weight=weight)
     )
     if not by:
-        return base
-    return group_by(schema, by, base, id=id, max_cells=max_cells)
+        return base, kind, column
+    family = group_by(schema, by, base, id=id, max_cells=max_cells)
+    return dataclasses.replace(family, aggregate=kind), kind, column
 
 
 def _one_select(statements: list[exp.Expr | None]) -> exp.Select:
@@ -315,29 +344,37 @@ def _group_columns(tree: exp.Select) -> list[str]:
     return names
 
 
-def _select_list(tree: exp.Select) -> tuple[list[str], str]:
+def _select_list(schema: Schema, tree: exp.Select) -> tuple[list[str], tuple[AggregateKind, str | None]]:
     columns: list[str] = []
-    aggregates: list[str] = []
+    aggregates: list[tuple[AggregateKind, str | None]] = []
     for node in tree.expressions:
         inner = node.this if isinstance(node, exp.Alias) else node
         if isinstance(inner, exp.Column) and not inner.table:
             columns.append(inner.name)
-        elif isinstance(inner, exp.AggFunc):
-            aggregates.append(_aggregate(inner))
+        elif isinstance(inner, exp.AggFunc) or (
+            isinstance(inner, exp.Anonymous) and str(inner.name).upper() == "MEAN"
+        ):
+            aggregates.append(_aggregate(schema, inner))
         else:
             raise QueryError(
-                f"the SELECT list may hold the grouped attributes and COUNT(*), found {node.sql()[:80]!r}"
+                "the SELECT list may hold the grouped attributes and one aggregate (COUNT(*), SUM(col), "
+                f"AVG(col)), found {node.sql()[:80]!r}"
             )
     if len(aggregates) != 1:
-        raise QueryError(f"the SELECT list needs exactly one aggregate (COUNT(*)), found {len(aggregates)}")
+        raise QueryError(
+            "the SELECT list needs exactly one aggregate (COUNT(*), SUM(col) or AVG(col)), "
+            f"found {len(aggregates)}"
+        )
     return columns, aggregates[0]
 
 
-def _aggregate(node: exp.AggFunc) -> str:
-    """The one place that decides which aggregates are answered (only ``COUNT(*)`` for now)."""
-    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star) and not node.args.get("distinct"):
-        return "count"
-    raise QueryError(f"aggregate {node.sql()[:80]!r} is not supported yet: only COUNT(*) is answered")
+def _aggregate(schema: Schema, node: exp.Func) -> tuple[AggregateKind, str | None]:
+    """The one place that decides which aggregates are answered: ``COUNT(*)``, ``SUM(col)`` and
+    ``AVG(col)`` (also written ``MEAN(col)``) of a numeric attribute, read by
+    :func:`overlapdp.query.aggregate.parse_sql_aggregate`; DISTINCT and everything else is refused."""
+    if node.args.get("distinct") or isinstance(node.this, exp.Distinct):
+        raise QueryError(f"aggregate {node.sql()[:80]!r} is not supported: DISTINCT is not answered")
+    return parse_sql_aggregate(schema, node.sql())
 
 
 def _names(names: Sequence[str]) -> str:

@@ -15,11 +15,15 @@ their group labels.
 A line may also say what it aggregates (:mod:`overlapdp.query.aggregate`): ``"aggregate"`` (``"count"``,
 the default, ``"sum"`` or ``"mean"``), ``"of"`` (the numeric attribute), ``"bounds"`` (``[lo, hi]``,
 declared clipping bounds; else the bounds declared for the attribute, else an error) and ``"step"``
-(the resolution, default 1). :attr:`Workload.aggregates` holds them, one per query.
+(the resolution, default 1). :attr:`Workload.aggregates` holds them, one per query. A SELECT may say it
+instead: ``{"sql": "SELECT SUM(hours_per_week) FROM t WHERE age >= 30", "bounds": [0, 99]}``, ``AVG(x)``,
+and ``SELECT sex, AVG(x) FROM t GROUP BY sex`` (one mean per cell), with the bounds on the line or
+declared; then ``aggregate`` and ``of`` are not given (:func:`parse_line`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,9 +31,9 @@ from pathlib import Path
 from typing import Any, overload
 
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
-from overlapdp.query.aggregate import AGGREGATE_KEYS, COUNT, Aggregate, parse_aggregate
+from overlapdp.query.aggregate import AGGREGATE_KEYS, COUNT, Aggregate, AggregateKind, parse_aggregate
 from overlapdp.query.conjunction import PredicateQuery, query_label
-from overlapdp.query.groupby import GroupLabels, QueryFamily, group_by, is_select, parse_select
+from overlapdp.query.groupby import GroupLabels, QueryFamily, group_by, is_select, parse_select_aggregate
 from overlapdp.query.jsonform import parse_conditions
 from overlapdp.query.limits import MAX_GROUP_CELLS
 from overlapdp.query.sql import parse_where
@@ -89,14 +93,78 @@ def parse_item(
 ) -> PredicateQuery | QueryFamily:
     """A workload item: a :class:`QueryFamily` for ``{"group_by": [...], "where": ...}``,
     ``{"sql": "SELECT ..."}`` or SELECT text, otherwise one query (:func:`parse_query`). A family of
-    more than ``max_cells`` cells is refused before it is expanded (``QueryTooComplexError``)."""
+    more than ``max_cells`` cells is refused before it is expanded (``QueryTooComplexError``).
+
+    Counts only: a SELECT with ``SUM`` / ``AVG`` needs clipping bounds and is read by :func:`parse_line`
+    (here it is a :class:`QueryError` naming 'bounds')."""
+    item, kind, column = _parse_item(schema, spec, id=id, weight=weight, max_cells=max_cells)
+    if kind != "count":
+        raise QueryError(
+            f"{query_label(item.id)}a {kind} of {column!r} is not answered here: it needs declared clipping "
+            "'bounds' [lo, hi], which a workload line gives (parse_line, Workload.of); this reader takes "
+            "counts only"
+        )
+    return item
+
+
+def parse_line(
+    schema: Schema,
+    spec: str | Mapping[str, Any],
+    *,
+    declared: Mapping[str, Sequence[float]] | None = None,
+    id: str | None = None,
+    weight: float | None = None,
+    max_cells: int = MAX_GROUP_CELLS,
+) -> tuple[PredicateQuery | QueryFamily, Aggregate]:
+    """A workload item (:func:`parse_item`'s forms) and its :class:`Aggregate`.
+
+    The aggregate comes from the line's ``aggregate`` / ``of`` keys, or from the SELECT statement's
+    ``SUM(col)`` / ``AVG(col)`` (then ``aggregate`` and ``of`` are refused: the statement names them).
+    The clipping bounds of a sum or mean come from the line's ``bounds`` (and ``step``), else from
+    ``declared`` (bounds the data owner declared per attribute, e.g. in the schema), else it is an
+    error naming 'bounds'; never from the data (:func:`overlapdp.query.aggregate.parse_aggregate`).
+    ``{"sql": "SELECT SUM(hours) FROM t WHERE age >= 30", "bounds": [0, 99]}`` and ``{"where":
+    "age >= 30", "aggregate": "sum", "of": "hours", "bounds": [0, 99]}`` are the same query and aggregate.
+    """
+    agg_spec: dict[str, Any] = {}
+    from_sql = is_select(spec)
+    if isinstance(spec, Mapping):
+        agg_spec = {k: spec[k] for k in AGGREGATE_KEYS if k in spec}
+        spec = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
+        from_sql = "sql" in spec
+    item, kind, column = _parse_item(schema, spec, id=id, weight=weight, max_cells=max_cells)
+    label = query_label(item.id)
+    if from_sql:
+        clash = [k for k in ("aggregate", "of") if k in agg_spec]
+        if clash:
+            raise QueryError(
+                f"{label}{clash[0]!r} is named by the SQL statement's aggregate "
+                "(COUNT(*), SUM(col) or AVG(col)); drop it (give only 'bounds' and 'step')"
+            )
+        if kind != "count":
+            agg_spec = {"aggregate": kind, "of": column, **agg_spec}
+    agg = parse_aggregate(schema, agg_spec, declared=declared, label=label)
+    if isinstance(item, QueryFamily) and item.aggregate != agg.kind:
+        item = dataclasses.replace(item, aggregate=agg.kind)
+    return item, agg
+
+
+def _parse_item(
+    schema: Schema,
+    spec: str | Mapping[str, Any],
+    *,
+    id: str | None,
+    weight: float | None,
+    max_cells: int,
+) -> tuple[PredicateQuery | QueryFamily, AggregateKind, str | None]:
+    """:func:`parse_item` with the SELECT statement's aggregate ``(kind, column)`` (a count otherwise)."""
     if is_select(spec):
         assert isinstance(spec, str)
-        return parse_select(
+        return parse_select_aggregate(
             schema, spec, id=id, weight=1.0 if weight is None else weight, max_cells=max_cells
         )
     if not isinstance(spec, Mapping) or not any(k in spec for k in _FAMILY_KEYS):
-        return parse_query(schema, spec, id=id, weight=weight)
+        return parse_query(schema, spec, id=id, weight=weight), "count", None
     allowed = (*_QUERY_KEYS, *_FAMILY_KEYS)
     unknown = [k for k in spec if k not in allowed]
     if unknown:
@@ -115,7 +183,7 @@ def parse_item(
             raise QueryError(f"{query_label(qid)}'sql' holds the whole statement; drop {others[0]!r}")
         if not is_select(spec["sql"]):
             raise QueryError(f"{query_label(qid)}'sql' must be a SELECT statement")
-        return parse_select(schema, spec["sql"], id=qid, weight=w, max_cells=max_cells)
+        return parse_select_aggregate(schema, spec["sql"], id=qid, weight=w, max_cells=max_cells)
     if "where" in spec and "conditions" in spec:
         raise QueryError(f"{query_label(qid)}give at most one of 'where' or 'conditions'")
     filt: PredicateQuery | None = None
@@ -123,7 +191,7 @@ def parse_item(
         filt = parse_query(
             schema, {k: spec[k] for k in ("where", "conditions") if k in spec}, id=qid, weight=w
         )
-    return group_by(schema, spec["group_by"], filt, id=qid, weight=w, max_cells=max_cells)
+    return group_by(schema, spec["group_by"], filt, id=qid, weight=w, max_cells=max_cells), "count", None
 
 
 @dataclass(frozen=True)
@@ -149,22 +217,25 @@ class Workload(Sequence[PredicateQuery]):
             seen.add(q.id)
 
     @staticmethod
-    def of(schema: Schema, specs: Iterable[str | Mapping[str, Any] | PredicateQuery]) -> Workload:
+    def of(
+        schema: Schema,
+        specs: Iterable[str | Mapping[str, Any] | PredicateQuery | QueryFamily],
+        *,
+        declared: Mapping[str, Sequence[float]] | None = None,
+    ) -> Workload:
         """Build from condition strings, JSON objects, queries or families (SELECT text, ``group_by``
         objects, :class:`QueryFamily`); missing ids become ``q1, q2, ...``. A JSON object may carry the
-        aggregate keys of a workload line (``aggregate``, ``of``, ...)."""
+        aggregate keys of a workload line (``aggregate``, ``of``, ``bounds``, ``step``); a SELECT with
+        ``SUM(col)`` / ``AVG(col)`` takes its bounds from the object's ``bounds`` or from ``declared``
+        (:func:`parse_line`)."""
         items: list[PredicateQuery | QueryFamily] = []
         aggregates: list[Aggregate] = []
         for i, spec in enumerate(specs, start=1):
-            agg = COUNT
-            if isinstance(spec, Mapping) and any(k in spec for k in AGGREGATE_KEYS):
-                rest = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
-                q: PredicateQuery | QueryFamily = parse_item(schema, rest)
-                agg = parse_aggregate(
-                    schema, {k: spec[k] for k in AGGREGATE_KEYS if k in spec}, label=query_label(q.id)
-                )
+            if isinstance(spec, PredicateQuery | QueryFamily):
+                q: PredicateQuery | QueryFamily = spec
+                agg = COUNT
             else:
-                q = spec if isinstance(spec, PredicateQuery | QueryFamily) else parse_item(schema, spec)
+                q, agg = parse_line(schema, spec, declared=declared)
             items.append(q if q.id is not None else q.with_id(f"q{i}"))
             aggregates.append(agg)
         return Workload.from_items(schema, items, aggregates)
@@ -186,6 +257,11 @@ class Workload(Sequence[PredicateQuery]):
             raise WorkloadError("give one aggregate per item (or none: all counts)")
         for item, agg in zip(listed, aggs, strict=True):
             if isinstance(item, QueryFamily):
+                if item.aggregate != agg.kind:  # e.g. a SUM family given without its clipping
+                    raise WorkloadError(
+                        f"family {item.id!r} aggregates {item.aggregate!r} but is given the aggregate "
+                        f"{agg.kind!r}; read it with parse_line to take its clipping bounds"
+                    )
                 families.append(item)
                 queries.extend(item.cells)
                 per_query.extend([agg] * len(item.cells))
@@ -231,10 +307,10 @@ class Workload(Sequence[PredicateQuery]):
                 raise WorkloadError(f"{source} line {n}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"{source} line {n}: expected a JSON object")
-            agg_spec = {k: obj.pop(k) for k in AGGREGATE_KEYS if k in obj}
             try:
-                q = parse_item(schema, obj, id=f"line{n}" if "id" not in obj else None)
-                agg = parse_aggregate(schema, agg_spec, declared=declared, label=query_label(q.id))
+                q, agg = parse_line(
+                    schema, obj, declared=declared, id=f"line{n}" if "id" not in obj else None
+                )
             except OverlapDPError as exc:
                 raise with_prefix(exc, f"{source} line {n}: ") from None
             queries.append(q)

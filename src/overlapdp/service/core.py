@@ -38,7 +38,8 @@ from typing import Any, TypeVar
 from overlapdp.consistency import NOTE, Design, project, workload_design
 from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
 from overlapdp.mechanisms.calibration import laplace_scale
-from overlapdp.query import PredicateQuery, QueryFamily, parse_item, parse_query
+from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
+from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
@@ -518,17 +519,21 @@ class QueryService:
     # -- queries ----------------------------------------------------------------------------------
     def _parse(self, state: _DatasetState, specs: Sequence[Any]) -> list[PredicateQuery]:
         """One query per spec (a session step); a GROUP BY is refused here."""
-        queries, _, groups = self._expand(state, specs)
+        queries, _, groups, aggregates = self._expand(state, specs)
         if any(g is not None for g in groups):
             raise QueryError("a GROUP BY is answered by .../query or .../batch, not by a session")
+        if any(a.clipping is not None for a in aggregates):
+            raise QueryError("a sum or mean is answered by .../query or .../batch, not by a session")
         return queries
 
     def _expand(
         self, state: _DatasetState, specs: Sequence[Any]
-    ) -> tuple[list[PredicateQuery], list[int], list[dict[str, Any] | None]]:
+    ) -> tuple[list[PredicateQuery], list[int], list[dict[str, Any] | None], list[Aggregate]]:
         """The queries of a request, each GROUP BY expanded into its cells in place, with the position of
-        the spec each query comes from and, for a cell, its group labels. The cells of all GROUP BYs
-        count toward ``max_batch`` (refused before a family is expanded)."""
+        the spec each query comes from, for a cell its group labels, and each query's aggregate (a count,
+        or a sum or mean with the clipping bounds given in the request: :func:`parse_line`, as for a
+        workload line). The cells of all GROUP BYs count toward ``max_batch`` (refused before a family
+        is expanded)."""
         if len(specs) > self.limits.max_batch:
             raise TooLarge(f"a batch may hold at most {self.limits.max_batch} queries, got {len(specs)}")
         if not specs:
@@ -536,6 +541,7 @@ class QueryService:
         out: list[PredicateQuery] = []
         items: list[int] = []
         groups: list[dict[str, Any] | None] = []
+        aggregates: list[Aggregate] = []
         for i, spec in enumerate(specs):
             try:
                 key = dumps(spec)
@@ -546,9 +552,10 @@ class QueryService:
             # Every other spec still needs a place in the batch; a family may fill the rest.
             room = self.limits.max_batch - len(out) - (len(specs) - i - 1)
             parsed: PredicateQuery | QueryFamily | None = state.request_cache.get(key)
+            agg = COUNT  # only counts are cached
             if parsed is None:
                 try:
-                    parsed = parse_item(state.schema, spec, max_cells=max(room, 0))
+                    parsed, agg = parse_line(state.schema, spec, max_cells=max(room, 0))
                 except RecursionError:  # a condition nested deeper than the parser can follow
                     raise QueryError(f"query #{i} is nested too deeply") from None
                 except QueryTooComplexError as exc:
@@ -560,7 +567,7 @@ class QueryService:
                     ) from None
                 # Families are not kept: up to max_batch cells each, 10 000 of them would hold
                 # millions of queries in memory (expanding again is cheap next to counting).
-                if isinstance(parsed, PredicateQuery):
+                if isinstance(parsed, PredicateQuery) and agg == COUNT:
                     if len(state.request_cache) >= 10_000:
                         state.request_cache.clear()
                     state.request_cache[key] = parsed
@@ -570,11 +577,13 @@ class QueryService:
                     out.append(cell.with_id(f"{i}{suffix}"))
                     items.append(i)
                     groups.append(dict(labels))
+                    aggregates.append(agg)
             else:
                 out.append(parsed.with_id(str(i)))
                 items.append(i)
                 groups.append(None)
-        return out, items, groups
+                aggregates.append(agg)
+        return out, items, groups, aggregates
 
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
@@ -652,14 +661,23 @@ class QueryService:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
         loaded = self._loaded(state)
-        queries, items, groups = self._expand(state, specs)
+        queries, items, groups, aggregates = self._expand(state, specs)
         mech = self._mechanism(state, parameter, parameter_name)
         load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
             analyst=analyst.name,
             kind="dry-run" if dry_run else "query",
             request_key=_check_key(request_key),
-            request_hash=_fingerprint("query", dataset, [q.to_json() for q in queries], mech.parameter),
+            request_hash=_fingerprint(
+                "query",
+                dataset,
+                # a sum's aggregate is part of what was asked (a count's hash is unchanged)
+                [
+                    q.to_json() if a == COUNT else {**q.to_json(), **a.to_json()}
+                    for q, a in zip(queries, aggregates, strict=True)
+                ],
+                mech.parameter,
+            ),
             queries=list(queries),
             query_json=[
                 _recorded_query(specs[i] if g is None else q.describe(), q)
@@ -672,7 +690,11 @@ class QueryService:
             # The exact counts and the noise never depend on the ledger: both are ready before the
             # request joins a group, so a failure here concerns this request alone.
             pending.true_counts = loaded.counts(queries)
-            pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+            if any(a.clipping is not None for a in aggregates):
+                sums = loaded.sums(queries, aggregates)
+                pending.noisy = runtime.noisy_aggregates(pending.true_counts, sums, aggregates, mech)
+            else:
+                pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
             for answer, i, g in zip(pending.noisy, items, groups, strict=True):
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
                     answer["group"] = g

@@ -2,7 +2,9 @@
 
 - A query is given with the field names of workload files: ``"where"`` (SQL-style condition text) or
   ``"conditions"`` (the JSON form), exactly one of them; a batch lists such queries (or bare condition
-  strings) under ``"queries"``.
+  strings) under ``"queries"``. A query may also carry ``"aggregate"``, ``"of"``, ``"bounds"`` and
+  ``"step"`` (a clipped sum or mean), or a ``"sql"`` SELECT with ``SUM(col)`` / ``AVG(col)``, as a
+  workload line (:func:`overlapdp.query.parse_line`); the bounds are never read off the data.
 - Unknown fields are refused (422 naming the field), so typos do not pass silently; so is a field the
   chosen mechanism does not use (``max_positives`` for a guess-and-check session, ``tolerance`` for a
   sparse vector): each session kind has its own body. Unknown keys inside a query object of a batch are
@@ -102,6 +104,19 @@ class QueryRequest(_OneQuery):
         examples=["SELECT sex, race, COUNT(*) FROM adult WHERE age >= 30 GROUP BY sex, race"],
     )
 
+    aggregate: Literal["count", "sum", "mean"] | None = Field(
+        default=None,
+        description="count (the default), or the sum or mean of the attribute 'of' clipped to 'bounds' "
+        "(as in workload files; a 'sql' statement names SUM(col) / AVG(col) itself)",
+    )
+    of: str | None = Field(default=None, description="the numeric attribute summed or averaged")
+    bounds: list[float] | None = Field(
+        default=None,
+        description="declared clipping bounds [lo, hi] of a sum or mean (never read off the data)",
+        examples=[[0, 99]],
+    )
+    step: float | None = Field(default=None, description="the resolution of a sum or mean (default 1)")
+
     def _whole_domain_allowed(self) -> bool:
         return self.group_by is not None or self.sql is not None
 
@@ -111,6 +126,9 @@ class QueryRequest(_OneQuery):
             out["group_by"] = list(self.group_by)
         if self.sql is not None:
             out["sql"] = self.sql  # with anything else, refused by the parser (400 naming the field)
+        # The aggregate keys are checked by the query parser, as on a workload line (400 naming them).
+        given = {"aggregate": self.aggregate, "of": self.of, "bounds": self.bounds, "step": self.step}
+        out.update({k: v for k, v in given.items() if v is not None})
         return out
 
 
@@ -130,7 +148,8 @@ class BatchRequest(_Body):
 
     queries: Annotated[list[QuerySpec], AfterValidator(_no_weights)] = Field(
         description="condition strings or workload-file objects ({'where': ...} or {'conditions': ...}, "
-        "optionally with 'group_by'; or {'sql': 'SELECT ...'}); a GROUP BY counts its cells toward the "
+        "optionally with 'group_by'; or {'sql': 'SELECT ...'}), each optionally with 'aggregate', 'of', "
+        "'bounds', 'step' (a sum or mean, as in workload files); a GROUP BY counts its cells toward the "
         "batch limit",
         examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
     )

@@ -213,14 +213,22 @@ class Cost(Out):
 
 
 class Answer(Out):
-    """One released noisy count with its standard deviation, 95% interval and noise, and its charge."""
+    """One released noisy count with its standard deviation, 95% interval and noise, and its charge; or a
+    noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``, the value in
+    ``answer``; a mean's two halves in ``parts``), charged as a count of the same rows."""
 
     charge: str = Field(description="the ledger id of the charge")
     seq: int = Field(description="the ledger position of the charge")
-    count: int
-    stddev: float
-    ci95: tuple[int, int]
-    noise: str
+    count: int | None = omitted("the noisy count (a count query)")
+    aggregate: Literal["sum", "mean"] | None = omitted("a sum or mean (left out for a count)")
+    of: str | None = omitted("a sum or mean: the attribute")
+    bounds: tuple[float, float] | None = omitted("a sum or mean: the declared clipping bounds")
+    step: float | None = omitted("a sum or mean: the resolution")
+    answer: float | None = omitted("a sum or mean: the noisy value (clipped, in the column's units)")
+    stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
+    ci95: tuple[int, int] | tuple[float, float]
+    noise: str | None = omitted("the noise distribution (left out for a mean: see parts)")
+    parts: dict[str, Any] | None = omitted("a mean: its noisy sum and noisy count, half the budget each")
     group: dict[str, Any] | None = omitted(
         "a GROUP BY cell's labels, attribute -> value (categorical label, integer, or bin label)"
     )

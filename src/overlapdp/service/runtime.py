@@ -55,6 +55,7 @@ from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
 from overlapdp.privacy.odometer import whole_domain
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
+from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
 
 
@@ -480,6 +481,67 @@ def noisy_counts(true_counts: Sequence[int], mechanism: Mechanism) -> list[dict[
         {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
         for a in answers
     ]
+
+
+def noisy_aggregates(
+    true_counts: Sequence[int],
+    true_sums: Sequence[int | None],
+    aggregates: Sequence[Aggregate],
+    mechanism: Mechanism,
+) -> list[dict[str, Any]]:
+    """Counts as :func:`noisy_counts`; a sum or mean by the library's own noise
+    (:func:`overlapdp.mechanisms.sums.add_sum_noise` / ``add_mean_noise``, served mode) at the query's
+    per-query guarantee ``mechanism.guarantee``, its noise scaled to the sum's add/remove sensitivity
+    (MATH.md 2, 6). So each query, whatever it aggregates, is ``mechanism.parameter``-private for its
+    rows and is charged as a count of the same rows (the same per-row load)."""
+    from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
+
+    out: list[dict[str, Any]] = []
+    for i, agg in enumerate(aggregates):
+        clip = agg.clipping
+        if clip is None:
+            out.extend(noisy_counts([true_counts[i]], mechanism))
+            continue
+        units = true_sums[i]
+        assert units is not None
+        if agg.kind == "sum":
+            (s,) = add_sum_noise([units], clip, mechanism.guarantee, level=0.95, served=True)
+            out.append(
+                {
+                    "aggregate": "sum",
+                    **clip.to_json(),
+                    "answer": s.value,
+                    "stddev": s.std,
+                    "ci95": [s.low, s.high],
+                    "noise": s.noise.describe(),
+                }
+            )
+            continue
+        (m,) = add_mean_noise([units], [true_counts[i]], clip, mechanism.guarantee, level=0.95, served=True)
+        out.append(
+            {
+                "aggregate": "mean",
+                **clip.to_json(),
+                "answer": m.value,
+                "ci95": [m.low, m.high],
+                "parts": {
+                    "split": "half the query's budget each",
+                    "sum": {
+                        "answer": m.sum.value,
+                        "stddev": m.sum.std,
+                        "interval": [m.sum.low, m.sum.high],
+                        "level": m.sum.level,
+                    },
+                    "count": {
+                        "answer": m.count.value,
+                        "stddev": m.count.std,
+                        "interval": [m.count.low, m.count.high],
+                        "level": m.count.level,
+                    },
+                },
+            }
+        )
+    return out
 
 
 # -- interactive mechanisms ----------------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""Sums and means over HTTP (issue 15 item 2): a query body or batch item carries ``aggregate`` / ``of`` /
+``bounds`` / ``step`` (or ``sql`` with SUM / AVG) as a workload line does; the noise is the library's,
+scaled to the sum's sensitivity; the charge is a count's of the same rows; the ledger replays it."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from overlapdp.client import AdminClient, Client
+from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+from support.service import ADMIN_TOKEN, free_port, write_adult
+
+HOURS = "hours-per-week"
+# Tails: a discrete Laplace draw beyond 12 standard deviations has probability about e^(-12 sqrt 2),
+# 4e-8, so the served (OS-random) answers below are checked without a flaky 95% interval.
+TAIL = 12
+
+
+def dlap_std(sensitivity: float, epsilon: float) -> float:
+    """The standard deviation of the discrete Laplace of scale sensitivity/epsilon, in closed form."""
+    q = math.exp(-epsilon / sensitivity)
+    return math.sqrt(2 * q) / (1 - q)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    ledger = tmp_path / "l.sqlite"
+    service = QueryService(open_ledger(ledger))
+    path, schema = write_adult(tmp_path)
+    service.register_dataset("adult", str(path), schema, "pandas", "pure", 10.0)
+    tokens = {name: service.create_analyst(name, {"adult": 2.0}).token for name in ("alice", "bob")}
+    client = TestClient(create_app(service, AdminKey(ADMIN_TOKEN)))
+    yield {
+        "service": service,
+        "client": client,
+        "tokens": tokens,
+        "data": pd.read_csv(path),
+        "ledger": ledger,
+    }
+    service.store.close()
+
+
+def _post(world: dict[str, Any], who: str, path: str, body: dict[str, Any]) -> Any:
+    headers = {"Authorization": f"Bearer {world['tokens'][who]}"}
+    return world["client"].post(f"/v1/datasets/adult/{path}", headers=headers, json=body)
+
+
+def _spent(service: QueryService, token: str) -> float:
+    return service.analyst_info(service.authenticate(token)).datasets["adult"].spent
+
+
+def test_a_sum_is_noised_at_its_sensitivity_and_charged_as_a_count(world: dict[str, Any]) -> None:
+    d = world["data"]
+    body = {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "bounds": [0, 99], "epsilon": 0.5}
+    r = _post(world, "alice", "query", body)
+    assert r.status_code == 200, r.text
+    a = r.json()
+    truth = float(d.loc[d["age"] >= 30, HOURS].clip(0, 99).sum())
+    assert a["aggregate"] == "sum" and a["of"] == HOURS and a["bounds"] == [0, 99] and "count" not in a
+    # The library's noise at sensitivity max(|0|, |99|) = 99 (not a count's 1), rounded up at most a little.
+    assert dlap_std(99, 0.5) <= a["stddev"] <= dlap_std(99, 0.5) * 1.001
+    assert abs(a["answer"] - truth) <= TAIL * a["stddev"]
+    assert a["ci95"][0] <= a["answer"] <= a["ci95"][1]
+    # Charged exactly as a count of the same rows at the same amount (bob asks the count).
+    c = _post(world, "bob", "query", {"where": "age >= 30", "epsilon": 0.5})
+    assert c.status_code == 200 and c.json()["cost"] == a["cost"]
+    service = world["service"]
+    assert _spent(service, world["tokens"]["alice"]) == _spent(service, world["tokens"]["bob"]) == 0.5
+
+
+def test_grouped_means_in_sql_with_their_parts_and_a_replay_after_a_restart(world: dict[str, Any]) -> None:
+    d = world["data"]
+    sql = f'SELECT sex, AVG("{HOURS}") FROM adult WHERE age >= 30 GROUP BY sex'
+    body = {"queries": [{"sql": sql, "bounds": [10, 60]}, "age < 30"], "epsilon": 1.0}
+    headers = {"Authorization": f"Bearer {world['tokens']['alice']}", "Idempotency-Key": "m-1"}
+    r = world["client"].post("/v1/datasets/adult/batch", headers=headers, json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    cells, count = out["answers"][:2], out["answers"][2]
+    assert [c["group"] for c in cells] == [{"sex": 0}, {"sex": 1}] and "aggregate" not in count
+    sel = d[d["age"] >= 30]
+    for c in cells:
+        rows = sel.loc[sel["sex"] == c["group"]["sex"], HOURS]
+        assert c["aggregate"] == "mean" and c["bounds"] == [10, 60]
+        parts = c["parts"]
+        # Each half gets epsilon 1/2: the sum's noise at sensitivity 60, the count's at 1.
+        assert dlap_std(60, 0.5) <= parts["sum"]["stddev"] <= dlap_std(60, 0.5) * 1.001
+        assert abs(parts["sum"]["answer"] - rows.clip(10, 60).sum()) <= TAIL * parts["sum"]["stddev"]
+        assert abs(parts["count"]["answer"] - len(rows)) <= TAIL * parts["count"]["stddev"]
+        assert 10 <= c["ci95"][0] <= c["answer"] <= c["ci95"][1] <= 60
+    service = world["service"]
+    spent = _spent(service, world["tokens"]["alice"])
+    assert spent == 1.0  # the cells are disjoint and "age < 30" covers other rows: one epsilon per row
+    # A restart rebuilds the same spend from the ledger, and the key replays the recorded answers.
+    service.store.close()
+    again = QueryService(open_ledger(world["ledger"]))
+    try:
+        assert _spent(again, world["tokens"]["alice"]) == spent
+        client = TestClient(create_app(again, AdminKey(ADMIN_TOKEN)))
+        replay = client.post("/v1/datasets/adult/batch", headers=headers, json=body)
+        assert replay.status_code == 200 and replay.json()["replayed"] is True
+        assert replay.json()["answers"] == out["answers"]
+        assert _spent(again, world["tokens"]["alice"]) == spent
+    finally:
+        again.store.close()
+        world["service"] = QueryService(open_ledger(world["ledger"]))  # closed by the fixture
+
+
+@pytest.mark.parametrize(
+    ("item", "status", "words"),
+    [
+        ({"where": "age >= 30", "aggregate": "sum", "of": HOURS}, 400, "'bounds' missing"),
+        ({"sql": f'SELECT SUM("{HOURS}") FROM t'}, 400, "'bounds' missing"),
+        ({"sql": "SELECT SUM(age), AVG(age) FROM t", "bounds": [0, 9]}, 400, "exactly one aggregate"),
+        ({"where": "TRUE", "aggregate": "median", "of": "age", "bounds": [0, 9]}, 422, "aggregate"),
+        ({"where": "TRUE", "aggregate": "sum", "of": "nope", "bounds": [0, 9]}, 400, "not an attribute"),
+        ({"where": "TRUE", "aggregate": "sum", "of": "age", "bounds": [0, 9], "colour": 1}, 422, "colour"),
+    ],
+)
+def test_bad_sums_are_refused_and_charge_nothing(
+    world: dict[str, Any], item: dict[str, Any], status: int, words: str
+) -> None:
+    r = _post(world, "alice", "query", {**item, "epsilon": 0.5})
+    assert r.status_code == status and words in r.text, r.text
+    if item.get("aggregate") != "median":  # batch items are read by the parser: a 400 for them all
+        rb = _post(world, "alice", "batch", {"queries": [item], "epsilon": 0.5})
+        assert rb.status_code == 400 and words in rb.text, rb.text
+    assert _spent(world["service"], world["tokens"]["alice"]) == 0
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield {"url": f"http://127.0.0.1:{port}", "folder": tmp_path}
+    server.should_exit = True
+    thread.join(timeout=20)
+    service.store.close()
+
+
+def test_the_client_sends_sums_and_gets_their_answers(live: dict[str, Any]) -> None:
+    path, schema = write_adult(live["folder"])
+    d = pd.read_csv(path)
+    admin = AdminClient(live["url"], ADMIN_TOKEN)
+    admin.register_dataset("adult", str(path), schema, budget=3.0)
+    carol = Client(live["url"], admin.create_analyst("carol", {"adult": 1.0}))
+    one = carol.query(
+        "adult", {"where": "sex = 1", "aggregate": "sum", "of": "age", "bounds": [0, 84]}, epsilon=0.5
+    )
+    truth = float(d.loc[d["sex"] == 1, "age"].clip(0, 84).sum())
+    assert (
+        one.loc[0, "aggregate"] == "sum" and abs(one.loc[0, "answer"] - truth) <= TAIL * one.loc[0, "stddev"]
+    )
+    cells = carol.query(
+        "adult", {"sql": "SELECT race, AVG(age) FROM t GROUP BY race", "bounds": [0, 84]}, epsilon=0.25
+    )
+    assert list(cells["race"]) == list(range(5)) and set(cells["aggregate"]) == {"mean"}
+    assert ((cells["ci95_low"] <= cells["answer"]) & (cells["answer"] <= cells["ci95_high"])).all()
+    mixed = carol.batch(
+        "adult",
+        ["age < 30", {"where": "age >= 30", "aggregate": "mean", "of": "age", "bounds": [30, 84]}],
+        epsilon=0.25,
+    )
+    assert list(mixed["aggregate"]) == ["count", "mean"] and mixed.loc[0, "answer"] == mixed.loc[0, "count"]
+    assert 30 <= mixed.loc[1, "answer"] <= 84
