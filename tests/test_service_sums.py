@@ -184,3 +184,14 @@ def test_the_client_sends_sums_and_gets_their_answers(live: dict[str, Any]) -> N
     )
     assert list(mixed["aggregate"]) == ["count", "mean"] and mixed.loc[0, "answer"] == mixed.loc[0, "count"]
     assert 30 <= mixed.loc[1, "answer"] <= 84
+
+
+def test_consistent_answers_of_a_batch_with_a_sum_are_refused_before_any_charge(
+    world: dict[str, Any],
+) -> None:
+    # The projection is defined for counts; a sum in the batch is a 400 and nothing is spent.
+    sum_item = {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "bounds": [0, 99]}
+    body = {"queries": ["age < 30", sum_item], "epsilon": 0.5, "consistent": True}
+    r = _post(world, "alice", "batch", body)
+    assert r.status_code == 400 and "counts only" in r.text, r.text
+    assert _spent(world["service"], world["tokens"]["alice"]) == 0

@@ -621,13 +621,18 @@ class QueryService:
         :data:`CONSISTENT_CELL_LIMIT` is refused (400) without spending.
         """
         state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, request_key)
+        if consistent and any(n.get("aggregate") for n in pending.noisy):
+            # Refused before anything is charged: the projection is defined for counts only.
+            raise QueryError("'consistent' applies to counts only, not to sums or means")
         design = _consistency_design(pending) if consistent else None
         out = self._submit(state, pending, BatchAnswer)
         if design is None:
             return out
-        fitted = project(design, [a.count for a in out.answers], [a.stddev**2 for a in out.answers])
-        counts = ConsistentCounts(counts=fitted.values, cells=design.cells, solver=fitted.solver, note=NOTE)
-        return out.model_copy(update={"consistent": counts})
+        counts = [float(a.count) for a in out.answers if a.count is not None]
+        stddevs = [float(a.stddev) for a in out.answers if a.stddev is not None]
+        fitted = project(design, counts, [s**2 for s in stddevs])
+        fit = ConsistentCounts(counts=fitted.values, cells=design.cells, solver=fitted.solver, note=NOTE)
+        return out.model_copy(update={"consistent": fit})
 
     def cost(
         self,
