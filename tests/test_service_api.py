@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,14 +12,13 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-import uvicorn
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 from overlapdp.service.core import FieldRefused
-from support.service import ADMIN_TOKEN, free_port, write_adult
+from support.service import ADMIN_TOKEN, in_process, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -242,23 +239,8 @@ def test_cors_is_off_by_default_and_openapi_is_served(world: dict[str, Any]) -> 
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield {"url": f"http://127.0.0.1:{port}", "service": service, "folder": tmp_path}
-    server.should_exit = True
-    thread.join(timeout=20)
-    service.store.close()
+    with in_process(tmp_path) as world:
+        yield world
 
 
 class _LoseFirstResponse(httpx.HTTPTransport):

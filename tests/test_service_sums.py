@@ -5,20 +5,17 @@ scaled to the sum's sensitivity; the charge is a count's of the same rows; the l
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from overlapdp.client import AdminClient, Client
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
-from support.service import ADMIN_TOKEN, free_port, write_adult
+from support.service import ADMIN_TOKEN, in_process, write_adult
 
 HOURS = "hours-per-week"
 # Tails: a discrete Laplace draw beyond 12 standard deviations has probability about e^(-12 sqrt 2),
@@ -140,23 +137,8 @@ def test_bad_sums_are_refused_and_charge_nothing(
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield {"url": f"http://127.0.0.1:{port}", "folder": tmp_path}
-    server.should_exit = True
-    thread.join(timeout=20)
-    service.store.close()
+    with in_process(tmp_path) as world:
+        yield world
 
 
 def test_the_client_sends_sums_and_gets_their_answers(live: dict[str, Any]) -> None:

@@ -58,6 +58,17 @@ def remaining(value: float | int | Fraction, digits: int = 6) -> str:
     return decimal(value, digits, "down")
 
 
+#: How each definition's native value is named in tables and reports.
+DEFINITION_NAMES = {
+    "pure": "pure ε",
+    "zcdp": "zCDP ρ",
+    "gdp": "GDP μ",
+    "rdp": "Rényi DP",
+    "tcdp": "tCDP (ρ, ω)",
+    "approx": "(ε, δ) PLD",
+}
+
+
 def guarantee(definition: str, value: float | tuple[float, ...]) -> str:
     """A definition's native value for people, rounded up: a number; tCDP's pair ``ρ = …, ω = …`` (ω is a
     lower limit: rounded down); an RDP curve by its number of orders (the JSON lists them)."""

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,6 +122,35 @@ def running(ledger: str, **kwargs: object) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def in_process(folder: Path) -> Iterator[dict[str, Any]]:
+    """A service on a SQLite ledger in ``folder``, served by uvicorn in a thread on a free loopback port:
+    ``{"url", "service", "folder"}``; stopped and its ledger closed afterwards."""
+    import uvicorn
+
+    from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+
+    service = QueryService(open_ledger(folder / "l.sqlite"))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service, AdminKey(ADMIN_TOKEN)), host="127.0.0.1", port=port, log_level="error"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield {"url": f"http://127.0.0.1:{port}", "service": service, "folder": folder}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        service.store.close()
 
 
 class FailingCommit(LedgerStore):

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
-from overlapdp.display import decimal, guarantee, spent
+from overlapdp.display import DEFINITION_NAMES, decimal, guarantee, spent
 from overlapdp.errors import WorkloadError
 from overlapdp.privacy.definitions import Neighbouring
 
@@ -141,14 +141,7 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
     return out
 
 
-_NAMES = {
-    "pure": "pure ε",
-    "zcdp": "zCDP ρ",
-    "gdp": "GDP μ",
-    "rdp": "Rényi DP",
-    "tcdp": "tCDP (ρ, ω)",
-    "approx": "(ε, δ) PLD",
-}
+_NAMES = DEFINITION_NAMES
 
 
 def _fmt(x: Any) -> str:

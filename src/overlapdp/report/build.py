@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from overlapdp.display import guarantee
+from overlapdp.display import DEFINITION_NAMES, guarantee
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
 from overlapdp.privacy.utility import Definition, UtilityGain, utility_gain
@@ -347,14 +347,7 @@ def ledger_report(
     }
     if heat is not None:
         numbers["heat_map"] = _heat_json(heat)
-    names = {
-        "pure": "pure ε",
-        "zcdp": "zCDP ρ",
-        "gdp": "GDP μ",
-        "rdp": "Rényi DP",
-        "tcdp": "tCDP (ρ, ω)",
-        "approx": "(ε, δ) PLD",
-    }
+    names = DEFINITION_NAMES
     defs_rows = []
     for key, g in final.definitions.items():
         seq = g.sequential if isinstance(g.sequential, float) else guarantee(key, g.sequential)
