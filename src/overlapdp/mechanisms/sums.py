@@ -1,4 +1,4 @@
-"""Noisy clipped sums and means with error bars (MATH.md 2, 6).
+"""Noisy clipped sums and means with error bars (MATH.md 2.8, 6.4).
 
 A sum of attribute ``c`` over a query's rows, each value clipped to DECLARED bounds ``[lo, hi]`` and
 rounded to the declared resolution ``step`` (:class:`~overlapdp.query.aggregate.Clipping`), is an

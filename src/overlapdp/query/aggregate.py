@@ -1,5 +1,5 @@
 """What a query aggregates: a count (the default), or the SUM or MEAN of a numeric attribute clipped to
-DECLARED bounds (never read off the data; MATH.md 2, 6).
+DECLARED bounds (never read off the data; MATH.md 2.8, 6.4).
 
 A workload line may add ``"aggregate": "count" | "sum" | "mean"``, ``"of": <attribute>``,
 ``"bounds": [lo, hi]`` and ``"step": s`` to its query:
