@@ -314,7 +314,7 @@ def bench_utility() -> None:
             ]
         )
     table(
-        "utility gain (MATH.md 2): U = 1 - gamma/t; noise reduction = 1 - overlap noise / sequential noise",
+        "utility gain (MATH.md 2.6): U = 1 - gamma/t; noise reduction = 1 - overlap noise / sequential noise",
         [
             "workload",
             "gamma",

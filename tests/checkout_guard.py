@@ -1,4 +1,4 @@
-"""A pytest plugin that fails the run when the tests leave files in the checkout (issue 14 item 15).
+"""A pytest plugin that fails the run when the tests leave files in the checkout.
 
 At the start of the session it records ``git status --porcelain --ignored`` of the root directory;
 at the end, any entry that was not there before (a new untracked or ignored file, a modified or

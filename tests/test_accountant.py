@@ -158,7 +158,7 @@ def _row_costs(budget, rows_charges) -> list[object]:  # type: ignore[no-untyped
                 else [Fraction(0)] * len(ORDERS)
             )
         else:
-            # the combined filter (MATH.md 5): advanced composition's epsilon, the sum of deltas, and
+            # the combined filter (MATH.md 5.6): advanced composition's epsilon, the sum of deltas, and
             # basic composition's sum of epsilons (exact); a row fits by either epsilon rule
             s2 = math.fsum((m.pure().epsilon if m.pure() else m.epsilon) ** 2 for m in ms)
             sd = math.fsum(0.0 if m.pure() else m.delta for m in ms)
@@ -329,7 +329,7 @@ def test_non_adaptive_optimal_filter_stays_within_budget() -> None:
     assert n == len(charges) > 20  # better than basic composition's 20 charges of 0.05
 
 
-# -- utility gain (MATH.md 2) -----------------------------------------------------------------------------
+# -- utility gain (MATH.md 2.6) -----------------------------------------------------------------------------
 def test_utility_gain_disjoint_and_nested() -> None:
     schema = Schema((IntAttribute("a", 0, 9),))
     disjoint = [parse_where(schema, f"a = {i}", id=f"d{i}") for i in range(10)]

@@ -1,10 +1,10 @@
-"""Overlap-aware accounting is never worse than sequential accounting (issue 12, item 8).
+"""Overlap-aware accounting is never worse than sequential accounting (MATH.md 5.7).
 
 The odometer: the sequential composition of every charge bounds every row's loss (a row pays a subset
 of the charges), so the overlap-aware report is at most it, for every definition, whichever route gave
 up. Truth: brute force over rows (the per-row composition), dp_accounting's PLDs as the peer for the
 sequential value. The filter: an (epsilon, delta) budget admits a charge when EITHER basic or advanced
-composition keeps every row within budget (MATH.md 5, the combined filter); truth: the rules evaluated
+composition keeps every row within budget (MATH.md 5.6); truth: the rules evaluated
 per row from scratch."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _dp_pld(m: Mechanism, pessimistic: bool) -> dpl.PrivacyLossDistribution:
     assert isinstance(m, OpaqueApproxDP)
     if pessimistic:
         return dpl.from_privacy_parameters(dpc.DifferentialPrivacyParameters(m.epsilon, m.delta))
-    # the (epsilon, delta) dominating pair (MATH.md 5), rounded optimistically
+    # the (epsilon, delta) dominating pair (MATH.md 5.4), rounded optimistically
     e, d = m.epsilon, m.delta
     hi, lo = math.log1p(-d) - math.log1p(math.exp(-e)), math.log1p(-d) - math.log1p(math.exp(e))
     upper = {"bad": math.log(d), "x": hi, "y": lo}

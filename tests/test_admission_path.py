@@ -1,4 +1,4 @@
-"""One admission path, exact at the budget (issue 12 item 3, issue 13 item 1).
+"""One admission path, exact at the budget (MATH.md 2.7, 7.8).
 
 - ``OverlapIndex`` savepoints restore the index exactly (bit for bit) after any nesting of adds,
   rollbacks and releases, in dense, generic and mixed modes: checked against brute force after each step.
@@ -41,7 +41,7 @@ from support.overlap import check_result, weights_st
 REPO = Path(__file__).resolve().parents[1]
 
 
-# Weights from 1e-300 to 1e300: a heavier one re-normalises every held load (MATH.md 7), and a rollback
+# Weights from 1e-300 to 1e300: a heavier one re-normalises every held load (MATH.md 7.8), and a rollback
 # must restore the normalisation too.
 WIDE = st.floats(-300, 300).map(lambda e: float(10.0**e))
 
@@ -101,7 +101,7 @@ def test_index_savepoints_restore_exactly(
 
 def check(index: OverlapIndex, held: list[tuple[PredicateQuery, Any]], comp: str, wide: bool) -> None:
     """Against brute force: float tolerances for ordinary weights, exact rationals for wide ones (the
-    value is the exact maximum rounded up, MATH.md 7; l2 compared squared)."""
+    value is the exact maximum rounded up, MATH.md 7.8; l2 compared squared)."""
     if not wide:
         check_result(index, [q for q, _ in held], [w for _, w in held], comp, index.result())
         return
@@ -149,7 +149,7 @@ def _rows() -> list[tuple[int, int]]:
 
 
 def _worst(charges: list[tuple[PredicateQuery, float]]) -> Fraction:
-    """The exact maximum over rows of the summed loads (MATH.md 1, per-row view), by enumeration."""
+    """The exact maximum over rows of the summed loads (MATH.md 1.8), by enumeration."""
     return max(
         (sum((Fraction(w) for q, w in charges if q.covers(row)), Fraction(0)) for row in _rows()),
         default=Fraction(0),
@@ -335,7 +335,7 @@ def test_recording_a_group_equals_recording_each_charge(k: int) -> None:
 
 @pytest.mark.parametrize("dense_limit", [1 << 22, 1])
 def test_index_rollback_restores_the_normalisation(dense_limit: int) -> None:
-    """A heavier weight inside a savepoint re-normalises every held load (MATH.md 7): 1e-300 and 2e-300
+    """A heavier weight inside a savepoint re-normalises every held load (MATH.md 7.8): 1e-300 and 2e-300
     both round up to the smallest subnormal next to 1e300. The rollback must bring back the loads
     normalised to the weights still held, or the two rows tie and the lighter one may be reported."""
     schema = Schema((IntAttribute("a", 0, 1),))
@@ -370,7 +370,7 @@ def _random_query(rng: random.Random, qid: str) -> PredicateQuery:
 @given(seed=st.integers(0, 100_000), comp=st.sampled_from(["sum", "l2", "vector"]), generic=st.booleans())
 @settings(max_examples=60, deadline=None)
 def test_index_rollback_after_a_heavier_peek_is_exact(seed: int, comp: str, generic: bool) -> None:
-    """Regression: a peek with a heavier weight re-normalises the index (MATH.md 7); inside a savepoint
+    """Regression: a peek with a heavier weight re-normalises the index (MATH.md 7.8); inside a savepoint
     that was not journaled, so a rollback mixed loads of two normalisations and the maximum came out
     wrong, also below the truth (an (epsilon, delta) filter then admitted a row at 1.083 against 1.0).
     Truth: brute force with exact rationals over every row after every step."""

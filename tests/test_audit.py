@@ -102,7 +102,7 @@ def test_discrete_laplace_count_is_not_flagged_and_the_audit_is_nearly_tight(
 
 
 def discrete_gaussian_delta(sigma2: float, eps: float) -> float:
-    """Exact delta(eps) of the discrete Gaussian with sensitivity 1 (CKS 2020, Theorem 7; MATH.md 6),
+    """Exact delta(eps) of the discrete Gaussian with sensitivity 1 (CKS 2020, Theorem 7; MATH.md 6.2),
     summed here from the pmf."""
     big = int(60 * math.sqrt(sigma2)) + 60
     ys = np.arange(-big, big + 1).astype(float)
@@ -312,7 +312,7 @@ def test_guess_and_check_is_not_flagged(kind: str) -> None:
     assert lr.epsilon_lower > 0 or by_count.epsilon_lower > 0  # the attack sees something
 
 
-# -- the strengthened battery: two plausible slips as negative controls (issue 12, item 9) --------------
+# -- the strengthened battery: two plausible slips as negative controls ----------------------------
 # With the shipped pairs above, fresh threshold noise per query scored 0.31 and monotonic noise on
 # non-monotonic queries 0.73 at epsilon 1: neither was flagged. overlapdp.audit.battery adds the attacks
 # that expose them (SHIFTED: 40 queries all +1 on the neighbour; OPPOSITE: 10 down then 1 up), at

@@ -1,4 +1,4 @@
-"""The run fails when tests leave files in the checkout (tests/checkout_guard.py; issue 14 item 15).
+"""The run fails when tests leave files in the checkout (tests/checkout_guard.py).
 
 Each case runs pytest with the plugin on a small git repository in tmp_path, as the suite runs on this
 checkout: a test that writes an ignored ``spark-warehouse/`` (400 such files were once committed) or an

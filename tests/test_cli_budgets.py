@@ -1,6 +1,6 @@
-"""Budgets on the command line (issue 14, items 4, 5 and 10): each definition's guarantee in its own
+"""Budgets on the command line: each definition's guarantee in its own
 unit plus (epsilon, delta) at ``--delta``; ``--epsilon`` calibration checked against dp_accounting and
-the closed form of MATH.md 5; why ``account`` reports an infinite epsilon; decimals, not fractions or
+the closed form of MATH.md 5.8; why ``account`` reports an infinite epsilon; decimals, not fractions or
 float artefacts; ``--help`` lists choices and shows flags without a ``<bool>`` placeholder."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def peer_epsilon(rho: float, delta: float) -> float:
 
 
 def closed_form_epsilon(rho: float, delta: float) -> float:
-    """The same conversion minimised over continuous alpha by scipy (MATH.md 5, RDP line with
+    """The same conversion minimised over continuous alpha by scipy (MATH.md 5.8 with
     tau = alpha rho): at least the infimum, and within ~1e-12 of it."""
 
     def eps(a: float) -> float:
@@ -49,7 +49,7 @@ def closed_form_epsilon(rho: float, delta: float) -> float:
 
 
 def closed_form_delta(rho: float, epsilon: float) -> float:
-    """delta at epsilon of rho-zCDP, MATH.md 5: inf over alpha > 1 of
+    """delta at epsilon of rho-zCDP, MATH.md 5.8: inf over alpha > 1 of
     exp((alpha-1)(alpha rho - epsilon)) / (alpha-1) * (1 - 1/alpha)^alpha (minimised here by scipy)."""
 
     def log_delta(a: float) -> float:

@@ -76,7 +76,7 @@ def test_demo_cli_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert (out / "report.html").exists()
 
 
-# -- issue 14 items 7, 8, 9, 14 ------------------------------------------------------------------------
+# -- the demo's output: labels, one basis for its numbers, its ledger, plot and report -----------------------
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 

@@ -1,4 +1,4 @@
-"""GROUP BY (issue 15 item 1): one predicate query per cell of the grouped attributes' DOMAIN.
+"""GROUP BY (MATH.md 2.5): one predicate query per cell of the grouped attributes' DOMAIN.
 
 Truth comes from elsewhere: per-cell counts from pandas' own ``groupby`` reindexed over the domain
 (so empty cells are 0), bins from ``pd.cut``, overlaps from enumerating every row of a small domain.

@@ -1,5 +1,5 @@
 """SparseVector and GuessAndCheck own their secret state: ``state()`` / ``restore()`` (svt_core,
-MATH.md section 4), and the service persists sessions only through them.
+MATH.md 4), and the service persists sessions only through them.
 
 The reference for a restored run is the uninterrupted run on an identical seeded source: both runs build
 the same mechanisms in the same order (the restarted one a fresh mechanism that is then restored, the

@@ -1,5 +1,5 @@
 """Missing values as one more domain value, and the schema's policy for rows outside the domain
-(issue 14 items 1, 2 and 12).
+(MATH.md 1.1).
 
 The truth is computed without overlapdp's mapping: by DuckDB's own SQL over the raw values (its
 three-valued logic: a comparison with NULL is UNKNOWN, NOT UNKNOWN is UNKNOWN, only TRUE counts) and

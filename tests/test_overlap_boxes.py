@@ -1,4 +1,4 @@
-"""The boxes route (overlapdp.overlap.boxes, MATH.md section 7) against brute force over every row.
+"""The boxes route (overlapdp.overlap.boxes, MATH.md 7.5) against brute force over every row.
 
 Small domains make the whole workload one leaf grid; the same workloads are also run with tiny leaf
 and bound grids, so the divide and conquer, its bounds and its pruning decide the answer.
@@ -147,7 +147,7 @@ def test_larger_workload_splits_and_matches_brute_force(seed: int) -> None:
     """120 weighted boxes on 4 attributes of 7 values: thousands of rows, many cells and bounds."""
     schema = Schema(tuple(IntAttribute(f"a{j}", 0, 6) for j in range(4)))
     queries = random_boxes(schema, 120, seed)
-    # Multiples of 2^-10: the route's float sums are exact, so its answer is exact (MATH.md 7).
+    # Multiples of 2^-10: the route's float sums are exact, so its answer is exact (MATH.md 7.8).
     weights = (np.random.default_rng(seed + 100).uniform(0.0, 3.0, 120) * 1024).round() / 1024
     with tiny_grids(8, 16):
         check(

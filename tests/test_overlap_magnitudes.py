@@ -1,10 +1,10 @@
-"""Weights of any finite magnitude (issue 12, item 2; MATH.md section 7, magnitudes).
+"""Weights of any finite magnitude (MATH.md 7.8).
 
 The truth is computed here with exact rationals (Fractions) over every row of small domains. Every route
 (forced), the incremental index and the privacy filters must give a value >= the truth (strictly: no
 tolerance), the smallest float >= it when ``exact``, or raise :class:`MagnitudeError` when the truth
 exceeds the largest float. Float ties of rows whose exact values differ (weights 1e16 and 1, 0.1 and
-0.7) must not lead a route to report the lighter row (MATH.md 7, exactness).
+0.7) must not lead a route to report the lighter row (MATH.md 7.8).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def exact_max(queries: list[PredicateQuery], weights: list[float], comp: str) ->
 
 
 def assert_safe(value: float, exact: bool, truth: Fraction, comp: str, strict: bool = False) -> None:
-    """value >= truth, exactly (never less: MATH.md 7, exactness); when ``exact`` (or ``strict``: the
+    """value >= truth, exactly (never less: MATH.md 7.8); when ``exact`` (or ``strict``: the
     caller demands exactness) value is the smallest float >= truth. For l2 ``truth`` is the exact sum
     of squares and the floats are compared squared."""
     v = Fraction(float(value))
@@ -230,7 +230,7 @@ def test_float_ties_never_report_the_lighter_row(route: str, comp: str, weights:
     assert_safe(float(r.value), r.exact, truth, comp)
     if route == "boxes":
         # Forced on loads whose float sums may round, the boxes route has no tie search: its answer is
-        # the certified safe bound (auto does not pick it for such loads; MATH.md 7, exactness).
+        # the certified safe bound (auto does not pick it for such loads; MATH.md 7.8).
         return
     # The dense grid and the sweep resolve the tie exactly, the searches by their exact tie-band search.
     assert r.exact and r.witness == {"x": 1, "y": 1}, (r.value, r.witness)
@@ -305,7 +305,7 @@ def test_index_float_tie_is_not_under_reported(
     comp: str, weights: tuple[float, ...], dense_limit: int
 ) -> None:
     """The index located its maximum on float sums and reported the lighter row of a float tie as
-    exact (1e16 for 1e16 + 1): the tie band is now valued exactly (MATH.md 7, exactness), on adds and
+    exact (1e16 for 1e16 + 1): the tie band is now valued exactly (MATH.md 7.8), on adds and
     on peeks."""
     s = Schema(SQUARE)
     queries = tie_workload(s)
@@ -570,7 +570,7 @@ def test_filters_never_admit_beyond_the_budget(
             mpmath.mp.dps = 60
             s2 = mpmath.mpf(tot[0].numerator) / tot[0].denominator
             eps = mpmath.sqrt(2 * mpmath.log(1 / mpmath.mpf(5e-7)) * s2) + s2 / 2
-            # the combined filter (MATH.md 5): each row fits by advanced OR basic composition
+            # the combined filter (MATH.md 5.6): each row fits by advanced OR basic composition
             assert eps <= mpmath.mpf(budget) or tot[1] <= Fraction(budget)
 
 

@@ -193,7 +193,7 @@ def test_discrete_laplace_profile_by_pmf_enumeration(t: float, sens: int) -> Non
 
 @pytest.mark.parametrize("sigma", [0.6, 3.0])
 def test_discrete_gaussian_exact_delta_formula_of_math_md_6(sigma: float) -> None:
-    """MATH.md 6: delta = Pr[Y > eps s^2/D - D/2] - e^eps Pr[Y > eps s^2/D + D/2], Y ~ N_Z(0, s^2)."""
+    """MATH.md 6.2: delta = Pr[Y > eps s^2/D - D/2] - e^eps Pr[Y > eps s^2/D + D/2], Y ~ N_Z(0, s^2)."""
     ys = np.arange(-200, 201)
     w = np.exp(-(ys**2) / (2 * sigma**2))
     pmf = w / w.sum()

@@ -1,6 +1,6 @@
 """The measures registry (privacy/measures.py): one Measure per definition, each filter exact at its
 budget against Fraction arithmetic of the declared costs, and an odometer and filter that name no
-definition themselves (MATH.md 2, adaptive use; MATH.md 7, exactness)."""
+definition themselves (MATH.md 2.7; MATH.md 7.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Truncated concentrated DP (Bun, Dwork, Rothblum, Steinke 2018; MATH.md 2 and 5, tCDP): the definition,
+"""Truncated concentrated DP (Bun, Dwork, Rothblum, Steinke 2018; MATH.md 2.4, 5.9): the definition,
 its conversion against the Rényi-DP definition computed independently, composition, the overlap-aware
 odometer against brute force over rows, the filter exact at its budget, concurrent composition (Lyu 2022
 Cor. 1) and refused parameters. Also the trade-off profiles' parameter (1 / (1 / mu) was below mu)."""

@@ -1,4 +1,4 @@
-"""Hostile and mistyped conditions (issue 12, items 6 and 7): typed errors everywhere, never a charge.
+"""Hostile and mistyped conditions: typed errors everywhere, never a charge.
 
 - Size: deep parentheses, long NOT chains and long OR chains used to raise RecursionError (an HTTP 500
   with a traceback in the log). Now: limits on characters, depth and terms, checked before sqlglot,

@@ -177,7 +177,7 @@ def test_randbelow_is_uniform_for_small_and_huge_ranges(kind: str) -> None:
     assert (arr[20_000:40_000] < 5).all() and (arr[40_000:] <= 2**63).all()
 
 
-# -- the OS source hands out read-only bytes: samplers must never write into them (issue 12, item 5) ---
+# -- the OS source hands out read-only bytes: samplers must never write into them --------------------
 def test_words_are_fresh_writable_arrays_on_every_source() -> None:
     for src in (system_source(), SystemRandomSource(), SeededRandomSource(1)):
         a, b = src.words(64), src.words(64)
@@ -199,10 +199,10 @@ def test_rejection_sampling_on_the_os_source_with_many_rejections() -> None:
 
 
 def test_exact_samplers_with_large_integers_run_on_the_os_source() -> None:
-    """The public paths of issue 12 on the served source: the issue's discrete Gaussian and zCDP(1e-6)
-    counts. (A discrete Laplace of scale 2^54 + 1, which rejected about one word in 1024, is now refused:
-    noise scales stop at 2^40, where rejections are too rare to test; ``_below_const`` on the OS source
-    with many rejections is tested directly above.)"""
+    """The exact samplers' public paths with large integers on the served source: a discrete Gaussian of
+    sigma 10^6 and zCDP(1e-6) counts. (A discrete Laplace of scale 2^54 + 1, which rejected about one
+    word in 1024, is now refused: noise scales stop at 2^40, where rejections are too rare to test;
+    ``_below_const`` on the OS source with many rejections is tested directly above.)"""
     src = system_source()
     with pytest.raises(MechanismError, match="2\\^40"):
         DiscreteLaplace(Fraction(2**54 + 1))

@@ -105,7 +105,7 @@ def test_load_reports_the_file(tmp_path: Path) -> None:
 
 def test_infer_needs_declared_bounds() -> None:
     frame = pd.DataFrame({"age": [20, 30, 95], "race": ["W", "B", "W"], "gain": [0.0, 10.5, 7.0]})
-    # Every column that needs a declaration is named in one run (issue 14 item 12).
+    # Every column that needs a declaration is named in one run.
     with pytest.raises(
         SchemaError,
         match=r"columns 'age', 'gain' are numeric: declare their bounds.*leaks.*'race' holds text",

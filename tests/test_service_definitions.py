@@ -38,7 +38,7 @@ QUERY = {"where": "sex = 1"}
 
 def _approx_fits(n: int, eps: float, quota: float, delta: float) -> bool:
     """The adaptive (epsilon, delta) filter's rule for n pure charges of ``eps`` on one row, computed
-    independently (MATH.md 5, the combined filter): basic composition ``n eps <= Q`` exactly, or advanced
+    independently (MATH.md 5.6): basic composition ``n eps <= Q`` exactly, or advanced
     composition ``sqrt(2 ln(1/delta') n eps^2) + n eps^2 / 2 <= Q`` with ``delta' = delta / 2``."""
     if n * Fraction(eps) <= Fraction(quota):
         return True

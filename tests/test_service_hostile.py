@@ -1,4 +1,4 @@
-"""Issue 12 items 3-4: the service admits exactly at the budget through the library's filter, refuses
+"""The service admits exactly at the budget through the library's filter, refuses
 parameters whose noise cannot be represented (400 naming the field), and a hostile or failing request
 affects that request only: other analysts keep getting 200s, and the filters are never rebuilt on the
 admission path.

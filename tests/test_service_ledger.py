@@ -217,7 +217,7 @@ def _brute_force_max_load(service: QueryService, **filters: str) -> float:
 
 
 def test_disjoint_queries_are_charged_by_maximum_overlap(tmp_path: Path) -> None:
-    """Overlap-aware admission against a brute-force per-row maximum (MATH.md 1-2)."""
+    """Overlap-aware admission against a brute-force per-row maximum (MATH.md 1.8, 2.7)."""
     service = QueryService(open_ledger(tmp_path / "l.sqlite"))
     alice = _setup(service, tmp_path, budget=10.0, quota=1.0)
     bob = service.create_analyst("bob", {"adult": 1.0})

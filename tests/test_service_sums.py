@@ -1,4 +1,4 @@
-"""Sums and means over HTTP (issue 15 item 2): a query body or batch item carries ``aggregate`` / ``of`` /
+"""Sums and means over HTTP (MATH.md 2.8, 6.4): a query body or batch item carries ``aggregate`` / ``of`` /
 ``bounds`` / ``step`` (or ``sql`` with SUM / AVG) as a workload line does; the noise is the library's,
 scaled to the sum's sensitivity; the charge is a count's of the same rows; the ledger replays it."""
 

@@ -1,4 +1,4 @@
-"""Start-up and packaging (issue 14 items 10, 11, 13): what the command line and the library import,
+"""Start-up and packaging: what the command line and the library import,
 the lazy package exports, the extras and their errors, ``--version`` and serve's ledger default.
 
 Nothing here is timed (speed is measured in benchmarks/startup.py); the tests check structure: in a

@@ -1,4 +1,4 @@
-"""Clipped SUM and MEAN (issue 15 item 2): engines against independent pandas truth, noisy answers within
+"""Clipped SUM and MEAN (MATH.md 2.8, 6.4): engines against independent pandas truth, noisy answers within
 their error bars, the mean's split, the per-row charge of a mixed workload against brute force over the
 rows, and a statistical audit of the sum mechanism on neighbours at and beyond the clipping bounds."""
 

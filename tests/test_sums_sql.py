@@ -1,4 +1,4 @@
-"""SUM and AVG in SQL (issue 15 item 2): ``SELECT SUM(x) FROM t WHERE ...``, ``SELECT AVG(x) ...`` and
+"""SUM and AVG in SQL (MATH.md 2.8, 6.4): ``SELECT SUM(x) FROM t WHERE ...``, ``SELECT AVG(x) ...`` and
 ``SELECT g, AVG(x) FROM t GROUP BY g`` read as the same queries and aggregates as the JSON-line form,
 bounds from the line or the schema (never the data), per-cell means against pandas, and the errors."""
 

@@ -1,5 +1,5 @@
 """Exact output distributions of SparseVector and GuessAndCheck on neighbouring data (TESTING.md,
-"Exact distributions of interactive mechanisms"; MATH.md section 4).
+"Exact distributions of interactive mechanisms"; MATH.md 4.1, 4.2).
 
 The REAL classes are driven with noise we choose: the threshold noise ``rho`` is set the way the
 service restores a session (``_rho``), and the query noise object is replaced by one that returns a

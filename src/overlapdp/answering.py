@@ -1,11 +1,10 @@
 """Spend one total budget on a whole workload of counts, evenly, and release noisy answers with error bars.
 
-The budget ``B`` is spread evenly over the ``t`` queries under one of two accountings (MATH.md section 2,
-"Utility gain" and the closed forms of comp):
+The budget ``B`` is spread evenly over the ``t`` queries under one of two accountings (MATH.md 2.4, 2.6):
 
 - sequential: every query pays, so each gets ``B/t`` (pure DP epsilon, zCDP rho) or ``B/sqrt(t)``
   (Gaussian DP mu, whose comp is the l2 norm);
-- overlap-aware: a row only pays for the queries covering it (MATH.md 2, Theorem 6 of Smith et al.), so
+- overlap-aware: a row only pays for the queries covering it (MATH.md 2.2, Theorem 6 of Smith et al.), so
   the largest equal per-query budget whose maximum overlap stays within ``B`` is ``B/gamma`` (pure, zCDP)
   or ``B/sqrt(gamma)`` (GDP), where ``gamma`` is the maximum overlap (comp ``count``,
   :func:`overlapdp.overlap.max_overlap`). When ``max_overlap`` gives up, its SAFE UPPER bound is used
@@ -15,21 +14,21 @@ Per-query budgets are then rounded DOWN until the composition over ``gamma`` (re
 within ``B`` in exact rational arithmetic, so floating point never over-spends.
 
 Noise: the exact samplers of :mod:`overlapdp.mechanisms` (discrete Laplace for pure DP, discrete Gaussian
-for zCDP and GDP; MATH.md 6). A GDP ``mu`` is DECLARED and accounted as ``mu^2/2``-zCDP (the guarantee CKS
+for zCDP and GDP; MATH.md 6.2). A GDP ``mu`` is DECLARED and accounted as ``mu^2/2``-zCDP (the guarantee CKS
 2020 prove for the discrete Gaussian; :mod:`overlapdp.mechanisms.calibration`), and its budget ``B`` as
-``B^2/2``-zCDP. Guarantees are composed with the definitions' own ``compose`` (MATH.md 2): sequentially
+``B^2/2``-zCDP. Guarantees are composed with the definitions' own ``compose`` (MATH.md 2.4): sequentially
 over all ``t`` queries, overlap-aware over the ``gamma`` queries covering the worst row.
 
 Every plan also states its guarantee as (epsilon, delta) at a ``delta`` (default :data:`DEFAULT_DELTA`
 for zCDP and GDP; pure DP is (epsilon, 0)-DP and needs none), by the tightest conversion implemented for
-the declared definition (MATH.md 5: pure DP's randomized-response profile, Canonne-Kamath-Steinke for
+the declared definition (MATH.md 5.8: pure DP's randomized-response profile, Canonne-Kamath-Steinke for
 zCDP, which GDP budgets are declared as). A budget may instead be given as a target ``epsilon`` at
 ``delta``: :func:`calibrate_budget` finds the largest total budget whose conversion is at most it.
 
 Sums and means (:mod:`overlapdp.mechanisms.sums`): a query whose aggregate is a clipped sum or mean
 gets the SAME per-query budget as a count; its noise is calibrated to the sum's sensitivity (declared
 bounds, add/remove: ``max(|lo|, |hi|)`` in units of the step), so its privacy parameter, and hence its
-weight in the per-row accounting, is that per-query budget, like a count's (MATH.md 2, weighted
+weight in the per-row accounting, is that per-query budget, like a count's (MATH.md 2.8, weighted
 overlap: a row pays the parameters of the queries covering it, whatever they aggregate). A mean spends
 half on a noisy sum and half on a noisy count of the same rows and is charged once.
 
@@ -116,7 +115,7 @@ def _budget_object(definition: Definition, value: float) -> CountBudget:
 def even_share(definition: Definition, budget: float, payers: int) -> float:
     """The largest equal per-query budget such that ``payers`` queries compose within ``budget``.
 
-    ``B/n`` for pure DP and zCDP, ``B/sqrt(n)`` for GDP (MATH.md 2, closed forms of comp), rounded down
+    ``B/n`` for pure DP and zCDP, ``B/sqrt(n)`` for GDP (MATH.md 2.4), rounded down
     until the declared charges of ``n`` queries sum to at most the total in exact arithmetic.
     """
     if payers < 1:
@@ -149,7 +148,7 @@ def _value(g: PureDP | ZCDP) -> float:
 
 
 def _epsilon_of(g: PureDP | ZCDP, delta: float | None) -> float:
-    """epsilon at ``delta`` (safe, MATH.md 5); a pure guarantee with no delta is its own epsilon."""
+    """epsilon at ``delta`` (safe, MATH.md 5.8); a pure guarantee with no delta is its own epsilon."""
     if delta is None:
         assert isinstance(g, PureDP), "zCDP needs a delta"
         return g.epsilon
@@ -161,7 +160,7 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
     ``delta`` (:func:`resolve_delta`), is at most ``epsilon``.
 
     Pure DP: ``epsilon`` itself (an epsilon-DP budget is (epsilon, delta)-DP at every delta). zCDP: the
-    largest ``rho`` whose Canonne-Kamath-Steinke conversion (2020, Prop. 12; MATH.md 5; the tightest
+    largest ``rho`` whose Canonne-Kamath-Steinke conversion (2020, Prop. 12; MATH.md 5.8; the tightest
     conversion of a zCDP guarantee implemented here, :meth:`ZCDP.epsilon_at`) is at most ``epsilon``; GDP:
     the largest ``mu`` whose declared ``mu^2/2``-zCDP converts within ``epsilon`` (the discrete Gaussian is
     not known to be ``mu``-GDP, so GDP's own, tighter profile is not used). Found by bisection whose lower
@@ -233,14 +232,14 @@ class AnswerPlan:
     def guarantees(self) -> dict[str, dict[str, float]]:
         """The guarantee of releasing every query with the chosen per-query budget: composed over all
         ``t`` queries (sequential) and over the ``gamma`` queries of the worst row (overlap-aware,
-        MATH.md 2), with the definitions' own composition."""
+        MATH.md 2.4), with the definitions' own composition."""
         g = declared_guarantee(self.per_query_budget)
         out: dict[str, dict[str, float]] = {}
         for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
             if isinstance(g, PureDP):
                 out[name] = {"epsilon": PureDP.compose([g] * n).epsilon}
             elif self.definition == "gdp":
-                # In GDP's own unit (mu composes in l2, MATH.md 2), and the declared zCDP it stands for.
+                # In GDP's own unit (mu composes in l2, MATH.md 2.4), and the declared zCDP it stands for.
                 out[name] = {
                     "mu": GDP.compose([GDP(self.per_query)] * n).mu,
                     "declared_zcdp_rho": ZCDP.compose([g] * n).rho,
@@ -251,7 +250,7 @@ class AnswerPlan:
 
     def epsilon_delta(self) -> dict[str, float]:
         """Both guarantees as (epsilon, delta) at :attr:`delta` (0 for pure DP without one), by the
-        declared definition's tightest conversion (MATH.md 5). A guarantee within the total budget (the
+        declared definition's tightest conversion (MATH.md 5.8). A guarantee within the total budget (the
         overlap-aware one always, the sequential one under sequential accounting) also holds the budget's
         own conversion; the smaller of two valid bounds is reported, so a calibrated plan never states
         more than its target epsilon."""
@@ -486,7 +485,7 @@ def answer_workload(
 
     ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
     table (:func:`overlapdp.consistency.make_consistent`: post-processing, no privacy cost, total squared
-    error never increased; MATH.md 6). Its cells are enumerated before any counting, so a workload beyond
+    error never increased; MATH.md 6.5). Its cells are enumerated before any counting, so a workload beyond
     the cell limit fails (:class:`~overlapdp.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind

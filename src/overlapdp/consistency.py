@@ -1,4 +1,4 @@
-"""Consistent answers: project noisy counts onto the answers of some non-negative table (MATH.md section 6).
+"""Consistent answers: project noisy counts onto the answers of some non-negative table (MATH.md 6.5).
 
 Independent noise makes the answers of an overlapping workload contradict each other (a total below the
 sum of its disjoint parts, a part above its total, a negative count). This module finds the answers

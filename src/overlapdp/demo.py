@@ -8,7 +8,7 @@ summary computed from the service's own ledger, three numbers on one basis, pure
 is pure DP): sequential spend (the sum of charges), partition-based parallel composition (each declared
 partition, a family of pairwise disjoint queries such as a marginal, charged once at its largest charge,
 as Tumult Analytics and OpenDP charge a group-by) and overlap-aware spend (the worst row's load, MATH.md
-section 2).
+2.4).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def _why_infinite(odo: Odometer, report: OdometerReport, effort: float | None) -
 
     A composition keeps, at every epsilon, at least the delta that its charges keep at every epsilon:
     $1-\prod_i(1-\delta_i)$ over the charges known only as (epsilon_i, delta_i) (the mass of the
-    composed privacy-loss distribution at $+\infty$; MATH.md 5, dominating pairs). When that is above
+    composed privacy-loss distribution at $+\infty$; MATH.md 5.4). When that is above
     the target delta, no epsilon holds. The overlap-aware side takes the worst row's charges: the
     maximum overlap of the weights $-\ln(1-\delta_i)$, whose sum is monotone in that product.
     """

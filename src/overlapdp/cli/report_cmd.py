@@ -1,4 +1,4 @@
-"""``overlapdp report``: an HTML report with PNG plots of a workload or a ledger (MATH.md 1, 2)."""
+"""``overlapdp report``: an HTML report with PNG plots of a workload or a ledger (MATH.md 1.8, 2.4)."""
 
 from __future__ import annotations
 

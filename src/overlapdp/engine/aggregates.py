@@ -6,7 +6,7 @@ Every engine computes, for each query ``q`` and declared :class:`~overlapdp.quer
     ``sum over in-domain rows x in C_q of k(v_x)``,  ``k(v) = min(max(floor(v/step + 1/2), L), H)``
 
 with ``v_x`` the row's raw number in ``column`` (as a double; an integer attribute's value is its
-integer) and ``(L, H)`` the bounds in units of ``step`` (MATH.md 6). The rows are exactly those a count
+integer) and ``(L, H)`` the bounds in units of ``step`` (MATH.md 6.4). The rows are exactly those a count
 of ``q`` counts (a row missing or outside the domain on any attribute, including ``column``, matches no
 query; so NULLs are skipped as in SQL's ``SUM``). The same IEEE double operations in every engine give
 the same integers. Clipping is applied per row before summing, so one row moves the sum by at most

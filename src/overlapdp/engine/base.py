@@ -13,7 +13,7 @@ no conditions). How many such rows there are, per attribute, is the data owner's
 Exact counts are NOT private: they are the inputs of the mechanisms, or the data owner's own view.
 
 The batch path (:meth:`Engine.counts`) reads the data once per workload: it groups the in-domain rows by
-the workload's per-attribute atoms (MATH.md section 7; a query covers a value iff it covers the value's
+the workload's per-attribute atoms (MATH.md 7.4; a query covers a value iff it covers the value's
 atom) into a histogram inside the engine, then answers every query from the histogram in numpy
 (:mod:`overlapdp.engine.batch`). When the histogram could be too large (more cells than
 ``histogram_limit``), it counts with row bitmaps over the engine's code columns
@@ -238,7 +238,7 @@ class Engine(ABC):
 
     def sums(self, queries: Sequence[PredicateQuery], clipping: Clipping) -> list[int]:
         """Exact clipped sum of ``clipping.column`` over each query's rows, as integers in units of
-        ``clipping.step`` (:mod:`overlapdp.engine.aggregates`, MATH.md 6): the rows a count of the query
+        ``clipping.step`` (:mod:`overlapdp.engine.aggregates`, MATH.md 6.4): the rows a count of the query
         counts, each contributing ``min(max(floor(v/step + 1/2), L), H)``. NOT private."""
         qs = list(queries)
         for q in qs:

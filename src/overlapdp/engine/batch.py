@@ -1,7 +1,7 @@
 """Answer a whole workload from one histogram of atom tuples (the batch path).
 
 The engine groups the in-domain rows by the atom tuple of the workload's active attributes (MATH.md
-section 7: atoms are exact, a query covers a value iff it covers the value's atom), so
+7.4: atoms are exact, a query covers a value iff it covers the value's atom), so
 
     q(D) = sum over histogram cells h with atom_k(h) in A_{q,k} for every attribute k q constrains of n_h.
 

@@ -1,7 +1,7 @@
 """Map a table's columns onto the schema: one array of value indices per attribute.
 
 A missing value (None, NaN, an empty cell) maps to the attribute's missing index when the schema allows
-it (``"missing": true``, MATH.md section 1) and to ``MISSING`` (-2) otherwise; a present value outside
+it (``"missing": true``, MATH.md 1.1) and to ``MISSING`` (-2) otherwise; a present value outside
 the domain maps to ``OUTSIDE`` (-1). A row with a negative code on any attribute is outside the domain:
 what happens to it is the schema's ``"outside"`` policy (an error, or dropped: it then lies outside
 every query's coverage, including a query with no conditions), checked by the engines

@@ -1,14 +1,14 @@
 """Bridges from the mechanisms' declared guarantees and noise to the privacy package's accountant
-(:class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the overlap-aware per-row filter; MATH.md 2, 3).
+(:class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the overlap-aware per-row filter; MATH.md 2.7, 3).
 
 The filter charges :class:`~overlapdp.privacy.mechanisms.Mechanism` descriptions over a coverage. Every
 description built here is at least as costly as the truth under every definition the accountant uses:
 
 - a declared ``PureDP(eps)`` / ``ApproxDP(eps, delta)``: the dominating pair of every such mechanism
-  (``OpaqueApproxDP``, MATH.md 5);
+  (``OpaqueApproxDP``, MATH.md 5.4);
 - a declared ``GDP(mu)``: the Gaussian mechanism with ``mu`` (it IS the trade-off function ``G_mu``);
 - a declared ``ZCDP(rho)``: :class:`DeclaredZCDP`, which states ``rho`` and ``rho``'s RDP curve, the
-  zCDP-to-(epsilon, delta) conversion as its profile (CKS 2020, MATH.md 5), and refuses to build a PLD
+  zCDP-to-(epsilon, delta) conversion as its profile (CKS 2020, MATH.md 5.8), and refuses to build a PLD
   (a connect-the-dots PLD from a conversion bound is not known to be safe);
 - the noise of a noisy count: the privacy package's exact discrete Laplace / Gaussian descriptions with
   the scale rounded DOWN (less noise than actually used, so never an under-report).
@@ -99,7 +99,7 @@ def float_down_ratio(a: float, b: float) -> float:
 
 class OverlapFilter:
     """The privacy package's per-row filter behind the mechanisms' small filter interface: a charge is
-    admitted iff every row's composed cost stays within ``budget`` (MATH.md 2); refused charges change
+    admitted iff every row's composed cost stays within ``budget`` (MATH.md 2.7); refused charges change
     nothing."""
 
     def __init__(self, schema: Schema, budget: PureDP | ZCDP | GDP | ApproxDP) -> None:

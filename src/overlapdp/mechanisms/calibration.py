@@ -1,5 +1,5 @@
 """From a per-query budget to a noise distribution, and from a noise distribution back to the
-guarantee it gives (MATH.md section 6).
+guarantee it gives (MATH.md 6.2).
 
 - pure DP ``epsilon``: discrete Laplace of scale ``t = Delta/epsilon`` is ``(Delta/t)``-DP;
 - zCDP ``rho``: discrete Gaussian with ``sigma^2 = Delta^2/(2 rho)`` is ``Delta^2/(2 sigma^2)``-zCDP
@@ -152,7 +152,7 @@ def guarantee_of(noise: Noise, sensitivity: int = 1) -> PureDP | ZCDP:
     """The guarantee the noise itself gives a sensitivity-``Delta`` count (floats rounded UP).
 
     Discrete Laplace of scale ``t``: ``(Delta/t)``-DP; discrete Gaussian: ``Delta^2/(2 sigma^2)``-zCDP
-    (MATH.md section 6).
+    (MATH.md 6.2).
     """
     delta = check_sensitivity(sensitivity)
     if isinstance(noise, DiscreteLaplace):

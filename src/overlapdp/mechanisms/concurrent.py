@@ -1,4 +1,4 @@
-"""Concurrent composition of interactive mechanisms (MATH.md section 3).
+"""Concurrent composition of interactive mechanisms (MATH.md 3).
 
 :class:`ConcurrentComposition` spawns interactive mechanisms (:class:`SparseVector`,
 :class:`GuessAndCheck`, :class:`NoisyCounts`, or any :class:`InteractiveMechanism`) on one data set and
@@ -8,7 +8,7 @@ lets callers interleave queries to them in any order, as colluding analysts migh
   per-row filter (:class:`overlapdp.privacy.privacy_filter.PrivacyFilter`): the child is admitted only if
   every row's composed cost stays within the total budget; otherwise it is refused, never runs, and
   nothing is charged. Every valid filter extends to concurrent composition (Haney et al. CCS 2023,
-  arXiv 2309.05901), and a row outside a child's coverage cannot influence that child (MATH.md 1), so
+  arXiv 2309.05901), and a row outside a child's coverage cannot influence that child (MATH.md 1.8), so
   children on disjoint coverages compose in parallel.
 - A child never spends beyond its declaration (its own guarantee is proven for any sequence of
   queries: SVT and Guess-and-Check stop after ``c`` positives / failures, a noisy-count session has its

@@ -2,7 +2,7 @@
 
 :class:`SequentialFilter` sums costs exactly (as rationals, so float rounding can never let the total
 pass the budget): pure DP sums epsilons, zCDP sums rhos (Bun and Steinke 2016; valid adaptively as a
-filter, Feldman and Zrnic 2021; MATH.md section 2). It ignores coverage, so it is safe (sequential
+filter, Feldman and Zrnic 2021; MATH.md 2.7). It ignores coverage, so it is safe (sequential
 composition) but not overlap-aware; the overlap-aware accountant lives in :mod:`overlapdp.privacy`.
 """
 

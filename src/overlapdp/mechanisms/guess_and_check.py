@@ -1,5 +1,5 @@
 """Guess-and-Check (Lyu, "Composition Theorems for Interactive Differential Privacy", NeurIPS 2022,
-Appendix B; MATH.md section 4).
+Appendix B; MATH.md 4.2).
 
 The analyst sends ``(query, guess)``. A sparse vector with one noisy threshold tests whether
 ``|q(D) - g|`` exceeds the tolerance ``E``: threshold noise ``rho ~ Lap(s_1)``, query noise
@@ -7,7 +7,7 @@ The analyst sends ``(query, guess)``. A sparse vector with one noisy threshold t
 "confirmed" and costs nothing more; a wrong one gets a FRESH noisy estimate ``q_i(D) + Lap(b)``, at
 most ``c`` of them; after ``c`` wrong guesses the mechanism answers "exhausted".
 
-The test is decided exactly (MATH.md section 4; :func:`overlapdp.mechanisms.svt_core.crosses`, shared
+The test is decided exactly (MATH.md 4.3; :func:`overlapdp.mechanisms.svt_core.crosses`, shared
 with :class:`~overlapdp.mechanisms.SparseVector`): "wrong" iff ``nu_i - rho >= ceil(E - |q_i(D) - g_i|)``
 with ``g_i`` and ``E`` exact rationals (floats exactly as stored). In floating point ``|q - g|`` and
 ``E + rho`` round (near ``2^52`` a count step of 1 can move ``|q - g|`` by 2, and ``E + rho`` rounds

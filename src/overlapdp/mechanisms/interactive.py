@@ -1,4 +1,4 @@
-"""The interactive-mechanism protocol (MATH.md section 3).
+"""The interactive-mechanism protocol (MATH.md 3.1).
 
 An interactive mechanism answers queries one at a time from its own state (its noise, what it has
 answered so far). Before the first query it DECLARES two things that never change:

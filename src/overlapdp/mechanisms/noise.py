@@ -1,4 +1,4 @@
-"""The two noise distributions on the integers, exact sampling and exact error bars (MATH.md section 6).
+"""The two noise distributions on the integers, exact sampling and exact error bars (MATH.md 6.2).
 
 :class:`DiscreteLaplace` (scale ``t``): pmf ``(e^{1/t}-1)/(e^{1/t}+1) e^{-|y|/t}``; added to a count of
 sensitivity ``Delta`` it is ``(Delta/t)``-DP (CKS 2020, and Ghosh, Roughgarden, Sundararajan 2009).

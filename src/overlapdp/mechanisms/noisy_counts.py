@@ -1,10 +1,10 @@
-"""Noisy counts with an error bar in every answer (MATH.md section 6).
+"""Noisy counts with an error bar in every answer (MATH.md 6.2).
 
 Each count gets independent exact integer noise calibrated to its per-query budget
 (:mod:`overlapdp.mechanisms.calibration`); each answer carries a confidence interval for the true count
 at the requested level, computed from the exact noise distribution (:mod:`overlapdp.mechanisms.noise`).
 Charging the budget is the caller's (or the accountant's) business: one answer costs its declared
-per-query guarantee, a batch is charged by the accountant (by maximum overlap, MATH.md section 2).
+per-query guarantee, a batch is charged by the accountant (by maximum overlap, MATH.md 2.2).
 """
 
 from __future__ import annotations

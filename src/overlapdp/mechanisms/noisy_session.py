@@ -1,5 +1,5 @@
 """NoisyCounts: an interactive session that answers predicate counting queries one by one, charging
-each answer's per-query guarantee to the session's own budget (MATH.md sections 2 and 6).
+each answer's per-query guarantee to the session's own budget (MATH.md 2, 6).
 
 The session declares its total budget as its guarantee (pure DP or zCDP; a GDP total is declared as
 ``mu^2/2``-zCDP, see :mod:`overlapdp.mechanisms.calibration`). Each query is admitted by a filter that
@@ -8,7 +8,7 @@ keeps the composed cost within that budget; a query that does not fit raises
 default the filter sums costs (sequential composition, always safe); an overlap-aware filter can be
 replaced by the privacy package's overlap-aware per-row filter (``overlap_aware=True`` with a schema, or
 a coverage query that names one): a query then costs only the rows it covers, so queries on disjoint
-parts of the domain compose in parallel (MATH.md 2; valid adaptively: Rogers et al. 2016 for pure DP,
+parts of the domain compose in parallel (MATH.md 2.1, 2.7; valid adaptively: Rogers et al. 2016 for pure DP,
 Feldman and Zrnic 2021 for zCDP). Each answer is charged its DECLARED per-query guarantee.
 """
 

@@ -1,4 +1,4 @@
-"""Where the noise's randomness comes from (MATH.md section 6; DESIGN.md "Rules that keep it sound").
+"""Where the noise's randomness comes from (MATH.md 6.3; DESIGN.md "Rules that keep it sound").
 
 Every sampler draws uniform 64-bit words from a :class:`RandomSource`:
 

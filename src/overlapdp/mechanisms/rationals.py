@@ -3,7 +3,7 @@
 A float such as ``1/0.3`` has no short exact form; the samplers need small integers for speed. A
 float is therefore replaced by the nearest rational with a bounded denominator that is AT LEAST the
 float's exact value: the noise is then never smaller than asked, so the declared guarantee (computed
-from the requested parameter) still holds (MATH.md section 6). :class:`fractions.Fraction` inputs are
+from the requested parameter) still holds (MATH.md 6.2). :class:`fractions.Fraction` inputs are
 used exactly.
 """
 

@@ -1,5 +1,5 @@
 """Exact samplers with integer arithmetic (Canonne, Kamath, Steinke 2020, "The Discrete Gaussian for
-Differential Privacy", Algorithms 1-3; MATH.md section 6).
+Differential Privacy", Algorithms 1-3; MATH.md 6.2).
 
 - ``Bernoulli(exp(-gamma))`` for rational ``gamma = num/den`` by the alternating-series trick (Alg. 1):
   for ``gamma <= 1`` draw ``A_k ~ Bernoulli(gamma/k)`` for ``k = 1, 2, ...`` until one fails and return

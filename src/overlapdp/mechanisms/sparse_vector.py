@@ -1,6 +1,6 @@
 """The sparse vector technique with one noisy threshold (Lyu, Su, Li, "Understanding the Sparse Vector
 Technique for Differential Privacy", PVLDB 2017, Algorithm 1 and its monotonic variant; MATH.md
-section 4).
+4.1).
 
 One threshold noise ``rho ~ Lap(Delta/epsilon_1)`` is drawn once. Query ``i`` gets fresh noise
 ``nu_i ~ Lap(2 c Delta/epsilon_2)`` (``c Delta/epsilon_2`` when every query moves in the same direction
@@ -16,7 +16,7 @@ Noise is the exact discrete Laplace: the proof of Lyu et al. shifts ``rho`` by `
 discrete Laplace of scale ``t`` changes by at most ``e^{k/t}`` under a shift by ``k``, so the same
 argument holds; noise scales are rounded up (more noise), so the declared guarantee holds.
 
-The comparison is exact (MATH.md section 4; :func:`overlapdp.mechanisms.svt_core.crosses`, shared with
+The comparison is exact (MATH.md 4.3; :func:`overlapdp.mechanisms.svt_core.crosses`, shared with
 Guess-and-Check): counts and noise are integers, so "below" is decided as
 ``q_i(D) + nu_i - rho < ceil(T_i)`` with ``T_i`` the exact rational value of the given threshold (a
 float exactly as stored). Evaluating ``T_i + rho`` in floating point would round differently for
@@ -120,7 +120,7 @@ class SparseVector:
     # -- the protocol ---------------------------------------------------------------------------------
     @property
     def guarantee(self) -> PureDP:
-        """``epsilon_1 + epsilon_2 (+ epsilon_3)``-DP (Lyu, Su, Li 2017; MATH.md section 4)."""
+        """``epsilon_1 + epsilon_2 (+ epsilon_3)``-DP (Lyu, Su, Li 2017; MATH.md 4.1)."""
         return self._guarantee
 
     @property
@@ -143,7 +143,7 @@ class SparseVector:
     # -- the secret state ----------------------------------------------------------------------------
     def state(self) -> ThresholdState:
         """A JSON-able snapshot of the secret state (threshold noise, positives and queries so far) from
-        which :meth:`restore` resumes a mechanism built with the same parameters (MATH.md section 4).
+        which :meth:`restore` resumes a mechanism built with the same parameters (MATH.md 4).
 
         It holds the threshold noise ``rho``: whoever sees it can read the data from the answers, so it
         must be kept as secret as the data."""
@@ -220,7 +220,7 @@ def _svt_noise(
     release_noise = None if eps3 is None else DiscreteLaplace(round_up(Fraction(c * delta) / Fraction(eps3)))
     requested = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
     # eps2 = eps - eps1 in floats can round UP, so the noise may be worth more than the requested eps:
-    # declare the larger of the request and the exact epsilon of the scales used (MATH.md section 4).
+    # declare the larger of the request and the exact epsilon of the scales used (MATH.md 4.1).
     used = Fraction(delta) / threshold_noise.scale + Fraction(spread * delta) / query_noise.scale
     if release_noise is not None:
         used += Fraction(c * delta) / release_noise.scale

@@ -1,4 +1,4 @@
-"""Noisy clipped sums and means with error bars (MATH.md sections 2 and 6).
+"""Noisy clipped sums and means with error bars (MATH.md 2.8, 6.4).
 
 A sum of attribute ``c`` over a query's rows, each value clipped to DECLARED bounds ``[lo, hi]`` and
 rounded to the declared resolution ``step`` (:class:`~overlapdp.query.aggregate.Clipping`), is an
@@ -8,7 +8,7 @@ or ``max(H - L, |L|, |H|)`` (replace-one-row; ``H - L`` if the query covers ever
 :mod:`overlapdp.mechanisms.calibration` at sensitivity ``Delta`` makes the release ``step * (S + Z)``
 exactly as private as a count is at sensitivity 1 under the same budget: discrete Laplace of scale
 ``Delta/epsilon`` is ``epsilon``-DP, discrete Gaussian with ``sigma^2 = Delta^2/(2 rho)`` is
-``rho``-zCDP (CKS 2020; MATH.md 6). The error bar is for the clipped, rounded sum, ``step`` times the
+``rho``-zCDP (CKS 2020; MATH.md 6.4). The error bar is for the clipped, rounded sum, ``step`` times the
 count's bar at the same noise.
 
 A mean is post-processing of a noisy sum and a noisy count of the same rows, each given HALF the
@@ -103,7 +103,7 @@ class NoisyMean:
 
 
 def split_budget(budget: CountBudget) -> CountBudget:
-    """The half of a per-query budget given to each part of a mean: two such halves compose (MATH.md 2:
+    """The half of a per-query budget given to each part of a mean: two such halves compose (MATH.md 2.8:
     epsilons and rhos add) to at most ``budget``'s declared charge, checked in exact arithmetic.
 
     ``epsilon/2`` (pure), ``rho/2`` (zCDP), ``mu/sqrt(2)`` (GDP, declared as ``mu^2/4``-zCDP each),

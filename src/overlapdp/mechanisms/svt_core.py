@@ -1,5 +1,5 @@
 """The sparse-vector core that :class:`~overlapdp.mechanisms.SparseVector` and
-:class:`~overlapdp.mechanisms.GuessAndCheck` share (MATH.md section 4): the exact noisy-threshold
+:class:`~overlapdp.mechanisms.GuessAndCheck` share (MATH.md 4.2): the exact noisy-threshold
 comparison, the checks on their common parameters, and the snapshot of their secret state.
 
 Both mechanisms are a sparse vector with ONE threshold noise ``rho`` drawn when they are built and a
@@ -11,7 +11,7 @@ is a wrong guess). :func:`crosses` decides this EXACTLY: ``nu_i`` and ``rho`` ar
 Laplace noise), so the test is ``nu_i - rho >= ceil(T_i - score_i)`` on exact rationals (floats exactly
 as stored). The proof shifts ``rho`` by ``Delta`` and needs every comparison to move exactly with the
 shift; a floating-point ``T_i + rho`` or ``|q - g|`` rounds differently for different values and breaks
-it (MATH.md section 4 gives the measured losses).
+it (MATH.md 4.3 gives the measured losses).
 
 :class:`ThresholdState` is everything such a mechanism needs to resume after a restart: ``rho``, the
 number of crossings and of queries answered so far, and the identity of the mechanism that drew them
@@ -72,7 +72,7 @@ def exact_finite(name: str, value: object) -> Fraction:
 
 
 def crosses(score: int | Fraction, threshold: int | Fraction, nu: int, rho: int) -> bool:
-    """True iff ``score + nu >= threshold + rho`` in real arithmetic (MATH.md section 4).
+    """True iff ``score + nu >= threshold + rho`` in real arithmetic (MATH.md 4.3).
 
     ``nu - rho`` is an integer, and an integer is at least the rational ``threshold - score`` iff it is
     at least its ceiling, so the test is exact for any finite rationals however large or small."""

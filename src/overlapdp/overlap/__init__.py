@@ -1,4 +1,4 @@
-"""The maximum (weighted) overlap engine (DESIGN.md data flow, step 3; MATH.md sections 1, 2 and 7).
+"""The maximum (weighted) overlap engine (DESIGN.md data flow, step 3; MATH.md 1, 2, 7).
 
 - :func:`max_overlap`: the worst row of a workload, the value there, the queries covering it;
 - :class:`OverlapIndex`: the same kept up to date under add / peek / remove (the accountant's filter);

@@ -1,4 +1,4 @@
-"""Per-attribute atoms: values that every query treats alike collapse into one atom (MATH.md section 7).
+"""Per-attribute atoms: values that every query treats alike collapse into one atom (MATH.md 7.4).
 
 For each attribute some query constrains ("active" attributes), the value indices ``0..n-1`` are cut at
 every interval endpoint of every query's coverage into elementary segments; each query's coverage is then

@@ -1,6 +1,6 @@
 """Safe upper bounds that need no search: the pairwise-overlap graph and a proper colouring of it.
 
-MATH.md section 1: $\\gamma\\le\\omega(G_Q)\\le\\chi(G_Q)$. For weights: a proper colouring splits the
+MATH.md 1.10: $\\gamma\\le\\omega(G_Q)\\le\\chi(G_Q)$. For weights: a proper colouring splits the
 queries into classes of pairwise DISJOINT queries (no edge inside a class), so any row is covered by
 at most one query of each class. Hence the load of any row is at most
 $\\sum_{\\text{classes}} \\max_{q\\in\\text{class}} f(w_q)$, a safe bound for ``count`` (the number of

@@ -1,4 +1,4 @@
-"""Maximum weighted depth of boxes, and value sets over few atoms (MATH.md section 7, issue 13).
+"""Maximum weighted depth of boxes, and value sets over few atoms (MATH.md 7.5).
 
 A query with one interval on every attribute is a box; boxes are Helly, so the maximum overlap is the
 deepest point of the arrangement. The search here is a best-first divide and conquer over cells of the

@@ -1,4 +1,4 @@
-"""Exact branch and bound over attributes (MATH.md section 7, general subsets).
+"""Exact branch and bound over attributes (MATH.md 7.6).
 
 A row is one atom per active attribute; the queries covering it are the intersection over attributes
 of the queries covering the chosen atom. The search fixes attributes one at a time, keeping the set

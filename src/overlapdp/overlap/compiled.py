@@ -1,5 +1,5 @@
 """A workload flattened into numpy arrays: per active attribute, the intervals of every query's coverage
-cut into elementary segments (MATH.md section 7, per-attribute compression).
+cut into elementary segments (MATH.md 7.4).
 
 Segments are the pieces between consecutive interval endpoints; every query covers a segment entirely
 or not at all, so any maximum over domain rows equals the maximum over segment tuples (exact). Queries

@@ -1,6 +1,6 @@
 """``max_overlap``: the maximum (weighted) overlap of a workload, its witness row, chosen algorithm.
 
-MATH.md section 1 (per-row view) $\\gamma_w(Q)=\\max_{x}\\mathrm{comp}(\\{q: x\\in C_q\\})$, section 7 for the
+MATH.md 1.8 (per-row view) $\\gamma_w(Q)=\\max_{x}\\mathrm{comp}(\\{q: x\\in C_q\\})$, section 7 for the
 algorithms. The route is picked from the workload's shape:
 
 1. no query, or no active attribute: trivial;
@@ -20,7 +20,7 @@ algorithms. The route is picked from the workload's shape:
      goes first instead (it proves most small ones before a child process has started);
    - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
-Magnitudes (MATH.md section 7): every route runs on loads normalised by a power of two near the largest
+Magnitudes (MATH.md 7.8): every route runs on loads normalised by a power of two near the largest
 weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
 a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
 Float sums may round (non-dyadic weights, or more than 2^53 units): then each route's float error is
@@ -110,7 +110,7 @@ BOX_GRIDBRANCH_SECONDS = 120.0
 # pure branch and bound (float64 copies of the table) is tried.
 TABLE_LIMIT = 200_000_000
 BRANCH_TABLE_LIMIT = 25_000_000
-# HiGHS's optimality tolerance as the route's error (MATH.md 7, exactness): relative and absolute (in
+# HiGHS's optimality tolerance as the route's error (MATH.md 7.8): relative and absolute (in
 # its units, 1e6 per the largest load), as milp.py widens its dual bound.
 _MILP_REL = 1e-6
 _MILP_ABS = 2e-6
@@ -125,7 +125,7 @@ def max_overlap(
     schema: Schema | None = None,
     algorithm: Algorithm = "auto",
 ) -> OverlapResult:
-    """The maximum (weighted) overlap $\\gamma_w$ of ``queries`` (MATH.md sections 1, 2 and 7).
+    """The maximum (weighted) overlap $\\gamma_w$ of ``queries`` (MATH.md 1, 2, 7).
 
     ``weights`` default to each query's ``.weight`` (ignored for ``count``); for ``comp="vector"`` give
     one weight vector per query (each component is maximised on its own, with its own witness).
@@ -161,7 +161,7 @@ def max_overlap(
     if isinstance(comp, SetComp):
         return _set_comp(queries, c, comp, deadline)
     assert name in ("count", "sum", "l2")
-    # Normalised loads (MATH.md 7, magnitudes): no route sums past the float range or squares to 0.
+    # Normalised loads (MATH.md 7.8): no route sums past the float range or squares to 0.
     lw = Loads.of(name, w, ids)  # type: ignore[arg-type]
     return _scalar(queries, c, lw, deadline, algorithm)
 
@@ -187,8 +187,8 @@ def _finish(
     """The result from a witness row: covering queries and ``lower`` recomputed from raw intervals.
 
     ``exact``: the row is PROVEN a maximum in exact arithmetic (``upper_load`` ignored). Otherwise
-    ``upper_load`` is a safe bound on the maximum in scaled units, float errors included (MATH.md 7,
-    exactness); with ``may_prove`` the result is exact when that bound pins the value to ``lower``.
+    ``upper_load`` is a safe bound on the maximum in scaled units, float errors included (MATH.md 7.8);
+    with ``may_prove`` the result is exact when that bound pins the value to ``lower``.
     """
     if row is None:
         # The search stopped before any row: any point of the heaviest query is a witness.
@@ -245,13 +245,13 @@ def _scalar(
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
-        # Float sums are exact for dyadic loads; otherwise the sweep runs on exact integers (MATH.md 7).
+        # Float sums are exact for dyadic loads; otherwise the sweep runs on exact integers (MATH.md 7.8).
         exact_floats = dyadic_exact(lw, float(lw.loads[c.live].sum()))
         _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
-    # -- issue 13 hook: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
+    # -- boxes route: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
     # Its float sums (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^d
-    # times the total load) are exact only on dyadic loads (MATH.md 7, exactness); on others `auto`
+    # times the total load) are exact only on dyadic loads (MATH.md 7.8); on others `auto`
     # keeps the routes that resolve float ties, and a forced run is certified against its error bound.
     total = float(lw.loads[c.live].sum())
     box_bound = math.ldexp(total, len(c.attributes))
@@ -275,7 +275,7 @@ def _scalar(
         # Not pinned by the bound (or the bound left the float range): rows within the float error may
         # tie, which the general search resolves exactly (its tie-band search).
         algorithm = "auto"
-    # -- end of the issue 13 hook.
+    # -- end of the boxes route.
     return _search(queries, c, lw, deadline, algorithm)
 
 
@@ -311,7 +311,7 @@ def _search(
     """Atoms, then: the atom grid if it fits, else grid-branch / branch and bound, then HiGHS."""
     loads = lw.loads[c.live]
     total = float(loads.sum())
-    # Error of any float sum of live loads (MATH.md 7, exactness): zero when floats are exact.
+    # Error of any float sum of live loads (MATH.md 7.8): zero when floats are exact.
     exact_sums = dyadic_exact(lw, total)
     err_sum = 0.0 if exact_sums else sum_error(lw, c.live, c.live.size)
     segments = sum(a.size for a in c.attributes)
@@ -340,7 +340,7 @@ def _search(
         if cell is not None and value > best:
             row, best = c2.row(cell), value
 
-    # Extra error of the grid-branch bounds, once its plan is known (MATH.md 7, exactness).
+    # Extra error of the grid-branch bounds, once its plan is known (MATH.md 7.8).
     grid_err = 0.0
     # The searches prune without slack: a pruned row's exact value is at most the incumbent plus the
     # float error of the sums (err_sum, grid_err), which the proofs below add.
@@ -578,11 +578,11 @@ def _vector(
     deadline: float | None,
     algorithm: str,
 ) -> OverlapResult:
-    """One ``sum`` maximum per component (RDP orders, MATH.md section 2), each with its own witness."""
+    """One ``sum`` maximum per component (RDP orders, MATH.md 2.4), each with its own witness."""
     c = compile_workload(queries, schema)
     k = vectors.shape[1]
     ids = [q.id for q in queries]
-    # Each component normalised on its own (MATH.md 7, magnitudes): RDP orders span many magnitudes.
+    # Each component normalised on its own (MATH.md 7.8): RDP orders span many magnitudes.
     lws = [Loads.of("sum", np.ascontiguousarray(vectors[:, j]), ids) for j in range(k)]
     scaled = np.stack([lw.loads for lw in lws], axis=1) if k else vectors
     parts: list[OverlapResult] = []
@@ -596,7 +596,7 @@ def _vector(
             for j, (_, cell) in enumerate(grid_maximum(c, block), start=start):
                 if dyadic_exact(lws[j], grid_bound(plan, lws[j].loads)):
                     parts.append(_finish(queries, c, c.row(cell), lws[j], True, 0.0, name))
-                else:  # float ties possible: this component's band resolved exactly (MATH.md 7)
+                else:  # float ties possible: this component's band resolved exactly (MATH.md 7.8)
                     parts.append(_grid(queries, c, c, lws[j], name))
     else:
         for j in range(k):

@@ -1,4 +1,4 @@
-"""When float sums locate the maximum exactly, and what to report when they may not (MATH.md section 7).
+"""When float sums locate the maximum exactly, and what to report when they may not (MATH.md 7.8).
 
 The routes add normalised loads (:mod:`overlapdp.overlap.magnitude`) in floating point. Two rows whose
 exact values differ can tie in floats (weights ``1e16`` and ``1``, or ``0.1`` and ``0.3``), and a route

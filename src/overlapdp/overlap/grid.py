@@ -1,5 +1,5 @@
 """Dense segment grid: every query adds its load on a box of segments through inclusion-exclusion corners,
-then cumulative sums along each axis give the load of every cell (MATH.md section 7: cost
+then cumulative sums along each axis give the load of every cell (MATH.md 7.4: cost
 $O(t\\,2^d+\\prod_j m_j)$). With one active attribute this is the sorted-endpoint sweep.
 
 A query whose coverage is several intervals on some attribute is the union of the boxes of the

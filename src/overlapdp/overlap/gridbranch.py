@@ -1,4 +1,4 @@
-"""Branch and bound over some attributes with a dense grid over the others (MATH.md section 7).
+"""Branch and bound over some attributes with a dense grid over the others (MATH.md 7.4, 7.6).
 
 When the segment grid over every active attribute is too large, split the attributes: a group ``G``
 whose grid fits (the attributes carrying the most load first) and the rest ``R``. The search fixes the
@@ -103,7 +103,7 @@ def grid_branch(
 
     ``stop`` is asked before every node; when it says True the search ends as at the deadline (used
     when another solver running alongside has proved the optimum). Nodes are pruned at
-    ``best * (1 + rel)`` (``rel=0`` when the float sums are exact, MATH.md 7); ``plan`` is the
+    ``best * (1 + rel)`` (``rel=0`` when the float sums are exact, MATH.md 7.8); ``plan`` is the
     ``GridPlan(c, split.grid)`` when the caller has built it already.
     """
     live = c.live

@@ -1,7 +1,7 @@
 """``OverlapIndex``: the maximum (weighted) overlap kept up to date as queries are added and removed.
 
-The accountant's admission test (MATH.md section 2, adaptive use as a per-row filter) asks "what would
-the maximum be if this query were added?". With the per-row view (MATH.md section 1) the answer is
+The accountant's admission test (MATH.md 2.7 as a per-row filter) asks "what would
+the maximum be if this query were added?". With the per-row view (MATH.md 1.8) the answer is
 $\\max(\\gamma_w(Q),\\ f(w_q)+\\max_{x\\in C_q}\\mathrm{load}_Q(x))$ under the outer $g$, because only rows
 inside $C_q$ change. So ``peek`` needs the largest load inside the new query's coverage only.
 
@@ -20,7 +20,7 @@ Savepoints (:meth:`OverlapIndex.savepoint`, :meth:`rollback`, :meth:`release`): 
 ``add`` keeps an undo record (the prior values of the cells it wrote and of the best-cell bookkeeping), so
 a trial admission of several queries is undone in time proportional to what it wrote, never by a rebuild.
 
-Magnitudes (MATH.md section 7): the stored loads are normalised per component, divided by $2^E$ for the
+Magnitudes (MATH.md 7.8): the stored loads are normalised per component, divided by $2^E$ for the
 largest weight exponent $E$ held so far (squared after scaling for ``l2``, rounded up where inexact),
 so no sum overflows and no square underflows; a heavier query re-normalises the index (the dense array is
 rebuilt). Values are recomputed from the witness: the reported value is the exact comp of the ORIGINAL
@@ -90,7 +90,7 @@ class _Undo:
     best: Any = None
     best_cell: list[tuple[int, ...] | None] | None = None
     cells: list[tuple[Region, Any]] | None = None
-    # A heavier weight re-normalises every held load (MATH.md 7): the exponents, the entries' loads and
+    # A heavier weight re-normalises every held load (MATH.md 7.8): the exponents, the entries' loads and
     # the slots' loads before it (the dense array itself is then saved whole in ``load``).
     renorm: tuple[np.ndarray | None, dict[str, FloatArray], FloatArray | None] | None = None
     # A peek's re-normalisation (no query added): undone like an add's, with no entry to remove.
@@ -132,7 +132,7 @@ class OverlapIndex:
         self._k: int | None = None if self._name == "vector" else 1
         # Per component: the exponent E the stored loads are divided by (None until the first weight).
         self._shift: np.ndarray | None = None
-        # Per component, what tells whether the float cell sums are exact (MATH.md 7, exactness): how
+        # Per component, what tells whether the float cell sums are exact (MATH.md 7.8): how
         # many held loads have each unit exponent (a load is a multiple of 2^unit), how many are not
         # the exact normalised weight (rounded), and an upper bound on the sum of the loads.
         self._units: list[dict[int, int]] = []
@@ -222,7 +222,7 @@ class OverlapIndex:
             for region in regions:
                 self._load[region] += load
             covers_best = any(self._best_cell[c] is not None and self._in(query, c) for c in range(self._kk))
-            # (where the float cell sums may round, a near tie may change the witness: MATH.md 7)
+            # (where the float cell sums may round, a near tie may change the witness: MATH.md 7.8)
             if self._improve(regions) or covers_best or self._near_best(regions):
                 self._cached = None
         else:
@@ -327,7 +327,7 @@ class OverlapIndex:
         self._entries[query.id] = entry
         self._account(entry, +1)
 
-    # -- exactness of the float cell sums (MATH.md 7) ---------------------------------------------------
+    # -- exactness of the float cell sums (MATH.md 7.8) ---------------------------------------------------
     def _load_units(self, raw: FloatArray, load: FloatArray) -> list[int | None]:
         """Per component, the unit exponent of the normalised load (it is a multiple of 2^unit), or None
         when the stored load is not the exact normalised weight (rounded up below the normal range, or
@@ -402,7 +402,7 @@ class OverlapIndex:
 
     def _near_best(self, regions: list[Region]) -> bool:
         """Whether, where the float cell sums may round, a touched region now lies within their error
-        of the held maximum (a float tie: the witness must be settled again, MATH.md 7)."""
+        of the held maximum (a float tie: the witness must be settled again, MATH.md 7.8)."""
         for c in range(self._kk):
             err = self._float_error(c, None, float(self._best[c]))
             if err <= 0:
@@ -442,7 +442,7 @@ class OverlapIndex:
                 out.append(int(np.asarray(part).reshape(-1)[int(local[ax])]))
         return tuple(out)
 
-    # -- magnitudes (MATH.md 7) --------------------------------------------------------------------
+    # -- magnitudes (MATH.md 7.8) --------------------------------------------------------------------
     def _exponents(self, raws: np.ndarray) -> np.ndarray:
         """Per component, $E$ with every weight $< 2^E$ (rows of ``raws`` are weights per component)."""
         if self._name == "count" or raws.size == 0:
@@ -631,7 +631,7 @@ class OverlapIndex:
             or (new_total[c] == self._best[c] and self._in(query, c))
         ]
         # Where the float cell sums may round, a row within their error of the maximum may be the
-        # heavier one (a float tie): those components are settled by the exact tie band (MATH.md 7).
+        # heavier one (a float tie): those components are settled by the exact tie band (MATH.md 7.8).
         ties = [
             c
             for c in range(k)
@@ -690,13 +690,13 @@ class OverlapIndex:
         extra_load: Any = None,
     ) -> OverlapResult:
         """The exact result at ``row`` for component ``c`` (plus a peeked query, when given): the comp
-        of the original weights covering it, rounded up (MATH.md 7, magnitudes).
+        of the original weights covering it, rounded up (MATH.md 7.8).
 
         ``located``: the float maximum (normalised units) at which the dense array located ``row``.
         Where the float cell sums may round, another row within their error may be heavier (a float
         tie): the rows of the tie band are valued exactly and the heaviest is the witness; past
         ``_BAND_LIMIT`` of them the value is the safe bound ``located + error``, ``exact=False``
-        (MATH.md 7, exactness)."""
+        (MATH.md 7.8)."""
         if located is not None and self._dense:
             peeked = None if extra is None else (np.asarray(extra_raw, dtype=float), np.asarray(extra_load))
             err = self._float_error(c, peeked, located)
@@ -838,7 +838,7 @@ class OverlapIndex:
             cur_scaled = scale_up(np.array([float(cur.upper)]), int(self._shift[c]))
             cur_upper = float((square_up(cur_scaled) if self._name == "l2" else cur_scaled)[0])
             cand_upper = float(inside.upper) + float(load[c])
-            # The same comparison exactly (MATH.md 7, exactness): float sums may round a heavier
+            # The same comparison exactly (MATH.md 7.8): float sums may round a heavier
             # candidate down to a tie; both bounds in the normalised units (squares for l2).
             unit = Fraction(2) ** (int(self._shift[c]) * (2 if self._name == "l2" else 1))
             cand_bound = (Fraction(float(inside.upper)) + Fraction(float(load[c]))) * unit

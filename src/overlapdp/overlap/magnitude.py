@@ -1,6 +1,6 @@
 """Weights of any finite magnitude: loads normalised by a power of two, results composed exactly.
 
-MATH.md section 7 (magnitudes). The routes sum per-query loads $f(w_q)$ in floating point. Raw weights
+MATH.md 7.8 (magnitudes). The routes sum per-query loads $f(w_q)$ in floating point. Raw weights
 overflow those sums (``5e307 + 8e307 + 1e308`` is ``inf``, and the dense grid's inclusion-exclusion then
 makes ``inf - inf = nan``) and their squares underflow (``(1e-170)**2 == 0``), after which a route can
 locate the maximum on a wrong row or report 0. So every route runs on NORMALISED loads:
@@ -230,7 +230,7 @@ def check_finite(value: float, what: str) -> float:
 
 @dataclass(frozen=True)
 class Loads:
-    """``comp = g(sum of loads)`` (MATH.md section 7) on normalised loads.
+    """``comp = g(sum of loads)`` (MATH.md 7.2) on normalised loads.
 
     ``loads`` are the routes' per-query loads in scaled units (see the module docstring), ``weights``
     the original weights (None for ``count``) and ``shift`` the exponent $E$ they were divided by.

@@ -1,6 +1,6 @@
 """The solver fallback: maximum weighted depth as an integer programme solved by HiGHS (scipy.optimize.milp).
 
-MATH.md section 7: binary $z_{j,a}$ picks one atom $a$ per active attribute $j$ ($\\sum_a z_{j,a}=1$);
+MATH.md 7.6: binary $z_{j,a}$ picks one atom $a$ per active attribute $j$ ($\\sum_a z_{j,a}=1$);
 $0\\le y_q\\le 1$ with $y_q\\le\\sum_{a\\in S_{q,j}} z_{j,a}$ for every attribute $j$ query $q$ constrains;
 maximise $\\sum_q f(w_q)\\,y_q$. For integral $z$ the right-hand sides are 0 or 1, so $y_q$ is 1 exactly
 when the chosen row is covered by $q$ and the optimum is the maximum load. When HiGHS stops at its time

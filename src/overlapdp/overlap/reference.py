@@ -1,6 +1,6 @@
 """Reference algorithms for tests and benchmarks: slow, simple, independent of the engine's routes.
 
-- :func:`brute_force_overlap`: every row of the domain (MATH.md section 1, the per-row view);
+- :func:`brute_force_overlap`: every row of the domain (MATH.md 1.8, the per-row view);
 - :func:`subset_overlap`: every subset of the queries, kept when its joint coverage is non-empty
   (the definition $\\max\\{\\mathrm{comp}(Q') : \\bigcap_{q\\in Q'} C_q\\neq\\emptyset\\}$);
 - :func:`graph_overlap`: the paper's route (Smith et al. 2022): the pairwise-overlap graph $G_Q$, an
@@ -54,7 +54,7 @@ def _compose(indices: Sequence[int], w: Sequence[Any], comp: Comp) -> Any:
     if comp == "vector":
         k = len(w[0]) if w else 0
         return sum((w[i] for i in indices), np.zeros(k))
-    # Exact, rounded up (MATH.md 7, magnitudes): no float square underflows, no sum overflows to inf.
+    # Exact, rounded up (MATH.md 7.8): no float square underflows, no sum overflows to inf.
     value = compose_up("l2" if comp == "l2" else "sum", [w[i] for i in indices])
     return check_finite(value, f"the row covered by {len(indices)} queries")
 
@@ -175,7 +175,7 @@ def graph_overlap(
     g = overlap_graph(queries)
     if g.number_of_nodes() == 0:
         return OverlapResult(0.0, True, 0.0, 0.0, None, None, (), "graph")
-    # Normalised loads (MATH.md 7, magnitudes): squares neither underflow nor overflow, sums stay finite.
+    # Normalised loads (MATH.md 7.8): squares neither underflow nor overflow, sums stay finite.
     scaled, shift = normalised_loads(name, np.asarray(w, dtype=float))
     loads = scaled.tolist()
     import networkx as nx

@@ -1,6 +1,6 @@
 """The answer of the overlap engine, the composition functions it maximises and its input errors.
 
-MATH.md section 1: $\\gamma_w(Q)=\\max_{x\\in\\mathbb D}\\mathrm{comp}(\\{q : x\\in C_q\\})$ for a monotone
+MATH.md 1.8: $\\gamma_w(Q)=\\max_{x\\in\\mathbb D}\\mathrm{comp}(\\{q : x\\in C_q\\})$ for a monotone
 ``comp``. Section 7: the closed forms ``count``, ``sum`` and ``l2`` are $g(\\sum_q f(w_q))$ with an
 increasing $g$, so they reduce to a maximum weighted depth with per-query loads $f(w_q)$:
 
@@ -62,7 +62,7 @@ class SetComp:
     ``value(indices)`` is the composed loss of the queries at those indices (of the list given to
     :func:`max_overlap`); ``upper(indices)`` must be a cheap upper bound of ``value`` over EVERY subset of
     ``indices`` (for a monotone ``value``, ``value`` itself is one). Both must be monotone: adding a
-    query never lowers them (MATH.md section 2: only maximal overlapping sets matter).
+    query never lowers them (MATH.md 2.2: only maximal overlapping sets matter).
     """
 
     value: Callable[[Sequence[int]], float]
@@ -77,9 +77,9 @@ class OverlapResult:
     """The maximum (weighted) overlap of a workload and the row that attains it.
 
     ``lower`` is attained: the witness row is covered by exactly the queries in ``queries`` and their
-    composed weight is ``lower`` (computed exactly from the weights and rounded up to a float, MATH.md 7).
+    composed weight is ``lower`` (computed exactly from the weights and rounded up to a float, MATH.md 7.8).
     ``upper`` is a safe upper bound of the true maximum. When ``exact`` they are equal and ``value`` is
-    the smallest float >= the exact maximum (MATH.md 7, exactness: float ties are resolved exactly or
+    the smallest float >= the exact maximum (MATH.md 7.8: float ties are resolved exactly or
     the answer is not called exact; for ``l2`` compared squared); otherwise ``value`` is
     the SAFE UPPER BOUND ``upper`` (DESIGN.md: never under-report privacy loss). For the vector comp
     ``value``, ``upper`` and ``lower`` are arrays, ``components`` holds one result per component (each

@@ -1,8 +1,8 @@
 """Two active attributes, every coverage one interval (boxes): sweep the first attribute's segments and
 keep the second's loads in a segment tree with lazy range add and a global maximum (Imai and Asano
-1983; MATH.md section 7), $O(t\\log t)$.
+1983; MATH.md 7.3), $O(t\\log t)$.
 
-With ``ints`` (exact integer loads, MATH.md section 7: used when float sums could be inexact) the same
+With ``ints`` (exact integer loads, MATH.md 7.8: used when float sums could be inexact) the same
 sweep runs on Python integers, so the maximum and its cell are exact.
 
 At each segment boundary of the first attribute the boxes that end there are removed and those that

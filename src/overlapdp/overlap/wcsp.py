@@ -1,6 +1,6 @@
 """Exact route for value-set workloads on many attributes: a weighted constraint problem solved by toulbar2.
 
-MATH.md section 7 (the ILP / MaxSAT family, here as a cost function network). A row is one atom per
+MATH.md 7.6 (the ILP / MaxSAT family, here as a cost function network). A row is one atom per
 active attribute: one variable each. A query constraining one attribute is a unary cost on the atoms it
 does not cover. A query constraining several (a box; identical boxes merged) gets a Boolean variable
 ``b``: cost ``w`` when ``b = 0``, and for each attribute it constrains a hard binary constraint forbidding

@@ -1,4 +1,4 @@
-"""Concurrent composition of interactive mechanisms (MATH.md section 3).
+"""Concurrent composition of interactive mechanisms (MATH.md 3).
 
 k interactive mechanisms run at once (k analysts, or one analyst's several sparse-vector sessions), an
 adversary interleaving its queries arbitrarily and the analysts possibly colluding: the joint guarantee is

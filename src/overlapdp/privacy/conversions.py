@@ -1,4 +1,4 @@
-"""Conversions from each privacy definition to (epsilon, delta) (MATH.md section 5, "Conversions").
+"""Conversions from each privacy definition to (epsilon, delta) (MATH.md 5.8).
 
 Every function here is SAFE: the epsilon it returns is at least the true infimum over the family of
 conversions it implements (any order alpha > 1 gives a valid bound, so a numerical minimisation can only
@@ -70,7 +70,7 @@ def invert_decreasing(
 # -- Gaussian DP ----------------------------------------------------------------------------------------
 def gdp_delta(mu: float, epsilon: float) -> float:
     """Exact delta(epsilon) of mu-GDP: $\\Phi(-\\varepsilon/\\mu+\\mu/2)-e^\\varepsilon\\Phi(-\\varepsilon/\\mu-\\mu/2)$
-    (MATH.md 5, Dong-Roth-Su Cor. 2.13), computed in log space so it stays accurate for tiny deltas."""
+    (MATH.md 5.8, Dong-Roth-Su Cor. 2.13), computed in log space so it stays accurate for tiny deltas."""
     if mu == 0:
         return 0.0
     # scipy.special takes ~0.2 s to import: imported where used (DESIGN.md)
@@ -114,7 +114,7 @@ def _refine_min(fn: Callable[[np.ndarray], np.ndarray], alphas: np.ndarray) -> f
 
 def _orders_up_to(max_order: float) -> np.ndarray:
     """The alpha grid cut at ``max_order`` (the largest order a truncated-CDP guarantee covers), with
-    ``max_order`` itself when finite (tCDP holds at alpha = omega too: MATH.md 5, tCDP)."""
+    ``max_order`` itself when finite (tCDP holds at alpha = omega too: MATH.md 5.9)."""
     grid = _alpha_grid()
     if math.isinf(max_order):
         return grid
@@ -123,11 +123,11 @@ def _orders_up_to(max_order: float) -> np.ndarray:
 
 def zcdp_epsilon(rho: float, delta: float, max_order: float = math.inf) -> float:
     """epsilon at delta for rho-zCDP: $\\inf_{\\alpha>1}\\alpha\\rho+\\frac{\\ln(1/\\delta)+(\\alpha-1)\\ln(1-1/\\alpha)-\\ln\\alpha}{\\alpha-1}$
-    (Canonne-Kamath-Steinke 2020, Prop. 12; MATH.md 5), minimised numerically over alpha (safe).
+    (Canonne-Kamath-Steinke 2020, Prop. 12; MATH.md 5.8), minimised numerically over alpha (safe).
 
     With a finite ``max_order`` omega the infimum runs over $1<\\alpha\\le\\omega$ only: the conversion of
     (rho, omega)-truncated CDP, which is $(\\alpha,\\alpha\\rho)$-RDP exactly at those orders (Bun, Dwork,
-    Rothblum, Steinke 2018; MATH.md 5, tCDP). Every order evaluated is one of them, so the value is safe."""
+    Rothblum, Steinke 2018; MATH.md 5.9). Every order evaluated is one of them, so the value is safe."""
     if rho == 0:
         return 0.0
     ld = math.log(delta)
@@ -140,7 +140,7 @@ def zcdp_epsilon(rho: float, delta: float, max_order: float = math.inf) -> float
 
 def zcdp_delta(rho: float, epsilon: float, max_order: float = math.inf) -> float:
     """delta at epsilon for rho-zCDP: $\\inf_{\\alpha>1}\\frac{e^{(\\alpha-1)(\\alpha\\rho-\\varepsilon)}}{\\alpha-1}(1-\\frac1\\alpha)^\\alpha$
-    (Canonne-Kamath-Steinke 2020; MATH.md 5), minimised numerically over alpha (safe); over
+    (Canonne-Kamath-Steinke 2020; MATH.md 5.8), minimised numerically over alpha (safe); over
     $1<\\alpha\\le$ ``max_order`` for truncated CDP (as :func:`zcdp_epsilon`)."""
     if rho == 0:
         return 0.0
@@ -154,7 +154,7 @@ def zcdp_delta(rho: float, epsilon: float, max_order: float = math.inf) -> float
 # -- Rényi DP (Balle et al. 2020, Thm. 21; Asoodeh et al.) --------------------------------------------
 def rdp_epsilon(orders: Sequence[float], epsilons: Sequence[float], delta: float) -> float:
     """epsilon at delta for RDP curve: $\\min_\\alpha \\tau_\\alpha+\\ln(1-\\frac1\\alpha)-\\frac{\\ln\\delta+\\ln\\alpha}{\\alpha-1}$
-    over the given orders (MATH.md 5). Every order gives a valid bound, so the minimum is valid."""
+    over the given orders (MATH.md 5.8). Every order gives a valid bound, so the minimum is valid."""
     a = np.asarray(orders, dtype=float)
     t = np.asarray(epsilons, dtype=float)
     vals = t + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
@@ -172,7 +172,7 @@ def rdp_delta(orders: Sequence[float], epsilons: Sequence[float], epsilon: float
 
 # -- (epsilon, delta) as a profile --------------------------------------------------------------------
 def approx_delta(epsilon: float, delta: float, at: float) -> float:
-    """delta(at) of an (epsilon, delta)-DP guarantee: the profile of its dominating pair (MATH.md 5: mass
+    """delta(at) of an (epsilon, delta)-DP guarantee: the profile of its dominating pair (MATH.md 5.4: mass
     delta at infinity, (1-delta)e^eps/(1+e^eps) at eps, (1-delta)/(1+e^eps) at -eps); exact, since that
     pair is itself (epsilon, delta)-DP (Kairouz-Oh-Viswanath 2015)."""
     if at >= epsilon:

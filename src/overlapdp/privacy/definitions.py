@@ -1,9 +1,9 @@
-"""Privacy definitions as small immutable values (MATH.md sections 2 and 5).
+"""Privacy definitions as small immutable values (MATH.md 2, 5).
 
 Each value is the guarantee of one mechanism (or of a composition). The constructors validate: every
 parameter must be a finite number in its range, or :class:`BudgetError` is raised. Each value knows its
 own sequential composition (``a + b`` or ``Cls.compose(values)``) and its conversion to (epsilon, delta)
-(``epsilon_at(delta)``, ``delta_at(epsilon)``) by the best known SAFE formula of MATH.md section 5;
+(``epsilon_at(delta)``, ``delta_at(epsilon)``) by the best known SAFE formula of MATH.md 5.8;
 mechanism costs live in :mod:`overlapdp.privacy.mechanisms`, tight (epsilon, delta) composition in
 :mod:`overlapdp.privacy.optimal` and :mod:`overlapdp.privacy.pld`.
 """
@@ -24,7 +24,7 @@ class BudgetError(OverlapDPError):
     """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
 
 
-# The neighbouring relation (MATH.md 1): a row added or removed (the default), or one row replaced.
+# The neighbouring relation (MATH.md 1.2): a row added or removed (the default), or one row replaced.
 Neighbouring = Literal["add_remove", "replace"]
 
 
@@ -102,7 +102,7 @@ class PureDP:
 
     @staticmethod
     def compose(items: Iterable[PureDP]) -> PureDP:
-        """Basic composition: epsilons add (Dwork et al. 2006; MATH.md 2, pure DP comp)."""
+        """Basic composition: epsilons add (Dwork et al. 2006; MATH.md 2.4)."""
         return PureDP(_sum_up(p.epsilon for p in items))
 
     def __add__(self, other: PureDP) -> PureDP:
@@ -117,12 +117,12 @@ class PureDP:
         return conv.approx_delta(self.epsilon, 0.0, epsilon)
 
     def to_zcdp(self) -> ZCDP:
-        """epsilon-DP implies (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3; MATH.md 5)."""
+        """epsilon-DP implies (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3; MATH.md 5.8)."""
         return ZCDP(self.epsilon**2 / 2)
 
     def to_tcdp(self) -> TCDP:
         """epsilon-DP is (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3), so (epsilon^2/2, inf)-tCDP;
-        rho rounded up from the exact square (MATH.md 5, tCDP)."""
+        rho rounded up from the exact square (MATH.md 5.9)."""
         return TCDP(_half_square_up(self.epsilon), math.inf)
 
     def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
@@ -152,7 +152,7 @@ class ApproxDP:
         return ApproxDP.compose((self, other))
 
     def delta_at(self, epsilon: float) -> float:
-        """Profile of the (epsilon, delta) dominating pair (Kairouz-Oh-Viswanath 2015; MATH.md 5)."""
+        """Profile of the (epsilon, delta) dominating pair (Kairouz-Oh-Viswanath 2015; MATH.md 5.4)."""
         return conv.approx_delta(self.epsilon, self.delta, epsilon)
 
     def epsilon_at(self, delta: float) -> float:
@@ -173,14 +173,14 @@ class ZCDP:
 
     @staticmethod
     def compose(items: Iterable[ZCDP]) -> ZCDP:
-        """rho adds (Bun-Steinke 2016 Lemma 2.3; concurrently too, Lyu 2022 Cor. 1; MATH.md 2-3)."""
+        """rho adds (Bun-Steinke 2016 Lemma 2.3; concurrently too, Lyu 2022 Cor. 1; MATH.md 2.4, 3.4)."""
         return ZCDP(_sum_up(p.rho for p in items))
 
     def __add__(self, other: ZCDP) -> ZCDP:
         return ZCDP.compose((self, other))
 
     def epsilon_at(self, delta: float) -> float:
-        """Canonne-Kamath-Steinke 2020 conversion, minimised over alpha (MATH.md 5)."""
+        """Canonne-Kamath-Steinke 2020 conversion, minimised over alpha (MATH.md 5.8)."""
         return conv.zcdp_epsilon(self.rho, check_delta(delta))
 
     def delta_at(self, epsilon: float) -> float:
@@ -192,7 +192,7 @@ class ZCDP:
 
     def to_tcdp(self) -> TCDP:
         """rho-zCDP is (rho, inf)-tCDP: the same Rényi bound at every order (Bun, Dwork, Rothblum,
-        Steinke 2018, Def. 1; MATH.md 5, tCDP)."""
+        Steinke 2018, Def. 1; MATH.md 5.9)."""
         return TCDP(self.rho, math.inf)
 
 
@@ -207,14 +207,14 @@ class GDP:
 
     @staticmethod
     def compose(items: Iterable[GDP]) -> GDP:
-        r"""mu composes in l2: $\sqrt{\sum\mu_i^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2)."""
+        r"""mu composes in l2: $\sqrt{\sum\mu_i^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2.4)."""
         return GDP(math.nextafter(math.sqrt(_sum_up(Fraction(p.mu) ** 2 for p in items)), math.inf))
 
     def __add__(self, other: GDP) -> GDP:
         return GDP.compose((self, other))
 
     def delta_at(self, epsilon: float) -> float:
-        """Exact GDP profile (MATH.md 5)."""
+        """Exact GDP profile (MATH.md 5.8)."""
         return conv.gdp_delta(self.mu, epsilon)
 
     def epsilon_at(self, delta: float) -> float:
@@ -264,7 +264,7 @@ class RDP:
         return RDP.compose((self, other))
 
     def epsilon_at(self, delta: float) -> float:
-        """Improved conversion (Balle et al. 2020 Thm. 21), minimised over the orders (MATH.md 5)."""
+        """Improved conversion (Balle et al. 2020 Thm. 21), minimised over the orders (MATH.md 5.8)."""
         return conv.rdp_epsilon(self.orders, self.epsilons, check_delta(delta))
 
     def delta_at(self, epsilon: float) -> float:
@@ -288,7 +288,7 @@ def _omega(value: Any) -> float:
 class TCDP:
     """(rho, omega)-truncated concentrated DP (Bun, Dwork, Rothblum, Steinke, "Composable and versatile
     privacy via truncated CDP", STOC 2018, Def. 1): $D_\\alpha(M(x)\\|M(x'))\\le\\rho\\alpha$ for every order
-    $1<\\alpha<\\omega$ and neighbours x, x', hence also at $\\alpha=\\omega$ (MATH.md 5, tCDP).
+    $1<\\alpha<\\omega$ and neighbours x, x', hence also at $\\alpha=\\omega$ (MATH.md 5.9).
 
     ``rho`` >= 0 finite, ``omega`` > 1 (``math.inf`` is rho-zCDP). Larger rho or smaller omega is a
     weaker guarantee."""
@@ -306,7 +306,7 @@ class TCDP:
     def compose(items: Iterable[TCDP]) -> TCDP:
         """rhos add and omega is the smallest (Bun et al. 2018, composition of tCDP: Rényi divergences
         of independent products add at each order $\\alpha$, which every member bounds up to its own
-        omega; concurrently too, Lyu 2022 Cor. 1; MATH.md 3, 5); rho rounded up from the exact sum."""
+        omega; concurrently too, Lyu 2022 Cor. 1; MATH.md 3.4, 5.9); rho rounded up from the exact sum."""
         xs = list(items)
         if not xs:
             raise BudgetError("cannot compose an empty list of tCDP guarantees")
@@ -317,12 +317,12 @@ class TCDP:
 
     def epsilon_at(self, delta: float) -> float:
         """The RDP conversion of Canonne-Kamath-Steinke 2020 Prop. 12 (Balle et al. 2020 Thm. 21) at
-        $\\varepsilon(\\alpha)=\\alpha\\rho$, minimised over $1<\\alpha\\le\\omega$ only (MATH.md 5, tCDP); at most
+        $\\varepsilon(\\alpha)=\\alpha\\rho$, minimised over $1<\\alpha\\le\\omega$ only (MATH.md 5.9); at most
         Bun et al. 2018's closed-form conversion, whose per-order formula is looser at the same orders."""
         return conv.zcdp_epsilon(self.rho, check_delta(delta), max_order=self.omega)
 
     def delta_at(self, epsilon: float) -> float:
-        """delta at epsilon by the same conversion over $1<\\alpha\\le\\omega$ (MATH.md 5, tCDP)."""
+        """delta at epsilon by the same conversion over $1<\\alpha\\le\\omega$ (MATH.md 5.9)."""
         return conv.zcdp_delta(self.rho, epsilon, max_order=self.omega)
 
     def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:

@@ -1,12 +1,12 @@
 """f-DP numerics: trade-off functions, their tensor product and lower convex envelope, safely
-(Dong, Roth, Su 2022; MATH.md sections 2 and 5).
+(Dong, Roth, Su 2022; MATH.md 2, 5).
 
 A trade-off function f maps a type-I error alpha to the smallest type-II error of any test; a LOWER f
 means MORE privacy loss, so "safe" here means: every numerical f is a lower bound of the true one.
 Everything goes through privacy profiles: for any epsilon, $f(\\alpha)\\ge 1-\\delta(\\varepsilon)-e^\\varepsilon\\alpha$
 (the hockey-stick divergence bounds every test), so the maximum of these lines over a finite epsilon grid
 is a convex, piecewise-linear LOWER bound of f (chords of samples of f would lie above it and are never
-used; MATH.md 5). The lower convex envelope of several f_i has profile $\\max_i\\delta_i$ (MATH.md 2), so
+used; MATH.md 5.5). The lower convex envelope of several f_i has profile $\\max_i\\delta_i$ (MATH.md 2.3), so
 :func:`lce` is exact in profile terms and a safe piecewise-linear lower bound as a curve.
 """
 
@@ -83,7 +83,7 @@ class ApproxTradeOff(TradeOff):
 @dataclass(frozen=True)
 class GaussianTradeOff(TradeOff):
     """$G_\\mu(\\alpha)=\\Phi(\\Phi^{-1}(1-\\alpha)-\\mu)$ (exact); its profile is the exact GDP profile of mu
-    (MATH.md 5) rounded up by a relative 1e-9, never below the true delta."""
+    (MATH.md 5.8) rounded up by a relative 1e-9, never below the true delta."""
 
     mu: float
 
@@ -133,7 +133,7 @@ class LaplaceTradeOff(TradeOff):
 class ProfileTradeOff(TradeOff):
     """A trade-off function known through a (safe, upper-bound) privacy profile; as a curve it is the
     maximum over ``grid`` of the lines $1-\\delta(\\varepsilon_j)-e^{\\varepsilon_j}\\alpha$: a convex, piecewise-linear
-    LOWER bound of the true f (MATH.md 5)."""
+    LOWER bound of the true f (MATH.md 5.5)."""
 
     profile_fn: Callable[[np.ndarray], np.ndarray] = field(repr=False)
     lo: float
@@ -195,7 +195,7 @@ def tensor(fs: Sequence[TradeOff], h: float = DEFAULT_H) -> ProfileTradeOff:
 
 def lce(fs: Sequence[TradeOff]) -> ProfileTradeOff:
     """The lower convex envelope of several trade-off functions (parallel composition, Theorem 5 of Smith
-    et al. 2022; MATH.md 2), via $\\delta_{\\mathrm{lce}}(\\varepsilon)=\\max_i\\delta_i(\\varepsilon)$: exact as a profile,
+    et al. 2022; MATH.md 2.3), via $\\delta_{\\mathrm{lce}}(\\varepsilon)=\\max_i\\delta_i(\\varepsilon)$: exact as a profile,
     a safe piecewise-linear lower bound as a curve."""
     if not fs:
         raise BudgetError("the lower convex envelope of no trade-off functions is undefined")
@@ -212,7 +212,7 @@ def lce(fs: Sequence[TradeOff]) -> ProfileTradeOff:
 @dataclass(frozen=True)
 class CLTApproximation:
     """The GDP central-limit approximation of a composition of pure-DP mechanisms (Dong-Roth-Su 2022,
-    Thm. 3.5 / Cor. 3.6; MATH.md 2). ``mu`` is an APPROXIMATION (error O(1/n)), never a guarantee;
+    Thm. 3.5 / Cor. 3.6; MATH.md 2.4). ``mu`` is an APPROXIMATION (error O(1/n)), never a guarantee;
     ``safe`` is the guarantee that holds (basic composition, $f_{\\sum\\varepsilon_i,0}$)."""
 
     mu: float
@@ -228,7 +228,7 @@ class CLTApproximation:
 
 def gdp_clt(epsilons: Sequence[float]) -> CLTApproximation:
     """$\\mu=\\frac{2\\sum_i\\varepsilon_i\\tanh(\\varepsilon_i/2)}{\\sqrt{\\sum_i\\varepsilon_i^2\\mathrm{sech}^2(\\varepsilon_i/2)}}$
-    beside the safe $\\varepsilon'=\\sum\\varepsilon_i$ (MATH.md 2)."""
+    beside the safe $\\varepsilon'=\\sum\\varepsilon_i$ (MATH.md 2.4)."""
     es = [PureDP(e).epsilon for e in epsilons]
     if not es:
         raise BudgetError("the CLT approximation needs at least one mechanism")

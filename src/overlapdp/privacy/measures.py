@@ -1,16 +1,16 @@
-"""The privacy definitions as the accountant sees them: one :class:`Measure` each (MATH.md sections 1, 2, 5, 7).
+"""The privacy definitions as the accountant sees them: one :class:`Measure` each (MATH.md 1, 2, 5, 7).
 
 A measure knows, for its definition:
 
 - how a charge loads a row (:meth:`AdditiveMeasure.weight`: epsilon, rho, mu, an RDP curve; for
   approximate DP the row's whole set of mechanisms, composed by PLD);
 - how the per-row loads compose (``comp``, the overlap engine's ``sum`` / ``l2`` / ``vector``) and so what
-  the maximum over rows means (MATH.md 2, closed forms of comp);
+  the maximum over rows means (MATH.md 2.4);
 - its native value from that maximum (:meth:`Measure.native`: the sum itself, mu from a sum of squares,
   the RDP curve) and the conversion of a native value to epsilon at a delta (:meth:`Measure.to_epsilon`,
-  the best safe formula of MATH.md 5);
+  the best safe formula of MATH.md 5.8);
 - whether per-row loads fit a budget, exactly at the budget (:meth:`Measure.rule`: the filter's tracks,
-  its float report and its exact test on Fractions; MATH.md 2, adaptive use, and MATH.md 7, magnitudes).
+  its float report and its exact test on Fractions; MATH.md 2.7, and MATH.md 7.8).
 
 The :class:`~overlapdp.privacy.odometer.Odometer` and the
 :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` loop over :data:`MEASURES`; neither names a
@@ -48,7 +48,7 @@ NEAR = Fraction(1, 10**9)
 
 
 class AdaptivityError(BudgetError):
-    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2)."""
+    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2.7)."""
 
 
 # -- what a measure reports to the odometer ----------------------------------------------------------------
@@ -125,7 +125,7 @@ class TrackSpec:
     index locates the worst row with) and the same load as a Fraction (a tuple of them per RDP order),
     computed from the declared float parameters without rounding. ``squared``: an ``l2`` index fed the
     parameter itself (GDP mu, the advanced rule's epsilon) whose exact load is its square (the index
-    squares after normalising: MATH.md 7, magnitudes)."""
+    squares after normalising: MATH.md 7.8)."""
 
     comp: Comp
     load: Callable[[Mechanism], Any]
@@ -210,7 +210,7 @@ class Measure(ABC, Generic[B]):
 
     @abstractmethod
     def to_epsilon(self, value: Value, delta: float) -> float:
-        """The native ``value`` as epsilon at ``delta`` (safe: MATH.md 5)."""
+        """The native ``value`` as epsilon at ``delta`` (safe: MATH.md 5.8)."""
 
     @abstractmethod
     def budget_value(self, budget: B) -> Value:
@@ -229,7 +229,7 @@ class Measure(ABC, Generic[B]):
         """Whether one row with these exact per-track loads (Fractions, in the units of
         :attr:`TrackSpec.exact`: a sum, a sum of squares for GDP, a tuple per RDP order, or
         ``[sum eps^2, sum delta, sum eps]`` for (epsilon, delta)) fits ``budget``, exactly at the budget
-        (add/remove neighbours; MATH.md 2, adaptive use)."""
+        (add/remove neighbours; MATH.md 2.7)."""
         return self.rule(budget, 1.0, FilterOptions()).exact_ok(list(loads))
 
 
@@ -241,7 +241,7 @@ def _need(g: G | None, m: Mechanism, what: str) -> G:
 
 class AdditiveMeasure(Measure[B], Generic[B, G]):
     """A definition whose per-row loss is the composition ``comp`` of one weight per covering charge
-    (MATH.md 2, closed forms of comp): the overlap-aware value is the maximum over rows, which the
+    (MATH.md 2.4): the overlap-aware value is the maximum over rows, which the
     overlap engine computes exactly or bounds safely."""
 
     comp: ClassVar[Comp] = "sum"
@@ -260,7 +260,7 @@ class AdditiveMeasure(Measure[B], Generic[B, G]):
 
     def native(self, load: np.ndarray, shift: int = 0) -> Value:
         """The native value of a maximum ``load`` (one entry per component; for ``l2`` the normalised sum
-        of squares with its power-of-two ``shift``: MATH.md 7, magnitudes)."""
+        of squares with its power-of-two ``shift``: MATH.md 7.8)."""
         return float(load[0])
 
     def best_component(self, load: np.ndarray, delta: float) -> int:
@@ -285,7 +285,7 @@ class AdditiveMeasure(Measure[B], Generic[B, G]):
 
     def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:
         """A per-row sum within the budget: pure DP (Rogers, Roth, Ullman, Vadhan 2016) and zCDP (Feldman
-        and Zrnic 2021, the individual Rényi filter at every order; MATH.md 2), exactly at the budget."""
+        and Zrnic 2021, the individual Rényi filter at every order; MATH.md 2.7), exactly at the budget."""
         b = self.budget_value(budget)
         assert isinstance(b, float)
         return FilterRule(
@@ -298,7 +298,7 @@ class AdditiveMeasure(Measure[B], Generic[B, G]):
 
 
 class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
-    """Pure epsilon-DP: per-row sum of epsilons (MATH.md 2)."""
+    """Pure epsilon-DP: per-row sum of epsilons (MATH.md 2.4)."""
 
     name = "pure"
     label = "pure DP"
@@ -320,7 +320,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
 
 
 class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
-    """rho-zCDP: per-row sum of rho (Bun-Steinke 2016 Lemma 2.3; MATH.md 2)."""
+    """rho-zCDP: per-row sum of rho (Bun-Steinke 2016 Lemma 2.3; MATH.md 2.4)."""
 
     name = "zcdp"
     label = "zCDP"
@@ -342,8 +342,8 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
 
 
 class GDPMeasure(AdditiveMeasure[GDP, GDP]):
-    """mu-GDP: per-row $\\sqrt{\\sum\\mu^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2); the loads are mu,
-    squared after normalising by a power of two so that they neither underflow nor overflow (MATH.md 7)."""
+    """mu-GDP: per-row $\\sqrt{\\sum\\mu^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2.4); the loads are mu,
+    squared after normalising by a power of two so that they neither underflow nor overflow (MATH.md 7.8)."""
 
     name = "gdp"
     label = "Gaussian DP"
@@ -369,7 +369,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
         return budget.mu
 
     def rule(self, budget: GDP, factor: float, options: FilterOptions) -> FilterRule:
-        """Per-row $\\sum\\mu^2\\le B^2$ (Smith and Thakurta 2022, fully adaptive GDP; MATH.md 2), the exact
+        """Per-row $\\sum\\mu^2\\le B^2$ (Smith and Thakurta 2022, fully adaptive GDP; MATH.md 2.7), the exact
         test on the squares of the declared mu."""
         return FilterRule(
             tracks=(
@@ -388,7 +388,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
 @dataclass(frozen=True)
 class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     """Rényi DP on a fixed order grid: per order, the per-row sum of epsilon(alpha) (Mironov 2017 Prop. 1;
-    MATH.md 2: the maximum may sit at a different row for each order)."""
+    MATH.md 2.4: the maximum may sit at a different row for each order)."""
 
     orders: tuple[float, ...] = field(default=tuple(conv.DEFAULT_ORDERS))
     name: ClassVar[str] = "rdp"
@@ -413,7 +413,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
         return tuple(float(v) for v in load)
 
     def best_component(self, load: np.ndarray, delta: float) -> int:
-        """The order minimising the conversion (Balle et al. 2020 Thm. 21; MATH.md 5)."""
+        """The order minimising the conversion (Balle et al. 2020 Thm. 21; MATH.md 5.8)."""
         a = np.asarray(self.orders)
         vals = load + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
         return int(np.argmin(vals))
@@ -431,7 +431,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
 
     def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
         """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
-        individual Rényi filter; MATH.md 2), on the budget's own order grid."""
+        individual Rényi filter; MATH.md 2.7), on the budget's own order grid."""
         orders = budget.orders
         fx = Fraction(int(factor))
         bounds = tuple(Fraction(e) for e in budget.epsilons)
@@ -449,7 +449,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
 
 
 class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
-    """(rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018; MATH.md 2 and 5, tCDP). A row
+    """(rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018; MATH.md 2.4, 5.9). A row
     covered by charges $(\\rho_i,\\omega_i)$ is $(\\sum\\rho_i,\\min\\omega_i)$-tCDP (composition), so the
     worst row is the pair $(\\max_x\\sum_{q\\ni x}\\rho_q,\\ \\min\\omega)$ with the minimum over the charges
     that cover some row: the smallest pair (larger rho, smaller omega is weaker) that every row satisfies.
@@ -503,7 +503,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
         )
 
     def to_epsilon(self, value: Value, delta: float) -> float:
-        """``value`` is the pair (rho, omega) (MATH.md 5, tCDP conversion)."""
+        """``value`` is the pair (rho, omega) (MATH.md 5.9)."""
         assert isinstance(value, tuple) and len(value) == 2
         return TCDP(value[0], value[1]).epsilon_at(delta)
 
@@ -519,7 +519,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
 
     def rule(self, budget: TCDP, factor: float, options: FilterOptions) -> FilterRule:
         """Admit iff the charge's omega is at least the budget's and every row's sum of rho stays within
-        the budget's rho, exactly (MATH.md 5, tCDP filter: the individual Rényi filter of Feldman and
+        the budget's rho, exactly (MATH.md 5.9: the individual Rényi filter of Feldman and
         Zrnic 2021 at every order $1<\\alpha\\le\\omega_B$ at once). A charge with a smaller omega that covers
         some row is refused whatever the loads, with its reason."""
         label = self.label
@@ -546,8 +546,8 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
 
 class ApproxMeasure(Measure[ApproxDP]):
     """(epsilon, delta)-DP. The odometer's value is the maximum over maximal overlapping sets of the PLD
-    (or KOV) composition's epsilon at delta (MATH.md 2 and 5); the filter's, by default, the combined
-    advanced / basic composition rule that stays valid under full adaptivity (MATH.md 5, see
+    (or KOV) composition's epsilon at delta (MATH.md 2, 5); the filter's, by default, the combined
+    advanced / basic composition rule that stays valid under full adaptivity (MATH.md 5.6, see
     :mod:`overlapdp.privacy.privacy_filter`)."""
 
     name = "approx"
@@ -577,7 +577,7 @@ class ApproxMeasure(Measure[ApproxDP]):
 
     def rule(self, budget: ApproxDP, factor: float, options: FilterOptions) -> FilterRule:
         """Three tracks per row, ``[sum eps^2, sum delta, sum eps]``, and the combined rule on them (the
-        module docstring of :mod:`overlapdp.privacy.privacy_filter`; MATH.md 5). ``composition="optimal"``
+        module docstring of :mod:`overlapdp.privacy.privacy_filter`; MATH.md 5.6). ``composition="optimal"``
         is refused when ``adaptive`` (:class:`AdaptivityError`)."""
         composition = options.composition
         if composition == "optimal" and options.adaptive:
@@ -618,7 +618,7 @@ class ApproxMeasure(Measure[ApproxDP]):
                 ),
                 TrackSpec("sum", lambda m: eps_delta(m)[1], lambda m: Fraction(eps_delta(m)[1])),
                 # basic composition's sum of epsilons: a row may stay within budget by either rule
-                # (MATH.md 5, the combined filter), so the rule is decided per row, not per track
+                # (MATH.md 5.6), so the rule is decided per row, not per track
                 TrackSpec("sum", lambda m: eps_delta(m)[0], lambda m: Fraction(eps_delta(m)[0])),
             ),
             check=_advanced_check(factor, budget.epsilon, budget.delta - slack, slack),
@@ -679,7 +679,7 @@ def _exact_scalar(factor: float, b: Fraction) -> Callable[[list[Any]], bool]:
 
 
 def _exact_advanced(factor: float, eps_g: float, delta_g: float, slack: float) -> Callable[[list[Any]], bool]:
-    """The combined filter's rule on one row's loads ``[sum eps^2, sum delta, sum eps]`` (MATH.md 5):
+    """The combined filter's rule on one row's loads ``[sum eps^2, sum delta, sum eps]`` (MATH.md 5.6):
     sum delta <= delta_g - delta' exactly, and EITHER sum eps <= eps_g exactly (basic composition)
     OR the advanced-composition epsilon, a transcendental formula evaluated in floats from the sum
     of squares rounded up with a relative margin far above its few ulps of round-off, is <= eps_g.

@@ -1,4 +1,4 @@
-"""The privacy cost of the common mechanisms under every definition (MATH.md sections 2, 5 and 6).
+"""The privacy cost of the common mechanisms under every definition (MATH.md 2, 5, 6).
 
 Each mechanism is an immutable, validated description (not a sampler; samplers live in
 ``overlapdp.mechanisms``). It states its cost as pure DP, zCDP, GDP and RDP where such a guarantee exists,
@@ -77,7 +77,7 @@ class Mechanism(PrivacyProfile):
 
     def tcdp(self) -> TCDP | None:
         """Its truncated-CDP guarantee, or None: rho-zCDP (pure epsilon-DP enters as epsilon^2/2) is
-        (rho, inf)-tCDP (Bun, Dwork, Rothblum, Steinke 2018, Def. 1; MATH.md 5, tCDP)."""
+        (rho, inf)-tCDP (Bun, Dwork, Rothblum, Steinke 2018, Def. 1; MATH.md 5.9)."""
         z = self.zcdp()
         return None if z is None else z.to_tcdp()
 
@@ -271,7 +271,7 @@ class RandomizedResponse(_Atomic):
 
 @dataclass(frozen=True)
 class OpaqueApproxDP(_Atomic):
-    """A mechanism known only to be (epsilon, delta)-DP: charged as its dominating pair (MATH.md 5:
+    """A mechanism known only to be (epsilon, delta)-DP: charged as its dominating pair (MATH.md 5.4:
     mass delta at +infinity, $(1-\\delta)\\frac{e^\\varepsilon}{1+e^\\varepsilon}$ at epsilon, the rest at -epsilon)."""
 
     epsilon: float
@@ -299,7 +299,7 @@ class OpaqueApproxDP(_Atomic):
 @dataclass(frozen=True)
 class DiscreteLaplace(_Atomic):
     """Discrete Laplace of scale t on an integer query of sensitivity Delta: pmf $\\propto e^{-|x|/t}$,
-    (Delta/t)-DP (Canonne-Kamath-Steinke 2020; MATH.md 6). Its loss takes the values (Delta-2x)/t."""
+    (Delta/t)-DP (Canonne-Kamath-Steinke 2020; MATH.md 6.2). Its loss takes the values (Delta-2x)/t."""
 
     scale: float
     sensitivity: int = 1
@@ -328,7 +328,7 @@ class DiscreteLaplace(_Atomic):
 @dataclass(frozen=True)
 class DiscreteGaussian(_Atomic):
     """Discrete Gaussian N_Z(0, sigma^2) on an integer query of sensitivity Delta: Delta^2/(2 sigma^2)-zCDP
-    with the exact delta of MATH.md 6, $\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}-\\frac\\Delta2]-e^\\varepsilon\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}+\\frac\\Delta2]$
+    with the exact delta of MATH.md 6.2, $\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}-\\frac\\Delta2]-e^\\varepsilon\\Pr[Y>\\frac{\\varepsilon\\sigma^2}{\\Delta}+\\frac\\Delta2]$
     (Canonne-Kamath-Steinke 2020, Thm. 7), here as the loss atoms $(\\Delta^2-2y\\Delta)/(2\\sigma^2)$ of each
     output y. The pmf is summed over $|y|\\le 12\\sigma+\\Delta$; the mass beyond (< 1e-32) is charged to
     the infinity atom."""
@@ -364,7 +364,7 @@ class DiscreteGaussian(_Atomic):
 @dataclass(frozen=True)
 class OpaqueTCDP(Mechanism):
     """A mechanism known only to be (rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018,
-    Def. 1; MATH.md 5, tCDP), e.g. their sinh-normal mechanism, or a subsampled one analysed in tCDP.
+    Def. 1; MATH.md 5.9), e.g. their sinh-normal mechanism, or a subsampled one analysed in tCDP.
 
     It has no pure, zCDP or Gaussian-DP guarantee (a finite omega bounds no Rényi divergence above
     omega), and no Rényi curve on a grid reaching above omega; its privacy profile is the safe tCDP

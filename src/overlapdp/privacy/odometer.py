@@ -1,9 +1,9 @@
-"""The odometer: a ledger of charges and its guarantee under every definition (MATH.md sections 1, 2, 5).
+"""The odometer: a ledger of charges and its guarantee under every definition (MATH.md 1, 2, 5).
 
 A charge is a mechanism's cost plus the coverage of the predicate query it touched (a mechanism run on
 all data covers the whole domain: a query with no constraints). A row only pays for the charges whose
-coverage holds it (MATH.md 1, per-row view), so for every definition the overlap-aware guarantee is the
-maximum over rows of the composition of that row's charges (MATH.md 2):
+coverage holds it (MATH.md 1.8), so for every definition the overlap-aware guarantee is the
+maximum over rows of the composition of that row's charges (MATH.md 2.4):
 
 ======== ========================================== =============================================
 pure     $\\max_x\\sum_{q\\ni x}\\varepsilon_q$              OverlapIndex / max_overlap, comp ``sum``
@@ -16,7 +16,7 @@ tCDP     $(\\max_x\\sum_{q\\ni x}\\rho_q,\\ \\min_q\\omega_q)$        comp ``sum
 
 Sequential accounting (what every peer library does) composes all charges regardless of coverage.
 
-Neighbouring relation (MATH.md 1; issue item 5): add/remove one row by default. ``"replace"`` moves one
+Neighbouring relation (MATH.md 1.2): add/remove one row by default. ``"replace"`` moves one
 row from x to x'; the charges that see a difference are those covering exactly one of x, x' (a count
 moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
 exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
@@ -215,9 +215,9 @@ class Odometer:
     ) -> DefinitionGuarantee:
         """A definition whose per-row loss is an additive load (``loads``: t x K, composed by
         ``measure.comp``; for ``l2`` (GDP) ``loads`` holds mu and the additive load is mu^2, squared after
-        dividing by a power of two near the largest mu, so it neither underflows nor overflows: MATH.md 7,
-        magnitudes). The maximum over rows (MATH.md 2), or for replace-one-row over pairs of rows (MATH.md
-        1), capped by the sequential composition; ``measure`` gives the native value and epsilon."""
+        dividing by a power of two near the largest mu, so it neither underflows nor overflows: MATH.md 7.8).
+        The maximum over rows (MATH.md 2.4), or for replace-one-row over pairs of rows (MATH.md 1.2),
+        capped by the sequential composition; ``measure`` gives the native value and epsilon."""
         comp = measure.comp
         shift = 0
         if comp == "l2":
@@ -281,7 +281,7 @@ class Odometer:
         self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
     ) -> tuple[float, bool, dict[str, Any] | None, str]:
         """Add/remove overlap-aware epsilon(delta): the maximum over maximal overlapping sets of the PLD
-        (or KOV) composition of their mechanisms (MATH.md 2), by max_overlap with a SetComp whose cheap
+        (or KOV) composition of their mechanisms (MATH.md 2.3), by max_overlap with a SetComp whose cheap
         upper bound is the best closed-form conversion of the set. Returns (epsilon, exact, witness,
         method); when not exact the epsilon is a safe upper bound, never above the composition of ALL of
         ``mechs`` (which bounds every row's subset; method ``"sequential"`` when that was the tighter)."""
@@ -299,7 +299,7 @@ class Odometer:
         def value(idx: Sequence[int]) -> float:
             return self._compose_eps([mechs[i] for i in idx], delta)
 
-        # Per-row view (MATH.md 1): every row's covering set is one of the row patterns, and only the
+        # Per-row view (MATH.md 1.8): every row's covering set is one of the row patterns, and only the
         # maximal ones matter for a monotone composition. When the atom grid is small, composing each
         # distinct maximal pattern once is exact and far cheaper than a bounded search over subsets.
         grouped = self._grouped_overlap(mechs, queries, delta, value)
@@ -334,8 +334,8 @@ class Odometer:
         holds, and grows with each count. So composing the per-mechanism maximum counts (each maximised
         over rows on its own, a vector overlap) is a safe upper bound; when some row attains it (checked
         on each component's witness row) it is the exact maximum. None when that does not settle it.
-        (MATH.md 2: the overlap-aware epsilon(delta) is the maximum over maximal overlapping sets of the
-        composition's epsilon(delta), which is monotone in the set; PLD composition, MATH.md 5.)"""
+        (MATH.md 2.3: the overlap-aware epsilon(delta) is the maximum over maximal overlapping sets of the
+        composition's epsilon(delta), which is monotone in the set; PLD composition, MATH.md 5.4.)"""
         groups: dict[str, int] = {}
         label = [groups.setdefault(repr(m.key), len(groups)) for m in mechs]
         k = len(groups)
@@ -363,7 +363,7 @@ class Odometer:
         of many binary attributes): a row's composed epsilon depends only on how many charges of each
         distinct mechanism cover it (identical mechanisms compose identically) and grows with each count,
         so composing the Pareto-maximal count vectors over all row patterns gives the maximum over rows
-        (MATH.md 1 per-row view, MATH.md 2). None when the grid or the vectors are too many. Past the
+        (MATH.md 1.8, MATH.md 2.4). None when the grid or the vectors are too many. Past the
         effort limit the vectors not yet composed are bounded together by the composition of their
         componentwise maximum (a safe upper bound, not exact)."""
         groups: dict[str, int] = {}
@@ -429,7 +429,7 @@ class Odometer:
         earlier: Mapping[str, DefinitionGuarantee],
     ) -> DefinitionGuarantee:
         """Sequential: the PLD / KOV composition of all charges. Overlap-aware: the maximum over maximal
-        overlapping sets of epsilon(delta) of their composition (MATH.md 2), by max_overlap with a SetComp
+        overlapping sets of epsilon(delta) of their composition (MATH.md 2.3), by max_overlap with a SetComp
         whose cheap upper bound is the best closed-form conversion of the set (plus the PLD grid slack),
         capped by the sequential value (a valid bound of every row's subset; ``bound="sequential"``).
         For replace-one-row beyond the exact pair enumeration, the doubling bound through ``earlier``, the

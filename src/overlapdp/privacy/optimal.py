@@ -1,4 +1,4 @@
-"""Tight composition of (epsilon, delta)-DP mechanisms (MATH.md section 5).
+"""Tight composition of (epsilon, delta)-DP mechanisms (MATH.md 5).
 
 - :func:`kov_delta` / :func:`kov_epsilon`: the exact optimal composition of k identical (epsilon, delta)
   mechanisms (Kairouz, Oh, Viswanath 2015, Thm. 3.3): the k-fold product of the dominating pair, whose
@@ -9,7 +9,7 @@
 - :func:`compose_approx`: the tightest certified composition of a list of mechanisms or guarantees:
   KOV when they are identical (epsilon, delta) guarantees, else pessimistic PLD composition with identical
   mechanisms grouped.
-- :func:`advanced_composition`: Dwork-Rothblum-Vadhan 2010 (MATH.md 5), for reference and filters.
+- :func:`advanced_composition`: Dwork-Rothblum-Vadhan 2010 (MATH.md 5.3), for reference and filters.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def kov_epsilon(epsilon: float, delta: float, k: int, target: float) -> float:
 
 def advanced_composition(epsilon: float, delta: float, k: int, delta_slack: float) -> ApproxDP:
     """$\\varepsilon'=\\sqrt{2k\\ln(1/\\delta')}\\varepsilon+k\\varepsilon(e^\\varepsilon-1)$, $\\delta_{tot}=k\\delta+\\delta'$
-    (Dwork, Rothblum, Vadhan 2010; MATH.md 5); capped by basic composition k*epsilon."""
+    (Dwork, Rothblum, Vadhan 2010; MATH.md 5.3); capped by basic composition k*epsilon."""
     check_delta(delta_slack)
     e = math.sqrt(2 * k * math.log(1 / delta_slack)) * epsilon + k * epsilon * math.expm1(epsilon)
     return ApproxDP(min(e, k * epsilon), k * delta + delta_slack)
@@ -114,7 +114,7 @@ def compose_approx(
     guarantees or :class:`~overlapdp.privacy.mechanisms.Mechanism` descriptions.
 
     Identical (epsilon, delta) guarantees (or opaque mechanisms) use KOV's exact formula; anything else
-    is a pessimistic PLD composition (MATH.md 5), identical mechanisms grouped and composed by repeated
+    is a pessimistic PLD composition (MATH.md 5.4), identical mechanisms grouped and composed by repeated
     squaring. Sequential composition; for concurrent use see :mod:`overlapdp.privacy.concurrent`.
     """
     mechs: list[Mechanism] = []

@@ -1,4 +1,4 @@
-"""Row patterns: the distinct sets of queries that cover some domain row (MATH.md section 1, per-row view).
+"""Row patterns: the distinct sets of queries that cover some domain row (MATH.md 1.8).
 
 Two rows covered by the same queries pay the same under every definition, so the guarantees of a ledger
 depend only on these patterns. They are enumerated over the atom grid (exact: atoms are cells every
@@ -60,7 +60,7 @@ def row_patterns(
 
 
 def maximal(patterns: Patterns) -> Patterns:
-    """Only the patterns whose query set is not contained in another's (MATH.md 2: only maximal
+    """Only the patterns whose query set is not contained in another's (MATH.md 2.2: only maximal
     overlapping sets matter for a monotone comp)."""
     m = patterns.members
     keep = []
@@ -80,7 +80,7 @@ def maximal_patterns(queries: Sequence[PredicateQuery], schema: Schema, cap: int
     compatible with a choice of atoms on the attributes seen so far. A partial pattern contained in
     another stays contained after any choice on the remaining attributes (both are intersected with the
     same atom's queries), so dominated partials are dropped at every step: the maximum of any monotone
-    composition over rows is attained on the result (MATH.md 2: only maximal overlapping sets matter).
+    composition over rows is attained on the result (MATH.md 2.2: only maximal overlapping sets matter).
     """
     t = len(queries)
     if t == 0:

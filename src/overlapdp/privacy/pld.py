@@ -1,4 +1,4 @@
-"""Privacy loss distributions (PLD) on a grid, pessimistic by construction (MATH.md section 5).
+"""Privacy loss distributions (PLD) on a grid, pessimistic by construction (MATH.md 5.4).
 
 A PLD of a dominating pair (P, Q) is the law of $L=\\ln\\frac{P(o)}{Q(o)}$ for $o\\sim P$; its privacy
 profile is $\\delta(\\varepsilon)=\\mu_\\infty+\\sum_\\ell p_\\ell\\max(0,1-e^{\\varepsilon-\\ell})$ and composition is
@@ -15,7 +15,7 @@ $\\ell_i=(\\text{offset}+i)h$ and every construction only ever makes the PLD WOR
 
 Add/remove neighbours: a PLD may carry the other direction in ``other`` (None means the mechanism is
 symmetric, as every noise-adding mechanism of this package is); compositions compose both directions and
-every query takes the worse of the two (MATH.md 5).
+every query takes the worse of the two (MATH.md 5.4).
 
 Floating point: FFT convolution has an absolute round-off of order 1e-16 per bin relative to the largest
 bin; deltas far below 1e-12 are beyond this module's resolution and should not be requested.
@@ -84,7 +84,7 @@ class PLD:
         """Connect-the-dots (Doroshenko et al. 2022, Alg. 1) from an exact privacy profile.
 
         ``profile`` maps an array of epsilons to the true deltas of ONE direction; the grid runs from
-        ``floor(lo_loss/h)`` to ``ceil(hi_loss/h)``. Valid for any grid (MATH.md 5): the mass of losses
+        ``floor(lo_loss/h)`` to ``ceil(hi_loss/h)``. Valid for any grid (MATH.md 5.4): the mass of losses
         above the top point goes to infinity (delta(top)), that below the bottom to the bottom point.
         """
         jlo = math.floor(lo_loss / h)
@@ -167,7 +167,7 @@ class PLD:
 
     # -- composition ----------------------------------------------------------------------------------
     def compose(self, other: PLD, tail: float = DEFAULT_TAIL) -> PLD:
-        """The PLD of running both mechanisms (convolution of the losses; MATH.md 5)."""
+        """The PLD of running both mechanisms (convolution of the losses; MATH.md 5.4)."""
         if not math.isclose(self.h, other.h, rel_tol=1e-12):
             raise BudgetError("PLDs on different grids cannot be composed")
         first = _convolve_one(self, other, tail)

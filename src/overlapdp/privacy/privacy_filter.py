@@ -1,11 +1,11 @@
 """The overlap-aware privacy filter: admits a charge iff every row stays within budget (MATH.md 1, 2, 5, 7).
 
-A row only pays for the charges whose coverage holds it (MATH.md 1, per-row view). The filter keeps one
+A row only pays for the charges whose coverage holds it (MATH.md 1.8). The filter keeps one
 :class:`~overlapdp.overlap.OverlapIndex` per track of its budget's
 :class:`~overlapdp.privacy.measures.Measure` (its :class:`~overlapdp.privacy.measures.FilterRule`) and
 admits a charge iff the rule holds at every row with it; it names no definition itself. Every admitted
 charge is also recorded in an :class:`~overlapdp.privacy.odometer.Odometer` for reports under all
-definitions. Replace-one-row neighbours (MATH.md 1) use the doubling bound (additive loads over a
+definitions. Replace-one-row neighbours (MATH.md 1.2) use the doubling bound (additive loads over a
 symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu).
 
 Adaptivity. The ODOMETER reports the guarantee of the ledger as if its charges had been fixed in advance.
@@ -19,7 +19,7 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
 - GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
 - tCDP with budget $(\\rho_B,\\omega_B)$: a charge with $\\omega<\\omega_B$ covering some row is refused outright
   (with its reason), the rest admitted while the per-row $\\sum\\rho\\le\\rho_B$: the individual Rényi filter at every order
-  $1<\\alpha\\le\\omega_B$ at once (MATH.md 5, tCDP);
+  $1<\\alpha\\le\\omega_B$ at once (MATH.md 5.9);
 - (epsilon, delta): the optimal composition needs the parameters fixed in advance, so with
   ``adaptive=True`` a ``composition="optimal"`` filter is REFUSED (:class:`AdaptivityError`); the default
   filter admits, per row, while $\\sqrt{2\\ln(1/\\delta')\\sum_t\\varepsilon_t^2}+\\frac12\\sum_t\\varepsilon_t^2\\le\\varepsilon_g$
@@ -34,7 +34,7 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
   $\\sum_t\\delta_t$ to $\\delta'$. A row also fits when basic composition keeps it within budget,
   $\\sum_t\\varepsilon_t\\le\\varepsilon_g$ with the SAME delta condition: the filter that admits while
   EITHER epsilon condition holds (per row) is still $(\\varepsilon_g,\\delta_g)$-DP under full adaptivity
-  (MATH.md 5, the combined filter: off the deltas' bad events the loss is at most the sum of epsilons
+  (MATH.md 5.6: off the deltas' bad events the loss is at most the sum of epsilons
   surely, and at most the advanced value outside the time-uniform Ville event of probability
   $\\delta'$). So a pure 1-DP child fits an ApproxDP(5, 1e-6) budget though advanced composition alone
   values it at 5.89.
@@ -43,7 +43,7 @@ Exact arithmetic: the filter admits only if every row stays within budget in EXA
 declared float costs (Fractions; ten charges of 0.1 exceed 1.0), see ``PrivacyFilter._admissible``.
 
 Concurrent analysts sharing one filter stay covered too (Haney et al. 2023: every valid filter extends to
-concurrent composition; MATH.md 3).
+concurrent composition; MATH.md 3.6).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class _Track:
 
     ``squared``: the index is an ``l2`` one fed the parameter itself (GDP mu, the advanced filter's
     epsilon) while ``exact`` is its square: squaring in floats underflows below about 1e-162 and
-    overflows above 1e154, and the index squares after normalising (MATH.md 7, magnitudes)."""
+    overflows above 1e154, and the index squares after normalising (MATH.md 7.8)."""
 
     index: OverlapIndex
     load: Callable[[Mechanism], Any]
@@ -224,7 +224,7 @@ class PrivacyFilter:
         witnesses: list[Any] | None = []
         for t, r, e in zip(self._tracks, peeks, exact, strict=True):
             # The witness is a real row, and when the index's safe bound is within 1e-10 of it (a float
-            # tie band too wide to settle, MATH.md 7), widened by _NEAR it bounds every row as well.
+            # tie band too wide to settle, MATH.md 7.8), widened by _NEAR it bounds every row as well.
             w = _witness_exact(t, r, q.id, e) if r.exact or _tight(r) else None
             if w is None:
                 witnesses = None
@@ -261,7 +261,7 @@ class PrivacyFilter:
         # float sums decide the rows far from the budget (their error, at most t ulps relative, is far
         # below the _NEAR margin); the rest are summed exactly
         # ... unless a load is beyond the float range or so small that its float (or a sum of squares)
-        # loses relative precision: then every row is summed exactly (MATH.md 7, magnitudes)
+        # loses relative precision: then every row is summed exactly (MATH.md 7.8)
         in_range = all(
             x == 0 or _FLOAT_SAFE[0] <= x <= _FLOAT_SAFE[1] for ls in loads for v in ls for x in _flat(v)
         )
@@ -304,7 +304,7 @@ class PrivacyFilter:
     def _try_optimal(self, charge: Charge) -> Admission:
         """Non-adaptive (epsilon, delta) filter: the optimal / PLD composition of the overlap-aware
         maximum, recomputed on each attempt (valid only because the caller declared the whole sequence of
-        charges fixed in advance, ``adaptive=False``; MATH.md 2)."""
+        charges fixed in advance, ``adaptive=False``; MATH.md 2.7)."""
         assert isinstance(self.budget, ApproxDP)
         ledger = [*self.odometer.charges, charge]
         eps, _, witness, _ = self.odometer.overlap_approx(
@@ -344,11 +344,11 @@ class PrivacyFilter:
     ) -> Charge:
         """Add a charge WITHOUT the budget test: one already committed elsewhere (a durable ledger read
         back after a restart, or another service instance's). It is never refused, so replaying a
-        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2).
+        ledger reproduces the spend exactly even when the budget was lowered since (MATH.md 2.8).
 
         ``times`` > 1 records that many identical charges at once (ids ``id``, ``id#1``, ...): one index
         entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
-        it, MATH.md 1), so replaying a long ledger keeps the index small; on a squared track (GDP, the
+        it, MATH.md 1.8), so replaying a long ledger keeps the index small; on a squared track (GDP, the
         (epsilon, delta) rule) one entry per copy, since sqrt(times) x mu is not exact in floats."""
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
             raise BudgetError(f"times must be a positive integer, got {times!r}")

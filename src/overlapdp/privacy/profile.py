@@ -1,6 +1,6 @@
 """A privacy profile delta(epsilon) and its inverse, shared by mechanisms and trade-off functions.
 
-MATH.md section 5: $\\delta(\\varepsilon)=1+f^*(-e^\\varepsilon)$; epsilon(delta) is found by a bisection that
+MATH.md 5.5: $\\delta(\\varepsilon)=1+f^*(-e^\\varepsilon)$; epsilon(delta) is found by a bisection that
 stops on the safe (larger epsilon) side.
 
 The closed-form profiles of the Laplace and Gaussian pairs and the atoms of the (epsilon, delta) dominating
@@ -45,7 +45,7 @@ class PrivacyProfile(ABC):
 
 def laplace_profile(eps0: float, epsilons: np.ndarray) -> np.ndarray:
     """Exact profile of Lap(0, b) vs Lap(Delta, b) with $\\varepsilon_0=\\Delta/b$: $1-e^{(\\varepsilon-\\varepsilon_0)/2}$
-    on $[-\\varepsilon_0,\\varepsilon_0]$, 0 above, $1-e^\\varepsilon$ below (integrating the privacy loss; MATH.md 5)."""
+    on $[-\\varepsilon_0,\\varepsilon_0]$, 0 above, $1-e^\\varepsilon$ below (integrating the privacy loss; MATH.md 5.4)."""
     e = np.asarray(epsilons, dtype=float)
     mid = -np.expm1((np.minimum(e, eps0) - eps0) / 2)
     low = -np.expm1(np.minimum(e, 0.0))
@@ -53,7 +53,7 @@ def laplace_profile(eps0: float, epsilons: np.ndarray) -> np.ndarray:
 
 
 def gaussian_profile(mu: float, epsilons: np.ndarray) -> np.ndarray:
-    """Exact profile of N(0, 1) vs N(mu, 1) (Balle-Wang 2018, Thm. 8; MATH.md 5), in logs so that it
+    """Exact profile of N(0, 1) vs N(mu, 1) (Balle-Wang 2018, Thm. 8; MATH.md 5.8), in logs so that it
     neither underflows nor cancels: $\\Phi(-\\varepsilon/\\mu+\\mu/2)-e^\\varepsilon\\Phi(-\\varepsilon/\\mu-\\mu/2)$."""
     # scipy.special takes ~0.2 s to import: imported where used (DESIGN.md)
     from scipy.special import log_ndtr
@@ -69,7 +69,7 @@ def gaussian_profile(mu: float, epsilons: np.ndarray) -> np.ndarray:
 
 def approx_pair_atoms(epsilon: float, delta: float) -> tuple[np.ndarray, np.ndarray, float]:
     """The privacy-loss atoms of the (epsilon, delta) dominating pair (Kairouz-Oh-Viswanath 2015;
-    MATH.md 5): mass delta at +infinity, $(1-\\delta)\\frac{e^\\varepsilon}{1+e^\\varepsilon}$ at epsilon, the rest at
+    MATH.md 5.4): mass delta at +infinity, $(1-\\delta)\\frac{e^\\varepsilon}{1+e^\\varepsilon}$ at epsilon, the rest at
     -epsilon. Returns (losses, probabilities, mass at +infinity)."""
     return (
         np.array([epsilon, -epsilon]),

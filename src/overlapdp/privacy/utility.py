@@ -1,4 +1,4 @@
-"""Utility gain of overlap-aware accounting (MATH.md section 2, "Utility gain").
+"""Utility gain of overlap-aware accounting (MATH.md 2.6).
 
 For a workload Q of t counting queries (weights w_q, default 1) and a total budget B spread in proportion
 to the weights: sequential accounting charges $\\mathrm{comp}(Q)$ and gives query q the share
@@ -44,7 +44,7 @@ class UtilityGain:
 
     @property
     def gain(self) -> float:
-        """U = 1 - gamma_w(Q)/comp(Q) (MATH.md 2)."""
+        """U = 1 - gamma_w(Q)/comp(Q) (MATH.md 2.6)."""
         return 1 - self.gamma / self.comp
 
     @property
@@ -78,7 +78,7 @@ def utility_gain(
     sensitivity: float = 1.0,
     effort: Any = None,
 ) -> UtilityGain:
-    """Per-query budget and expected absolute noise under both accountings, and U (MATH.md 2)."""
+    """Per-query budget and expected absolute noise under both accountings, and U (MATH.md 2.6)."""
     from overlapdp.overlap import max_overlap
 
     b = _positive("budget", budget, allow_zero=False)

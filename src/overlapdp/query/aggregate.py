@@ -1,15 +1,15 @@
 """What a query aggregates: a count (the default), or the SUM or MEAN of a numeric attribute clipped to
-DECLARED bounds (never read off the data; MATH.md sections 2 and 6).
+DECLARED bounds (never read off the data; MATH.md 2.8, 6.4).
 
 A workload line may add ``"aggregate": "count" | "sum" | "mean"``, ``"of": <attribute>``,
 ``"bounds": [lo, hi]`` and ``"step": s`` to its query:
 ``{"id": "h", "where": "age >= 30", "aggregate": "sum", "of": "hours_per_week", "bounds": [0, 99]}``.
 
-Granularity (MATH.md 6): the exact samplers add integer noise, so a value ``v`` enters a sum as the
+Granularity (MATH.md 6.4): the exact samplers add integer noise, so a value ``v`` enters a sum as the
 integer ``k(v) = min(max(floor(v/s + 1/2), L), H)`` in units of the declared resolution ``s`` (``step``,
 default 1), with ``L = lo/s`` and ``H = hi/s``, which must be integers (to a relative ``1e-9``; the
 nearest integers are used). The released sum is ``s`` times a noisy integer. ``|L|, |H| <= 2^40``.
-Sensitivity of the sum in units of ``s`` (MATH.md 2): ``max(|L|, |H|)`` when a row is added or removed;
+Sensitivity of the sum in units of ``s`` (MATH.md 2.8): ``max(|L|, |H|)`` when a row is added or removed;
 when one row is replaced, ``H - L`` for a query covering every row and ``max(H - L, |L|, |H|)`` otherwise
 (the row may leave or enter the query's rows).
 
@@ -86,7 +86,7 @@ class Clipping:
         return round(Fraction(self.lo) / s), round(Fraction(self.hi) / s)
 
     def sensitivity(self, neighbouring: Neighbouring = "add_remove", *, covers_all: bool = False) -> int:
-        """The sum's sensitivity in units of ``step`` (MATH.md 2). Add/remove: ``max(|L|, |H|)`` (one row's
+        """The sum's sensitivity in units of ``step`` (MATH.md 2.8). Add/remove: ``max(|L|, |H|)`` (one row's
         contribution). Replace-one-row: ``max(H - L, |L|, |H|)``, because the replaced row may move into or
         out of the query's coverage, which changes the sum by a whole contribution (with ``0 < L``, e.g.
         bounds ``[10, 20]``, that is 20, more than ``H - L = 10``); ``H - L`` only for a query that covers

@@ -1,5 +1,5 @@
 """Predicate queries: conjunctions of per-attribute predicates, their coverage and disjointness
-(MATH.md section 1: $C_q=\\prod_j C_{\\phi_j}(A_j)$; two queries are disjoint iff some attribute's
+(MATH.md 1.4, 1.5: $C_q=\\prod_j C_{\\phi_j}(A_j)$; two queries are disjoint iff some attribute's
 predicates are)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ schema, the conjunction of the filter with ``sex = v AND race = w``. Cells with 
 Grouping by the values PRESENT in the data would release which values occur (a non-private function of
 the data), so the cells come from the declared domain only; there is no other mode.
 
-Privacy (MATH.md section 2, parallel composition, Theorem 5 of Smith et al. 2022): two cells differ on
+Privacy (MATH.md 2.5, parallel composition, Theorem 5 of Smith et al. 2022): two cells differ on
 some grouped attribute, so they are pairwise disjoint and every row is covered by at most one of them.
 The cells are ordinary predicate queries, so the maximum overlap engine and the accountants see that
 by themselves: one family adds at most one query's load to any row (gamma 1), two families on the same

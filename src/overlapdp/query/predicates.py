@@ -1,7 +1,7 @@
 """Predicates on one attribute: each is a rule that yields its coverage, a subset of the attribute's
-value indices (MATH.md section 1: $C_\\phi(A_j) \\subseteq A_j$).
+value indices (MATH.md 1.3: $C_\\phi(A_j) \\subseteq A_j$).
 
-Missing values follow SQL's three-valued logic (MATH.md section 1: the missing value is one more value
+Missing values follow SQL's three-valued logic (MATH.md 1.1: the missing value is one more value
 of the attribute's domain, see :mod:`overlapdp.schema.attributes`). On the missing value a comparison,
 ``=``, ``IN`` or a range is UNKNOWN, not FALSE, and NOT keeps UNKNOWN; only TRUE is counted. So
 ``x < 30``, ``x != 'a'``, ``x NOT IN ('a')`` and ``NOT (x < 30)`` all leave out rows where ``x`` is

@@ -6,7 +6,7 @@ attributes, ``OR`` when both sides constrain the same single attribute, parenthe
 ``FALSE``. Missing values follow SQL's three-valued logic (:mod:`overlapdp.query.predicates`): a
 comparison, ``!=``, ``NOT IN`` or a ``NOT`` of a comparison never covers the missing value; only ``IS
 NULL`` does. Names that are not plain identifiers (``education-num``) are double-quoted.
-Anything else is refused: a predicate query is a conjunction of per-attribute predicates (MATH.md 1).
+Anything else is refused: a predicate query is a conjunction of per-attribute predicates (MATH.md 1.4).
 
 Checks, in order, each a typed :class:`~overlapdp.errors.OverlapDPError` naming what is wrong:
 
@@ -22,7 +22,7 @@ A contradiction built from valid leaves (``sex = 'Male' AND sex = 'Female'``, ``
 20``, ``NOT age >= 0``) stays a legal, empty query, as do the explicit ``FALSE`` and ``IN ()``: each
 leaf says something true of the domain, the emptiness is the query's logic (generated workloads that
 intersect ranges produce such queries on purpose), and a query that covers no row adds no load to any
-row (MATH.md 1), so it costs nothing. The JSON form (:mod:`overlapdp.query.jsonform`) follows the same
+row (MATH.md 1.8), so it costs nothing. The JSON form (:mod:`overlapdp.query.jsonform`) follows the same
 rules.
 """
 

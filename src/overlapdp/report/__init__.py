@@ -2,7 +2,7 @@
 
 - :func:`build_report` (and :func:`workload_report`, :func:`ledger_report`) write ``report.html`` and
   the PNGs into a folder and return a :class:`ReportSummary`;
-- :func:`heat_map`: the per-row load over two attributes (max over the others), exact (MATH.md 1, 2);
+- :func:`heat_map`: the per-row load over two attributes (max over the others), exact (MATH.md 1.8, 2.4);
 - :func:`read_ledger` / :func:`parse_ledger`: the ``overlapdp account`` ledger with optional
   ``analyst`` and ``time`` fields.
 """

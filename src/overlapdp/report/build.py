@@ -2,7 +2,7 @@
 
 Workload: sequential vs overlap-aware spend per comp family (t vs gamma, sum vs gamma_sum, l2 vs
 gamma_l2), the utility gain $U=1-\\gamma_w(Q)/\\mathrm{comp}(Q)$ with per-query noise for a total budget
-(MATH.md 2, :func:`overlapdp.privacy.utility_gain`), and the per-row load heat map.
+(MATH.md 2.6, :func:`overlapdp.privacy.utility_gain`), and the per-row load heat map.
 Ledger: the odometer's tightest epsilon over time, sequential vs overlap-aware, per analyst and for all
 (MATH.md 2, 3, 5), the per-definition guarantees of the whole ledger, the heat map and the worst row;
 or, with ``basis="pure"``, all of it in pure epsilon with parallel composition over declared partitions.
@@ -414,7 +414,7 @@ def _pure_ledger_report(
     sequential sum, partition-based parallel composition over the declared ``partitions`` (as Tumult
     Analytics and OpenDP charge a partitioned query family; only partitions that
     :func:`~overlapdp.report.ledger.check_partitions` finds disjoint) and the overlap-aware worst-row
-    load (MATH.md section 2)."""
+    load (MATH.md 2.4)."""
     eps = pure_epsilons(es)
     parts = check_partitions(es, partitions or {})
     queries = [e.query for e in es]

@@ -4,7 +4,7 @@ The ledger format is ``overlapdp account``'s (one JSON object per line: a query 
 ``conditions`` plus a mechanism) with two optional fields: ``"analyst"`` (a name) and ``"time"`` (a
 number of seconds or an ISO 8601 timestamp). The curves are the :class:`~overlapdp.privacy.odometer.Odometer`'s
 tightest certified epsilon at ``delta`` after each prefix of the ledger (in time order), sequential and
-overlap-aware (MATH.md sections 2 and 5); a prefix is a fixed, non-adaptive ledger, so these are the
+overlap-aware (MATH.md 2, 5); a prefix is a fixed, non-adaptive ledger, so these are the
 odometer's guarantees, not a filter's. For ledgers of pure-DP charges :func:`pure_curve` gives the same
 curves in pure epsilon, with partition-based parallel composition beside them.
 """
@@ -239,7 +239,7 @@ def pure_curve(
     """Cumulative pure-DP epsilon after each checkpoint: sequential (the sum), partition-based parallel
     composition over ``partitions`` (charge id -> declared partition, already checked with
     :func:`check_partitions`; None: no partition curve) and overlap-aware (the worst row's sum of
-    charges, MATH.md section 2: max_overlap's exact value or safe upper bound)."""
+    charges, MATH.md 2.4: max_overlap's exact value or safe upper bound)."""
     eps = pure_epsilons(entries)
     groups = [None if partitions is None else partitions.get(e.id) for e in entries]
     ks = _checkpoints(len(entries), points)
@@ -279,7 +279,7 @@ def ledger_loads(entries: Sequence[LedgerEntry], delta: float) -> tuple[str, lis
     """Per-charge additive row loads for the heat map, in the tightest additive form all share.
 
     pure epsilon if every mechanism is pure DP, else zCDP rho, else GDP mu^2, else epsilon at ``delta``
-    (basic composition per row, a safe upper bound; MATH.md 2 closed forms).
+    (basic composition per row, a safe upper bound; MATH.md 2.4).
     """
     mechs = [e.mechanism for e in entries]
     pures = [m.pure() for m in mechs]

@@ -1,8 +1,8 @@
-"""What the report plots: per-row load heat maps and sequential vs overlap-aware spend (MATH.md 1, 2).
+"""What the report plots: per-row load heat maps and sequential vs overlap-aware spend (MATH.md 1.8, 2.4).
 
-The load of a row $x$ is $\\sum_{q\\ni x} w_q$ (the per-row view of MATH.md section 1: a row only pays for
+The load of a row $x$ is $\\sum_{q\\ni x} w_q$ (the per-row view of MATH.md 1.8: a row only pays for
 the queries covering it), and the maximum weighted overlap with the additive comp is its maximum over
-the domain, $\\gamma_w(Q)=\\max_x \\sum_{q\\ni x}w_q$ (MATH.md section 2, pure DP / zCDP closed form).
+the domain, $\\gamma_w(Q)=\\max_x \\sum_{q\\ni x}w_q$ (MATH.md 2.4, pure DP / zCDP closed form).
 The heat map over two attributes ``(x, y)`` shows, for each pair of values, the maximum load over every
 row with those two values (the other attributes free). Its maximum is therefore $\\gamma_w(Q)$ itself,
 which :func:`heat_map` checks against :func:`overlapdp.overlap.max_overlap`.
@@ -216,7 +216,7 @@ def _per_cell(
 
 @dataclass(frozen=True)
 class Spend:
-    """Sequential vs overlap-aware composition of one comp family (MATH.md 2)."""
+    """Sequential vs overlap-aware composition of one comp family (MATH.md 2.4)."""
 
     comp: str  # count (gamma vs t), sum (pure DP / zCDP), l2 (Gaussian DP)
     sequential: float
@@ -227,7 +227,7 @@ class Spend:
 
     @property
     def gain(self) -> float:
-        """U = 1 - gamma_w(Q) / comp(Q) (MATH.md 2)."""
+        """U = 1 - gamma_w(Q) / comp(Q) (MATH.md 2.6)."""
         return 1 - self.overlap / self.sequential if self.sequential > 0 else 0.0
 
 

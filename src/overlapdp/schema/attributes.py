@@ -1,4 +1,4 @@
-"""The three kinds of attribute, each a finite set of values indexed ``0..size-1`` (MATH.md section 1).
+"""The three kinds of attribute, each a finite set of values indexed ``0..size-1`` (MATH.md 1.1).
 
 - :class:`IntAttribute`: ordered integers ``min..max``;
 - :class:`CategoricalAttribute`: an unordered list of values;
@@ -8,7 +8,7 @@ Each attribute turns a comparison with a constant into the set of value indices 
 coverage) and maps raw data values to indices (``-1`` for a value outside the domain, ``-2`` for a
 missing value the attribute does not allow).
 
-Missing values (MATH.md section 1): an attribute declared with ``missing=True`` (JSON ``"missing":
+Missing values (MATH.md 1.1): an attribute declared with ``missing=True`` (JSON ``"missing":
 true``) has one more value, the missing value (NULL, NaN, an empty cell), at the last index
 ``size - 1``. It is a value of the finite domain like any other, so coverage, overlap and accounting
 are unchanged in kind. Only ``IS NULL`` covers it; comparisons, ``=``, ``IN`` and ranges never do, and

@@ -1,4 +1,4 @@
-"""The domain: an ordered list of attributes, read from JSON or inferred with declared bounds (MATH.md 1).
+"""The domain: an ordered list of attributes, read from JSON or inferred with declared bounds (MATH.md 1.1).
 
 The schema also states, once, what happens to a row that does not fit its domain (a present value
 outside an attribute's domain, or a missing value on an attribute without ``"missing": true``): the

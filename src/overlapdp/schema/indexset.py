@@ -3,7 +3,7 @@
 An attribute with ``n`` values has value indices ``0..n-1``. A predicate's coverage is a subset of them.
 Ranges are one interval; value sets are a few; a negated range is two. Interval lists stay small for
 the predicates people write, whatever the domain size, and their boundaries are exactly what the overlap
-engine needs to build per-attribute atoms (MATH.md section 7).
+engine needs to build per-attribute atoms (MATH.md 7.4).
 """
 
 from __future__ import annotations

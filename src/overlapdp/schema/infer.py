@@ -6,7 +6,7 @@ numeric columns need declared ``bounds`` (integers) or ``edges`` (binned); text 
 
 Missing cells are the data owner's explicit choice (``missing``): ``"value"`` (the default) declares
 ``"missing": true`` on every column that has a missing cell, so those rows count with the missing value
-(MATH.md section 1); ``"drop"`` declares no missing value and sets the schema's ``"outside": "drop"``, so
+(MATH.md 1.1); ``"drop"`` declares no missing value and sets the schema's ``"outside": "drop"``, so
 rows with a missing cell (or any value outside the domain) are left out of every count. Either way the
 schema, which analysts see, then tells which columns have missing cells (with ``"value"``) or that rows
 may be dropped (with ``"drop"``); edit it before publishing if that is itself sensitive.

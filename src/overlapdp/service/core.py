@@ -398,7 +398,7 @@ class QueryService:
         return DatasetInfo(**self._public_fields(self._state(name)))
 
     def dataset_status(self, name: str) -> DatasetStatus:
-        """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3)."""
+        """Global spend and the guarantee over all analysts (concurrent composition, MATH.md 3.7)."""
         state = self._state(name)
         self._catch_up(state)
         with state.admit_lock:

@@ -61,7 +61,7 @@ class LoadedDataset:
         return self.counts([query])[0]
 
     def sums(self, queries: Sequence[PredicateQuery], aggregates: Sequence[Aggregate]) -> list[int | None]:
-        """Exact clipped sums in units of the step (the engine's ``sums``, MATH.md 6) of the queries whose
+        """Exact clipped sums in units of the step (the engine's ``sums``, MATH.md 6.4) of the queries whose
         aggregate is a sum or mean, one engine call per clipping; None for a count. NOT private."""
         out: list[int | None] = [None] * len(queries)
         by_clip: dict[Clipping, list[int]] = {}

@@ -73,7 +73,7 @@ AmountName = Literal["epsilon", "rho", "mu", "epsilon_alpha"]
 
 class EpsilonDelta(Out):
     """A spend, quota or budget as (epsilon, delta)-DP at the data set's ``delta`` (the library's safe
-    conversion of the data set's definition, MATH.md 5)."""
+    conversion of the data set's definition, MATH.md 5.8)."""
 
     epsilon: float
     delta: float
@@ -106,7 +106,7 @@ class AdminDatasetInfo(DatasetInfo):
 
 
 class Guarantee(Out):
-    """The guarantee over all analysts together (concurrent composition, MATH.md 3): the smaller of the
+    """The guarantee over all analysts together (concurrent composition, MATH.md 3.7): the smaller of the
     data set's own per-row filter and the concurrent composition of the analysts' spends."""
 
     definition: DefinitionName

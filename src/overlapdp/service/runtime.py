@@ -6,13 +6,13 @@ and ``overlapdp.engine`` goes through this module:
 - :data:`SERVED` / :data:`DEFINITIONS`: the definitions a data set can be served under, derived from the
   library's measures (:data:`overlapdp.privacy.measures.MEASURES`): pure DP, zCDP, GDP, RDP at one order,
   tCDP and approximate DP, each with its amount and fixed parameters (:func:`check_params`), and
-  :func:`epsilon_delta`, the (epsilon, delta) line of an amount (MATH.md 5);
+  :func:`epsilon_delta`, the (epsilon, delta) line of an amount (MATH.md 5.8);
 - :func:`mechanism_for` and :func:`load_of`: the mechanism answering one counting query under the data
   set's privacy definition and the per-row load it puts on each row it covers;
 - :class:`ServiceFilter`: a thin adapter over the library's one overlap-aware per-row (individual)
   filter, :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`: a charge is admitted iff every row's
   composition of the loads of the charges covering it stays within the budget, decided in EXACT
-  arithmetic of the declared float loads (MATH.md section 2, "Adaptive use": pure DP (Rogers, Roth,
+  arithmetic of the declared float loads (MATH.md 2.7: pure DP (Rogers, Roth,
   Ullman, Vadhan 2016), zCDP, tCDP and RDP with per-row loads (Feldman and Zrnic 2021), GDP (Smith and
   Thakurta 2022; here the zCDP filter at rho = mu^2/2), approximate DP by the adaptive advanced / basic
   rule (Whitehouse et al. 2023));
@@ -23,7 +23,7 @@ and ``overlapdp.engine`` goes through this module:
   (:func:`overlapdp.mechanisms.add_noise`, served mode: a seeded generator is refused);
 - sessions: :class:`overlapdp.mechanisms.SparseVector` and :class:`overlapdp.mechanisms.GuessAndCheck`,
   whose secret state (noisy threshold, answers so far) is kept durably in the ledger between steps;
-- :func:`global_guarantee`: the bound over all analysts together by concurrent composition (MATH.md 3,
+- :func:`global_guarantee`: the bound over all analysts together by concurrent composition (MATH.md 3.7,
   :func:`overlapdp.privacy.concurrent.concurrent_composition`).
 """
 
@@ -105,7 +105,7 @@ def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, 
     """A data set's fixed parameters, validated, with their defaults: ``delta`` (every definition,
     default :data:`DEFAULT_DELTA`), ``omega`` (tCDP, required, > 1), ``alpha`` (RDP, required, > 1) and
     ``composition`` (approximate DP: only ``"advanced"``, the filter valid under adaptive choice;
-    ``"optimal"`` is refused with :class:`AdaptivityError`, MATH.md 2, "Adaptive use")."""
+    ``"optimal"`` is refused with :class:`AdaptivityError`, MATH.md 2.7)."""
     served = SERVED[check_definition(definition)]
     given = {k: v for k, v in (given or {}).items() if v is not None}
     allowed = {"delta", *served.fixed} | ({"composition"} if definition == "approx" else set())
@@ -158,8 +158,8 @@ def budget_of(definition: str, amount: float, params: Mapping[str, Any]) -> Any:
 
 
 def epsilon_delta(definition: str, params: Mapping[str, Any], amount: float) -> dict[str, float]:
-    """``amount`` of the data set's definition as (epsilon, delta)-DP at the data set's delta (MATH.md 5,
-    the library's conversions, each safe): pure DP is epsilon itself; zCDP, tCDP (orders up to omega)
+    """``amount`` of the data set's definition as (epsilon, delta)-DP at the data set's delta (MATH.md 5.8,
+    5.9, the library's conversions, each safe): pure DP is epsilon itself; zCDP, tCDP (orders up to omega)
     and one-order RDP by the RDP conversion (Balle et al. 2020 Thm. 21); GDP as the ``mu^2/2``-zCDP the
     discrete Gaussian is declared as (:mod:`overlapdp.mechanisms.calibration`: GDP's own profile is not
     claimed); approximate DP: the filter's epsilon already holds at the budget's delta."""
@@ -202,12 +202,12 @@ class Mechanism:
     """The mechanism answering one count (sensitivity 1 under add/remove) and what it is charged.
 
     ``parameter`` is the query's amount in the data set's definition, which is also its per-row load
-    (MATH.md 2, closed forms of comp). The noise (MATH.md 6; calibration by ``overlapdp.mechanisms``,
+    (MATH.md 2.4). The noise (MATH.md 6.2; calibration by ``overlapdp.mechanisms``,
     which rounds scales up so that the declared guarantee holds):
 
     - pure DP and approximate DP: the discrete Laplace of ``epsilon`` (an (epsilon, 0) charge);
     - zCDP and tCDP: the discrete Gaussian of ``rho`` (Canonne, Kamath, Steinke 2020), rho-zCDP, which is
-      (rho, inf)-tCDP (MATH.md 5, tCDP): every charge meets the budget's omega;
+      (rho, inf)-tCDP (MATH.md 5.9): every charge meets the budget's omega;
     - GDP: the discrete Gaussian with sigma = 1/mu, DECLARED as mu^2/2-zCDP (no proof that it is mu-GDP is
       known, :mod:`overlapdp.mechanisms.calibration`); the GDP filter's exact per-row test
       sum mu^2 <= B^2 is the zCDP filter at rho = mu^2/2 exactly, so the data set is B^2/2-zCDP;
@@ -263,14 +263,14 @@ def mechanism_for(definition: str, parameter: float, params: Mapping[str, Any] |
 
 def load_of(definition: str, parameter: float) -> float:
     """The additive per-row load of one charge: the query's amount itself (epsilon, rho, mu or
-    epsilon_alpha: each definition's per-row loads compose by its ``comp``, MATH.md 2)."""
+    epsilon_alpha: each definition's per-row loads compose by its ``comp``, MATH.md 2.4)."""
     check_definition(definition)
     return float(parameter)
 
 
 def pure_to_definition(definition: str, epsilon: float, params: Mapping[str, Any] | None = None) -> float:
     """An epsilon-DP mechanism's (a session's) cost in the data set's amount, rounded UP from the exact
-    value (MATH.md 5): pure and approximate DP: epsilon; zCDP and tCDP: rho = eps^2/2 (Bun and Steinke
+    value (MATH.md 5.8, 5.9): pure and approximate DP: epsilon; zCDP and tCDP: rho = eps^2/2 (Bun and Steinke
     2016 Prop. 3.3; omega = inf); GDP: mu = epsilon, whose declared mu^2/2-zCDP is that same rho; RDP of
     order alpha: min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3; Bun and Steinke 2016)."""
     check_definition(definition)
@@ -347,7 +347,7 @@ class Charged(PrivacyMechanism):
 
 class ServiceFilter:
     """The service's thin adapter over :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the one
-    overlap-aware per-row filter of the library (MATH.md 2, "Adaptive use"): a charge is admitted iff
+    overlap-aware per-row filter of the library (MATH.md 2.7): a charge is admitted iff
     every row's load stays within the budget in EXACT arithmetic of the declared float loads.
 
     Loads are the data set's amount (epsilon, rho, mu, epsilon_alpha). The filter is the library's for
@@ -436,7 +436,7 @@ def batch_cost(
     schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]], definition: str = "pure"
 ) -> dict[str, float]:
     """What a batch costs on its own in the data set's amount: overlap-aware (the worst row's
-    composition, MATH.md 2) and sequential, from the exact sums of the loads rounded up: sums, except
+    composition, MATH.md 2.4) and sequential, from the exact sums of the loads rounded up: sums, except
     GDP (sqrt of the sum of mu^2). Approximate DP: basic composition (the sum of epsilons, a safe bound)."""
     l2 = check_definition(definition) == "gdp"
     alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
@@ -492,7 +492,7 @@ def noisy_aggregates(
     """Counts as :func:`noisy_counts`; a sum or mean by the library's own noise
     (:func:`overlapdp.mechanisms.sums.add_sum_noise` / ``add_mean_noise``, served mode) at the query's
     per-query guarantee ``mechanism.guarantee``, its noise scaled to the sum's add/remove sensitivity
-    (MATH.md 2, 6). So each query, whatever it aggregates, is ``mechanism.parameter``-private for its
+    (MATH.md 2.8, 6.4). So each query, whatever it aggregates, is ``mechanism.parameter``-private for its
     rows and is charged as a count of the same rows (the same per-row load)."""
     from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
 
@@ -554,8 +554,8 @@ def open_session(
 ) -> tuple[dict[str, Any], dict[str, Any], float]:
     """Create a session's mechanism: (public params, secret durable state, epsilon charged when it opens).
 
-    Sparse vector: ``epsilon`` = epsilon_1 + epsilon_2 (Lyu, Su, Li 2017; MATH.md 4), stops after
-    ``max_positives`` "above" answers. Guess-and-check: epsilon_SVT + c/b (Lyu 2022 App. B; MATH.md 4).
+    Sparse vector: ``epsilon`` = epsilon_1 + epsilon_2 (Lyu, Su, Li 2017; MATH.md 4.1), stops after
+    ``max_positives`` "above" answers. Guess-and-check: epsilon_SVT + c/b (Lyu 2022 App. B; MATH.md 4.2).
     The charge is the mechanism's declared guarantee (computed from its rounded-up noise scales).
     """
     try:
@@ -642,7 +642,7 @@ def global_guarantee(
     with its (epsilon, delta) line.
 
     Two safe bounds, the smaller reported: the data set's own per-row filter over every charge (filters
-    extend to concurrent composition, Haney et al. 2023, MATH.md 3), and the concurrent composition of
+    extend to concurrent composition, Haney et al. 2023, MATH.md 3.6), and the concurrent composition of
     the analysts' spends (MATH.md 3), rounded up from the exact value: pure DP sums (Vadhan and Wang
     2021); zCDP and tCDP rho sum (Lyu 2022 Corollary 1; omega is the data set's for every analyst); RDP
     sums at the order (Lyu 2022 Theorem 2); GDP as declared zCDP, mu^2/2 summing, so mu composes in l2.
