@@ -79,7 +79,7 @@ def citations() -> list[tuple[str, int, str]]:
 
 def test_the_regex_reads_every_citation_form() -> None:
     # Built by concatenation so that this file's own text holds no bogus citation.
-    md = "MATH" ".md"
+    md = "MATH.md"
     cases = {
         f"({md} 7)": ["7"],
         f"({md} 5.9)": ["5.9"],

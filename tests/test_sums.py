@@ -34,9 +34,6 @@ from overlapdp.schema import BinnedAttribute, CategoricalAttribute, IntAttribute
 from sources import confidence_for, on_both_sources_os_slow, source
 
 ENGINES = ("pandas", "duckdb", "polars")
-RAW_ADULT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult-raw" / "adult.csv"
-if not RAW_ADULT.exists():  # worktrees sit one level deeper than the main checkout
-    RAW_ADULT = Path("/work/shared/data/adult-raw/adult.csv")
 
 # The test data holds missing and out-of-domain values on purpose: the schema states they are dropped.
 SCHEMA = Schema(
@@ -113,11 +110,9 @@ def test_engine_sums_round_to_the_declared_step(engine: str) -> None:
         assert eng.sums([parse_where(SCHEMA, "TRUE")], clip) == [want]
 
 
-def test_engines_agree_on_raw_adult_with_a_fine_step() -> None:
-    if not RAW_ADULT.exists():
-        pytest.skip("the raw Adult data (../shared/data/adult-raw) is absent")
+def test_engines_agree_on_raw_adult_with_a_fine_step(adult_raw_csv: Path) -> None:
     s = adult_raw_schema()
-    d = pd.read_csv(RAW_ADULT, skipinitialspace=True)
+    d = pd.read_csv(adult_raw_csv, skipinitialspace=True)
     qs = [parse_where(s, w) for w in ("age >= 30", "sex = 'Female' AND age < 40", "TRUE")]
     clip = Clipping("hours_per_week", 10, 50, 0.5)
     got = {}
