@@ -197,9 +197,9 @@ def test_library_names_the_extra_of_a_missing_dependency() -> None:
     done = python(code, block=("fastapi",))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("service | overlapdp.service.create_app needs the 'service' extra")
-    done = python("import overlapdp.client", block=("httpx",))
+    done = python("import overlapdp.service.client", block=("httpx",))
     assert (
-        "MissingExtraError: overlapdp.client needs the 'service' extra (httpx is not installed)"
+        "MissingExtraError: overlapdp.service.client needs the 'service' extra (httpx is not installed)"
         in done.stderr
     )
     # The report's plots say so too.

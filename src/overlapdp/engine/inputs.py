@@ -2,9 +2,9 @@
 
 :func:`open_data` turns a pandas DataFrame, a Polars DataFrame or LazyFrame, a pyarrow Table or
 RecordBatch, or a DuckDB relation into an :class:`~overlapdp.engine.Engine` on a schema. Every entry point
-that takes data (:func:`~overlapdp.mechanisms.noisy_counts`, the interactive mechanisms and their
+that takes data (:func:`~overlapdp.mechanisms._noisy_counts`, the interactive mechanisms and their
 concurrent composition through :meth:`~overlapdp.mechanisms.Counter.of`,
-:func:`~overlapdp.engine.exact_counts`, :func:`~overlapdp.answering.answer_workload` and
+:func:`~overlapdp.engine.exact_counts`, :func:`~overlapdp.mechanisms.answering.answer_workload` and
 :func:`~overlapdp.engine.open_engine`) goes through it, so they all accept the same inputs and refuse the
 rest with the same :class:`~overlapdp.errors.UnsupportedDataError`.
 

@@ -16,7 +16,7 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
   to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
-  :class:`overlapdp.service.runtime.ServiceFilter` (exact at the budget).
+  :class:`overlapdp.service._runtime.ServiceFilter` (exact at the budget).
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
   spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
@@ -40,7 +40,7 @@ from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
-from overlapdp.service import runtime
+from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
 from overlapdp.service.ledger import (

@@ -47,8 +47,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from overlapdp.errors import OverlapDPError
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
