@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     )
     from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
     from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
-    from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
+    from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
     from overlapdp.mechanisms.noisy_session import NoisyCounts
     from overlapdp.mechanisms.randomness import (
         RandomSource,
@@ -72,8 +72,8 @@ _EXPORTS = {
     "WHOLE_DOMAIN": "interactive",
     "Coverage": "interactive",
     "InteractiveMechanism": "interactive",
-    "DiscreteGaussian": "noise",
-    "DiscreteLaplace": "noise",
+    "DiscreteGaussianNoise": "noise",
+    "DiscreteLaplaceNoise": "noise",
     "NoisyCounts": "noisy_session",
     "RandomSource": "randomness",
     "SeededRandomSource": "randomness",
@@ -97,8 +97,8 @@ __all__ = [
     "Counter",
     "Coverage",
     "CoverageError",
-    "DiscreteGaussian",
-    "DiscreteLaplace",
+    "DiscreteGaussianNoise",
+    "DiscreteLaplaceNoise",
     "GuessAndCheck",
     "GuessAnswer",
     "InsecureRandomnessError",

@@ -155,7 +155,7 @@ class _Pending:
     true_counts: list[int] = field(default_factory=list)
     #: The released answers, drawn before the request joins a group (discarded if it is refused).
     noisy: list[dict[str, Any]] = field(default_factory=list)
-    mechanism: runtime.Mechanism | None = None
+    mechanism: runtime.ServedMechanism | None = None
     loads: list[float] = field(default_factory=list)
     session_id: str | None = None
     session_kind: str | None = None
@@ -587,7 +587,7 @@ class QueryService:
 
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
-    ) -> runtime.Mechanism:
+    ) -> runtime.ServedMechanism:
         name = runtime.DEFINITIONS[state.record.definition]
         if parameter is None or (given is not None and given != name):
             raise QueryError(
