@@ -376,3 +376,53 @@ def test_serve_writes_its_ledger_in_the_current_directory(
     # The default is stated in the command's help.
     code, out, _ = run(["serve", "--help"], capsys)
     assert "overlapdp-ledger.sqlite in the current directory" in " ".join(out.split())
+
+
+def _runtime_imports(tree: ast.Module) -> list[str]:
+    """Modules imported by a module when it runs (imports under ``if TYPE_CHECKING:`` are for types)."""
+    out: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+            out.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def test_mechanisms_do_not_import_the_engine_layer() -> None:
+    """The mechanisms (DESIGN.md step 5) sit below the engines (step 6): they count tables through
+    overlapdp.tables, where overlapdp.engine registers its opener (issue 16 item 3)."""
+    offending = {
+        path.name: found
+        for path in sorted((SRC / "overlapdp" / "mechanisms").glob("*.py"))
+        if (
+            found := [
+                m
+                for m in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+                if m == "overlapdp.engine" or m.startswith("overlapdp.engine.")
+            ]
+        )
+    }
+    assert offending == {}
+    # The registration happens on `import overlapdp`, and a table is counted through it.
+    done = python(
+        "import overlapdp.mechanisms.counting as c, sys\n"
+        "import pandas as pd\n"
+        "from overlapdp import Schema, parse_where\n"
+        "from overlapdp.schema import IntAttribute\n"
+        "s = Schema((IntAttribute('a', 0, 9),))\n"
+        "frame = pd.DataFrame({'a': [1, 2, 2, 7, 9]})\n"
+        "print(c.Counter.of(frame).count_many([parse_where(s, 'a >= 2'), parse_where(s, 'a = 2')]))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[4, 2]"  # counted by hand from the five rows

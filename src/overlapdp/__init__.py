@@ -13,6 +13,7 @@ Everything else stays in its package (``overlapdp.engine``, ``overlapdp.service`
 
 from typing import TYPE_CHECKING
 
+import overlapdp.engine  # noqa: F401  (light: registers how the mechanisms open and count tables)
 from overlapdp._lazy import lazy_exports
 from overlapdp.errors import (
     DataError,
