@@ -34,9 +34,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine
 from overlapdp.engine.base import _BITMAP_MIN_QUERIES
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.mechanisms.noisy_session import NoisyCounts
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.privacy.definitions import PureDP

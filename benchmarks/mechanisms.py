@@ -36,8 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from overlapdp.mechanisms import (
-    DiscreteGaussian,
-    DiscreteLaplace,
+    DiscreteGaussianNoise,
+    DiscreteLaplaceNoise,
     add_noise,
     system_source,
 )
@@ -102,7 +102,7 @@ def batch_rows(reps: int) -> list[Row]:
     for i, scale in enumerate((1, 10, 1000)):
         counts = counts_for(100 + i, BATCH)
         counts_list = counts.tolist()
-        lap = DiscreteLaplace(Fraction(scale))
+        lap = DiscreteLaplaceNoise(Fraction(scale))
         meas = opendp_vector("laplace", float(scale))
         o, t = paired(
             lambda lap=lap, c=counts: c + lap.sample_many(source, BATCH),
@@ -115,7 +115,7 @@ def batch_rows(reps: int) -> list[Row]:
     for i, sigma in enumerate((1, 10, 1000)):
         counts = counts_for(110 + i, BATCH)
         counts_list = counts.tolist()
-        gau = DiscreteGaussian(Fraction(sigma * sigma))
+        gau = DiscreteGaussianNoise(Fraction(sigma * sigma))
         meas = opendp_vector("gaussian", float(sigma))
         o, t = paired(
             lambda gau=gau, c=counts: c + gau.sample_many(source, BATCH),
@@ -134,10 +134,10 @@ def call_rows(reps: int) -> list[Row]:
     for i, scale in enumerate((1, 10, 1000)):
         ours_counts = counts_for(200 + i, CALLS_OURS).tolist()
         their_counts = ours_counts[:CALLS_OPENDP]
-        lap = DiscreteLaplace(Fraction(scale))
+        lap = DiscreteLaplaceNoise(Fraction(scale))
         meas = opendp_scalar("laplace", float(scale))
 
-        def ours(lap: DiscreteLaplace = lap, cs: list[int] = ours_counts) -> object:
+        def ours(lap: DiscreteLaplaceNoise = lap, cs: list[int] = ours_counts) -> object:
             sample = lap.sample
             return [c + sample(source) for c in cs]
 
@@ -154,10 +154,10 @@ def call_rows(reps: int) -> list[Row]:
     for i, sigma in enumerate((1, 10, 1000)):
         ours_counts = counts_for(210 + i, CALLS_OURS).tolist()
         their_counts = ours_counts[:CALLS_OPENDP]
-        gau = DiscreteGaussian(Fraction(sigma * sigma))
+        gau = DiscreteGaussianNoise(Fraction(sigma * sigma))
         meas = opendp_scalar("gaussian", float(sigma))
 
-        def ours_g(gau: DiscreteGaussian = gau, cs: list[int] = ours_counts) -> object:
+        def ours_g(gau: DiscreteGaussianNoise = gau, cs: list[int] = ours_counts) -> object:
             sample = gau.sample
             return [c + sample(source) for c in cs]
 

@@ -1,4 +1,4 @@
-"""``overlapdp answer`` and :mod:`overlapdp.answering`: budgets shared by maximum overlap, noise that
+"""``overlapdp answer`` and :mod:`overlapdp.mechanisms.answering`: budgets shared by maximum overlap, noise that
 matches its declared scale around independent exact counts, and bad input that releases nothing."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import noise_for
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.overlap import brute_force_overlap
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.mechanisms import Gaussian, OpaqueApproxDP

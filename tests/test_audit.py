@@ -23,7 +23,7 @@ import pytest
 from overlapdp.audit import audit_epsilon, battery, clopper_pearson, repeat
 from overlapdp.audit.broken_svt import run_variant, run_variant_many
 from overlapdp.mechanisms import (
-    DiscreteGaussian,
+    DiscreteGaussianNoise,
     GuessAndCheck,
     RandomSource,
     SparseVector,
@@ -125,7 +125,7 @@ def epsilon_for_delta(sigma2: float, delta: float) -> float:
 @pytest.mark.parametrize("rho", [0.125, 0.5])
 def test_discrete_gaussian_count_is_not_flagged(rho: float, kind: str) -> None:
     noise = noise_for(ZCDP(rho))
-    assert isinstance(noise, DiscreteGaussian)
+    assert isinstance(noise, DiscreteGaussianNoise)
     delta = 1e-3
     declared = epsilon_for_delta(float(noise.sigma2), delta)
 

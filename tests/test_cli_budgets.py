@@ -22,7 +22,7 @@ from scipy.optimize import minimize_scalar
 
 from cli_helpers import run
 from overlapdp.display import decimal, remaining, spent
-from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
+from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from overlapdp.privacy import GDP
 from overlapdp.samples import adult_schema, synthetic_adult
 
@@ -281,9 +281,11 @@ def test_answer_output_has_no_fractions_or_float_noise(
 
 
 def test_noise_descriptions_are_decimals() -> None:
-    assert DiscreteGaussian(Fraction(2000001, 1000000)).describe() == "discrete Gaussian, sigma^2 2.000001"
-    assert DiscreteLaplace(Fraction(5000001, 1000000)).describe() == "discrete Laplace, scale 5.000001"
-    assert DiscreteLaplace(Fraction(1, 3)).describe() == "discrete Laplace, scale 0.3333333333"
+    assert (
+        DiscreteGaussianNoise(Fraction(2000001, 1000000)).describe() == "discrete Gaussian, sigma^2 2.000001"
+    )
+    assert DiscreteLaplaceNoise(Fraction(5000001, 1000000)).describe() == "discrete Laplace, scale 5.000001"
+    assert DiscreteLaplaceNoise(Fraction(1, 3)).describe() == "discrete Laplace, scale 0.3333333333"
 
 
 def test_displayed_budgets_round_to_the_safe_side() -> None:

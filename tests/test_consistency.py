@@ -18,16 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run
-from overlapdp.answering import answer_workload, plan_answers
-from overlapdp.client import Client
 from overlapdp.consistency import ConsistencyError, make_consistent, project, workload_design
 from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import SeededRandomSource
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IntAttribute, Schema
+from overlapdp.service.client import Client
 from strategies import all_rows, schemas, where_clauses
 from support.service import ADMIN_TOKEN, write_adult
 
@@ -239,8 +239,8 @@ def test_off_by_default_and_raw_answers_identical_with_the_flag() -> None:
 
 
 def test_cell_limit_fails_before_counting_or_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    import overlapdp.answering as answering
     import overlapdp.consistency as consistency
+    import overlapdp.mechanisms.answering as answering
 
     schema = adult_schema()
     qs = [parse_where(schema, w, id=f"q{i}") for i, w in enumerate(ADULT_TEXTS)]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from overlapdp.client import AdminClient, Client
 from overlapdp.samples import adult_schema, synthetic_adult
+from overlapdp.service.client import AdminClient, Client
 from overlapdp.service.embedded import embedded_service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

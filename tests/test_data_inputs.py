@@ -26,7 +26,6 @@ import pyarrow as pa
 import pytest
 
 from overlapdp import OverlapDPError, SchemaError, infer_schema
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine, exact_counts, open_engine
 from overlapdp.engine.inputs import data_kind, open_data
 from overlapdp.errors import DataError, UnsupportedDataError
@@ -41,6 +40,7 @@ from overlapdp.mechanisms import (
     noisy_count,
     noisy_counts,
 )
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from cli_helpers import run
 from overlapdp import QueryFamily, Schema, Workload, group_by, parse_item, parse_query, parse_select
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.engine import exact_counts, open_engine
 from overlapdp.errors import QueryError, QueryTooComplexError
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy import Laplace
 from overlapdp.privacy.odometer import Odometer
@@ -403,7 +403,7 @@ def test_service_counts_cells_toward_the_batch_limit_and_refuses_bad_group_by(se
 
 
 def test_client_returns_a_dataframe_with_one_row_per_cell(tmp_path: Path) -> None:
-    from overlapdp.client import AdminClient, Client
+    from overlapdp.service.client import AdminClient, Client
     from overlapdp.service.embedded import embedded_service
 
     schema, data = _schema(), _data(600)

@@ -249,15 +249,15 @@ def test_bad_input_is_refused_clearly() -> None:
 def test_accountant_descriptions_never_understate_the_cost() -> None:
     from fractions import Fraction
 
-    from overlapdp.mechanisms import DiscreteGaussian, DiscreteLaplace
+    from overlapdp.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise
     from overlapdp.mechanisms.accounting import DeclaredZCDP, declared_mechanism, noise_mechanism
     from overlapdp.privacy.definitions import GDP, ApproxDP
 
-    lap = DiscreteLaplace(Fraction(10, 3))
+    lap = DiscreteLaplaceNoise(Fraction(10, 3))
     assert noise_mechanism(lap).pure().epsilon >= 0.3  # exact Delta/t = 0.3
-    gau = DiscreteGaussian(Fraction(8))
+    gau = DiscreteGaussianNoise(Fraction(8))
     assert noise_mechanism(gau).zcdp().rho >= 1 / 16
-    big = DiscreteGaussian(Fraction(10**12))
+    big = DiscreteGaussianNoise(Fraction(10**12))
     assert noise_mechanism(big).zcdp().rho >= 1 / (2 * 10**12)
     assert declared_mechanism(PureDP(0.7)).pure() == PureDP(0.7)
     assert declared_mechanism(ApproxDP(0.7, 1e-6)).approx(1e-6).epsilon == pytest.approx(0.7)

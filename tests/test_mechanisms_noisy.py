@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from overlapdp.mechanisms import (
-    DiscreteGaussian,
-    DiscreteLaplace,
+    DiscreteGaussianNoise,
+    DiscreteLaplaceNoise,
     MechanismError,
     add_noise,
     declared_guarantee,
@@ -45,7 +45,7 @@ def gauss_abs_cdf(sigma2: Fraction, w: int) -> float:
 @given(st.floats(min_value=1e-3, max_value=50.0), st.integers(min_value=1, max_value=5))
 def test_laplace_calibration_never_gives_less_noise(epsilon: float, sensitivity: int) -> None:
     noise = noise_for(PureDP(epsilon), sensitivity)
-    assert isinstance(noise, DiscreteLaplace)
+    assert isinstance(noise, DiscreteLaplaceNoise)
     assert noise.scale >= Fraction(sensitivity) / Fraction(epsilon)  # exact comparison
     assert noise.scale <= Fraction(sensitivity) / Fraction(epsilon) * Fraction(
         1_000_001, 1_000_000
@@ -56,24 +56,24 @@ def test_laplace_calibration_never_gives_less_noise(epsilon: float, sensitivity:
 @given(st.floats(min_value=1e-4, max_value=20.0), st.integers(min_value=1, max_value=3))
 def test_gaussian_calibration_never_gives_less_noise(rho: float, sensitivity: int) -> None:
     noise = noise_for(ZCDP(rho), sensitivity)
-    assert isinstance(noise, DiscreteGaussian)
+    assert isinstance(noise, DiscreteGaussianNoise)
     assert noise.sigma2 >= Fraction(sensitivity**2) / (2 * Fraction(rho))
     assert guarantee_of(noise, sensitivity).rho <= rho  # type: ignore[union-attr]
 
 
 def test_gdp_budget_gives_sigma_delta_over_mu_declared_as_zcdp() -> None:
     noise = noise_for(GDP(0.5), 1)
-    assert isinstance(noise, DiscreteGaussian)
+    assert isinstance(noise, DiscreteGaussianNoise)
     assert noise.sigma2 >= 4 and float(noise.sigma2) == pytest.approx(4)
     declared = declared_guarantee(GDP(0.5))
     assert isinstance(declared, ZCDP) and declared.rho == pytest.approx(0.125) and declared.rho >= 0.125
 
 
 NOISES = [
-    DiscreteLaplace(Fraction(10, 3)),
-    DiscreteLaplace(Fraction(1, 2)),
-    DiscreteGaussian(Fraction(50)),
-    DiscreteGaussian(Fraction(1, 3)),
+    DiscreteLaplaceNoise(Fraction(10, 3)),
+    DiscreteLaplaceNoise(Fraction(1, 2)),
+    DiscreteGaussianNoise(Fraction(50)),
+    DiscreteGaussianNoise(Fraction(1, 3)),
 ]
 
 
@@ -81,8 +81,8 @@ NOISES = [
 @pytest.mark.parametrize("level", [0.5, 0.8, 0.95])
 def test_error_bar_is_the_smallest_interval_reaching_its_level(noise, level: float) -> None:
     w = noise.half_width(level)
-    cdf = laplace_abs_cdf if isinstance(noise, DiscreteLaplace) else gauss_abs_cdf
-    param = noise.scale if isinstance(noise, DiscreteLaplace) else noise.sigma2
+    cdf = laplace_abs_cdf if isinstance(noise, DiscreteLaplaceNoise) else gauss_abs_cdf
+    param = noise.scale if isinstance(noise, DiscreteLaplaceNoise) else noise.sigma2
     assert cdf(param, w) >= level - 1e-12
     assert w == 0 or cdf(param, w - 1) < level
 
@@ -105,7 +105,7 @@ def test_error_bar_coverage_matches_its_level_in_simulation(budget, level: float
     w = answers[0].high - answers[0].value
     exact = (
         laplace_abs_cdf(noise.scale, w)
-        if isinstance(noise, DiscreteLaplace)
+        if isinstance(noise, DiscreteLaplaceNoise)
         else gauss_abs_cdf(noise.sigma2, w)
     )
     assert exact >= level - 1e-12
@@ -115,7 +115,7 @@ def test_error_bar_coverage_matches_its_level_in_simulation(budget, level: float
 
 
 def test_large_sigma_uses_a_conservative_bound() -> None:
-    noise = DiscreteGaussian(Fraction(10**12))  # sigma = 10^6: the pmf is not summed
+    noise = DiscreteGaussianNoise(Fraction(10**12))  # sigma = 10^6: the pmf is not summed
     w = noise.half_width(0.95)
     assert w == pytest.approx(1.96 * 10**6, rel=1e-3)
     assert w >= 1.959963984540054 * 10**6
@@ -136,7 +136,7 @@ def test_noisy_counts_answer_predicate_queries_from_a_frame(kind: str) -> None:
         assert a.low <= e <= a.high and a.high - a.low <= 2
         assert a.guarantee == PureDP(50.0)
     one = noisy_count(queries[0], frame, ZCDP(1.0), rng=source(kind, 6))
-    assert isinstance(one.noise, DiscreteGaussian) and abs(one.value - exact[0]) < 10
+    assert isinstance(one.noise, DiscreteGaussianNoise) and abs(one.value - exact[0]) < 10
     assert one.to_json()["interval"] == [one.low, one.high]
     called = noisy_count(queries[0], lambda q: 7, PureDP(100.0), rng=source(kind, 7))
     assert abs(called.value - 7) <= 1
@@ -160,4 +160,4 @@ def test_other_bad_input_is_refused_clearly() -> None:
     with pytest.raises(MechanismError, match="ApproxDP"):
         add_noise([1], ApproxDP(1.0, 1e-6))
     with pytest.raises(MechanismError):
-        DiscreteLaplace(Fraction(0))
+        DiscreteLaplaceNoise(Fraction(0))

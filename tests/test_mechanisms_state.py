@@ -28,7 +28,7 @@ from overlapdp.mechanisms import (
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, Schema
 from overlapdp.schema.attributes import IntAttribute
-from overlapdp.service import runtime
+from overlapdp.service import _runtime as runtime
 
 SCHEMA = Schema((IntAttribute("i", 0, 19),))
 QUERIES = [

@@ -26,10 +26,10 @@ from overlapdp.overlap import (
     subset_overlap,
     wcsp,
 )
+from overlapdp.overlap._compiled import compile_workload
+from overlapdp.overlap._gridbranch import kept_tables
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables
-from overlapdp.overlap.compiled import compile_workload
-from overlapdp.overlap.gridbranch import kept_tables
 from overlapdp.overlap.wcsp import integral_loads
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema

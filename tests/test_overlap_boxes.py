@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, max_overlap
 from overlapdp.overlap import boxes as box_route
-from overlapdp.overlap.compiled import compile_workload
+from overlapdp.overlap._compiled import compile_workload
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import all_rows, compose

@@ -22,8 +22,8 @@ import pytest
 from scipy.stats import chisquare
 
 from overlapdp.mechanisms import (
-    DiscreteGaussian,
-    DiscreteLaplace,
+    DiscreteGaussianNoise,
+    DiscreteLaplaceNoise,
     InsecureRandomnessError,
     MechanismError,
     SeededRandomSource,
@@ -205,9 +205,9 @@ def test_exact_samplers_with_large_integers_run_on_the_os_source() -> None:
     ``_below_const`` on the OS source with many rejections is tested directly above.)"""
     src = system_source()
     with pytest.raises(MechanismError, match="2\\^40"):
-        DiscreteLaplace(Fraction(2**54 + 1))
+        DiscreteLaplaceNoise(Fraction(2**54 + 1))
     for _ in range(10):
-        assert DiscreteGaussian(Fraction(10**6)).sample_many(src, 1000).size == 1000
+        assert DiscreteGaussianNoise(Fraction(10**6)).sample_many(src, 1000).size == 1000
         answers = add_noise(np.zeros(1000, dtype=np.int64), ZCDP(1e-6), rng=src)
         assert len(answers) == 1000
 
@@ -287,7 +287,7 @@ def test_threads_sharing_the_os_source_get_distinct_words_and_draws() -> None:
     def work() -> None:
         mine = [src.word() for _ in range(5000)]
         for _ in range(2000):
-            DiscreteLaplace(Fraction(7, 3)).sample(src)
+            DiscreteLaplaceNoise(Fraction(7, 3)).sample(src)
         with lock:
             got.extend(mine)
 
@@ -300,7 +300,7 @@ def test_default_randomness_is_the_operating_system_csprng() -> None:
     src = resolve_source(None)
     assert isinstance(src, SystemRandomSource) and src.secure
     assert resolve_source(None, served=True) is src
-    noise = DiscreteLaplace(Fraction(3))
+    noise = DiscreteLaplaceNoise(Fraction(3))
     draws = noise.sample_many(src, 1000)
     assert len(set(draws.tolist())) > 5  # not constant
 
@@ -324,7 +324,7 @@ def test_the_environment_can_declare_a_served_deployment(monkeypatch: pytest.Mon
 def test_seeded_sources_reproduce_and_forked_children_drop_buffered_words() -> None:
     a, b = SeededRandomSource(3), SeededRandomSource(3)
     assert [a.word() for _ in range(5)] == [b.word() for _ in range(5)]
-    DiscreteGaussian(Fraction(4)).sample(a)
+    DiscreteGaussianNoise(Fraction(4)).sample(a)
     assert a._buffer  # words are buffered ...
     _after_fork_in_child()
     assert not a._buffer  # ... and a forked child never reuses them
@@ -339,15 +339,15 @@ def test_bad_rng_is_refused() -> None:
 @on_both_sources
 @pytest.mark.parametrize(
     "noise",
-    [DiscreteLaplace(Fraction(7, 3)), DiscreteGaussian(Fraction(201, 2))],
+    [DiscreteLaplaceNoise(Fraction(7, 3)), DiscreteGaussianNoise(Fraction(201, 2))],
     ids=["laplace", "gaussian"],
 )
-def test_single_draws_fit_their_pmf(noise: DiscreteLaplace | DiscreteGaussian, kind: str) -> None:
+def test_single_draws_fit_their_pmf(noise: DiscreteLaplaceNoise | DiscreteGaussianNoise, kind: str) -> None:
     """``sample`` (one draw per call: pools that grow from 512 to 4096 draws, refilled from buffered
     word arrays) has the exact pmf too, on the seeded and on the served OS source."""
     src = source(kind, 15)
     draws = np.array([noise.sample(src) for _ in range(N_SCALAR)])
-    if isinstance(noise, DiscreteLaplace):
+    if isinstance(noise, DiscreteLaplaceNoise):
         assert gof_pvalue(draws, lambda y: laplace_pmf(noise.scale, y)) > alpha_for(kind)
     else:
         assert gof_pvalue(draws, lambda y: gauss_pmf(noise.sigma2, y)) > alpha_for(kind)
@@ -417,7 +417,7 @@ def test_memoised_calibration_still_refuses_a_boolean_sensitivity() -> None:
     from overlapdp.mechanisms.calibration import noise_for
     from overlapdp.privacy.definitions import PureDP
 
-    assert noise_for(PureDP(0.5), 1) == DiscreteLaplace(Fraction(2))
+    assert noise_for(PureDP(0.5), 1) == DiscreteLaplaceNoise(Fraction(2))
     with pytest.raises(MechanismError, match="sensitivity"):
         noise_for(PureDP(0.5), True)  # type: ignore[arg-type]
     with pytest.raises(MechanismError):
@@ -433,10 +433,10 @@ def test_memoised_gaussian_half_width_is_the_smallest_covering_width(sigma2: Fra
     ys = np.arange(-m, m + 1)
     pmf = np.exp(-(ys.astype(float) ** 2) / (2 * s2))
     pmf /= pmf.sum()
-    noise = DiscreteGaussian(sigma2)
+    noise = DiscreteGaussianNoise(sigma2)
     for level in (0.5, 0.9, 0.95, 0.99):
         w = noise.half_width(level)
         inside = pmf[np.abs(ys) <= w].sum()
         below = pmf[np.abs(ys) <= w - 1].sum()
         assert inside >= level - 1e-12 and (w == 0 or below < level + 1e-12), (level, w)
-        assert DiscreteGaussian(sigma2).half_width(level) == w  # a new object, the same answer
+        assert DiscreteGaussianNoise(sigma2).half_width(level) == w  # a new object, the same answer

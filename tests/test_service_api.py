@@ -15,8 +15,8 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.core import FieldRefused
 from support.service import ADMIN_TOKEN, in_process, write_adult
 

@@ -26,9 +26,10 @@ import mpmath
 import pytest
 from fastapi.testclient import TestClient
 
-from overlapdp.client import AdminClient, Client, QuotaExceeded
 from overlapdp.privacy.definitions import RDP, TCDP, ZCDP
-from overlapdp.service import AdminKey, QueryService, create_app, open_ledger, runtime
+from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+from overlapdp.service import _runtime as runtime
+from overlapdp.service.client import AdminClient, Client, QuotaExceeded
 from support.service import ADMIN_TOKEN, REPO, free_port, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

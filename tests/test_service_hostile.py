@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
 from overlapdp.service import core as service_core
+from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.core import ServiceError
 from support.service import ADMIN_TOKEN, FailingCommit, running, write_adult
 

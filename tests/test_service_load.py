@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
+from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from support.service import ADMIN_TOKEN, Server, fresh_postgres_ledger, running, write_adult
 
 # Every test here drives real servers under load for 5 s or more: run with the slow tests.

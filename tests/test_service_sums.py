@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from overlapdp.client import AdminClient, Client
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+from overlapdp.service.client import AdminClient, Client
 from support.service import ADMIN_TOKEN, in_process, write_adult
 
 HOURS = "hours-per-week"

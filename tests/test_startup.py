@@ -125,6 +125,90 @@ def test_library_imports_load_only_what_they_use() -> None:
     assert loaded_heavy("from overlapdp.engine import DuckDBEngine") == ["duckdb"]
 
 
+#: What a user reaches for from the root package (issue 16 item 3), each the object its package defines.
+ROOT_NAMES = {
+    "max_overlap": "overlapdp.overlap",
+    "OverlapIndex": "overlapdp.overlap",
+    "PrivacyFilter": "overlapdp.privacy",
+    "Odometer": "overlapdp.privacy",
+    "PureDP": "overlapdp.privacy",
+    "ZCDP": "overlapdp.privacy",
+    "GDP": "overlapdp.privacy",
+    "RDP": "overlapdp.privacy",
+    "TCDP": "overlapdp.privacy",
+    "ApproxDP": "overlapdp.privacy",
+    "Laplace": "overlapdp.privacy",
+    "Gaussian": "overlapdp.privacy",
+    "noisy_counts": "overlapdp.mechanisms",
+    "answer_workload": "overlapdp.mechanisms",
+    "ConcurrentComposition": "overlapdp.mechanisms",
+    "Workload": "overlapdp.query",
+    "group_by": "overlapdp.query",
+    "Schema": "overlapdp.schema",
+}
+
+
+def test_root_exports_what_a_user_reaches_for() -> None:
+    # In a fresh interpreter: `import overlapdp` is light, lists the names, and each resolves (lazily) to
+    # the object its package defines, not to a module (noisy_counts once resolved to its module).
+    code = (
+        "import importlib, json, sys, types\n"
+        "import overlapdp\n"
+        f"names = {ROOT_NAMES!r}\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "missing = sorted(set(names) - set(overlapdp.__all__))\n"
+        "wrong = [n for n, pkg in names.items()\n"
+        "         if getattr(overlapdp, n) is not getattr(importlib.import_module(pkg), n)\n"
+        "         or isinstance(getattr(overlapdp, n), types.ModuleType)]\n"
+        "print(json.dumps([heavy, missing, wrong]))\n"
+    )
+    done = python(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[], [], []]
+    # `from overlapdp import *` hands out exactly __all__, and each name there resolves.
+    namespace: dict[str, object] = {}
+    exec("from overlapdp import *", namespace)
+    import overlapdp
+
+    assert set(overlapdp.__all__) <= set(namespace)
+
+
+def test_each_public_name_means_one_thing() -> None:
+    """A name exported by two packages is the same object (issue 16 item 3: there were two
+    ``DiscreteLaplace``, ``DiscreteGaussian`` and ``Mechanism``; the noise samplers are now
+    ``DiscreteLaplaceNoise`` / ``DiscreteGaussianNoise``, the service's record ``ServedMechanism``)."""
+    seen: dict[str, tuple[str, object]] = {}
+    clashes = []
+    for name in LAZY_PACKAGES:
+        package = importlib.import_module(name)
+        for public, sub in package._EXPORTS.items():
+            if sub.startswith(("errors", "result", "auth", "core", "ledger", "magnitude")):
+                continue  # exception classes: being gathered in overlapdp.errors (branch errorsone)
+            value = getattr(importlib.import_module(f"{name}.{sub}"), public)
+            if public in seen and seen[public][1] is not value:
+                clashes.append((public, seen[public][0], name))
+            seen.setdefault(public, (name, value))
+    assert clashes == []
+
+
+def test_private_modules_are_marked() -> None:
+    # Internal modules carry a leading underscore; the old public names are gone (no shims).
+    for old in (
+        "overlapdp.overlap.gridbranch",
+        "overlapdp.overlap.compiled",
+        "overlapdp.overlap.wcsp_worker",
+        "overlapdp.service.runtime",
+        "overlapdp.mechanisms.noisy_counts",
+        "overlapdp.client",
+        "overlapdp.answering",
+    ):
+        parent, _, leaf = old.rpartition(".")
+        assert not (SRC / parent.replace(".", "/") / f"{leaf}.py").exists(), old
+    from overlapdp.overlap import wcsp
+
+    assert wcsp._WORKER.is_file()  # run as a script by path
+
+
 def _type_checking_imports(init: Path) -> dict[str, str]:
     """Name -> module of the imports under ``if TYPE_CHECKING:`` in a package's __init__."""
     out: dict[str, str] = {}
@@ -197,9 +281,9 @@ def test_library_names_the_extra_of_a_missing_dependency() -> None:
     done = python(code, block=("fastapi",))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("service | overlapdp.service.create_app needs the 'service' extra")
-    done = python("import overlapdp.client", block=("httpx",))
+    done = python("import overlapdp.service.client", block=("httpx",))
     assert (
-        "MissingExtraError: overlapdp.client needs the 'service' extra (httpx is not installed)"
+        "MissingExtraError: overlapdp.service.client needs the 'service' extra (httpx is not installed)"
         in done.stderr
     )
     # The report's plots say so too.
@@ -292,3 +376,53 @@ def test_serve_writes_its_ledger_in_the_current_directory(
     # The default is stated in the command's help.
     code, out, _ = run(["serve", "--help"], capsys)
     assert "overlapdp-ledger.sqlite in the current directory" in " ".join(out.split())
+
+
+def _runtime_imports(tree: ast.Module) -> list[str]:
+    """Modules imported by a module when it runs (imports under ``if TYPE_CHECKING:`` are for types)."""
+    out: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+            out.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def test_mechanisms_do_not_import_the_engine_layer() -> None:
+    """The mechanisms (DESIGN.md step 5) sit below the engines (step 6): they count tables through
+    overlapdp.tables, where overlapdp.engine registers its opener (issue 16 item 3)."""
+    offending = {
+        path.name: found
+        for path in sorted((SRC / "overlapdp" / "mechanisms").glob("*.py"))
+        if (
+            found := [
+                m
+                for m in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+                if m == "overlapdp.engine" or m.startswith("overlapdp.engine.")
+            ]
+        )
+    }
+    assert offending == {}
+    # The registration happens on `import overlapdp`, and a table is counted through it.
+    done = python(
+        "import overlapdp.mechanisms.counting as c, sys\n"
+        "import pandas as pd\n"
+        "from overlapdp import Schema, parse_where\n"
+        "from overlapdp.schema import IntAttribute\n"
+        "s = Schema((IntAttribute('a', 0, 9),))\n"
+        "frame = pd.DataFrame({'a': [1, 2, 2, 7, 9]})\n"
+        "print(c.Counter.of(frame).count_many([parse_where(s, 'a >= 2'), parse_where(s, 'a = 2')]))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[4, 2]"  # counted by hand from the five rows

@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.audit import audit_epsilon
 from overlapdp.engine import open_engine
 from overlapdp.errors import QueryError
 from overlapdp.mechanisms import RandomSource, SeededRandomSource
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.mechanisms.calibration import declared_guarantee, guarantee_of
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP
 from overlapdp.query import Workload, parse_where

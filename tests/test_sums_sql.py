@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from cli_helpers import run
-from overlapdp.answering import answer_workload, plan_answers
 from overlapdp.errors import QueryError, WorkloadError
 from overlapdp.mechanisms import SeededRandomSource
+from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum
 from overlapdp.query import Workload, parse_line, parse_select_aggregate
 from overlapdp.query.aggregate import Aggregate, Clipping

@@ -2,10 +2,18 @@
 
 The data flow (DESIGN.md): ``schema`` -> ``query`` -> ``overlap`` -> ``privacy`` -> ``mechanisms`` ->
 ``engine`` -> ``service`` -> ``report`` / ``cli``.
+
+The names a user reaches for are here, each imported from its package on first use (so that
+``import overlapdp`` loads neither pandas, DuckDB nor SciPy): the schema and queries, the overlap
+(:func:`max_overlap`, :class:`OverlapIndex`), the privacy definitions and accounting mechanisms
+(:class:`PureDP`, ..., :class:`Laplace`, ...), the accountant (:class:`Odometer`, :class:`PrivacyFilter`),
+and the noisy answers (:func:`noisy_counts`, :func:`answer_workload`, :class:`ConcurrentComposition`, ...).
+Everything else stays in its package (``overlapdp.engine``, ``overlapdp.service``, ...).
 """
 
 from typing import TYPE_CHECKING
 
+import overlapdp.engine  # noqa: F401  (light: registers how the mechanisms open and count tables)
 from overlapdp._lazy import lazy_exports
 from overlapdp.errors import (
     DataError,
@@ -17,6 +25,33 @@ from overlapdp.errors import (
 )
 
 if TYPE_CHECKING:
+    from overlapdp.mechanisms import (
+        ConcurrentComposition,
+        GuessAndCheck,
+        NoisyCounts,
+        SparseVector,
+        answer_workload,
+        noisy_count,
+        noisy_counts,
+        plan_answers,
+    )
+    from overlapdp.overlap import OverlapIndex, max_overlap
+    from overlapdp.privacy import (
+        GDP,
+        RDP,
+        TCDP,
+        ZCDP,
+        ApproxDP,
+        DiscreteGaussian,
+        DiscreteLaplace,
+        Gaussian,
+        Laplace,
+        Odometer,
+        OpaqueApproxDP,
+        PrivacyFilter,
+        PureDP,
+        RandomizedResponse,
+    )
     from overlapdp.query import (
         PredicateQuery,
         QueryFamily,
@@ -31,6 +66,30 @@ if TYPE_CHECKING:
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
+    "ConcurrentComposition": "mechanisms",
+    "GuessAndCheck": "mechanisms",
+    "NoisyCounts": "mechanisms",
+    "SparseVector": "mechanisms",
+    "answer_workload": "mechanisms",
+    "noisy_count": "mechanisms",
+    "noisy_counts": "mechanisms",
+    "plan_answers": "mechanisms",
+    "OverlapIndex": "overlap",
+    "max_overlap": "overlap",
+    "GDP": "privacy",
+    "RDP": "privacy",
+    "TCDP": "privacy",
+    "ZCDP": "privacy",
+    "ApproxDP": "privacy",
+    "DiscreteGaussian": "privacy",
+    "DiscreteLaplace": "privacy",
+    "Gaussian": "privacy",
+    "Laplace": "privacy",
+    "Odometer": "privacy",
+    "OpaqueApproxDP": "privacy",
+    "PrivacyFilter": "privacy",
+    "PureDP": "privacy",
+    "RandomizedResponse": "privacy",
     "PredicateQuery": "query",
     "Workload": "query",
     "parse_query": "query",
@@ -50,22 +109,46 @@ if not TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "GDP",
+    "RDP",
+    "TCDP",
+    "ZCDP",
+    "ApproxDP",
+    "ConcurrentComposition",
     "DataError",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "Gaussian",
+    "GuessAndCheck",
     "IndexSet",
+    "Laplace",
+    "NoisyCounts",
+    "Odometer",
+    "OpaqueApproxDP",
     "OverlapDPError",
+    "OverlapIndex",
     "PredicateQuery",
+    "PrivacyFilter",
+    "PureDP",
     "QueryError",
     "QueryFamily",
     "QuerySyntaxError",
+    "RandomizedResponse",
     "Schema",
     "SchemaError",
+    "SparseVector",
     "Workload",
     "WorkloadError",
     "__version__",
+    "answer_workload",
     "group_by",
     "infer_schema",
+    "max_overlap",
+    "noisy_count",
+    "noisy_counts",
     "parse_item",
     "parse_query",
     "parse_select",
     "parse_where",
+    "plan_answers",
 ]

@@ -7,8 +7,8 @@ name is then a plain module attribute. ``from overlapdp.engine import DuckDBEngi
 
 Each package repeats its names in an ``if TYPE_CHECKING:`` block of ordinary imports, so that mypy
 sees real types (not ``Any`` from a module ``__getattr__``); tests/test_startup.py checks that the two
-lists agree and that every name resolves. A name equal to its submodule's name (``noisy_counts``) must
-be imported eagerly: importing the submodule binds that name on the package to the module.
+lists agree and that every name resolves. No public name may equal its submodule's name: importing the
+submodule would bind that name on the package to the module (hence ``mechanisms/_noisy_counts.py``).
 """
 
 from __future__ import annotations

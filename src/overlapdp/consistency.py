@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.errors import OverlapDPError
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -232,7 +232,7 @@ def make_consistent(
 ) -> ConsistentAnswers:
     """Consistent versions of noisy answers of ``queries`` (module docstring; post-processing).
 
-    ``answers`` is a :class:`~overlapdp.answering.WorkloadAnswers` or a sequence of
+    ``answers`` is a :class:`~overlapdp.mechanisms.answering.WorkloadAnswers` or a sequence of
     :class:`~overlapdp.mechanisms.NoisyAnswer` (one per query, in order); each is weighted by the inverse
     of its noise's variance. The raw answers are not modified.
     """

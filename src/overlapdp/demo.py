@@ -23,7 +23,6 @@ from typing import Any, cast
 
 import pandas as pd
 
-from overlapdp.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.errors import DataError
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
@@ -31,6 +30,7 @@ from overlapdp.report import build_report
 from overlapdp.report.ledger import LedgerEntry, check_partitions, partition_charge
 from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult_labelled
 from overlapdp.schema import Schema, read_table
+from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.embedded import embedded_service
 from overlapdp.service.recorded import recorded_query
 

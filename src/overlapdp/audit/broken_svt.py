@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from overlapdp.mechanisms.noise import DiscreteLaplace
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
 from overlapdp.mechanisms.randomness import RandomSource
 from overlapdp.mechanisms.rationals import round_up
 from overlapdp.mechanisms.sparse_vector import optimal_split
@@ -59,14 +59,14 @@ def claimed_epsilon(variant: Variant, epsilon: float) -> float:
 
 
 @lru_cache(maxsize=64)
-def _noises(variant: Variant, epsilon: float, c: int) -> tuple[DiscreteLaplace, DiscreteLaplace]:
+def _noises(variant: Variant, epsilon: float, c: int) -> tuple[DiscreteLaplaceNoise, DiscreteLaplaceNoise]:
     """The threshold and query noise of ``variant`` (scales rounded up, like the correct mechanism)."""
     monotonic = variant == "monotonic_noise"
     eps1, eps2 = optimal_split(epsilon, c, monotonic=monotonic)
     spread = c if monotonic else 2 * c
     return (
-        DiscreteLaplace(round_up(Fraction(1) / Fraction(eps1))),
-        DiscreteLaplace(round_up(Fraction(spread) / Fraction(eps2))),
+        DiscreteLaplaceNoise(round_up(Fraction(1) / Fraction(eps1))),
+        DiscreteLaplaceNoise(round_up(Fraction(spread) / Fraction(eps2))),
     )
 
 

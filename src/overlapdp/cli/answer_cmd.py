@@ -9,13 +9,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 from overlapdp.cli.app import app, console, emit_json, warn
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
+from overlapdp.mechanisms.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
-    from overlapdp.answering import AnswerPlan
+    from overlapdp.mechanisms.answering import AnswerPlan
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
 
@@ -70,8 +70,8 @@ def answer(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
-    from overlapdp.answering import answer_workload, plan_answers
     from overlapdp.engine import open_engine
+    from overlapdp.mechanisms.answering import answer_workload, plan_answers
     from overlapdp.query import Workload
     from overlapdp.query.aggregate import load_declared_bounds
     from overlapdp.schema import Schema

@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 
 from overlapdp._lazy import lazy_exports
 
+# Registers how tables are opened and counted (overlapdp/tables.py) for the mechanisms, one layer down,
+# which never import this package; light (no engine is imported). overlapdp/__init__.py imports us.
+from overlapdp.engine import inputs as _inputs  # noqa: F401
+
 if TYPE_CHECKING:
     from overlapdp.engine.base import DomainReport, Engine
     from overlapdp.engine.duckdb_engine import DuckDBEngine

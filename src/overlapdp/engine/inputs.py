@@ -2,9 +2,9 @@
 
 :func:`open_data` turns a pandas DataFrame, a Polars DataFrame or LazyFrame, a pyarrow Table or
 RecordBatch, or a DuckDB relation into an :class:`~overlapdp.engine.Engine` on a schema. Every entry point
-that takes data (:func:`~overlapdp.mechanisms.noisy_counts`, the interactive mechanisms and their
+that takes data (:func:`~overlapdp.mechanisms._noisy_counts`, the interactive mechanisms and their
 concurrent composition through :meth:`~overlapdp.mechanisms.Counter.of`,
-:func:`~overlapdp.engine.exact_counts`, :func:`~overlapdp.answering.answer_workload` and
+:func:`~overlapdp.engine.exact_counts`, :func:`~overlapdp.mechanisms.answering.answer_workload` and
 :func:`~overlapdp.engine.open_engine`) goes through it, so they all accept the same inputs and refuse the
 rest with the same :class:`~overlapdp.errors.UnsupportedDataError`.
 
@@ -31,14 +31,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from overlapdp.errors import DataError
-from overlapdp.tables import ACCEPTED, DataKind, column_names, data_kind, unsupported
+from overlapdp.tables import ACCEPTED, DataKind, column_names, data_kind, register_counting, unsupported
 
 __all__ = ["ACCEPTED", "DataKind", "data_kind", "open_data", "unsupported"]
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import duckdb
 
     from overlapdp.engine.base import Engine
+    from overlapdp.query import PredicateQuery
     from overlapdp.schema import Schema
 
 
@@ -193,3 +196,13 @@ def open_data(data: object, schema: Schema, *, engine: str | None = None, **opti
     from overlapdp.engine.registry import ENGINES
 
     raise DataError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _exact_counts(queries: Sequence[PredicateQuery], data: object) -> list[int]:
+    from overlapdp.engine.exact import exact_counts  # pandas: imported when an encoded table is counted
+
+    return exact_counts(queries, data)
+
+
+# The engine layer plugs into the mechanisms' counting here (overlapdp/tables.py, DESIGN.md layers).
+register_counting(open_data, _exact_counts)

@@ -1,7 +1,8 @@
 """Mechanisms that spend the budget (DESIGN.md data flow, step 5; MATH.md 3, 4, 6).
 
 Exact integer noise (:mod:`.samplers`, :mod:`.noise`) from the operating system's CSPRNG
-(:mod:`.randomness`), noisy counts with error bars (:mod:`.noisy_counts`), and interactive mechanisms
+(:mod:`.randomness`), noisy counts with error bars (:func:`noisy_counts`; a whole workload planned and
+answered by :func:`answer_workload`, :mod:`.answering`), and interactive mechanisms
 (:mod:`.interactive`): :class:`SparseVector`, :class:`GuessAndCheck`, :class:`NoisyCounts`, composed
 concurrently by :class:`ConcurrentComposition`.
 """
@@ -10,11 +11,9 @@ from typing import TYPE_CHECKING
 
 from overlapdp._lazy import lazy_exports
 
-# Eager: the function noisy_counts shares its submodule's name, and importing the submodule (as other
-# modules do) would bind the package attribute to the module instead of a lazy function.
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
-
 if TYPE_CHECKING:
+    from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
+    from overlapdp.mechanisms.answering import answer_workload, plan_answers
     from overlapdp.mechanisms.calibration import (
         declared_guarantee,
         gaussian_for_mu,
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     )
     from overlapdp.mechanisms.guess_and_check import GuessAndCheck, GuessAnswer
     from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, InteractiveMechanism
-    from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace
+    from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise
     from overlapdp.mechanisms.noisy_session import NoisyCounts
     from overlapdp.mechanisms.randomness import (
         RandomSource,
@@ -48,6 +47,12 @@ if TYPE_CHECKING:
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
+    "NoisyAnswer": "_noisy_counts",
+    "add_noise": "_noisy_counts",
+    "noisy_count": "_noisy_counts",
+    "noisy_counts": "_noisy_counts",
+    "answer_workload": "answering",
+    "plan_answers": "answering",
     "declared_guarantee": "calibration",
     "gaussian_for_mu": "calibration",
     "gaussian_for_rho": "calibration",
@@ -67,8 +72,8 @@ _EXPORTS = {
     "WHOLE_DOMAIN": "interactive",
     "Coverage": "interactive",
     "InteractiveMechanism": "interactive",
-    "DiscreteGaussian": "noise",
-    "DiscreteLaplace": "noise",
+    "DiscreteGaussianNoise": "noise",
+    "DiscreteLaplaceNoise": "noise",
     "NoisyCounts": "noisy_session",
     "RandomSource": "randomness",
     "SeededRandomSource": "randomness",
@@ -92,8 +97,8 @@ __all__ = [
     "Counter",
     "Coverage",
     "CoverageError",
-    "DiscreteGaussian",
-    "DiscreteLaplace",
+    "DiscreteGaussianNoise",
+    "DiscreteLaplaceNoise",
     "GuessAndCheck",
     "GuessAnswer",
     "InsecureRandomnessError",
@@ -109,6 +114,7 @@ __all__ = [
     "SystemRandomSource",
     "ThresholdState",
     "add_noise",
+    "answer_workload",
     "declared_guarantee",
     "gaussian_for_mu",
     "gaussian_for_rho",
@@ -118,6 +124,7 @@ __all__ = [
     "noisy_count",
     "noisy_counts",
     "optimal_split",
+    "plan_answers",
     "resolve_source",
     "system_source",
 ]

@@ -24,7 +24,7 @@ import numpy as np
 
 from overlapdp.mechanisms.calibration import PrivacyDefinition, check_sensitivity
 from overlapdp.mechanisms.errors import BudgetExceededError, MechanismError
-from overlapdp.mechanisms.noise import DiscreteGaussian, DiscreteLaplace, Noise
+from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
 from overlapdp.mechanisms.rationals import float_down
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy import mechanisms as pm
@@ -83,9 +83,9 @@ def declared_mechanism(guarantee: PrivacyDefinition) -> pm.Mechanism:
 def noise_mechanism(noise: Noise, sensitivity: int = 1) -> pm.Mechanism:
     """The accountant's description of one noisy count with this noise (scale rounded down: safe)."""
     delta = check_sensitivity(sensitivity)
-    if isinstance(noise, DiscreteLaplace):
+    if isinstance(noise, DiscreteLaplaceNoise):
         return pm.DiscreteLaplace(float_down(noise.scale), delta)
-    assert isinstance(noise, DiscreteGaussian)
+    assert isinstance(noise, DiscreteGaussianNoise)
     sigma = math.nextafter(math.sqrt(float_down(noise.sigma2)), 0.0)
     if sigma > 1e5:  # beyond the exact accountant's range: its zCDP declaration, rounded up
         return DeclaredZCDP(math.nextafter(delta * delta / (2 * sigma * sigma), math.inf))

@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import TypeAlias
 
 from overlapdp.mechanisms.errors import MechanismError
-from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussian, DiscreteLaplace, Noise
+from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
 from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_positive
 
@@ -86,12 +86,12 @@ def gaussian_sigma2(sigma2: Fraction) -> Fraction:
     return round_up(sigma2, max_denominator=den, name="sigma^2")
 
 
-def laplace_for(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") -> DiscreteLaplace:
+def laplace_for(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") -> DiscreteLaplaceNoise:
     """Discrete Laplace noise that makes a sensitivity-``Delta`` count ``epsilon``-DP."""
-    return DiscreteLaplace(laplace_scale(epsilon, sensitivity, name=name))
+    return DiscreteLaplaceNoise(laplace_scale(epsilon, sensitivity, name=name))
 
 
-def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> DiscreteGaussian:
+def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> DiscreteGaussianNoise:
     """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP; :class:`BudgetError`
     naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE` (``rho < Delta^2 2^-81``)."""
     r = check_positive(name, rho)
@@ -99,10 +99,10 @@ def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> 
     sigma2 = Fraction(delta * delta) / (2 * Fraction(r))
     if sigma2 > MAX_SCALE * MAX_SCALE:
         raise _too_small(name, rho, Fraction(delta * delta) / (2 * MAX_SCALE * MAX_SCALE))
-    return DiscreteGaussian(gaussian_sigma2(sigma2))
+    return DiscreteGaussianNoise(gaussian_sigma2(sigma2))
 
 
-def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> DiscreteGaussian:
+def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> DiscreteGaussianNoise:
     """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc);
     :class:`BudgetError` naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE`."""
     m = _declarable_mu(name, mu)
@@ -110,7 +110,7 @@ def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> Dis
     sigma2 = Fraction(delta * delta) / (Fraction(m) * Fraction(m))
     if sigma2 > MAX_SCALE * MAX_SCALE:
         raise _too_small(name, mu, Fraction(delta) / MAX_SCALE)
-    return DiscreteGaussian(gaussian_sigma2(sigma2))
+    return DiscreteGaussianNoise(gaussian_sigma2(sigma2))
 
 
 def noise_for(budget: CountBudget, sensitivity: int = 1) -> Noise:
@@ -155,7 +155,7 @@ def guarantee_of(noise: Noise, sensitivity: int = 1) -> PureDP | ZCDP:
     (MATH.md 6.2).
     """
     delta = check_sensitivity(sensitivity)
-    if isinstance(noise, DiscreteLaplace):
+    if isinstance(noise, DiscreteLaplaceNoise):
         return PureDP(float_up(delta / noise.scale))
     return ZCDP(float_up(Fraction(delta * delta) / (2 * noise.sigma2)))
 

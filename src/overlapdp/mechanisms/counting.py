@@ -6,6 +6,9 @@ A :class:`Counter` answers ``q(D)`` for predicate queries. It is built from a pl
 :func:`overlapdp.engine.inputs.open_data` accepts: pandas, Polars (eager or lazy), Arrow (Table or
 RecordBatch), a DuckDB relation, a Spark DataFrame, each counted by its natural engine, many queries in
 one pass. Nothing here adds noise.
+
+Tables are opened and counted through :mod:`overlapdp.tables`, where the engine layer registers its
+``open_data`` and ``exact_counts`` (DESIGN.md, layers): the mechanisms never import ``overlapdp.engine``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.query import PredicateQuery
-from overlapdp.tables import data_kind, unsupported
+from overlapdp.tables import data_kind, exact_table_counts, open_table, unsupported
 
 if TYPE_CHECKING:  # pandas and the engines are imported when a table is counted
     from overlapdp.engine.base import Engine, Method
@@ -59,9 +62,7 @@ class _TableCounts:
         with self._lock:
             engine = self._engines.get(schema)
             if engine is None:
-                from overlapdp.engine.inputs import open_data
-
-                engine = open_data(self._data, schema)
+                engine = open_table(self._data, schema)
                 self._engines[schema] = engine
             return engine.counts(qs, method=method)
 
@@ -108,12 +109,10 @@ class Counter:
             return data
         kind = data_kind(data)
         if kind == "encoded":
-            from overlapdp.engine.exact import exact_counts
-
             table = data
 
             def many(qs: Sequence[PredicateQuery]) -> list[int]:
-                return exact_counts(qs, table)
+                return exact_table_counts(qs, table)
 
             return Counter(lambda q: many([q])[0], many)
         if kind is not None:

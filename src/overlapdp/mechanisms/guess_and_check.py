@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
@@ -84,9 +84,9 @@ class GuessAndCheck:
         self.tolerance: Fraction = tol
         self._c = check_c(max_failures, "max_failures")
         self._delta = check_sensitivity(sensitivity)
-        self.threshold_noise = DiscreteLaplace(round_up(threshold_scale, name="threshold_scale"))
-        self.query_noise = DiscreteLaplace(round_up(query_scale, name="query_scale"))
-        self.estimate_noise = DiscreteLaplace(round_up(estimate_scale, name="estimate_scale"))
+        self.threshold_noise = DiscreteLaplaceNoise(round_up(threshold_scale, name="threshold_scale"))
+        self.query_noise = DiscreteLaplaceNoise(round_up(query_scale, name="query_scale"))
+        self.estimate_noise = DiscreteLaplaceNoise(round_up(estimate_scale, name="estimate_scale"))
         self._coverage = check_coverage(coverage)
         self._level = _check_level(level)
         self._source = resolve_source(rng, served=served)

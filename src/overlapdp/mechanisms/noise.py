@@ -1,9 +1,9 @@
 """The two noise distributions on the integers, exact sampling and exact error bars (MATH.md 6.2).
 
-:class:`DiscreteLaplace` (scale ``t``): pmf ``(e^{1/t}-1)/(e^{1/t}+1) e^{-|y|/t}``; added to a count of
+:class:`DiscreteLaplaceNoise` (scale ``t``): pmf ``(e^{1/t}-1)/(e^{1/t}+1) e^{-|y|/t}``; added to a count of
 sensitivity ``Delta`` it is ``(Delta/t)``-DP (CKS 2020, and Ghosh, Roughgarden, Sundararajan 2009).
 
-:class:`DiscreteGaussian` (variance parameter ``sigma^2``): pmf proportional to ``e^{-y^2/(2 sigma^2)}``;
+:class:`DiscreteGaussianNoise` (variance parameter ``sigma^2``): pmf proportional to ``e^{-y^2/(2 sigma^2)}``;
 added to a count of sensitivity ``Delta`` it is ``Delta^2/(2 sigma^2)``-zCDP (CKS 2020, Theorem 4).
 
 Both are symmetric about 0, so a noisy count ``a = q(D) + Y`` gives the interval ``[a - w, a + w]`` for
@@ -58,7 +58,7 @@ def _check_level(level: float) -> float:
 
 
 @dataclass(frozen=True)
-class DiscreteLaplace:
+class DiscreteLaplaceNoise:
     """The discrete Laplace distribution of rational scale ``t`` (exact)."""
 
     scale: Fraction
@@ -128,7 +128,7 @@ class DiscreteLaplace:
 
 
 @dataclass(frozen=True)
-class DiscreteGaussian:
+class DiscreteGaussianNoise:
     """The discrete Gaussian ``N_Z(0, sigma^2)`` with rational ``sigma^2`` (exact)."""
 
     sigma2: Fraction
@@ -229,7 +229,7 @@ class DiscreteGaussian:
 
 
 @lru_cache(maxsize=1024)
-def _laplace_half_width(noise: DiscreteLaplace, level: float) -> int:
+def _laplace_half_width(noise: DiscreteLaplaceNoise, level: float) -> int:
     return noise._half_width(level)
 
 
@@ -237,11 +237,11 @@ def _laplace_half_width(noise: DiscreteLaplace, level: float) -> int:
 def _gaussian_half_width(sigma2: Fraction, level: float) -> int:
     # Keyed by the parameters, not the noise object: the object's summed pmf (up to 4 million floats)
     # is dropped with it instead of being kept alive by the cache.
-    return DiscreteGaussian(sigma2)._half_width(level)
+    return DiscreteGaussianNoise(sigma2)._half_width(level)
 
 
 def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2))
 
 
-Noise = DiscreteLaplace | DiscreteGaussian
+Noise = DiscreteLaplaceNoise | DiscreteGaussianNoise

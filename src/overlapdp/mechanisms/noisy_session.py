@@ -14,6 +14,7 @@ Feldman and Zrnic 2021 for zCDP). Each answer is charged its DECLARED per-query 
 
 from __future__ import annotations
 
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.accounting import OverlapFilter, declared_mechanism
 from overlapdp.mechanisms.calibration import CountBudget, check_sensitivity, declared_guarantee, noise_for
 from overlapdp.mechanisms.counting import Counter, DataLike
@@ -21,7 +22,6 @@ from overlapdp.mechanisms.errors import CoverageError, MechanismError
 from overlapdp.mechanisms.filters import SequentialFilter
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
 from overlapdp.mechanisms.noise import _check_level
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery

@@ -37,12 +37,12 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplace, _check_level
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
@@ -212,12 +212,14 @@ class SparseVector:
 @lru_cache(maxsize=256)
 def _svt_noise(
     eps1: float, eps2: float, c: int, monotonic: bool, delta: int, eps3: float | None, eps: float
-) -> tuple[DiscreteLaplace, DiscreteLaplace, DiscreteLaplace | None, PureDP]:
+) -> tuple[DiscreteLaplaceNoise, DiscreteLaplaceNoise, DiscreteLaplaceNoise | None, PureDP]:
     """Noise scales (rounded up) and the declared guarantee; cached, mechanisms are spawned often."""
     spread = c if monotonic else 2 * c
-    threshold_noise = DiscreteLaplace(round_up(Fraction(delta) / Fraction(eps1)))
-    query_noise = DiscreteLaplace(round_up(Fraction(spread * delta) / Fraction(eps2)))
-    release_noise = None if eps3 is None else DiscreteLaplace(round_up(Fraction(c * delta) / Fraction(eps3)))
+    threshold_noise = DiscreteLaplaceNoise(round_up(Fraction(delta) / Fraction(eps1)))
+    query_noise = DiscreteLaplaceNoise(round_up(Fraction(spread * delta) / Fraction(eps2)))
+    release_noise = (
+        None if eps3 is None else DiscreteLaplaceNoise(round_up(Fraction(c * delta) / Fraction(eps3)))
+    )
     requested = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
     # eps2 = eps - eps1 in floats can round UP, so the noise may be worth more than the requested eps:
     # declare the larger of the request and the exact epsilon of the scales used (MATH.md 4.1).

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from overlapdp.overlap._compiled import BoolArray, IntArray
 from overlapdp.overlap.branch import AtomTable
-from overlapdp.overlap.compiled import BoolArray, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # The adjacency matrix is t x t booleans; above this many live queries the colouring bound is skipped.

@@ -45,8 +45,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import atom_tables
-from overlapdp.overlap.compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from overlapdp.overlap.compiled import BoolArray, Compiled, IntArray
+from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # Relative slack when comparing float bounds with the incumbent (sums of loads in different orders).

@@ -15,7 +15,7 @@ algorithms. The route is picked from the workload's shape:
      many attributes, far sooner than HiGHS;
    - alongside it, in this process: a short try of HiGHS (scipy ``milp``) on value sets, and a
      best-first search over some attributes with a dense grid over the others
-     (:mod:`overlapdp.overlap.gridbranch`, the fastest on many boxes over few attributes); the first
+     (:mod:`overlapdp.overlap._gridbranch`, the fastest on many boxes over few attributes); the first
      to prove the optimum stops the others. On workloads under ``WCSP_FIRST_QUERIES`` queries HiGHS
      goes first instead (it proves most small ones before a child process has started);
    - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
@@ -44,9 +44,17 @@ import numpy as np
 
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap import wcsp
+from overlapdp.overlap._compiled import Compiled, IntArray, check_schema, compile_workload
+from overlapdp.overlap._gridbranch import (
+    NODE_GRID_LIMIT,
+    Split,
+    choose_split,
+    compress,
+    grid_branch,
+    kept_tables,
+)
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables, branch_and_bound
-from overlapdp.overlap.compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap.exactness import (
     U,
     certify,
@@ -59,14 +67,6 @@ from overlapdp.overlap.exactness import (
     sum_error,
 )
 from overlapdp.overlap.grid import GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.gridbranch import (
-    NODE_GRID_LIMIT,
-    Split,
-    choose_split,
-    compress,
-    grid_branch,
-    kept_tables,
-)
 from overlapdp.overlap.magnitude import Loads, MagnitudeError
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (

@@ -30,8 +30,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable
-from overlapdp.overlap.compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.grid import GridPlan
 from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
 from overlapdp.overlap.result import FloatArray

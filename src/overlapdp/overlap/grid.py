@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from overlapdp.overlap.compiled import Compiled, IntArray
+from overlapdp.overlap._compiled import Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # Largest grid (cells, times components) the dense route will allocate: 16M float64 values = 128 MB.

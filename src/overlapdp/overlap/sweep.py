@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from overlapdp.overlap.compiled import Compiled
+from overlapdp.overlap._compiled import Compiled
 from overlapdp.overlap.result import FloatArray
 
 

@@ -16,7 +16,7 @@ Artificial Intelligence 174, 2010) proves the optimum; its dual bound is a lower
 Costs are integers, so the route is taken only when every load is an exact integer multiple of
 one unit (``count`` always; ``sum`` with equal weights, or integer, half, quarter... weights); otherwise
 rounding could move the optimum and :func:`integral_loads` returns None. The solver runs in a child process
-(:mod:`overlapdp.overlap.wcsp_worker`) killed at the deadline.
+(:mod:`overlapdp.overlap._wcsp_worker`) killed at the deadline.
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
+from overlapdp.overlap._compiled import BoolArray, IntArray
 from overlapdp.overlap.branch import AtomTable
-from overlapdp.overlap.compiled import BoolArray, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # Integer costs stay far inside int64 (toulbar2's cost type) with this much headroom.
 _MAX_TOTAL = 1 << 50
 # Seconds the child needs at least to start, build the network and report (measured ~0.2 s).
 _STARTUP = 0.3
-_WORKER = Path(__file__).with_name("wcsp_worker.py")
+_WORKER = Path(__file__).with_name("_wcsp_worker.py")
 
 
 @functools.cache

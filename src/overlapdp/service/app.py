@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from overlapdp.errors import OverlapDPError
-from overlapdp.service import runtime
+from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard

@@ -16,7 +16,7 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
   to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
-  :class:`overlapdp.service.runtime.ServiceFilter` (exact at the budget).
+  :class:`overlapdp.service._runtime.ServiceFilter` (exact at the budget).
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
   spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
@@ -40,7 +40,7 @@ from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
-from overlapdp.service import runtime
+from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
 from overlapdp.service.ledger import (
@@ -155,7 +155,7 @@ class _Pending:
     true_counts: list[int] = field(default_factory=list)
     #: The released answers, drawn before the request joins a group (discarded if it is refused).
     noisy: list[dict[str, Any]] = field(default_factory=list)
-    mechanism: runtime.Mechanism | None = None
+    mechanism: runtime.ServedMechanism | None = None
     loads: list[float] = field(default_factory=list)
     session_id: str | None = None
     session_kind: str | None = None
@@ -587,7 +587,7 @@ class QueryService:
 
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
-    ) -> runtime.Mechanism:
+    ) -> runtime.ServedMechanism:
         name = runtime.DEFINITIONS[state.record.definition]
         if parameter is None or (given is not None and given != name):
             raise QueryError(

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable, BranchOutcome
-from overlapdp.overlap.compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.grid import GridPlan
 from overlapdp.overlap.result import FloatArray
 

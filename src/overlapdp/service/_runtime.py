@@ -198,7 +198,7 @@ def check_amount(name: str, value: Any) -> float:
 
 
 @dataclass(frozen=True)
-class Mechanism:
+class ServedMechanism:
     """The mechanism answering one count (sensitivity 1 under add/remove) and what it is charged.
 
     ``parameter`` is the query's amount in the data set's definition, which is also its per-row load
@@ -243,13 +243,15 @@ class Mechanism:
         return out
 
 
-def mechanism_for(definition: str, parameter: float, params: Mapping[str, Any] | None = None) -> Mechanism:
+def mechanism_for(
+    definition: str, parameter: float, params: Mapping[str, Any] | None = None
+) -> ServedMechanism:
     """The mechanism for a per-query parameter, refused (:class:`BudgetError` naming the parameter)
     unless it lies in the service's range and its noise scale is representable
     (:func:`overlapdp.mechanisms.noise_for`: epsilon >= 2^-40, rho >= 2^-81)."""
     check_definition(definition)
     alpha = float((params or {}).get("alpha", 0.0)) if definition == "rdp" else 0.0
-    mech = Mechanism(definition, check_amount(DEFINITIONS[definition], parameter), alpha)
+    mech = ServedMechanism(definition, check_amount(DEFINITIONS[definition], parameter), alpha)
     try:
         noise_for(mech.guarantee)  # raises before anything is counted or drawn
     except BudgetError as exc:
@@ -474,7 +476,7 @@ def _float_down(x: Fraction) -> float:
 # -- noise ----------------------------------------------------------------------------------------
 
 
-def noisy_counts(true_counts: Sequence[int], mechanism: Mechanism) -> list[dict[str, Any]]:
+def noisy_counts(true_counts: Sequence[int], mechanism: ServedMechanism) -> list[dict[str, Any]]:
     """Release each count plus exact integer noise (OS CSPRNG, served mode) with a 95% interval."""
     answers = add_noise(list(true_counts), mechanism.guarantee, level=0.95, served=True)
     return [
@@ -487,7 +489,7 @@ def noisy_aggregates(
     true_counts: Sequence[int],
     true_sums: Sequence[int | None],
     aggregates: Sequence[Aggregate],
-    mechanism: Mechanism,
+    mechanism: ServedMechanism,
 ) -> list[dict[str, Any]]:
     """Counts as :func:`noisy_counts`; a sum or mean by the library's own noise
     (:func:`overlapdp.mechanisms.sums.add_sum_noise` / ``add_mean_noise``, served mode) at the query's

@@ -24,7 +24,7 @@ from overlapdp.query.groupby import is_select
 try:
     import httpx
 except ModuleNotFoundError:  # the 'service' extra: one error that says so
-    raise missing_extra("service", "overlapdp.client", "httpx") from None
+    raise missing_extra("service", "overlapdp.service.client", "httpx") from None
 
 #: A query: SQL-style condition text, or a workload-file object ``{"where": ...}`` / ``{"conditions": ...}``.
 QuerySpec = str | Mapping[str, Any]

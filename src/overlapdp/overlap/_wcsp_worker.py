@@ -1,6 +1,6 @@
 """Child process that solves one weighted constraint problem with toulbar2 (see :mod:`overlapdp.overlap.wcsp`).
 
-Run as ``python .../overlap/wcsp_worker.py PROBLEM.npz RESULT.json`` (a script, so that the child does
+Run as ``python .../overlap/_wcsp_worker.py PROBLEM.npz RESULT.json`` (a script, so that the child does
 not import the whole package: that alone takes most of a second). Reads the network (atoms per
 attribute, initial upper bound, time limit, unary costs, the boxes) and writes to RESULT.json the best
 assignment found (one atom index per attribute; the box variables are dropped) with its cost,

@@ -46,12 +46,13 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from overlapdp.errors import OverlapDPError
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
-from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
 from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
+from overlapdp.tables import data_kind, open_table
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
@@ -493,9 +494,6 @@ def answer_workload(
     is opened on the queries' schema with its natural engine and closed afterwards. Counting (where data
     problems surface) happens before any noise is drawn.
     """
-    from overlapdp.engine.base import Engine
-    from overlapdp.engine.inputs import open_data
-
     qs = list(queries)
     if len(qs) != plan.queries:
         raise AnswerError("the plan was made for another workload")
@@ -511,12 +509,12 @@ def answer_workload(
         from overlapdp.consistency import workload_design
 
         design = workload_design(qs)
-    if isinstance(engine, Engine):
+    if data_kind(engine) == "engine":  # an open Engine (overlapdp.engine.base)
         counts = engine.counts(qs)
     else:
         if not qs:
             raise AnswerError("the workload is empty")
-        with open_data(engine, qs[0].schema) as opened:
+        with open_table(engine, qs[0].schema) as opened:
             counts = opened.counts(qs)
     noisy = add_noise(
         counts,
@@ -594,16 +592,13 @@ def _answer_aggregates(
     any noise), then independent noise per query at the plan's per-query budget."""
     if len(aggs) != len(qs):
         raise AnswerError("give one aggregate per query")
-    from overlapdp.engine.base import Engine
-    from overlapdp.engine.inputs import open_data
-
     check_aggregates(plan, aggs)
-    if isinstance(engine, Engine):
+    if data_kind(engine) == "engine":  # an open Engine (overlapdp.engine.base)
         counts, sums = _exact_aggregates(engine, qs, aggs)
     else:
         if not qs:
             raise AnswerError("the workload is empty")
-        with open_data(engine, qs[0].schema) as opened:
+        with open_table(engine, qs[0].schema) as opened:
             counts, sums = _exact_aggregates(opened, qs, aggs)
     source = resolve_source(rng, served=served)
     budget = plan.per_query_budget
