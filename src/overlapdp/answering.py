@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
@@ -72,10 +72,6 @@ DEFAULT_EFFORT = 30.0
 DEFAULT_DELTA = 1e-6
 #: The unit of each definition's budget and guarantee.
 UNITS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}
-
-
-class AnswerError(OverlapDPError):
-    """A bad request to answer a workload (definition, accounting, level, empty workload)."""
 
 
 def check_budget(value: Any) -> float:

@@ -16,13 +16,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import BudgetError as BudgetError
 from overlapdp.privacy import conversions as conv
-
-
-class BudgetError(OverlapDPError):
-    """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
-
 
 # The neighbouring relation (MATH.md 1): a row added or removed (the default), or one row replaced.
 Neighbouring = Literal["add_remove", "replace"]
