@@ -22,6 +22,7 @@ from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, Budget
 from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff
 from overlapdp.privacy.pld import DEFAULT_H, PLD
 from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
+from overlapdp.validation import check_positive
 
 
 def _half_square(x: float) -> ZCDP | None:
@@ -39,13 +40,7 @@ def _half_square(x: float) -> ZCDP | None:
 
 
 def _pos(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    return v
+    return check_positive(value, name)
 
 
 def _pos_int(name: str, value: float) -> int:
