@@ -47,11 +47,6 @@ def check_sensitivity(sensitivity: int) -> int:
     return check_int(sensitivity, "sensitivity", minimum=1, error=MechanismError)
 
 
-def positive_epsilon(value: float, name: str = "epsilon") -> float:
-    """A budget that must be a positive finite number (BudgetError naming ``name`` otherwise)."""
-    return check_positive(value, name)
-
-
 def _too_small(name: str, value: float, smallest: Fraction) -> BudgetError:
     return BudgetError(
         f"{name} = {value!r} is too small: its noise would be wider than 2^40; "
