@@ -246,4 +246,11 @@ def test_validation_keeps_each_areas_error_type() -> None:
         check_delta(0.0)
     with pytest.raises(errors.BudgetError, match="epsilon"):
         PureDP(math.nan)
+    # A bool was taken as 1.0 by the definitions and the mechanisms' cost objects (float(True)); now refused.
+    from overlapdp.privacy.mechanisms import Laplace
+
+    with pytest.raises(errors.BudgetError, match="epsilon"):
+        PureDP(True)  # type: ignore[arg-type]
+    with pytest.raises(errors.BudgetError, match="sensitivity"):
+        Laplace(scale=1.0, sensitivity=True)  # type: ignore[arg-type]
     assert validation.check_int(3, "c") == 3 and validation.check_int(0, "c", minimum=0) == 0

@@ -106,6 +106,7 @@ class OutsideDomainError(DataError):
         self.attributes = attributes
 
 
+# -- optional dependencies -------------------------------------------------------------------------------
 class MissingExtraError(OverlapDPError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it.
 
