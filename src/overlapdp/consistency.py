@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import ConsistencyError as ConsistencyError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.query import PredicateQuery
@@ -57,10 +57,6 @@ CELL_LIMIT = 100_000
 WORK_LIMIT_BYTES = 400_000_000
 #: Largest queries x cells matrix solved (dense float64, 8 bytes an entry).
 MATRIX_LIMIT = 10_000_000
-
-
-class ConsistencyError(OverlapDPError):
-    """Consistent answers cannot be computed for this workload (too many cells, bad answers)."""
 
 
 @dataclass(frozen=True)

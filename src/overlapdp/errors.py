@@ -1,15 +1,26 @@
-"""One exception hierarchy for everything the user can get wrong.
+"""The one exception tree: every error overlapdp raises on bad input or a refused request.
+
+Every exception class of the library is defined here, as a subclass of :class:`OverlapDPError`; the
+modules that raise them re-export them (``from overlapdp.privacy.definitions import BudgetError`` still
+works), and a test checks that no exception class is defined anywhere else. Parameter checks that raise
+them live in :mod:`overlapdp.validation`.
 
 The CLI turns any :class:`OverlapDPError` into a one-line message and exit status 2; the HTTP service
-turns it into a 4xx answer. Messages name the offending part (attribute, field, file) and never echo
-data values from a private table.
+turns it into a 4xx answer (a :class:`ServiceError` carries its own status, :class:`AuthError` is 401,
+:class:`LedgerError` 409, any other 400). Messages name the offending part (attribute, field, file) and
+never echo data values from a private table.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OverlapDPError(Exception):
     """Base class of every error overlapdp raises on bad input."""
+
+
+# -- schemas, queries, data and workloads ------------------------------------------------------------------
 
 
 class SchemaError(OverlapDPError):
@@ -95,6 +106,7 @@ class OutsideDomainError(DataError):
         self.attributes = attributes
 
 
+# -- optional dependencies -------------------------------------------------------------------------------
 class MissingExtraError(OverlapDPError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it.
 
@@ -105,3 +117,186 @@ class MissingExtraError(OverlapDPError, ImportError):
         super().__init__(message)
         self.extra = extra
         self.module = module
+
+
+# -- privacy parameters and budgets ------------------------------------------------------------------------
+class BudgetError(OverlapDPError):
+    """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1)).
+
+    Raised by the privacy definitions (:mod:`overlapdp.privacy.definitions`), the calibrations and the
+    checks of :mod:`overlapdp.validation` when a budget-like value is refused."""
+
+
+class AdaptivityError(BudgetError):
+    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2)."""
+
+
+# -- mechanisms ------------------------------------------------------------------------------------------
+class MechanismError(OverlapDPError):
+    """A mechanism was configured or used wrongly (c < 1, tolerance <= 0, non-integer sensitivity, a
+    confidence level outside (0, 1), ...)."""
+
+
+class InsecureRandomnessError(MechanismError):
+    """A seeded (reproducible, hence predictable) generator was passed where a served context needs the
+    operating system's CSPRNG (DESIGN.md: a seeded generator exists for tests only)."""
+
+
+class CoverageError(MechanismError):
+    """A query reaches outside the coverage an interactive mechanism declared (it would read rows whose
+    privacy loss the mechanism's declaration does not account for)."""
+
+
+class BudgetExceededError(MechanismError):
+    """A mechanism or a child would spend beyond its declared or remaining budget; nothing was charged."""
+
+
+class SnapshotError(MechanismError):
+    """A mechanism state (snapshot) is malformed, or was taken from another mechanism than the one it is
+    restored into (another kind, ``c`` or noise scale), or is restored into a mechanism that has
+    already answered queries."""
+
+
+# -- the overlap engine ------------------------------------------------------------------------------------
+class OverlapInputError(OverlapDPError):
+    """Bad input to the overlap engine (base class of the errors below)."""
+
+
+class WeightError(OverlapInputError, WorkloadError):
+    """A weight is negative, NaN, infinite, not a number, or vectors differ in length."""
+
+
+class CompError(OverlapInputError):
+    """An unknown composition function, or weights that do not fit it."""
+
+
+class SchemaMismatchError(OverlapInputError, QueryError):
+    """A query is over another schema than the workload's."""
+
+
+class DuplicateQueryError(OverlapInputError, WorkloadError):
+    """An :class:`~overlapdp.overlap.OverlapIndex` already holds a query with this id (or the id is
+    missing)."""
+
+
+class UnknownQueryError(OverlapInputError, WorkloadError):
+    """An :class:`~overlapdp.overlap.OverlapIndex` holds no query with this id."""
+
+
+class DomainTooLargeError(OverlapInputError):
+    """A reference algorithm (brute force, subset enumeration) was asked to do too much work."""
+
+
+class MagnitudeError(WeightError):
+    """A composed load (a row's sum of weights, or the square root of its sum of squares) exceeds the
+    largest float, so no finite value can be reported; the message names the heaviest query."""
+
+
+# -- answering, consistency and reports --------------------------------------------------------------------
+class AnswerError(OverlapDPError):
+    """A bad request to answer a workload (definition, accounting, level, empty workload)."""
+
+
+class ConsistencyError(OverlapDPError):
+    """Consistent answers cannot be computed for this workload (too many cells, bad answers)."""
+
+
+class ReportInputError(OverlapDPError):
+    """Bad input to a report: unknown or repeated heat-map attribute, empty workload, bad ledger field."""
+
+
+# -- the HTTP service (server side) ------------------------------------------------------------------------
+# The class name of a ServiceError is the ``error`` field of the HTTP answer (the client matches on
+# "QuotaExceeded"), so these names are part of the wire format.
+class ServiceError(OverlapDPError):
+    """A request the service refuses; ``status`` is its HTTP status and ``details`` extra fields of the
+    answer's body."""
+
+    status = 400
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class BadRequest(ServiceError):
+    """A request whose fields contradict each other (e.g. several amounts given): HTTP 400."""
+
+    status = 400
+
+
+class NotFound(ServiceError):
+    """An unknown data set, analyst or session: HTTP 404."""
+
+    status = 404
+
+
+class Conflict(ServiceError):
+    """A request that conflicts with the service's state (an exhausted session, ...): HTTP 409."""
+
+    status = 409
+
+
+class QuotaExceeded(ServiceError):
+    """The analyst's quota or the data set's global budget cannot admit the request: HTTP 403."""
+
+    status = 403
+
+
+class TooLarge(ServiceError):
+    """A body, batch or condition over its limit: HTTP 413."""
+
+    status = 413
+
+
+class FieldRefused(ServiceError):
+    """A field the request may not carry here (422, like a body that fails validation), e.g. a
+    ``guess`` sent to a sparse-vector session; ``field`` names it."""
+
+    status = 422
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Unavailable(ServiceError):
+    """The data set is registered but its rows cannot be read by this instance: HTTP 409."""
+
+    status = 409
+
+
+class AuthError(OverlapDPError):
+    """A missing, malformed, wrong or revoked token (HTTP 401)."""
+
+
+class LedgerError(OverlapDPError):
+    """The ledger cannot be opened or is inconsistent with the request (unknown data set, ...): HTTP 409."""
+
+
+class IdempotencyConflict(LedgerError):
+    """An idempotency key was reused for a different request."""
+
+
+# -- the HTTP client ---------------------------------------------------------------------------------------
+class ServiceRefused(OverlapDPError):
+    """The service answered with an error status; ``status``, ``error`` and ``body`` say why."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body if isinstance(body, dict) else {"detail": body}
+        self.error = str(self.body.get("error", "HTTPError"))
+        detail = self.body.get("detail", "")
+        super().__init__(f"{status} {self.error}: {detail}")
+
+
+class QuotaRefused(ServiceRefused):
+    """403: the quota (or the data set's global budget) cannot pay; ``remaining`` is the analyst's rest.
+
+    The client's view of the server's :class:`QuotaExceeded`; ``overlapdp.client.QuotaExceeded`` is
+    this class under its old name."""
+
+    @property
+    def remaining(self) -> float | None:
+        value = self.body.get("remaining")
+        return None if value is None else float(value)

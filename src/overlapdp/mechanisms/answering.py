@@ -45,14 +45,16 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from overlapdp.errors import OverlapDPError
+from overlapdp import validation
+from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
-from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_positive
+from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
 from overlapdp.tables import data_kind, open_table
+from overlapdp.validation import check_positive
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
@@ -74,23 +76,14 @@ DEFAULT_DELTA = 1e-6
 UNITS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}
 
 
-class AnswerError(OverlapDPError):
-    """A bad request to answer a workload (definition, accounting, level, empty workload)."""
-
-
 def check_budget(value: Any) -> float:
     """A total budget must be a positive finite number (:class:`BudgetError` otherwise)."""
-    return check_positive("the budget", value)
+    return check_positive(value, "the budget")
 
 
 def check_level(value: Any) -> float:
-    try:
-        lv = float(value)
-    except (TypeError, ValueError):
-        raise AnswerError(f"the confidence level must be a number in (0, 1), got {value!r}") from None
-    if not 0 < lv < 1:
-        raise AnswerError(f"the confidence level must lie strictly between 0 and 1, got {value!r}")
-    return lv
+    """A confidence level in (0, 1) (:class:`AnswerError` naming it otherwise)."""
+    return validation.check_level(value, "the confidence level", error=AnswerError)
 
 
 def _declared_value(definition: Definition, per_query: float) -> Fraction:
@@ -168,7 +161,7 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
     end always satisfies the check with the very conversion the plan reports, so the returned budget's
     (epsilon, delta) never exceeds ``epsilon``; :class:`BudgetError` when even the smallest budget does.
     """
-    target = check_positive("epsilon", epsilon)
+    target = check_positive(epsilon, "epsilon")
     if definition not in DEFINITIONS:
         raise AnswerError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")
     d: Definition = definition
@@ -382,7 +375,7 @@ def plan_answers(
         sequential_share=seq,
         overlap_share=ovl,
         delta=dl,
-        target_epsilon=None if epsilon is None else check_positive("epsilon", epsilon),
+        target_epsilon=None if epsilon is None else check_positive(epsilon, "epsilon"),
     )
 
 

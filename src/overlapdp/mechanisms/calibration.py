@@ -30,7 +30,8 @@ from typing import TypeAlias
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
 from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
-from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP, check_positive
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.validation import check_int, check_positive
 
 PrivacyDefinition: TypeAlias = PureDP | ApproxDP | ZCDP | GDP | RDP
 #: Budgets a noisy count can be calibrated to.
@@ -43,14 +44,7 @@ _GAUSS_NUM_BUDGET = 2.0**30
 
 def check_sensitivity(sensitivity: int) -> int:
     """Counts move by whole rows: the sensitivity must be a positive integer (exact samplers need it)."""
-    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
-        raise MechanismError(f"sensitivity must be a positive integer, got {sensitivity!r}")
-    return sensitivity
-
-
-def positive_epsilon(value: float, name: str = "epsilon") -> float:
-    """A budget that must be a positive finite number (BudgetError otherwise)."""
-    return PureDP(check_positive(name, value)).epsilon
+    return check_int(sensitivity, "sensitivity", minimum=1, error=MechanismError)
 
 
 def _too_small(name: str, value: float, smallest: Fraction) -> BudgetError:
@@ -63,7 +57,7 @@ def _too_small(name: str, value: float, smallest: Fraction) -> BudgetError:
 def laplace_scale(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") -> Fraction:
     """``t >= Delta/epsilon`` as a short rational (rounded up); :class:`BudgetError` naming ``name``
     when ``t`` would exceed :data:`MAX_SCALE` (``epsilon < Delta 2^-40``)."""
-    eps = check_positive(name, epsilon)
+    eps = check_positive(epsilon, name)
     delta = Fraction(check_sensitivity(sensitivity))
     if delta / Fraction(eps) > MAX_SCALE:
         raise _too_small(name, epsilon, delta / MAX_SCALE)
@@ -94,7 +88,7 @@ def laplace_for(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon") 
 def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> DiscreteGaussianNoise:
     """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP; :class:`BudgetError`
     naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE` (``rho < Delta^2 2^-81``)."""
-    r = check_positive(name, rho)
+    r = check_positive(rho, name)
     delta = check_sensitivity(sensitivity)
     sigma2 = Fraction(delta * delta) / (2 * Fraction(r))
     if sigma2 > MAX_SCALE * MAX_SCALE:
@@ -180,7 +174,7 @@ def declared_guarantee(budget: CountBudget) -> PureDP | ZCDP:
 
 def _declarable_mu(name: str, mu: float) -> float:
     """A GDP ``mu`` whose declared ``mu^2/2``-zCDP is a float (``mu <= 1.8e154``)."""
-    m = check_positive(name, mu)
+    m = check_positive(mu, name)
     if Fraction(m) * Fraction(m) / 2 > Fraction(sys.float_info.max):
         raise BudgetError(f"{name} = {mu!r} is too large: the declared rho = {name}^2/2 is not a float")
     return m

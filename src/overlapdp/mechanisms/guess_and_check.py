@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Literal
 
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
-from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
+from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
@@ -41,6 +41,7 @@ from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_positive
 
 GuessOutcome = Literal["confirmed", "estimate", "exhausted"]
 
@@ -113,7 +114,7 @@ class GuessAndCheck:
     ) -> GuessAndCheck:
         """Scales for a total ``epsilon``: ``estimate_fraction`` of it to the estimates
         (``b = c Delta/epsilon_est``), the rest to the SVT with the variance-optimal split."""
-        eps = positive_epsilon(epsilon)
+        eps = check_positive(epsilon, "epsilon")
         if not 0 < estimate_fraction < 1:
             raise MechanismError(f"estimate_fraction must lie in (0, 1), got {estimate_fraction!r}")
         delta = check_sensitivity(sensitivity)

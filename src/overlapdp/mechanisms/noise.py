@@ -35,6 +35,7 @@ from overlapdp.mechanisms.samplers import (
     discrete_laplace_batch,
     discrete_laplace_scalar,
 )
+from overlapdp.validation import check_level
 
 _SUMMED_SIGMA_LIMIT = 1e5
 #: Largest noise scale (discrete Laplace ``t``, discrete Gaussian ``sigma``) that is sampled and described.
@@ -48,13 +49,8 @@ _POOLED_LIMIT = 1 << 31
 
 
 def _check_level(level: float) -> float:
-    try:
-        lv = float(level)
-    except (TypeError, ValueError):
-        raise MechanismError(f"confidence level must be a number in (0, 1), got {level!r}") from None
-    if not 0 < lv < 1:
-        raise MechanismError(f"confidence level must lie strictly between 0 and 1, got {level!r}")
-    return lv
+    """A confidence level in (0, 1) (:class:`MechanismError` naming it otherwise)."""
+    return check_level(level, "confidence level", error=MechanismError)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import Literal
 
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
-from overlapdp.mechanisms.calibration import check_sensitivity, positive_epsilon
+from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
@@ -48,6 +48,7 @@ from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_positive
 
 Outcome = Literal["above", "below", "exhausted"]
 
@@ -95,16 +96,16 @@ class SparseVector:
         served: bool = False,
     ) -> None:
         self._c = check_c(max_positives)
-        eps = positive_epsilon(epsilon)
+        eps = check_positive(epsilon, "epsilon")
         delta = check_sensitivity(sensitivity)
         if threshold_epsilon is None:
             eps1, eps2 = optimal_split(eps, self._c, monotonic=monotonic)
         else:
-            eps1 = positive_epsilon(threshold_epsilon, "threshold_epsilon")
+            eps1 = check_positive(threshold_epsilon, "threshold_epsilon")
             if eps1 >= eps:
                 raise MechanismError("threshold_epsilon must be smaller than epsilon")
             eps2 = eps - eps1
-        self._eps3 = None if release_epsilon is None else positive_epsilon(release_epsilon, "release_epsilon")
+        self._eps3 = None if release_epsilon is None else check_positive(release_epsilon, "release_epsilon")
         self._threshold = None if threshold is None else exact_finite("threshold", threshold)
         self._coverage = check_coverage(coverage)
         self._level = _check_level(level)

@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any, Literal, cast, get_args
 
-from overlapdp.mechanisms.calibration import positive_epsilon
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
+from overlapdp.validation import check_positive
 
 MechanismKind = Literal["sparse_vector", "guess_and_check"]
 _KINDS: tuple[str, ...] = get_args(MechanismKind)
@@ -48,7 +48,7 @@ def check_c(c: int, name: str = "max_positives") -> int:
 def optimal_split(epsilon: float, c: int, *, monotonic: bool = False) -> tuple[float, float]:
     """``(epsilon_1, epsilon_2)`` with ``epsilon_1 : epsilon_2 = 1 : (2c)^{2/3}`` (``1 : c^{2/3}``
     monotonic), the split that minimises the variance of the comparison noise (Lyu et al. 4.2)."""
-    eps = positive_epsilon(epsilon)
+    eps = check_positive(epsilon, "epsilon")
     ratio = float(check_c(c) if monotonic else 2 * c) ** (2.0 / 3.0)
     eps1 = eps / (1.0 + ratio)
     return eps1, eps - eps1

@@ -34,17 +34,13 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from overlapdp.overlap.result import FloatArray, WeightError
+from overlapdp.errors import MagnitudeError as MagnitudeError
+from overlapdp.overlap.result import FloatArray
 
 MAX_FLOAT = sys.float_info.max
 MIN_NORMAL = sys.float_info.min
 # Extra bits carried by the integer square root of an exact sum of squares before rounding up.
 _SQRT_GUARD_BITS = 64
-
-
-class MagnitudeError(WeightError):
-    """A composed load (a row's sum of weights, or the square root of its sum of squares) exceeds the
-    largest float, so no finite value can be reported; the message names the heaviest query."""
 
 
 def exponent(weights: FloatArray) -> int:

@@ -21,38 +21,16 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from overlapdp.errors import OverlapDPError, QueryError, WorkloadError
+from overlapdp.errors import CompError as CompError
+from overlapdp.errors import DomainTooLargeError as DomainTooLargeError
+from overlapdp.errors import DuplicateQueryError as DuplicateQueryError
+from overlapdp.errors import OverlapInputError as OverlapInputError
+from overlapdp.errors import SchemaMismatchError as SchemaMismatchError
+from overlapdp.errors import UnknownQueryError as UnknownQueryError
+from overlapdp.errors import WeightError as WeightError
 
 FloatArray = npt.NDArray[np.float64]
 CompName = Literal["count", "sum", "l2", "vector"]
-
-
-class OverlapInputError(OverlapDPError):
-    """Bad input to the overlap engine (base class of the errors below)."""
-
-
-class WeightError(OverlapInputError, WorkloadError):
-    """A weight is negative, NaN, infinite, not a number, or vectors differ in length."""
-
-
-class CompError(OverlapInputError):
-    """An unknown composition function, or weights that do not fit it."""
-
-
-class SchemaMismatchError(OverlapInputError, QueryError):
-    """A query is over another schema than the workload's."""
-
-
-class DuplicateQueryError(OverlapInputError, WorkloadError):
-    """An :class:`OverlapIndex` already holds a query with this id (or the id is missing)."""
-
-
-class UnknownQueryError(OverlapInputError, WorkloadError):
-    """An :class:`OverlapIndex` holds no query with this id."""
-
-
-class DomainTooLargeError(OverlapInputError):
-    """A reference algorithm (brute force, subset enumeration) was asked to do too much work."""
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import BudgetError as BudgetError
 from overlapdp.privacy import conversions as conv
-
-
-class BudgetError(OverlapDPError):
-    """A privacy parameter or budget is not a positive finite number (or delta is outside (0, 1))."""
-
+from overlapdp.validation import check_positive, check_probability
 
 # The neighbouring relation (MATH.md 1.2): a row added or removed (the default), or one row replaced.
 Neighbouring = Literal["add_remove", "replace"]
@@ -58,37 +54,8 @@ class Guarantee(Protocol):
 
 
 def check_delta(delta: float) -> float:
-    """A target delta must lie in (0, 1)."""
-    d = _positive("delta", delta)
-    if not 0 < d < 1:
-        raise BudgetError(f"delta must lie in (0, 1), got {delta!r}")
-    return d
-
-
-def check_positive(name: str, value: Any) -> float:
-    """A budget or a mechanism parameter: a positive finite number, not a bool (:class:`BudgetError`)."""
-    if isinstance(value, bool):
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    return _positive(name, value, allow_zero=False)
-
-
-def _positive(name: str, value: float, *, allow_zero: bool = True) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise BudgetError(
-            f"{name} must be a {'non-negative' if allow_zero else 'positive'} finite number, got {value!r}"
-        )
-    return v
-
-
-def _probability(name: str, value: float) -> float:
-    v = _positive(name, value)
-    if v >= 1:
-        raise BudgetError(f"{name} must lie in [0, 1), got {value!r}")
-    return v
+    """A target delta must lie in (0, 1) (:class:`BudgetError` naming ``delta`` otherwise)."""
+    return check_probability(delta, "delta")
 
 
 @dataclass(frozen=True)
@@ -98,7 +65,7 @@ class PureDP:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _positive("epsilon", self.epsilon))
+        object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon", allow_zero=True))
 
     @staticmethod
     def compose(items: Iterable[PureDP]) -> PureDP:
@@ -138,8 +105,8 @@ class ApproxDP:
     delta: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _positive("epsilon", self.epsilon))
-        object.__setattr__(self, "delta", _probability("delta", self.delta))
+        object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon", allow_zero=True))
+        object.__setattr__(self, "delta", check_probability(self.delta, "delta", allow_zero=True))
 
     @staticmethod
     def compose(items: Iterable[ApproxDP]) -> ApproxDP:
@@ -169,7 +136,7 @@ class ZCDP:
     rho: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rho", _positive("rho", self.rho))
+        object.__setattr__(self, "rho", check_positive(self.rho, "rho", allow_zero=True))
 
     @staticmethod
     def compose(items: Iterable[ZCDP]) -> ZCDP:
@@ -203,7 +170,7 @@ class GDP:
     mu: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mu", _positive("mu", self.mu))
+        object.__setattr__(self, "mu", check_positive(self.mu, "mu", allow_zero=True))
 
     @staticmethod
     def compose(items: Iterable[GDP]) -> GDP:
@@ -243,11 +210,13 @@ class RDP:
             raise BudgetError("an RDP order grid must not be empty")
         if len(self.orders) != len(self.epsilons):
             raise BudgetError("RDP needs one epsilon per order")
-        orders = tuple(_positive("RDP order", a) for a in self.orders)
+        orders = tuple(check_positive(a, "RDP order", allow_zero=True) for a in self.orders)
         if any(a <= 1 for a in orders):
             raise BudgetError("RDP orders must be > 1")
         object.__setattr__(self, "orders", orders)
-        object.__setattr__(self, "epsilons", tuple(_positive("RDP epsilon", e) for e in self.epsilons))
+        object.__setattr__(
+            self, "epsilons", tuple(check_positive(e, "RDP epsilon", allow_zero=True) for e in self.epsilons)
+        )
 
     @staticmethod
     def compose(items: Iterable[RDP]) -> RDP:
@@ -299,7 +268,7 @@ class TCDP:
     def __post_init__(self) -> None:
         if isinstance(self.rho, bool):
             raise BudgetError(f"rho must be a non-negative finite number, got {self.rho!r}")
-        object.__setattr__(self, "rho", _positive("rho", self.rho))
+        object.__setattr__(self, "rho", check_positive(self.rho, "rho", allow_zero=True))
         object.__setattr__(self, "omega", _omega(self.omega))
 
     @staticmethod

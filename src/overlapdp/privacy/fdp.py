@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import ApproxDP, BudgetError, PureDP, check_positive
+from overlapdp.privacy.definitions import ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.pld import DEFAULT_H, PLD, compose_all
 from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
+from overlapdp.validation import check_positive
 
 _GRID_POINTS = 2001
 
@@ -98,7 +99,7 @@ class GaussianTradeOff(TradeOff):
         if self.mu == 0:
             return np.zeros(np.shape(epsilons))
         # mu itself (1 / (1 / mu) can be one ulp BELOW mu), and the float result rounded up
-        return _up(gaussian_profile(check_positive("Gaussian DP mu", self.mu), epsilons))
+        return _up(gaussian_profile(check_positive(self.mu, "Gaussian DP mu"), epsilons))
 
     def loss_range(self) -> tuple[float, float]:
         m = self.mu
@@ -123,7 +124,7 @@ class LaplaceTradeOff(TradeOff):
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         # eps0 itself (1 / (1 / eps0) can be one ulp BELOW eps0), and the float result rounded up
-        return _up(laplace_profile(check_positive("Laplace eps0", self.eps0), epsilons))
+        return _up(laplace_profile(check_positive(self.eps0, "Laplace eps0"), epsilons))
 
     def loss_range(self) -> tuple[float, float]:
         return (-self.eps0, self.eps0)

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 import numpy as np
 
+from overlapdp.errors import AdaptivityError as AdaptivityError
 from overlapdp.overlap.magnitude import float_up, sqrt_up, unscale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
@@ -45,10 +46,6 @@ G = TypeVar("G")
 # worst row on float sums (exact up to about 1e-12 relative): when the witness is this close to the
 # budget, the maximum over all row patterns is recomputed with Fractions (or the charge is refused).
 NEAR = Fraction(1, 10**9)
-
-
-class AdaptivityError(BudgetError):
-    """The requested filter is not valid when costs are chosen adaptively (MATH.md 2.7)."""
 
 
 # -- what a measure reports to the odometer ----------------------------------------------------------------

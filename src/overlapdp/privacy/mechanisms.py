@@ -22,6 +22,7 @@ from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, Budget
 from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff
 from overlapdp.privacy.pld import DEFAULT_H, PLD
 from overlapdp.privacy.profile import PrivacyProfile, approx_pair_atoms, gaussian_profile, laplace_profile
+from overlapdp.validation import check_positive
 
 
 def _half_square(x: float) -> ZCDP | None:
@@ -38,18 +39,9 @@ def _half_square(x: float) -> ZCDP | None:
     return ZCDP(rho) if math.isfinite(rho) else None
 
 
-def _pos(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise BudgetError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
-    return v
-
-
 def _pos_int(name: str, value: float) -> int:
-    v = _pos(name, value)
+    # A whole float (2.0) is taken: these are parameters of a privacy statement, not of a sampler.
+    v = check_positive(value, name)
     if v != int(v):
         raise BudgetError(f"{name} must be a positive integer for a discrete mechanism, got {value!r}")
     return int(v)
@@ -126,8 +118,8 @@ class Laplace(Mechanism):
     name = "laplace"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", _pos("Laplace scale", self.scale))
-        object.__setattr__(self, "sensitivity", _pos("sensitivity", self.sensitivity))
+        object.__setattr__(self, "scale", check_positive(self.scale, "Laplace scale"))
+        object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
 
     @property
     def eps0(self) -> float:
@@ -179,8 +171,8 @@ class Gaussian(Mechanism):
     name = "gaussian"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", _pos("Gaussian sigma", self.sigma))
-        object.__setattr__(self, "sensitivity", _pos("sensitivity", self.sensitivity))
+        object.__setattr__(self, "sigma", check_positive(self.sigma, "Gaussian sigma"))
+        object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
 
     @property
     def mu(self) -> float:
@@ -249,7 +241,7 @@ class RandomizedResponse(_Atomic):
     name = "randomized_response"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _pos("epsilon", self.epsilon))
+        object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon"))
         k = _pos_int("categories", self.categories)
         if k < 2:
             raise BudgetError("randomized response needs at least 2 categories")
@@ -306,7 +298,7 @@ class DiscreteLaplace(_Atomic):
     name = "discrete_laplace"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", _pos("discrete Laplace scale", self.scale))
+        object.__setattr__(self, "scale", check_positive(self.scale, "discrete Laplace scale"))
         object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
 
     def pure(self) -> PureDP:
@@ -338,7 +330,7 @@ class DiscreteGaussian(_Atomic):
     name = "discrete_gaussian"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", _pos("discrete Gaussian sigma", self.sigma))
+        object.__setattr__(self, "sigma", check_positive(self.sigma, "discrete Gaussian sigma"))
         object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
         if self.sigma > 1e5:
             raise BudgetError("discrete Gaussian sigma above 1e5 is not supported by the exact accountant")

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from overlapdp.privacy.definitions import BudgetError, _positive
+from overlapdp.privacy.definitions import BudgetError
+from overlapdp.validation import check_positive
 
 Definition = Literal["pure", "zcdp", "gdp"]
 
@@ -81,7 +82,7 @@ def utility_gain(
     """Per-query budget and expected absolute noise under both accountings, and U (MATH.md 2.6)."""
     from overlapdp.overlap import max_overlap
 
-    b = _positive("budget", budget, allow_zero=False)
+    b = check_positive(budget, "budget")
     qs = list(queries)
     if not qs:
         raise BudgetError("the utility gain of an empty workload is undefined")

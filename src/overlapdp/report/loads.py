@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from overlapdp.errors import OverlapDPError, WorkloadError
+from overlapdp.errors import ReportInputError as ReportInputError
+from overlapdp.errors import WorkloadError
 from overlapdp.overlap import compute_atoms, max_overlap
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, Schema
@@ -34,10 +35,6 @@ FloatArray = npt.NDArray[np.float64]
 DENSE_CELLS = 4_000_000
 # ... and the per-query box additions touch at most this many cells in total (t x cells bound).
 DENSE_WORK = 200_000_000
-
-
-class ReportInputError(OverlapDPError):
-    """Bad input to a report: unknown or repeated heat-map attribute, empty workload, bad ledger field."""
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from overlapdp.mechanisms import (
     noise_for,
 )
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta, check_positive
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta
 from overlapdp.privacy.measures import MEASURES, ApproxMeasure, FilterOptions, Measure
 from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
 from overlapdp.privacy.odometer import whole_domain
@@ -57,6 +57,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
+from overlapdp.validation import check_positive
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ MAX_AMOUNT = 1e15
 
 def check_amount(name: str, value: Any) -> float:
     """A budget or per-query parameter: a positive finite number at most :data:`MAX_AMOUNT`."""
-    v = check_positive(name, value)
+    v = check_positive(value, name)
     if v > MAX_AMOUNT:
         raise BudgetError(f"{name} must be at most {MAX_AMOUNT:.0e}, got {value!r}")
     return v

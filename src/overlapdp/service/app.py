@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import BadRequest, OverlapDPError
 from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
@@ -379,10 +379,6 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     return app
 
 
-class _BadRequest(ServiceError):
-    status = 400
-
-
 #: The fields of each session kind (a field of the other kind is refused, never ignored).
 _SESSION_FIELDS = {
     "sparse_vector": list(SparseVectorSession.model_fields),
@@ -412,7 +408,7 @@ def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | N
     """The per-query amount the body gives, and its name (at most one of them)."""
     given = [(getattr(body, n), n) for n in runtime.AMOUNTS if getattr(body, n) is not None]
     if len(given) > 1:
-        raise _BadRequest("give one of " + ", ".join(repr(n) for n in runtime.AMOUNTS) + ", not several")
+        raise BadRequest("give one of " + ", ".join(repr(n) for n in runtime.AMOUNTS) + ", not several")
     return given[0] if given else (None, None)
 
 

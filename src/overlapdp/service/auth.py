@@ -14,16 +14,12 @@ import secrets
 import threading
 import time
 
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import AuthError as AuthError
 from overlapdp.service.ledger.base import AnalystRecord
 
 #: Environment variable holding the admin token (otherwise one is generated and printed once).
 ADMIN_TOKEN_ENV = "OVERLAPDP_ADMIN_TOKEN"
 TOKEN_PREFIX = "odp_"
-
-
-class AuthError(OverlapDPError):
-    """A missing, malformed, wrong or revoked token (HTTP 401)."""
 
 
 def new_token() -> str:

@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from overlapdp._optional import missing_extra
-from overlapdp.errors import OverlapDPError
+from overlapdp.errors import QuotaRefused as QuotaRefused
+from overlapdp.errors import ServiceRefused as ServiceRefused
 from overlapdp.query.groupby import is_select
 
 try:
@@ -30,32 +31,17 @@ except ModuleNotFoundError:  # the 'service' extra: one error that says so
 QuerySpec = str | Mapping[str, Any]
 
 
+#: The old name of :class:`~overlapdp.errors.QuotaRefused` (the server's error is
+#: :class:`~overlapdp.errors.QuotaExceeded`; one name for two classes confused ``except`` clauses).
+QuotaExceeded = QuotaRefused
+
+
 def _one_query(query: QuerySpec) -> dict[str, Any]:
     """The body fields of one query: a SELECT statement goes in ``sql``, other text in ``where``, an
     object is sent as it is."""
     if isinstance(query, str):
         return {"sql": query} if is_select(query) else {"where": query}
     return dict(query)
-
-
-class ServiceRefused(OverlapDPError):
-    """The service answered with an error status; ``status``, ``error`` and ``body`` say why."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        self.status = status
-        self.body = body if isinstance(body, dict) else {"detail": body}
-        self.error = str(self.body.get("error", "HTTPError"))
-        detail = self.body.get("detail", "")
-        super().__init__(f"{status} {self.error}: {detail}")
-
-
-class QuotaExceeded(ServiceRefused):
-    """403: the quota (or the data set's global budget) cannot pay; ``remaining`` is the analyst's rest."""
-
-    @property
-    def remaining(self) -> float | None:
-        value = self.body.get("remaining")
-        return None if value is None else float(value)
 
 
 class _Base:
@@ -119,7 +105,7 @@ class _Base:
                 and isinstance(body, dict)
                 and body.get("error") == "QuotaExceeded"
             ):
-                raise QuotaExceeded(response.status_code, body)
+                raise QuotaRefused(response.status_code, body)
             raise ServiceRefused(response.status_code, body)
         return body
 

@@ -36,7 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from overlapdp.consistency import NOTE, Design, project, workload_design
-from overlapdp.errors import OverlapDPError, QueryError, QueryTooComplexError
+from overlapdp.errors import Conflict as Conflict
+from overlapdp.errors import FieldRefused as FieldRefused
+from overlapdp.errors import NotFound as NotFound
+from overlapdp.errors import (
+    OverlapDPError,
+    QueryError,
+    QueryTooComplexError,
+)
+from overlapdp.errors import QuotaExceeded as QuotaExceeded
+from overlapdp.errors import ServiceError as ServiceError
+from overlapdp.errors import TooLarge as TooLarge
+from overlapdp.errors import Unavailable as Unavailable
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
@@ -78,51 +89,6 @@ from overlapdp.service.responses import (
 )
 
 log = logging.getLogger("overlapdp.service")
-
-
-class ServiceError(OverlapDPError):
-    """A request the service refuses; ``status`` is its HTTP status."""
-
-    status = 400
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.details = details
-
-
-class NotFound(ServiceError):
-    status = 404
-
-
-class Conflict(ServiceError):
-    status = 409
-
-
-class QuotaExceeded(ServiceError):
-    """The analyst's quota or the data set's global budget cannot admit the request."""
-
-    status = 403
-
-
-class TooLarge(ServiceError):
-    status = 413
-
-
-class FieldRefused(ServiceError):
-    """A field the request may not carry here (422, like a body that fails validation), e.g. a
-    ``guess`` sent to a sparse-vector session; ``field`` names it."""
-
-    status = 422
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class Unavailable(ServiceError):
-    """The data set is registered but its rows cannot be read by this instance."""
-
-    status = 409
 
 
 @dataclass(frozen=True)

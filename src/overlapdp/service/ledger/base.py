@@ -15,16 +15,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from overlapdp.errors import OverlapDPError
-
-
-class LedgerError(OverlapDPError):
-    """The ledger cannot be opened or is inconsistent with the request (unknown data set, ...)."""
-
-
-class IdempotencyConflict(LedgerError):
-    """An idempotency key was reused for a different request."""
-
+from overlapdp.errors import IdempotencyConflict as IdempotencyConflict
+from overlapdp.errors import LedgerError as LedgerError
 
 #: What rebuilding the filters needs of one charge: (seq, analyst, query JSON text or None, load).
 LoadRow = tuple[int, str, str | None, float]
