@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import shutil
 from fractions import Fraction
 from pathlib import Path
@@ -484,6 +485,11 @@ def test_cli_answers_sums_with_bounds_declared_in_the_schema(
     assert answers[2]["bounds"] == [20, 60]
     lo, hi = answers[2]["error_bar"]["low"], answers[2]["error_bar"]["high"]
     assert 20 <= lo <= hi <= 60
+    # The table prints a mean as a short decimal with its bar widened outwards, and says what it is.
+    code, table, err = run(args[:-1], capsys)
+    assert code == 0, err
+    assert not re.search(r"\d\.\d{7,}", table), table  # no float noise such as 42.0704971118501
+    assert "mean of age over" in " ".join(table.split())
     (tmp_path / "bad.jsonl").write_text('{"where": "TRUE", "aggregate": "sum", "of": "hours"}\n')
     args[args.index(str(tmp_path / "q.jsonl"))] = str(tmp_path / "bad.jsonl")
     code, out, err = run(args, capsys)

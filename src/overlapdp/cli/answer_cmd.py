@@ -16,6 +16,7 @@ from overlapdp.mechanisms.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accoun
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from overlapdp.mechanisms.answering import AnswerPlan
+    from overlapdp.query.aggregate import Aggregate
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
 
@@ -101,13 +102,19 @@ def answer(
         return
     fitted = result.consistent
     columns = ["id", "answer", f"{plan.level:.0%} error bar"] + (["consistent"] if fitted else [])
-    out = Table(*columns, "condition", title=f"noisy counts ({engine})")
-    for i, (q, a) in enumerate(zip(workload, result.answers, strict=True)):
+    out = Table(*columns, "condition", title=f"noisy answers ({engine})")
+    aggregates: list[Aggregate | None] = [*workload.aggregates] or [None] * len(result.answers)
+    for i, (q, a, agg) in enumerate(zip(workload, result.answers, aggregates, strict=True)):
         extra = [f"{fitted.values[i]:.1f}"] if fitted else []
+        # A sum or mean is a real number: a short decimal, its bar widened outwards (never narrower).
+        value = decimal(a.value) if isinstance(a.value, float) else str(a.value)
+        low = decimal(a.low, rounding="down") if isinstance(a.low, float) else str(a.low)
+        high = decimal(a.high, rounding="up") if isinstance(a.high, float) else str(a.high)
+        what = q.describe()
+        if agg is not None and agg.clipping is not None:
+            what = f"{agg.kind} of {agg.clipping.column} over {what}"
         # Escaped: a GROUP BY cell's id, by_sex[sex=Female], would otherwise be read as rich markup.
-        out.add_row(
-            escape(str(q.id)), str(a.value), escape(f"[{a.low}, {a.high}]"), *extra, escape(q.describe())
-        )
+        out.add_row(escape(str(q.id)), value, escape(f"[{low}, {high}]"), *extra, escape(what))
     console.print(out)
     if fitted:
         from overlapdp.consistency import NOTE
