@@ -462,3 +462,26 @@ def test_private_commands_print_no_exact_out_of_domain_figure(
         assert code == 2 and out == ""
         assert "'age'" in err and "schema check" in " ".join(err.split())
         assert not re.search(rf"\b{outside}\b", err), err
+
+
+def test_answer_shows_a_missing_witness_value_as_null(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The worst row of a workload on the missing value is reported as SQL writes it, not Python's None.
+    frame = pd.DataFrame({"work": ["a", None, "b", None], "age": [20.0, 30.0, 40.0, 50.0]})
+    data = _write(tmp_path, frame)
+    attributes = [
+        {"name": "work", "type": "categorical", "values": ["a", "b"], "missing": True},
+        {"name": "age", "type": "int", "min": 18, "max": 60},
+    ]
+    schema_file = tmp_path / "s.json"
+    schema_file.write_text(json.dumps({"attributes": attributes}))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        '{"id": "n", "where": "work IS NULL"}\n{"id": "m", "where": "work IS NULL AND age < 40"}\n'
+    )
+    args = ["answer", "--schema", str(schema_file), "--data", str(data), "--queries", str(queries)]
+    code, out, err = run([*args, "--budget", "1", "--definition", "pure"], capsys)
+    assert code == 0, err
+    witness = " ".join(out.split()).split("witness row")[1]
+    assert "work = NULL" in witness and "None" not in witness

@@ -142,7 +142,9 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     for side, label in (("sequential", "sequential"), ("overlap", "overlap-aware")):
         rep.add_row(f"guarantee, {label}", _fmt(p["guarantee"][side]))
         rep.add_row(f"  as (ε, δ), {label}", f"ε = {spent(ed[side])}, δ = {_delta(plan)}")
-    rep.add_row("witness row", ", ".join(f"{k} = {v}" for k, v in (plan.witness or {}).items()))
+    # A missing value (None) is shown as SQL writes it.
+    row = (plan.witness or {}).items()
+    rep.add_row("witness row", ", ".join(f"{k} = {'NULL' if v is None else v}" for k, v in row))
     rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%}")
     if "note" in p:
         rep.add_row("note", str(p["note"]))
