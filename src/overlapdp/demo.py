@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import pandas as pd
 
+from overlapdp.display import spent
 from overlapdp.errors import DataError
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
@@ -458,7 +459,7 @@ def _write_report(
     rows = "".join(
         f"<tr><td>{e(a.name)}</td><td>{e(a.role)}</td><td>{a.quota:g}</td><td>{a.answered}</td>"
         f"<td>{a.refused}</td><td>{a.sequential_would_answer}</td><td>{a.partition_would_answer}</td>"
-        f"<td>{a.sequential_spent:.2f}</td><td>{a.partition_spent:.2f}</td><td>{a.overlap_spent:.2f}</td></tr>"
+        f"<td>{spent(a.sequential_spent)}</td><td>{spent(a.partition_spent)}</td><td>{spent(a.overlap_spent)}</td></tr>"
         for a in summary.analysts
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>overlapdp demo</title>
@@ -469,13 +470,13 @@ Every number is pure-DP &epsilon; (every charge is pure DP).</p>
 <table><tr><th>analyst</th><th>workload</th><th>quota</th><th>answered</th><th>refused</th>
 <th>sequential accounting would answer</th><th>parallel composition would answer</th>
 <th>sequential spend (sum)</th><th>parallel composition spend</th><th>overlap-aware spend</th></tr>{rows}</table>
-<p>Global: sequential spend {summary.global_sequential_spent:.2f}, parallel composition over declared
-partitions {summary.global_partition_spent:.2f}, overlap-aware spend {summary.global_overlap_spent:.2f}
+<p>Global: sequential spend {spent(summary.global_sequential_spent)}, parallel composition over declared
+partitions {spent(summary.global_partition_spent)}, overlap-aware spend {spent(summary.global_overlap_spent)}
 (of {summary.global_budget:g}).</p>
 <p>Parallel composition is how Tumult Analytics and OpenDP charge a family of pairwise disjoint queries
 declared as one partitioned query (a marginal, a grid of bands): once, at its largest charge; every other
 charge adds up. Overlap-aware accounting charges the worst row's load, whatever the queries' shape.</p>
-<p>Worst row: {e(describe_row(summary.worst_row))} (load {summary.worst_row_load:.2f},
+<p>Worst row: {e(describe_row(summary.worst_row))} (load {spent(summary.worst_row_load)},
 {summary.worst_row_queries} charges).</p>
 <p>Plots and the per-row load heat map: <a href="report.html">report.html</a>.</p>
 </body></html>"""

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json
+from overlapdp.display import spent
 
 _STEPS = 4
 
@@ -72,21 +73,21 @@ def demo(
             str(a.answered),
             str(a.refused),
             f"{a.sequential_would_answer} / {a.partition_would_answer}",
-            f"{a.sequential_spent:.2f} / {a.partition_spent:.2f} / {a.overlap_spent:.2f}",
+            f"{spent(a.sequential_spent)} / {spent(a.partition_spent)} / {spent(a.overlap_spent)}",
         )
     console.print(table)
     answered = sum(a.answered for a in summary.analysts)
     seq_n = sum(a.sequential_would_answer for a in summary.analysts)
     par_n = sum(a.partition_would_answer for a in summary.analysts)
     console.print(
-        f"Globally, pure ε: sequential accounting {summary.global_sequential_spent:.2f}, parallel "
+        f"Globally, pure ε: sequential accounting {spent(summary.global_sequential_spent)}, parallel "
         f"composition over declared partitions (as Tumult Analytics or OpenDP) "
-        f"{summary.global_partition_spent:.2f}, overlap-aware {summary.global_overlap_spent:.2f} of "
+        f"{spent(summary.global_partition_spent)}, overlap-aware {spent(summary.global_overlap_spent)} of "
         f"{summary.global_budget:g}. [bold green]{answered}[/] answers, where within the same quotas "
         f"sequential accounting would have allowed {seq_n} and parallel composition {par_n}."
     )
     console.print(
-        f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {summary.worst_row_load:.2f}): "
+        f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {spent(summary.worst_row_load)}): "
         f"{describe_row(summary.worst_row)}"
     )
     console.print(
