@@ -471,7 +471,13 @@ def print_table(rows: list[Row]) -> None:
             q = r.base_time / max(r.ours, 1e-9)
             # Below 1: the baseline is faster; say by how much rather than print a small fraction.
             ratio = (">" if r.capped else "") + (
-                f"{q:.0f}x" if q >= 10 else f"{q:.2g}x" if q >= 1 else f"ours {1 / q:.2g}x slower"
+                f"{q:.0f}x"
+                if q >= 10
+                else f"{q:.2g}x"
+                if q >= 1
+                else f"ours {1 / q:.3g}x slower"
+                if q > 0.1
+                else f"ours {1 / q:.0f}x slower"
             )
         ct = "-" if r.compile_time is None else f"{r.compile_time:.4f}"
         lines.append(
