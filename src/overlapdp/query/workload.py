@@ -55,16 +55,7 @@ def parse_query(
         return parse_where(schema, spec, id=id, weight=1.0 if weight is None else weight)
     if not isinstance(spec, Mapping):
         raise QueryError(f"{query_label(id)}expected a condition string or an object")
-    unknown = [k for k in spec if k not in _QUERY_KEYS]
-    if unknown:
-        raise QueryError(
-            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} (a query object takes "
-            f"{', '.join(repr(k) for k in _QUERY_KEYS)})"
-        )
-    qid = spec.get("id", id)
-    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
-        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
-    qid = None if qid is None else str(qid)
+    qid = _checked_keys_and_id(spec, _QUERY_KEYS, "a query object", id)
     w = spec.get("weight", 1.0) if weight is None else weight
     has_where, has_cond = "where" in spec, "conditions" in spec
     if has_where == has_cond:
@@ -165,17 +156,7 @@ def _parse_item(
         )
     if not isinstance(spec, Mapping) or not any(k in spec for k in _FAMILY_KEYS):
         return parse_query(schema, spec, id=id, weight=weight), "count", None
-    allowed = (*_QUERY_KEYS, *_FAMILY_KEYS)
-    unknown = [k for k in spec if k not in allowed]
-    if unknown:
-        raise QueryError(
-            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} (a grouped query takes "
-            f"{', '.join(repr(k) for k in allowed)})"
-        )
-    qid = spec.get("id", id)
-    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
-        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
-    qid = None if qid is None else str(qid)
+    qid = _checked_keys_and_id(spec, (*_QUERY_KEYS, *_FAMILY_KEYS), "a grouped query", id)
     w = spec.get("weight", 1.0) if weight is None else weight
     if "sql" in spec:
         others = [k for k in ("group_by", "where", "conditions") if k in spec]
@@ -367,3 +348,20 @@ class Workload(Sequence[PredicateQuery]):
 
     def __iter__(self) -> Iterator[PredicateQuery]:
         return iter(self.queries)
+
+
+def _checked_keys_and_id(
+    spec: Mapping[str, Any], allowed: Sequence[str], what: str, id: str | None
+) -> str | None:
+    """Refuse a key not in ``allowed`` (naming it and the keys ``what`` takes); the spec's id (a string
+    or an integer, as text) or ``id``."""
+    unknown = [k for k in spec if k not in allowed]
+    if unknown:
+        raise QueryError(
+            f"{query_label(id)}unknown key {str(unknown[0])[:60]!r} ({what} takes "
+            f"{', '.join(repr(k) for k in allowed)})"
+        )
+    qid = spec.get("id", id)
+    if qid is not None and (isinstance(qid, bool) or not isinstance(qid, str | int)):
+        raise QueryError(f"{query_label(id)}'id' must be a string or an integer")
+    return None if qid is None else str(qid)
