@@ -16,12 +16,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable, BranchOutcome
 from overlapdp.overlap.grid import GridPlan
@@ -162,7 +162,7 @@ def grid_branch(
             heap.clear()
             break
         if best_cell is not None and (
-            (deadline is not None and time.monotonic() > deadline)
+            (deadline is not None and _clock.now() > deadline)
             or (node_limit is not None and nodes >= node_limit)
             or (stop is not None and stop())
         ):

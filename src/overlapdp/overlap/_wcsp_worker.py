@@ -6,20 +6,23 @@ attribute, initial upper bound, time limit, unary costs, the boxes) and writes t
 assignment found (one atom index per attribute; the box variables are dropped) with its cost,
 toulbar2's global dual bound (a lower bound on the minimum cost), and whether the search ran to its end
 (then the cost is the minimum). toulbar2 keeps global state and installs its own CPU-time alarm, so it
-runs in a process of its own: a crash or a kill cannot take the caller down.
+runs in a process of its own: a crash or a kill cannot take the caller down. The caller's deadline is
+wall-clock, and toulbar2's timer counts CPU time (which falls behind on a loaded machine): so its timer
+handler, which turns SIGVTALRM into a clean stop at the next search node, is also installed for SIGALRM,
+armed on the wall clock to fire a little before the deadline; the parent sends SIGVTALRM at the deadline
+should the child still run, and kills it at the end of its grace.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
 import numpy as np
 
 _STARTED = time.monotonic()
-# Seconds kept for toulbar2's timer to take effect and for reporting.
-_MARGIN = 0.3
 
 
 def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
@@ -28,7 +31,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
 
     sizes = data["sizes"].tolist()
     ub = int(data["ub"])
-    seconds = float(data["seconds"])  # wall seconds from this process's start; 0: no limit
+    seconds = float(data["seconds"])  # wall seconds left at the parent's start(); 0: no limit
     backtracks = int(data["backtracks"])  # 0: no limit
     box_weight = data["box_weight"].tolist()
     box_constrained = data["box_constrained"]
@@ -56,11 +59,13 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     # is not raised to the optimum; so run its steps here. solve() returns whether a solution was
     # found; toulbar2 sets its "limited" option when a limit (the timer or the backtrack limit) cut the search.
     if seconds > 0:
-        # toulbar2's timer counts whole CPU seconds; with less than one left there is no timer and the
-        # parent kills this process at its deadline (then no bound is reported, only lost).
-        left = seconds - (time.monotonic() - _STARTED) - _MARGIN
-        if left >= 1.0:
-            cfn.CFN.timer(int(left))
+        # toulbar2's timer counts whole CPU seconds, which never run faster than wall seconds: rounded
+        # up it cannot fire before the deadline, and it is only a backstop (should the parent be gone).
+        # Installing it installs toulbar2's SIGVTALRM handler, through which the parent stops the
+        # search at the wall-clock deadline.
+        left = seconds - (time.monotonic() - _STARTED)
+        cfn.CFN.timer(max(1, math.ceil(left) + 1))
+        _wall_timer(left)
     cfn.CFN.wcsp.updateDUb(ub)
     try:
         cfn.CFN.wcsp.sortConstraints()
@@ -75,6 +80,22 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     values = [int(v) for v in cfn.CFN.solution()[: len(sizes)]]
     cost = float(cfn.CFN.wcsp.getDPrimalBound())
     return {"values": values, "cost": cost, "dual": dual, "complete": complete}
+
+
+def _wall_timer(seconds: float) -> None:
+    """Stop toulbar2 after ``seconds`` of wall time: SIGALRM (real-time timer) gets the SIGVTALRM
+    handler that ``CFN.timer`` installed. Signals reach this process's one thread (the parent starts it
+    with one BLAS thread), whose thread-local flag toulbar2 reads."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    handler = libc.signal(signal.SIGVTALRM, None)  # read toulbar2's handler (default for an instant)
+    libc.signal(signal.SIGVTALRM, handler)
+    libc.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
 
 def main() -> None:

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.result import FloatArray
@@ -362,7 +362,7 @@ class _Depth:
             if -negb <= _slack(best):
                 heap.clear()
                 break
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and _clock.now() > deadline:
                 break
             heapq.heappop(heap)
             for a, b in ((int(clo[j]), cut), (cut, int(chi[j]))):
@@ -421,7 +421,7 @@ def max_depth(c: Compiled, loads: FloatArray, deadline: float | None = None) -> 
     for rank, ci in enumerate(order.tolist()):
         if ub[ci] <= _slack(best):
             break
-        if deadline is not None and time.monotonic() > deadline and best_cell is not None:
+        if deadline is not None and _clock.now() > deadline and best_cell is not None:
             upper = float(ub[ci])
             exact = False
             break

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
@@ -108,7 +108,7 @@ def branch_and_bound(
     """Maximise the total load (or ``set_value``) over rows; see the module docstring.
 
     ``loads`` (one per live query, non-negative) selects the additive form; otherwise ``set_value`` and
-    ``set_upper`` take arrays of live positions. Stops at ``deadline`` (``time.monotonic()``) or after
+    ``set_upper`` take arrays of live positions. Stops at ``deadline`` (``_clock.now()``) or after
     ``node_limit`` expansions with ``exact=False`` and the largest open bound as ``upper``. A node is
     pruned when its bound is at most ``best * (1 + rel)``: ``rel=0`` when the float sums are exact
     (:mod:`overlapdp.overlap.exactness`), else the caller adds ``rel * best`` to its error bound.
@@ -205,7 +205,7 @@ def branch_and_bound(
             assert children
             top = max(children, key=lambda ch: ch[0])
             dive = (top[1], top[2])
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and _clock.now() > deadline:
             break
 
     def slack(v: float) -> float:
@@ -216,7 +216,7 @@ def branch_and_bound(
         if -negb <= slack(best):
             heap.clear()
             break
-        if (deadline is not None and time.monotonic() > deadline) or (
+        if (deadline is not None and _clock.now() > deadline) or (
             node_limit is not None and nodes >= node_limit
         ):
             break

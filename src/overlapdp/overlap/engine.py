@@ -20,6 +20,14 @@ algorithms. The route is picked from the workload's shape:
      goes first instead (it proves most small ones before a child process has started);
    - HiGHS again for the time left (to the end without an effort limit, so the answer is then exact).
 
+The effort limit (DESIGN.md): ``effort`` seconds fix ONE deadline at the call (wall clock,
+:mod:`overlapdp.overlap._clock`), passed down to every stage and solver, never restarted. Each stage
+keeps its own cap (the constants below) whether or not there is a limit, and the deadline only cuts it
+short, so a workload that finishes within the limit runs exactly the same stages, in the same time, as
+without one. Every loop compares the clock with the deadline at each node; toulbar2's child process gets
+the time left and is stopped at the deadline. Past it, the bounds not yet taken (the colouring bound,
+toulbar2's report) get a grace of ``GRACE_SHARE`` of the effort, themselves stopped when it ends.
+
 Magnitudes (MATH.md 7.8): every route runs on loads normalised by a power of two near the largest
 weight (:mod:`overlapdp.overlap.magnitude`), so sums cannot overflow and ``l2`` squares cannot underflow;
 a value beyond the largest float raises :class:`~overlapdp.overlap.magnitude.MagnitudeError`.
@@ -36,14 +44,14 @@ the comp of all queries) and ``exact`` is False (DESIGN.md: never under-report).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from overlapdp.overlap import _clock, wcsp
 from overlapdp.overlap import boxes as box_route
-from overlapdp.overlap import wcsp
 from overlapdp.overlap._compiled import Compiled, IntArray, check_schema, compile_workload
 from overlapdp.overlap._gridbranch import (
     NODE_GRID_LIMIT,
@@ -86,20 +94,23 @@ from overlapdp.schema import Schema
 
 Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"]
 
+# Past the deadline, the bounds still to take (colouring, toulbar2's report) get this share of the effort.
+GRACE_SHARE = 0.04
+# HiGHS presolve cannot be interrupted (~0.3 s on 2 000 queries over 14 attributes, whatever the time
+# limit): when the deadline is nearer than this, presolve is off so that HiGHS stops on time.
+MILP_PRESOLVE_SECONDS = 5.0
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
 # When toulbar2 can take the workload, HiGHS's first try is this short (on large workloads, alongside
-# toulbar2; on small ones, before it), and toulbar2 gets this share of the time left under an effort
-# limit (the rest is for the other routes' bounds if it is stopped).
+# toulbar2; on small ones, before it).
 MILP_BEFORE_WCSP_SECONDS = 0.2
 MILP_SMALL_BEFORE_WCSP_SECONDS = 1.0
-WCSP_SHARE = 0.8
 # From this many live queries toulbar2 starts before HiGHS's short try (which then runs alongside it);
 # below, HiGHS goes first, as it usually proves small workloads before a child process has started.
 WCSP_FIRST_QUERIES = 1000
-# HiGHS either stops before presolve or runs presolve and the root LP whatever its time limit (~0.3 s
-# for 2 000 queries on 14 attributes): slices shorter than these overshoot the effort limit for nothing.
+# HiGHS slices shorter than these find nothing (not even the root LP on 2 000 queries over 14
+# attributes): they are skipped.
 MILP_MIN_SECONDS = 0.1
 MILP_LAST_SECONDS = 0.5
 # Without an effort limit, the grid-branch search gets this many seconds before HiGHS takes over.
@@ -129,8 +140,9 @@ def max_overlap(
 
     ``weights`` default to each query's ``.weight`` (ignored for ``count``); for ``comp="vector"`` give
     one weight vector per query (each component is maximised on its own, with its own witness).
-    ``effort`` is a time limit in seconds (None: none); past it the answer is a safe upper bound with
-    ``exact=False``. ``algorithm`` forces a route (for tests and benchmarks); ``"auto"`` picks one.
+    ``effort`` is a wall-clock limit in seconds from this call (None: none); past it the answer is a safe
+    upper bound with ``exact=False`` (module docstring: how far past; DESIGN.md). An answer found within
+    the limit is the one found without a limit. ``algorithm`` forces a route (for tests and benchmarks); ``"auto"`` picks one.
     """
     name = comp_name(comp)
     queries = list(queries)
@@ -143,12 +155,13 @@ def max_overlap(
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
-    deadline = None if effort is None else time.monotonic() + float(effort)
+    deadline = None if effort is None else _clock.now() + float(effort)
+    limit = None if deadline is None else _Limit(deadline, deadline + GRACE_SHARE * float(effort))
     if name == "vector":
         vectors = check_vectors(weights, t, ids)
         if sch is None:
             return _empty(np.zeros(vectors.shape[1] if vectors.ndim == 2 else 0))
-        return _vector(queries, sch, vectors, deadline, algorithm)
+        return _vector(queries, sch, vectors, limit, algorithm)
     if name == "count":
         w = np.ones(t)
         if weights is not None:
@@ -163,7 +176,16 @@ def max_overlap(
     assert name in ("count", "sum", "l2")
     # Normalised loads (MATH.md 7.8): no route sums past the float range or squares to 0.
     lw = Loads.of(name, w, ids)  # type: ignore[arg-type]
-    return _scalar(queries, c, lw, deadline, algorithm)
+    return _scalar(queries, c, lw, limit, algorithm)
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """The effort limit of one call: its ``deadline`` and the end of the ``grace`` for the bounds still
+    to take past it (both ``_clock.now()`` times)."""
+
+    deadline: float
+    grace: float
 
 
 def _empty(value: float | FloatArray) -> OverlapResult:
@@ -235,8 +257,9 @@ def _cell_of_query(c: Compiled, qi: int) -> tuple[int, ...]:
 
 
 def _scalar(
-    queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
+    queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, limit: _Limit | None, algorithm: str
 ) -> OverlapResult:
+    deadline = None if limit is None else limit.deadline
     if c.live.size == 0 or not c.attributes:
         return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
@@ -276,7 +299,7 @@ def _scalar(
         # tie, which the general search resolves exactly (its tie-band search).
         algorithm = "auto"
     # -- end of the boxes route.
-    return _search(queries, c, lw, deadline, algorithm)
+    return _search(queries, c, lw, limit, algorithm)
 
 
 def _grid(
@@ -289,26 +312,27 @@ def _grid(
 
 
 def _time_left(deadline: float | None) -> bool:
-    return deadline is None or time.monotonic() < deadline
+    return deadline is None or _clock.now() < deadline
 
 
 def _worth(deadline: float | None, seconds: float) -> bool:
     """Whether at least ``seconds`` are left (always, without a deadline)."""
-    return deadline is None or deadline - time.monotonic() >= seconds
+    return deadline is None or deadline - _clock.now() >= seconds
 
 
-def _until(deadline: float | None, share: float, cap: float) -> float:
-    """A stage's own deadline: ``share`` of the time left, and at most ``cap`` seconds."""
-    now = time.monotonic()
-    if deadline is None:
-        return now + cap
-    return now + max(deadline - now, 0.0) * share
+def _until(deadline: float | None, cap: float) -> float:
+    """A stage's own deadline: ``cap`` seconds from now, the same with or without an effort limit,
+    cut short by the limit's ``deadline``."""
+    end = _clock.now() + cap
+    return end if deadline is None else min(end, deadline)
 
 
 def _search(
-    queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, deadline: float | None, algorithm: str
+    queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, limit: _Limit | None, algorithm: str
 ) -> OverlapResult:
     """Atoms, then: the atom grid if it fits, else grid-branch / branch and bound, then HiGHS."""
+    deadline = None if limit is None else limit.deadline
+    grace = None if limit is None else limit.grace
     loads = lw.loads[c.live]
     total = float(loads.sum())
     # Error of any float sum of live loads (MATH.md 7.8): zero when floats are exact.
@@ -319,6 +343,9 @@ def _search(
         # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
         return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
     tables = atom_tables(c)
+    if not _time_left(deadline):
+        # The limit ran out while the atoms were built: the trivial safe bound, at once.
+        return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
     c2 = compress(c, tables)
     t2 = kept_tables(tables)
     if algorithm in ("auto", "grid") and grid_feasible(c2):
@@ -329,11 +356,6 @@ def _search(
     row: tuple[int, ...] | None = None
     best = -1.0
     used: list[str] = []
-
-    def remaining(share: float) -> float | None:
-        if deadline is None:
-            return None
-        return time.monotonic() + max(deadline - time.monotonic(), 0.0) * share
 
     def offer(cell: tuple[int, ...] | None, value: float) -> None:
         nonlocal row, best
@@ -383,8 +405,11 @@ def _search(
 
     def run_milp(until: float | None) -> bool:
         used.append("milp")
-        left = None if until is None else max(until - time.monotonic(), 0.0)
-        m = solve_milp(t2, loads, left)
+        left = None if until is None else max(until - _clock.now(), 0.0)
+        # Presolve's overrun past HiGHS's time limit matters only when the effort limit's deadline
+        # is near.
+        presolve = deadline is None or deadline - _clock.now() >= MILP_PRESOLVE_SECONDS
+        m = solve_milp(t2, loads, left, presolve=presolve)
         offer(m.cell, m.best)
         if not m.exact:
             safe.append(m.upper)
@@ -399,7 +424,7 @@ def _search(
             c2,
             t2,
             loads,
-            deadline=remaining(0.1 if algorithm == "auto" else 1.0),
+            deadline=deadline,
             node_limit=node_limit,
             rel=rel,
         )
@@ -439,14 +464,14 @@ def _search(
         ):
             return False
         if algorithm == "milp":
-            until = remaining(1.0)
+            until = deadline
         elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
-            until = _until(deadline, 0.1, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
+            until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
         elif integral is not None:
-            until = _until(deadline, 0.25, MILP_SMALL_BEFORE_WCSP_SECONDS)
+            until = _until(deadline, MILP_SMALL_BEFORE_WCSP_SECONDS)
         else:
-            until = _until(deadline, 0.5, MILP_FIRST_SECONDS)
-        return (until is None or until - time.monotonic() >= MILP_MIN_SECONDS) and run_milp(until)
+            until = _until(deadline, MILP_FIRST_SECONDS)
+        return (until is None or until - _clock.now() >= MILP_MIN_SECONDS) and run_milp(until)
 
     # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves them
     # before a child process would have started. Large ones start toulbar2 first.
@@ -463,22 +488,14 @@ def _search(
         pb = wcsp.build(t2, weights)
         # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
         incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
-        # Most of the time left: past it, a fifth stays for the other routes' bounds.
-        run_until = remaining(1.0 if algorithm == "wcsp" else WCSP_SHARE)
+        # Until the deadline (or to the end): the same search with or without a limit.
+        run_until = deadline
         started = wcsp.start(pb, incumbent, run_until)
         if isinstance(started, wcsp.Run):
             run = started
     try:
         if c.live.size >= WCSP_FIRST_QUERIES and quick_milp():
             return proved(milp_err())
-        coloured = False
-        if deadline is not None:
-            # Under an effort limit the search may stop early: the colouring bound is taken now, inside
-            # the limit, rather than after the deadline (it costs ~0.25 s at 2 000 queries).
-            col = colouring_bound(t2, loads)
-            coloured = True
-            if col is not None:
-                safe.append(col)
         searchable = (
             split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
         )
@@ -488,11 +505,11 @@ def _search(
             if run is not None:
                 until = run_until  # alongside toulbar2, stopped when it proves the optimum
             elif algorithm != "auto":
-                until = remaining(1.0)
+                until = deadline
             elif boxes:
-                until = _until(deadline, 0.8, BOX_GRIDBRANCH_SECONDS)
+                until = _until(deadline, BOX_GRIDBRANCH_SECONDS)
             else:
-                until = _until(deadline, 0.5, GRIDBRANCH_SECONDS)
+                until = _until(deadline, GRIDBRANCH_SECONDS)
             plan = GridPlan(c2, split.grid)
             g_bound = grid_bound(plan, lw.loads)
             g_exact = exact_sums and dyadic_exact(lw, g_bound)
@@ -512,7 +529,7 @@ def _search(
                 return proved(err_sum + grid_err)
             safe.append(gb.upper)
         if run is not None:
-            ws = run.outcome()
+            ws = run.outcome(grace)
             offer(ws.cell, ws.best * unit)
             if ws.exact:
                 # toulbar2 is exact on the integer multiples; the product by the unit rounds once
@@ -526,10 +543,10 @@ def _search(
     if algorithm == "auto" and _worth(deadline, MILP_LAST_SECONDS) and run_milp(deadline):
         # HiGHS again for the time left (to the end when there is no effort limit: then exact).
         return proved(milp_err())
-    if not coloured:
-        col = colouring_bound(t2, loads)
-        if col is not None:
-            safe.append(col)
+    # Not proved (the limit ran out): the colouring bound, within the grace past the deadline.
+    col = colouring_bound(t2, loads, grace)
+    if col is not None:
+        safe.append(col)
     # Every safe bound is a float sum of live loads (the grid-branch frontier: a grid's maximum).
     bound = min(safe) + err_sum + grid_err
     return _finish(queries, c, row, lw, False, bound, "+".join(used) or "bound")
@@ -575,7 +592,7 @@ def _vector(
     queries: Sequence[PredicateQuery],
     schema: Schema,
     vectors: FloatArray,
-    deadline: float | None,
+    limit: _Limit | None,
     algorithm: str,
 ) -> OverlapResult:
     """One ``sum`` maximum per component (RDP orders, MATH.md 2.4), each with its own witness."""
@@ -600,7 +617,7 @@ def _vector(
                     parts.append(_grid(queries, c, c, lws[j], name))
     else:
         for j in range(k):
-            parts.append(_scalar(queries, c, lws[j], deadline, algorithm))
+            parts.append(_scalar(queries, c, lws[j], limit, algorithm))
     return combine_components(parts)
 
 

@@ -24,12 +24,12 @@ maximum. The rule applied here:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.grid import GridPlan
@@ -204,7 +204,7 @@ def exact_branch(
     best_cell: tuple[int, ...] | None = None
     nodes = 0
     limit_nodes = EXACT_NODE_LIMIT if node_limit is None else node_limit
-    stop_at = time.monotonic() + EXACT_SECONDS
+    stop_at = _clock.now() + EXACT_SECONDS
     if deadline is not None:
         stop_at = min(stop_at, deadline)
 
@@ -216,7 +216,7 @@ def exact_branch(
     stack: list[tuple[BoolArray, tuple[int, ...]]] = [(np.ones(n_live, dtype=bool), tuple([-1] * d))]
     while stack:
         nodes += 1
-        if nodes > limit_nodes or (nodes % 64 == 0 and time.monotonic() > stop_at):
+        if nodes > limit_nodes or _clock.now() > stop_at:  # every node: the effort limit's overrun
             return None
         mask, fixed = stack.pop()
         idx = np.flatnonzero(mask & positive)

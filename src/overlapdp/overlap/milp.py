@@ -6,6 +6,11 @@ maximise $\\sum_q f(w_q)\\,y_q$. For integral $z$ the right-hand sides are 0 or 
 when the chosen row is covered by $q$ and the optimum is the maximum load. When HiGHS stops at its time
 limit, its dual bound (from the LP relaxations of the open nodes) bounds the optimum from above; a
 small slack covers the solver's floating-point tolerances.
+
+HiGHS's time limit is wall-clock, checked often by its simplex and branch and bound but not inside
+some presolve rules: measured on 2 000 value-set queries over Adult's 14 attributes, presolve alone
+runs ~0.3 s whatever the limit. ``presolve=False`` keeps the limit within a few hundredths of a second
+(the engine turns presolve off only when the effort limit's deadline leaves the solve little time).
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ class MilpOutcome:
     exact: bool
 
 
-def solve_milp(tables: Sequence[AtomTable], loads: FloatArray, time_limit: float | None) -> MilpOutcome:
-    """Maximise the total load over atom tuples; see the module docstring."""
+def solve_milp(
+    tables: Sequence[AtomTable], loads: FloatArray, time_limit: float | None, *, presolve: bool = True
+) -> MilpOutcome:
+    """Maximise the total load over atom tuples within ``time_limit`` seconds; see the module docstring."""
     len(tables)
     keep = np.flatnonzero(loads > 0)
     if keep.size == 0:
@@ -40,12 +47,16 @@ def solve_milp(tables: Sequence[AtomTable], loads: FloatArray, time_limit: float
     # HiGHS stops within an ABSOLUTE gap of 1e-6: scale the objective so that gap is negligible.
     # Divide by the largest load first: 1e6 / top overflows for subnormal loads (an infinite cost).
     top = float(loads[keep].max())
-    out = _solve(tables, loads / top * 1e6, keep, time_limit)
+    out = _solve(tables, loads / top * 1e6, keep, time_limit, presolve)
     return MilpOutcome(out.cell, out.best / 1e6 * top, out.upper / 1e6 * top, out.exact)
 
 
 def _solve(
-    tables: Sequence[AtomTable], loads: FloatArray, keep: np.ndarray, time_limit: float | None
+    tables: Sequence[AtomTable],
+    loads: FloatArray,
+    keep: np.ndarray,
+    time_limit: float | None,
+    presolve: bool,
 ) -> MilpOutcome:
     # scipy.optimize costs ~0.3 s to import: only when a programme is solved (not for `overlapdp --help`).
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -90,7 +101,7 @@ def _solve(
     ub = np.concatenate([np.ones(n_eq), np.zeros(r - n_eq)])
     cost = np.concatenate([np.zeros(nz), -loads[keep]])
     integrality = np.concatenate([np.ones(nz), np.zeros(ny)])
-    options: dict[str, object] = {"disp": False, "mip_rel_gap": 0.0}
+    options: dict[str, object] = {"disp": False, "mip_rel_gap": 0.0, "presolve": presolve}
     if time_limit is not None:
         options["time_limit"] = max(time_limit, 0.01)
     res = milp(

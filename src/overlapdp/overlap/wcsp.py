@@ -16,7 +16,10 @@ Artificial Intelligence 174, 2010) proves the optimum; its dual bound is a lower
 Costs are integers, so the route is taken only when every load is an exact integer multiple of
 one unit (``count`` always; ``sum`` with equal weights, or integer, half, quarter... weights); otherwise
 rounding could move the optimum and :func:`integral_loads` returns None. The solver runs in a child process
-(:mod:`overlapdp.overlap._wcsp_worker`) killed at the deadline.
+(:mod:`overlapdp.overlap._wcsp_worker`) given the time left until the caller's deadline (wall clock). At
+the deadline the parent sends it SIGVTALRM, the signal of toulbar2's own timer, so that toulbar2 stops at
+its next node and reports its dual bound; a child still running at the end of the grace period the
+caller allows for that report is killed (its bound is then lost, never wrong).
 """
 
 from __future__ import annotations
@@ -27,16 +30,17 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import BoolArray, IntArray
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.result import FloatArray
@@ -45,6 +49,8 @@ from overlapdp.overlap.result import FloatArray
 _MAX_TOTAL = 1 << 50
 # Seconds the child needs at least to start, build the network and report (measured ~0.2 s).
 _STARTUP = 0.3
+# Seconds before the deadline at which the child stops its search to report (at most 5% of its time).
+_REPORT = 0.1
 _WORKER = Path(__file__).with_name("_wcsp_worker.py")
 
 
@@ -167,10 +173,12 @@ def start(
     """
     seconds = 0.0
     if deadline is not None:
-        wait = deadline - time.monotonic()
+        wait = deadline - _clock.now()
         if wait < _STARTUP:
             return WcspOutcome(None, -1, None, False, "too little time")
-        seconds = wait - 0.05  # the child's own stop, a little before it is killed
+        # The child stops itself this much before the deadline (wall clock), so that its report is
+        # ready when the caller reads it at the deadline.
+        seconds = wait - min(_REPORT, 0.05 * wait)
     variable = problem.total - problem.constant
     ub = variable - max(incumbent - problem.constant, 0) + 1
     arrays: dict[str, np.ndarray] = {
@@ -210,6 +218,8 @@ class Run:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._err,
+            # One thread: the stop signal must reach the thread whose flag toulbar2 reads.
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
         )
 
     def proved(self) -> bool:
@@ -218,21 +228,38 @@ class Run:
             self._collect()
         return self._result is not None and self._result.exact
 
-    def outcome(self) -> WcspOutcome:
-        """Wait for the child until the deadline (then kill it) and return what it found."""
+    def outcome(self, grace: float | None = None) -> WcspOutcome:
+        """Wait for the child until the deadline, then ask it to stop (SIGVTALRM: toulbar2 ends its
+        search and reports its bound) and wait until ``grace`` (a ``_clock.now()`` time, at the
+        deadline when None), then kill it; return what it found."""
         if self._result is None:
-            wait = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
             try:
-                self._proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+                if self._deadline is None:
+                    self._proc.wait()
+                elif not self._wait_until(self._deadline):
+                    self._proc.send_signal(signal.SIGVTALRM)
+                    if not self._wait_until(self._deadline if grace is None else grace):
+                        self._proc.kill()
+                        self._proc.wait()
             except BaseException:
                 self.cancel()  # interrupted while waiting: no orphan solver left running
                 raise
             self._collect()
         assert self._result is not None
         return self._result
+
+    def _wait_until(self, at: float) -> bool:
+        """Wait for the child to end until ``at``; whether it has ended."""
+        try:
+            self._proc.wait(timeout=max(at - _clock.now(), 0.0))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    @property
+    def pid(self) -> int:
+        """The child's process id (for tests)."""
+        return self._proc.pid
 
     def cancel(self) -> None:
         """Stop the child (its answer is no longer needed) and remove its files."""

@@ -1,0 +1,18 @@
+"""The one clock every overlap search reads for its effort limit (internal).
+
+``max_overlap(..., effort=e)`` fixes one deadline, ``now() + e``, at the call, and every search and
+solver below it compares ``now()`` with that same deadline (DESIGN.md, the effort limit). Wall-clock
+(``time.monotonic``), not CPU time: the limit bounds the caller's wait, which includes time lost to
+other processes on a loaded machine. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
+...)``) to drive a deadline without sleeping, so callers read it as ``_clock.now()``, never as an
+imported name.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def now() -> float:
+    """Seconds on the monotonic wall clock (``time.monotonic``)."""
+    return time.monotonic()
