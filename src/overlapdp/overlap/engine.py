@@ -155,8 +155,11 @@ def max_overlap(
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = [q.id for q in queries]
     t = len(queries)
-    deadline = None if effort is None else _clock.now() + float(effort)
-    limit = None if deadline is None else _Limit(deadline, deadline + GRACE_SHARE * float(effort))
+    limit = None
+    if effort is not None:
+        at = _clock.now() + float(effort)
+        limit = _Limit(at, at + GRACE_SHARE * float(effort))
+    deadline = None if limit is None else limit.deadline
     if name == "vector":
         vectors = check_vectors(weights, t, ids)
         if sch is None:
@@ -435,8 +438,8 @@ def _search(
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
         # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
-        limit = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
-        split = choose_split(c2, loads, limit)
+        cells = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
+        split = choose_split(c2, loads, cells)
     if split is not None and not split.rest:
         # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
         if len(split.grid) < 2:
