@@ -192,6 +192,7 @@ def branch_and_bound(
     ]
     # A greedy dive first gives an incumbent (a lower bound with a witness) quickly.
     dive: tuple[BoolArray, tuple[int, ...]] | None = (root, root_fixed)
+    expired = False
     while dive is not None:
         mask, fixed = dive
         nodes += 1
@@ -206,6 +207,7 @@ def branch_and_bound(
             top = max(children, key=lambda ch: ch[0])
             dive = (top[1], top[2])
         if deadline is not None and _clock.now() > deadline:
+            expired = True  # the search below stops at once, without reading the clock again
             break
 
     def slack(v: float) -> float:
@@ -216,8 +218,9 @@ def branch_and_bound(
         if -negb <= slack(best):
             heap.clear()
             break
-        if (deadline is not None and _clock.now() > deadline) or (
-            node_limit is not None and nodes >= node_limit
+        if expired or (
+            (deadline is not None and _clock.now() > deadline)
+            or (node_limit is not None and nodes >= node_limit)
         ):
             break
         heapq.heappop(heap)

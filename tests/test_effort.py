@@ -1,0 +1,311 @@
+"""The effort limit (issue 13 item 5; DESIGN.md, the effort limit): one deadline from the call, every
+search stopping at its first clock check past it with a safe bound, the same stages with or without a
+limit, and toulbar2's child process stopped at the deadline.
+
+The deadline is driven by replacing ``overlapdp.overlap._clock.now`` (no sleeping, no timing
+assertion): the same on a fast or a slow machine. Truth comes from brute force over the rows
+(``brute_force_overlap``), never from the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from overlapdp.overlap import _clock, brute_force_overlap, max_overlap, wcsp
+from overlapdp.overlap import boxes as box_route
+from overlapdp.overlap import engine as engine_mod
+from overlapdp.overlap._compiled import compile_workload
+from overlapdp.overlap._gridbranch import Split, choose_split, compress, grid_branch, kept_tables
+from overlapdp.overlap.bounds import colouring_bound
+from overlapdp.overlap.branch import atom_tables, branch_and_bound
+from overlapdp.overlap.exactness import exact_branch
+from overlapdp.query import PredicateQuery
+from overlapdp.samples import adult_schema
+from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+
+DEADLINE = 1.0  # in the stepped clock's time
+
+
+class SteppedClock:
+    """Reads 0.0 for the first ``n`` reads, then 1e9: past any deadline from then on. Counts the
+    reads made after the jump (``late``): a search that stops at its first check past the deadline
+    reads it once more."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.reads = 0
+        self.late = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads > self.n:
+            self.late += 1
+            return 1e9
+        return 0.0
+
+
+def _workload(seed: int, t: int = 40, *, boxes: bool = False) -> list[PredicateQuery]:
+    """``t`` random queries on 4 attributes of 5-6 values (value sets, or ranges only with ``boxes``),
+    1-3 attributes each: small enough for brute force, not trivial for the searches."""
+    schema = Schema(
+        (
+            IntAttribute("a", 0, 5),
+            IntAttribute("b", 0, 5),
+            CategoricalAttribute("c", tuple("uvwxy")),
+            IntAttribute("d", 0, 4),
+        )
+    )
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(t):
+        covs: dict[str, IndexSet] = {}
+        for name in rng.choice(schema.names, size=int(rng.integers(1, 4)), replace=False).tolist():
+            size = schema.attribute(name).size
+            if boxes or rng.random() < 0.5:
+                lo, hi = sorted(rng.integers(0, size, 2).tolist())
+                covs[name] = IndexSet.interval(lo, hi + 1)
+            else:
+                covs[name] = IndexSet.from_indices(
+                    rng.choice(size, size=int(rng.integers(1, size)), replace=False)
+                )
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return out
+
+
+def _truth(queries: list[PredicateQuery], weights: list[float]) -> float:
+    return float(brute_force_overlap(queries, weights, "sum").value)
+
+
+def _weights(t: int, seed: int) -> list[float]:
+    return np.random.default_rng(seed).integers(1, 9, t).astype(float).tolist()
+
+
+def _prepared(queries: list[PredicateQuery], weights: list[float]) -> tuple[Any, Any, Any, np.ndarray]:
+    c = compile_workload(queries, queries[0].schema)
+    tables = atom_tables(c)
+    loads = np.asarray(weights, dtype=float)[c.live]
+    return c, compress(c, tables), kept_tables(tables), loads
+
+
+def _load_at(queries: list[PredicateQuery], weights: list[float], row: tuple[int, ...]) -> float:
+    return float(sum(w for q, w in zip(queries, weights, strict=True) if q.covers(row)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 20])
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("search", ["branch", "gridbranch", "boxes", "exact_branch", "colouring"])
+def test_each_search_stops_at_its_first_check_past_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, search: str, seed: int, n: int
+) -> None:
+    """Each search reads the clock at most once past the deadline (the check that stops it) and
+    returns a safe bound: best <= truth <= upper; exact only when it finished before."""
+    queries = _workload(seed, boxes=search == "boxes")
+    weights = _weights(len(queries), seed)
+    truth = _truth(queries, weights)
+    c, c2, t2, loads = _prepared(queries, weights)
+    clock = SteppedClock(n)
+    monkeypatch.setattr(_clock, "now", clock)
+    if search == "branch":
+        out = branch_and_bound(c2, t2, loads, deadline=DEADLINE, rel=0.0)
+        best, upper, exact, cell = out.best, out.upper, out.exact, out.cell
+    elif search == "gridbranch":
+        split = choose_split(c2, loads, 64)
+        if split is None or not split.rest:
+            split = Split([0, 1], [2, 3])
+        out = grid_branch(c2, t2, loads, split, deadline=DEADLINE, rel=0.0)
+        best, upper, exact, cell = out.best, out.upper, out.exact, out.cell
+    elif search == "boxes":
+        assert box_route.applies(c)
+        bo = box_route.max_depth(c, np.asarray(weights, dtype=float), DEADLINE)
+        best, upper, exact, cell = bo.best, bo.upper, bo.exact, bo.cell
+    elif search == "exact_branch":
+        nums = [int(w) for w in loads]
+        found = exact_branch(t2, loads, nums, 0, 0.0, 0, deadline=DEADLINE)
+        # Past the deadline it gives up (None); otherwise it is the exact maximum.
+        assert found is None or found[1] == truth
+        # It also reads the clock once at its start (for its own cap, EXACT_SECONDS).
+        assert clock.late <= (2 if n == 0 else 1)
+        assert n > 0 or found is None
+        return
+    else:
+        col = colouring_bound(t2, loads, DEADLINE)
+        assert col is None or col >= truth
+        assert clock.late <= 1
+        return
+    assert clock.late <= 1
+    # Cut short only by the deadline (these calls set no node limit).
+    assert exact or clock.late == 1
+    if cell is not None:
+        row = (c if search == "boxes" else c2).row(cell)
+        assert _load_at(queries, weights, row) == best
+    assert best <= truth <= upper
+    assert exact == (exact and best == truth == upper)
+
+
+@pytest.mark.parametrize("n", [0, 3, 10, 40, 200])
+@pytest.mark.parametrize("algorithm", ["auto", "branch", "gridbranch", "milp", "boxes"])
+def test_max_overlap_past_the_deadline_is_a_safe_bound(
+    monkeypatch: pytest.MonkeyPatch, algorithm: Any, n: int
+) -> None:
+    """Whichever stage the deadline falls in: lower <= truth <= value, the witness carries ``lower``,
+    exact only if the optimum was proved, and few clock reads after the deadline (each later stage
+    checks once and is skipped)."""
+    queries = _workload(7, 60, boxes=algorithm == "boxes")
+    weights = _weights(len(queries), 7)
+    truth = _truth(queries, weights)
+    clock = SteppedClock(n + 1)  # the first read fixes the deadline at the call
+    monkeypatch.setattr(_clock, "now", clock)
+    r = max_overlap(queries, weights, "sum", effort=DEADLINE, algorithm=algorithm)
+    assert float(r.lower) <= truth <= float(r.value)
+    assert r.witness_row is not None and _load_at(queries, weights, r.witness_row) == float(r.lower)
+    assert not r.exact or float(r.value) == truth
+    if n == 0 and algorithm in ("gridbranch", "milp"):
+        assert not r.exact  # past the deadline from the start: no search ran
+    assert clock.late <= 8
+
+
+def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (issue 13: a 0.9 s workload took 3.4 s with a 30 s limit, 12.4 s with 120 s): HiGHS's
+    first try got a share of the limit, so a longer limit made it longer. Its time limit must be its
+    own cap, the same with no limit and with a generous one."""
+    queries = _workload(3, 60)
+    seen: dict[Any, list[float | None]] = {}
+    real = engine_mod.solve_milp
+
+    def record(key: Any) -> Any:
+        def solve(tables: Any, loads: Any, time_limit: float | None, **kw: Any) -> Any:
+            seen.setdefault(key, []).append(time_limit)
+            return real(tables, loads, time_limit, **kw)
+
+        return solve
+
+    monkeypatch.setattr(_clock, "now", lambda: 0.0)  # frozen: the time limits are the caps exactly
+    for effort in (None, 30.0, 120.0):
+        monkeypatch.setattr(engine_mod, "solve_milp", record(effort))
+        r = max_overlap(queries, _weights(60, 3), "sum", effort=effort, algorithm="milp")
+        assert r.exact
+    # Forced HiGHS runs "to the deadline": without a limit, none.
+    assert seen[None] == [None]
+    auto: dict[Any, list[float | None]] = {}
+    for effort in (None, 30.0, 120.0):
+        seen.clear()
+        monkeypatch.setattr(engine_mod, "solve_milp", record(effort))
+        # Value sets on 14 attributes (no grid fits), integral loads, fewer than 1 000 queries:
+        # HiGHS's short try comes before toulbar2 (and proves it).
+        r = max_overlap(_adult_mixed(300, 15), None, "count", effort=effort)
+        assert r.exact
+        auto[effort] = seen.get(effort, [])
+    assert auto[None] == [engine_mod.MILP_SMALL_BEFORE_WCSP_SECONDS]
+    assert auto[None] == auto[30.0] == auto[120.0]
+
+
+BATTERY = [
+    ("value sets, sum", lambda: (_workload(11, 50), _weights(50, 11), "sum")),
+    ("value sets, count", lambda: (_workload(12, 80), None, "count")),
+    ("boxes, sum", lambda: (_workload(13, 70, boxes=True), _weights(70, 13), "sum")),
+    ("value sets, l2", lambda: (_workload(14, 40), _weights(40, 14), "l2")),
+    ("adult, 300 mixed", lambda: (_adult_mixed(300, 15), None, "count")),
+]
+
+
+def _adult_mixed(t: int, seed: int) -> list[PredicateQuery]:
+    """Value sets and ranges on 1-3 of Adult's 14 attributes (the shape of issue 13's workload)."""
+    schema = adult_schema()
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(t):
+        covs: dict[str, IndexSet] = {}
+        for name in rng.choice(list(schema.names), size=int(rng.integers(1, 4)), replace=False).tolist():
+            size = schema.attribute(name).size
+            if rng.random() < 0.5 and size > 2:
+                covs[name] = IndexSet.from_indices(
+                    rng.choice(size, size=int(rng.integers(1, size)), replace=False)
+                )
+            else:
+                lo, hi = sorted(rng.integers(0, size, 2).tolist())
+                covs[name] = IndexSet.interval(lo, hi + 1)
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "branch", "gridbranch", "milp"])
+@pytest.mark.parametrize("case", BATTERY, ids=[b[0] for b in BATTERY])
+def test_a_generous_limit_gives_the_answer_without_a_limit(case: Any, algorithm: Any) -> None:
+    """Same value, witness, exactness and route with ``effort=1e4`` as with none (real clock)."""
+    queries, weights, comp = case[1]()
+    if algorithm != "auto" and len(queries) > 100:
+        pytest.skip("forced searches only on the small workloads")
+    free = max_overlap(queries, weights, comp, algorithm=algorithm)
+    limited = max_overlap(queries, weights, comp, effort=1e4, algorithm=algorithm)
+    assert free.exact and limited.exact
+    assert float(limited.value) == float(free.value)
+    assert limited.witness_row == free.witness_row
+    assert limited.algorithm == free.algorithm
+    if len(queries) <= 100:
+        w = [1.0] * len(queries) if weights is None else weights
+        expected = float(brute_force_overlap(queries, w, comp).value)  # type: ignore[arg-type]
+        assert float(free.value) == pytest.approx(expected, rel=1e-12)
+
+
+def _hard_problem() -> wcsp.Problem:
+    """toulbar2's network for 2 000 value sets and ranges on Adult's 14 attributes (seconds to solve)."""
+    queries = _adult_mixed(2000, 2024)
+    c = compile_workload(queries, queries[0].schema)
+    tables = kept_tables(atom_tables(c))
+    integral = wcsp.integral_loads(np.ones(c.live.size))
+    assert integral is not None
+    return wcsp.build(tables, integral[0])
+
+
+@pytest.mark.skipif(not wcsp.available(), reason="toulbar2 (the 'solvers' extra) is not installed")
+def test_the_solver_child_is_terminated_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent reads the child's outcome once the deadline has passed: the child is stopped (asked,
+    then killed at the end of the grace) and no process is left; the outcome is not exact."""
+    clock = SteppedClock(1)  # start() reads 0.0 (a deadline 10 s away); every later read is past it
+    monkeypatch.setattr(_clock, "now", clock)
+    run = wcsp.start(_hard_problem(), 0, 10.0)
+    assert isinstance(run, wcsp.Run)
+    out = run.outcome(10.5)
+    assert run._proc.returncode is not None  # reaped: not running
+    with pytest.raises(ProcessLookupError):
+        os.kill(run.pid, 0)
+    assert not out.exact
+
+
+@pytest.mark.skipif(not wcsp.available(), reason="toulbar2 (the 'solvers' extra) is not installed")
+def test_the_solver_child_stops_itself_on_the_wall_clock(tmp_path: Path) -> None:
+    """Given 0.3 s (wall), the worker stops toulbar2 through its timer handler on SIGALRM and
+    reports a dual bound, without being killed (before, only a CPU-time timer of whole seconds)."""
+    pb = _hard_problem()
+    arrays: dict[str, np.ndarray] = {
+        "sizes": np.array(pb.sizes, dtype=np.int64),
+        "ub": np.array(pb.total - pb.constant + 1, dtype=np.int64),
+        "seconds": np.array(0.3, dtype=np.float64),
+        "backtracks": np.array(0, dtype=np.int64),
+        "box_weight": pb.box_weight,
+        "box_constrained": pb.box_constrained,
+    }
+    for j, (unary, member) in enumerate(zip(pb.unary, pb.box_member, strict=True)):
+        arrays[f"unary{j}"] = unary
+        arrays[f"member{j}"] = member
+    np.savez(tmp_path / "problem.npz", **arrays)  # type: ignore[arg-type]
+    worker = Path(wcsp.__file__).with_name("_wcsp_worker.py")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(worker), str(tmp_path / "problem.npz"), str(tmp_path / "out.json")],
+        env=env,
+        timeout=120,
+        capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["complete"] is False
+    assert float(result["dual"]) >= 0.0
