@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from overlapdp.overlap import _clock
-from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
+from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.result import FloatArray
 
 # Relative slack when comparing float bounds with the incumbent (sums of loads in different orders).
@@ -56,28 +56,31 @@ class AtomTable:
 
 def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
     """Merge alike segments and drop dominated atoms, per active attribute."""
-    out = []
-    for a in c.attributes:
-        seg_member = a.membership(c.live)
-        packed = np.packbits(seg_member, axis=1)
-        _, first = np.unique(packed, axis=0, return_index=True)
-        first = np.sort(first)
-        member = seg_member[first]
-        segment = first.astype(np.int64)
-        n = member.shape[0]
-        if n > 1 and float(n) * n * max(1, member.shape[1]) <= dominance_budget:
-            mf = member.astype(np.float32)
-            inter = mf @ mf.T
-            size = mf.sum(axis=1)
-            np.fill_diagonal(inter, -1.0)
-            # Distinct atoms: containment of a in b means |a & b| == |a| (and b is strictly larger).
-            dominated = (inter >= size[:, None] - 0.5).any(axis=1)
-            if dominated.all():  # cannot happen for distinct rows; keep one to stay safe
-                dominated[int(np.argmax(size))] = False
-            member = member[~dominated]
-            segment = segment[~dominated]
-        out.append(AtomTable(member, segment))
-    return out
+    return [atom_table(c, a, dominance_budget) for a in c.attributes]
+
+
+def atom_table(c: Compiled, a: AttributeSegments, dominance_budget: float = 4e8) -> AtomTable:
+    """The atoms of one attribute ``a`` of ``c`` (one step of :func:`atom_tables`, so that a caller
+    with a deadline can check it between attributes)."""
+    seg_member = a.membership(c.live)
+    packed = np.packbits(seg_member, axis=1)
+    _, first = np.unique(packed, axis=0, return_index=True)
+    first = np.sort(first)
+    member = seg_member[first]
+    segment = first.astype(np.int64)
+    n = member.shape[0]
+    if n > 1 and float(n) * n * max(1, member.shape[1]) <= dominance_budget:
+        mf = member.astype(np.float32)
+        inter = mf @ mf.T
+        size = mf.sum(axis=1)
+        np.fill_diagonal(inter, -1.0)
+        # Distinct atoms: containment of a in b means |a & b| == |a| (and b is strictly larger).
+        dominated = (inter >= size[:, None] - 0.5).any(axis=1)
+        if dominated.all():  # cannot happen for distinct rows; keep one to stay safe
+            dominated[int(np.argmax(size))] = False
+        member = member[~dominated]
+        segment = segment[~dominated]
+    return AtomTable(member, segment)
 
 
 @dataclass

@@ -62,7 +62,7 @@ from overlapdp.overlap._gridbranch import (
     kept_tables,
 )
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import atom_tables, branch_and_bound
+from overlapdp.overlap.branch import atom_table, atom_tables, branch_and_bound
 from overlapdp.overlap.exactness import (
     U,
     certify,
@@ -345,10 +345,12 @@ def _search(
     if segments * c.live.size > TABLE_LIMIT:
         # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
         return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
-    tables = atom_tables(c)
-    if not _time_left(deadline):
-        # The limit ran out while the atoms were built: the trivial safe bound, at once.
-        return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
+    tables = []
+    for a in c.attributes:
+        if not _time_left(deadline):
+            # The limit ran out while the atoms were built: the trivial safe bound, at once.
+            return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
+        tables.append(atom_table(c, a))
     c2 = compress(c, tables)
     t2 = kept_tables(tables)
     if algorithm in ("auto", "grid") and grid_feasible(c2):
