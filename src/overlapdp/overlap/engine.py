@@ -96,9 +96,6 @@ Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", 
 
 # Past the deadline, the bounds still to take (colouring, toulbar2's report) get this share of the effort.
 GRACE_SHARE = 0.04
-# HiGHS presolve cannot be interrupted (~0.3 s on 2 000 queries over 14 attributes, whatever the time
-# limit): when the deadline is nearer than this, presolve is off so that HiGHS stops on time.
-MILP_PRESOLVE_SECONDS = 5.0
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
@@ -411,10 +408,8 @@ def _search(
     def run_milp(until: float | None) -> bool:
         used.append("milp")
         left = None if until is None else max(until - _clock.now(), 0.0)
-        # Presolve's overrun past HiGHS's time limit matters only when the effort limit's deadline
-        # is near.
-        presolve = deadline is None or deadline - _clock.now() >= MILP_PRESOLVE_SECONDS
-        m = solve_milp(t2, loads, left, presolve=presolve)
+        # Under a limit HiGHS (whose start-up ignores its time limit) is abandoned at the deadline.
+        m = solve_milp(t2, loads, left, give_up=deadline)
         offer(m.cell, m.best)
         if not m.exact:
             safe.append(m.upper)
@@ -487,7 +482,8 @@ def _search(
     run: wcsp.Run | None = None
     run_until: float | None = None
     unit = 1.0
-    if integral is not None and _time_left(deadline):
+    # (wcsp.start refuses with less time left than a child needs to start: the network is not built.)
+    if integral is not None and _worth(deadline, wcsp.STARTUP_SECONDS):
         used.append("wcsp")
         weights, unit = integral
         pb = wcsp.build(t2, weights)

@@ -7,19 +7,22 @@ when the chosen row is covered by $q$ and the optimum is the maximum load. When 
 limit, its dual bound (from the LP relaxations of the open nodes) bounds the optimum from above; a
 small slack covers the solver's floating-point tolerances.
 
-HiGHS's time limit is wall-clock, checked often by its simplex and branch and bound but not inside
-some presolve rules: measured on 2 000 value-set queries over Adult's 14 attributes, presolve alone
-runs ~0.3 s whatever the limit. ``presolve=False`` keeps the limit within a few hundredths of a second
-(the engine turns presolve off only when the effort limit's deadline leaves the solve little time).
+HiGHS's time limit is wall-clock and read often by its simplex and branch and bound, but not during its
+start-up and some presolve rules: measured on 2 000-3 000 value-set queries over Adult's 14 attributes
+these run 0.2-0.3 s whatever the limit, several times that on a loaded machine. Under the effort limit
+(``give_up``) HiGHS therefore runs in a thread of its own (it releases the GIL while it solves) that the
+caller abandons at its deadline; the abandoned solve ends by its own time limit and its answer is dropped.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.result import FloatArray
 
@@ -37,9 +40,41 @@ class MilpOutcome:
 
 
 def solve_milp(
-    tables: Sequence[AtomTable], loads: FloatArray, time_limit: float | None, *, presolve: bool = True
+    tables: Sequence[AtomTable],
+    loads: FloatArray,
+    time_limit: float | None,
+    *,
+    give_up: float | None = None,
 ) -> MilpOutcome:
-    """Maximise the total load over atom tuples within ``time_limit`` seconds; see the module docstring."""
+    """Maximise the total load over atom tuples within ``time_limit`` seconds; see the module docstring.
+
+    With ``give_up`` (a ``_clock.now()`` time) the solve is abandoned when still running then: the
+    outcome is the trivial bound (the total load), not exact. The answer is the same whether the solve
+    runs in a thread or not.
+    """
+    if give_up is None:
+        return _solve_scaled(tables, loads, time_limit)
+    done: list[MilpOutcome] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            done.append(_solve_scaled(tables, loads, time_limit))
+        except BaseException as exc:  # handed to the caller below
+            failed.append(exc)
+
+    worker = threading.Thread(target=work, name="overlapdp-highs", daemon=True)
+    worker.start()
+    worker.join(max(give_up - _clock.now(), 0.0))
+    if failed:
+        raise failed[0]
+    if done:
+        return done[0]
+    keep = loads > 0
+    return MilpOutcome(None, -1.0, float(loads[keep].sum()), False)
+
+
+def _solve_scaled(tables: Sequence[AtomTable], loads: FloatArray, time_limit: float | None) -> MilpOutcome:
     len(tables)
     keep = np.flatnonzero(loads > 0)
     if keep.size == 0:
@@ -47,16 +82,12 @@ def solve_milp(
     # HiGHS stops within an ABSOLUTE gap of 1e-6: scale the objective so that gap is negligible.
     # Divide by the largest load first: 1e6 / top overflows for subnormal loads (an infinite cost).
     top = float(loads[keep].max())
-    out = _solve(tables, loads / top * 1e6, keep, time_limit, presolve)
+    out = _solve(tables, loads / top * 1e6, keep, time_limit)
     return MilpOutcome(out.cell, out.best / 1e6 * top, out.upper / 1e6 * top, out.exact)
 
 
 def _solve(
-    tables: Sequence[AtomTable],
-    loads: FloatArray,
-    keep: np.ndarray,
-    time_limit: float | None,
-    presolve: bool,
+    tables: Sequence[AtomTable], loads: FloatArray, keep: np.ndarray, time_limit: float | None
 ) -> MilpOutcome:
     # scipy.optimize costs ~0.3 s to import: only when a programme is solved (not for `overlapdp --help`).
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -101,7 +132,7 @@ def _solve(
     ub = np.concatenate([np.ones(n_eq), np.zeros(r - n_eq)])
     cost = np.concatenate([np.zeros(nz), -loads[keep]])
     integrality = np.concatenate([np.ones(nz), np.zeros(ny)])
-    options: dict[str, object] = {"disp": False, "mip_rel_gap": 0.0, "presolve": presolve}
+    options: dict[str, object] = {"disp": False, "mip_rel_gap": 0.0}
     if time_limit is not None:
         options["time_limit"] = max(time_limit, 0.01)
     res = milp(

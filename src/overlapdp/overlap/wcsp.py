@@ -48,7 +48,7 @@ from overlapdp.overlap.result import FloatArray
 # Integer costs stay far inside int64 (toulbar2's cost type) with this much headroom.
 _MAX_TOTAL = 1 << 50
 # Seconds the child needs at least to start, build the network and report (measured ~0.2 s).
-_STARTUP = 0.3
+STARTUP_SECONDS = 0.3
 # Seconds before the deadline at which the child stops its search to report (at most 5% of its time).
 _REPORT = 0.1
 _WORKER = Path(__file__).with_name("_wcsp_worker.py")
@@ -174,7 +174,7 @@ def start(
     seconds = 0.0
     if deadline is not None:
         wait = deadline - _clock.now()
-        if wait < _STARTUP:
+        if wait < STARTUP_SECONDS:
             return WcspOutcome(None, -1, None, False, "too little time")
         # The child stops itself this much before the deadline (wall clock), so that its report is
         # ready when the caller reads it at the deadline.
