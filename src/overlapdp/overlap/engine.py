@@ -95,7 +95,7 @@ from overlapdp.schema import Schema
 Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"]
 
 # Past the deadline, the bounds still to take (colouring, toulbar2's report) get this share of the effort.
-GRACE_SHARE = 0.04
+GRACE_SHARE = 0.02
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
