@@ -90,8 +90,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one run per row, efforts 0.5 and 2 s only")
     parser.add_argument("--load", type=int, default=0, help="busy processes to run alongside")
     parser.add_argument("--only", default="", help="'overrun' or 'finishing'")
+    parser.add_argument("--runs", type=int, default=3, help="repeats per row (medians)")
+    parser.add_argument("--rows", default="", help="finishing rows whose name contains this text")
     args = parser.parse_args()
-    runs = 1 if args.quick else 3
+    runs = 1 if args.quick else args.runs
     efforts = (0.5, 2.0) if args.quick else (0.5, 1.0, 2.0, 5.0)
     hard = mixed(ADULT.names, 3_000, np.random.default_rng(1), (1, 4))
     finishing = [
@@ -134,7 +136,7 @@ def main() -> None:
         if args.only in ("", "overrun"):
             overrun_rows(hard, efforts, runs)
         if args.only in ("", "finishing"):
-            finishing_rows(finishing, runs)
+            finishing_rows([w for w in finishing if args.rows in w[0]], runs)
     finally:
         stop.set()
         for p in busy:

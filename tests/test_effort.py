@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,7 @@ def test_the_solver_child_stops_itself_on_the_wall_clock(tmp_path: Path) -> None
         "sizes": np.array(pb.sizes, dtype=np.int64),
         "ub": np.array(pb.total - pb.constant + 1, dtype=np.int64),
         "seconds": np.array(0.3, dtype=np.float64),
+        "sent": np.array(time.monotonic(), dtype=np.float64),
         "backtracks": np.array(0, dtype=np.int64),
         "box_weight": pb.box_weight,
         "box_constrained": pb.box_constrained,

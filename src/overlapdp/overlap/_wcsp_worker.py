@@ -22,8 +22,6 @@ import time
 
 import numpy as np
 
-_STARTED = time.monotonic()
-
 
 def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     """toulbar2 on the network in ``data``; the keys are those written by ``overlap.wcsp``."""
@@ -32,6 +30,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     sizes = data["sizes"].tolist()
     ub = int(data["ub"])
     seconds = float(data["seconds"])  # wall seconds left at the parent's start(); 0: no limit
+    sent = float(data["sent"])  # the parent's time.monotonic() then (one clock for all processes)
     backtracks = int(data["backtracks"])  # 0: no limit
     box_weight = data["box_weight"].tolist()
     box_constrained = data["box_constrained"]
@@ -63,7 +62,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
         # up it cannot fire before the deadline, and it is only a backstop (should the parent be gone).
         # Installing it installs toulbar2's SIGVTALRM handler, through which the parent stops the
         # search at the wall-clock deadline.
-        left = seconds - (time.monotonic() - _STARTED)
+        left = seconds - (time.monotonic() - sent)
         cfn.CFN.timer(max(1, math.ceil(left) + 1))
         _wall_timer(left)
     cfn.CFN.wcsp.updateDUb(ub)

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,9 @@ def start(
         "sizes": np.array(problem.sizes, dtype=np.int64),
         "ub": np.array(ub, dtype=np.int64),
         "seconds": np.array(seconds, dtype=np.float64),
+        # The real monotonic clock (system-wide) when ``seconds`` was measured: the child subtracts
+        # its own start-up, interpreter included.
+        "sent": np.array(time.monotonic(), dtype=np.float64),
         "backtracks": np.array(backtracks or 0, dtype=np.int64),
         "box_weight": problem.box_weight,
         "box_constrained": problem.box_constrained,
