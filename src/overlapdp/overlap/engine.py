@@ -24,8 +24,9 @@ The effort limit (DESIGN.md): ``effort`` seconds fix ONE deadline at the call (w
 :mod:`overlapdp.overlap._clock`), passed down to every stage and solver, never restarted. Each stage
 keeps its own cap (the constants below) whether or not there is a limit, and the deadline only cuts it
 short, so a workload that finishes within the limit runs exactly the same stages, in the same time, as
-without one. Every loop compares the clock with the deadline at each node; toulbar2's child process gets
-the time left and is stopped at the deadline. Past it, the bounds not yet taken (the colouring bound,
+without one. Every loop compares the clock with the deadline at each node; HiGHS (whose start-up ignores
+its time limit) runs in a thread abandoned at the deadline; toulbar2's child process gets the time left
+and is stopped at the deadline. Past it, the bounds not yet taken (the colouring bound,
 toulbar2's report) get a grace of ``GRACE_SHARE`` of the effort, themselves stopped when it ends.
 
 Magnitudes (MATH.md 7.8): every route runs on loads normalised by a power of two near the largest
