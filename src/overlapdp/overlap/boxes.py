@@ -61,6 +61,7 @@ COMBO_LIMIT = 1 << 14
 COMBO_TABLE_LIMIT = 50_000_000
 # Relative slack on float bounds that are sums of many loads (as in the other searches).
 _REL = 1e-12
+SHRINK = True
 
 
 @dataclass(frozen=True)
@@ -231,14 +232,14 @@ class _Depth:
 
     def _project(
         self, clo: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
-    ) -> tuple[float, IntArray]:
+    ) -> tuple[float, IntArray, FloatArray | None, list[int]]:
         """Dense grid over the compressed pieces of ``dims`` (the boxes projected on them, exact when
-        ``dims`` holds every attribute a box crosses): its maximum and the point (other attributes at
-        the cell's first piece)."""
+        ``dims`` holds every attribute a box crosses): its maximum, the point (other attributes at
+        the cell's first piece), the grid itself and the attributes of its axes."""
         point = clo + np.array([int(k[0]) for k in kept], dtype=np.int64)
         gdims = [j for j in dims if kept[j].size > 1]
         if not gdims:
-            return float(w.sum()), point
+            return float(w.sum()), point, None, gdims
         g = len(gdims)
         shape = [int(kept[j].size) for j in gdims]
         strides = np.ones(g, dtype=np.int64)
@@ -262,7 +263,7 @@ class _Depth:
         cell = np.unravel_index(flat, grid.shape)
         for k, j in enumerate(gdims):
             point[j] = clo[j] + int(kept[j][cell[k]])
-        return float(grid.reshape(-1)[flat]), point
+        return float(grid.reshape(-1)[flat]), point, grid, gdims
 
     def run(self, floor: float, deadline: float | None) -> tuple[IntArray | None, float, float, bool]:
         """``(point, best, upper, exact)``: the deepest point if deeper than ``floor`` (else None)."""
@@ -313,11 +314,13 @@ class _Depth:
                 point = cell.point.copy()
                 top = 0.0
                 ignored = np.zeros(self.d)
+                grids: list[tuple[float, FloatArray | None, list[int]]] = []
                 for k, g in enumerate(groups):
                     sel = owner == k
                     if not sel.any():
                         continue
-                    gtop, gpoint = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    gtop, gpoint, grid, gdims = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    grids.append((gtop, grid, gdims))
                     top += gtop
                     point[g] = gpoint[g]
                     others = np.ones(self.d, dtype=bool)
@@ -329,9 +332,31 @@ class _Depth:
                 bound = min(cell.bound, top)
                 if base + bound <= _slack(best):
                     return
+                if SHRINK and bound == top:
+                    # Only the pieces where a group's grid can still lift the total above the best
+                    # row can hold a better point (the other groups at their maxima): shrink the
+                    # cell to their span on every attribute of the group.
+                    nlo, nhi = clo.copy(), chi.copy()
+                    for gtop, grid, gdims in grids:
+                        if grid is None:
+                            continue
+                        feas = grid > _slack(best) - base - (top - gtop)
+                        for k, jj in enumerate(gdims):
+                            ax = tuple(x for x in range(len(gdims)) if x != k)
+                            hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
+                            kj = kept[jj]
+                            nlo[jj] = clo[jj] + int(kj[hits[0]])
+                            if hits[-1] + 1 < kj.size:
+                                nhi[jj] = clo[jj] + int(kj[hits[-1] + 1])
+                    if np.any(nlo > clo) or np.any(nhi < chi):
+                        meets = np.all((self.lo[idx] < nhi) & (self.hi[idx] > nlo), axis=1)
+                        sub = idx[meets]
+                        covers = np.all((self.lo[sub] <= nlo) & (self.hi[sub] >= nhi), axis=1)
+                        push(nlo, nhi, sub[~covers], base + float(self.w[sub[covers]].sum()))
+                        return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
+                _, point, _, _ = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
