@@ -52,7 +52,7 @@ from overlapdp.overlap.result import FloatArray
 # Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.
 LEAF_CELLS = 1 << 17
 # Cells of each group's grid in the bound of a larger cell.
-BOUND_CELLS = 1 << 15
+BOUND_CELLS = 1 << 16
 # Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
 ASCENT_STARTS = 24
 # Largest product of atoms over the enumerated (value-set) attributes, and the largest
@@ -120,6 +120,19 @@ def compress_axis(lo: IntArray, hi: IntArray, m: int) -> tuple[IntArray, IntArra
     keep = start[b[:-1]] & end[b[1:]]
     kept = b[:-1][keep].astype(np.int64)
     return kept, np.searchsorted(kept, lo).astype(np.int64), np.searchsorted(kept, hi).astype(np.int64)
+
+
+def _prefix_sums(grid: FloatArray) -> None:
+    """Cumulative sums along every axis, in place.
+
+    Along every axis but the last as one vectorised add per index (contiguous runs of the later axes;
+    ``np.cumsum`` on an outer or short axis pays a loop per row and is several times slower), along
+    the last with ``np.cumsum``. Either way each entry is the same sequential float sum."""
+    for k in range(grid.ndim - 1):
+        lead = (slice(None),) * k
+        for i in range(1, grid.shape[k]):
+            grid[(*lead, i)] += grid[(*lead, i - 1)]
+    np.cumsum(grid, axis=grid.ndim - 1, out=grid)
 
 
 @dataclass(frozen=True)
@@ -237,7 +250,8 @@ class _Depth:
         ``dims`` holds every attribute a box crosses): its maximum, the point (other attributes at
         the cell's first piece), the grid itself and the attributes of its axes."""
         point = clo + np.array([int(k[0]) for k in kept], dtype=np.int64)
-        gdims = [j for j in dims if kept[j].size > 1]
+        # The largest axis last: the prefix sums below run fastest that way.
+        gdims = sorted((j for j in dims if kept[j].size > 1), key=lambda j: int(kept[j].size))
         if not gdims:
             return float(w.sum()), point, None, gdims
         g = len(gdims)
@@ -257,8 +271,7 @@ class _Depth:
         grid = np.bincount(
             (corners[inside] @ strides), weights=weights[inside], minlength=int(np.prod(shape))
         ).reshape(shape)
-        for k in range(g):
-            np.cumsum(grid, axis=k, out=grid)
+        _prefix_sums(grid)
         flat = int(np.argmax(grid))
         cell = np.unravel_index(flat, grid.shape)
         for k, j in enumerate(gdims):
