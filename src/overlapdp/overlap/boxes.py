@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
+from overlapdp.overlap._compiled import AttributeSegments, Compiled, IntArray
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.result import FloatArray
 
@@ -61,7 +61,6 @@ COMBO_LIMIT = 1 << 14
 COMBO_TABLE_LIMIT = 50_000_000
 # Relative slack on float bounds that are sums of many loads (as in the other searches).
 _REL = 1e-12
-SHRINK = True
 
 
 @dataclass(frozen=True)
@@ -135,20 +134,6 @@ def _prefix_sums(grid: FloatArray) -> None:
     np.cumsum(grid, axis=grid.ndim - 1, out=grid)
 
 
-@dataclass(frozen=True)
-class _Cell:
-    """A cell's analysis: bound without ``base``, a good point, and its partial boxes (clipped)."""
-
-    bound: float
-    point: IntArray
-    w: FloatArray
-    smax: FloatArray
-    slab: BoolArray
-    part: BoolArray
-    lc: IntArray
-    hc: IntArray
-
-
 class _Depth:
     """Best-first divide and conquer for the deepest point of weighted boxes ``[lo, hi)`` in ``[0, m)``."""
 
@@ -156,48 +141,6 @@ class _Depth:
         self.lo, self.hi, self.sizes, self.w = lo, hi, sizes, w
         self.d = int(lo.shape[1])
         self.nodes = 0
-
-    def _analyse(self, clo: IntArray, chi: IntArray, idx: IntArray) -> _Cell:
-        """The cell's one-attribute bound, a good point, and its partial boxes clipped to it."""
-        d = self.d
-        lc = np.maximum(self.lo[idx], clo)
-        hc = np.minimum(self.hi[idx], chi)
-        w = self.w[idx]
-        part = (lc > clo) | (hc < chi)
-        slab = part.sum(axis=1) == 1
-        size = chi - clo
-        off = np.zeros(d, dtype=np.int64)
-        off[1:] = np.cumsum(size + 1)[:-1]
-        total = int(off[-1] + size[-1] + 1)
-        rows, cols = np.nonzero(part)
-        pos_lo = off[cols] + lc[rows, cols] - clo[cols]
-        pos_hi = off[cols] + hc[rows, cols] - clo[cols]
-        wr = w[rows]
-        # All partial boxes projected on each attribute, and the slabs alone (one bincount each).
-        proj = np.cumsum(
-            np.bincount(np.concatenate([pos_lo, pos_hi]), np.concatenate([wr, -wr]), minlength=total)
-        )
-        sl = slab[rows]
-        slabf = np.cumsum(
-            np.bincount(
-                np.concatenate([pos_lo[sl], pos_hi[sl]]), np.concatenate([wr[sl], -wr[sl]]), minlength=total
-            )
-        )
-        nonslab = ~slab
-        w_ns = w[nonslab]
-        # Non-slab boxes that do not cross attribute j add a constant to its projection.
-        const = w_ns @ ~part[nonslab] if w_ns.size else np.zeros(d)
-        point = np.empty(d, dtype=np.int64)
-        smax = np.empty(d)
-        pmax = np.empty(d)
-        for j in range(d):
-            seg = proj[off[j] : off[j] + size[j]]
-            k = int(np.argmax(seg))
-            point[j] = clo[j] + k
-            pmax[j] = seg[k] + const[j]
-            smax[j] = float(slabf[off[j] : off[j] + size[j]].max())
-        bound = float(np.min(smax.sum() - smax + pmax))
-        return _Cell(bound, point, w, smax, slab, part, lc, hc)
 
     def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
         """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
@@ -297,15 +240,13 @@ class _Depth:
                 if base > best:
                     best, best_point = base, clo.copy()
                 return
-            cell = self._analyse(clo, chi, idx)
-            value = base + self._value(idx, cell.point)
-            if value > best:
-                best, best_point = value, cell.point
-            if base + cell.bound <= _slack(best):
-                return
-            lc, hc, part = cell.lc, cell.hc, cell.part
+            # The crossing boxes clipped to the cell; a slab crosses it on one attribute only.
+            lc = np.maximum(self.lo[idx], clo)
+            hc = np.minimum(self.hi[idx], chi)
+            w = self.w[idx]
+            part = (lc > clo) | (hc < chi)
             kept, cells = self._grid(clo, chi, lc, hc)
-            nonslab = ~cell.slab
+            nonslab = part.sum(axis=1) > 1
             counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
             if cells > BOUND_CELLS:
                 # A relaxed bound first: much cheaper than the exact grid, and often enough to prune.
@@ -324,7 +265,7 @@ class _Depth:
                 frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
                 score = np.stack([np.prod(frac[:, g], axis=1) for g in groups], axis=1)
                 owner = np.argmin(score, axis=1)
-                point = cell.point.copy()
+                point = clo.copy()
                 top = 0.0
                 ignored = np.zeros(self.d)
                 grids: list[tuple[float, FloatArray | None, list[int]]] = []
@@ -332,44 +273,43 @@ class _Depth:
                     sel = owner == k
                     if not sel.any():
                         continue
-                    gtop, gpoint, grid, gdims = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    gtop, gpoint, grid, gdims = self._project(clo, lc[sel], hc[sel], w[sel], kept, g)
                     grids.append((gtop, grid, gdims))
                     top += gtop
                     point[g] = gpoint[g]
                     others = np.ones(self.d, dtype=bool)
                     others[g] = False
-                    ignored += cell.w[sel] @ (part[sel] & others)
+                    ignored += w[sel] @ (part[sel] & others)
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
-                bound = min(cell.bound, top)
+                bound = top
                 if base + bound <= _slack(best):
                     return
-                if SHRINK and bound == top:
-                    # Only the pieces where a group's grid can still lift the total above the best
-                    # row can hold a better point (the other groups at their maxima): shrink the
-                    # cell to their span on every attribute of the group.
-                    nlo, nhi = clo.copy(), chi.copy()
-                    for gtop, grid, gdims in grids:
-                        if grid is None:
-                            continue
-                        feas = grid > _slack(best) - base - (top - gtop)
-                        for k, jj in enumerate(gdims):
-                            ax = tuple(x for x in range(len(gdims)) if x != k)
-                            hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
-                            kj = kept[jj]
-                            nlo[jj] = clo[jj] + int(kj[hits[0]])
-                            if hits[-1] + 1 < kj.size:
-                                nhi[jj] = clo[jj] + int(kj[hits[-1] + 1])
-                    if np.any(nlo > clo) or np.any(nhi < chi):
-                        meets = np.all((self.lo[idx] < nhi) & (self.hi[idx] > nlo), axis=1)
-                        sub = idx[meets]
-                        covers = np.all((self.lo[sub] <= nlo) & (self.hi[sub] >= nhi), axis=1)
-                        push(nlo, nhi, sub[~covers], base + float(self.w[sub[covers]].sum()))
-                        return
+                # Only the pieces where a group's grid can still lift the total above the best
+                # row can hold a better point (the other groups at their maxima): shrink the
+                # cell to their span on every attribute of the group.
+                nlo, nhi = clo.copy(), chi.copy()
+                for gtop, grid, gdims in grids:
+                    if grid is None:
+                        continue
+                    feas = grid > _slack(best) - base - (top - gtop)
+                    for k, jj in enumerate(gdims):
+                        ax = tuple(x for x in range(len(gdims)) if x != k)
+                        hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
+                        kj = kept[jj]
+                        nlo[jj] = clo[jj] + int(kj[hits[0]])
+                        if hits[-1] + 1 < kj.size:
+                            nhi[jj] = clo[jj] + int(kj[hits[-1] + 1])
+                if np.any(nlo > clo) or np.any(nhi < chi):
+                    meets = np.all((self.lo[idx] < nhi) & (self.hi[idx] > nlo), axis=1)
+                    sub = idx[meets]
+                    covers = np.all((self.lo[sub] <= nlo) & (self.hi[sub] >= nhi), axis=1)
+                    push(nlo, nhi, sub[~covers], base + float(self.w[sub[covers]].sum()))
+                    return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point, _, _ = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
+                _, point, _, _ = self._project(clo, lc, hc, w, kept, list(range(self.d)))
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
