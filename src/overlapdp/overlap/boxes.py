@@ -176,22 +176,49 @@ class _Depth:
         inside = np.all((self.lo[idx] <= point) & (self.hi[idx] > point), axis=1)
         return float(self.w[idx][inside].sum())
 
-    def _grid(self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray) -> tuple[list[IntArray], int]:
-        """Per attribute the cell's pieces that can hold a maximum (:func:`compress_axis`), and their grid."""
-        kept = []
+    def _grid(
+        self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray
+    ) -> tuple[list[IntArray], int, IntArray, IntArray]:
+        """Per attribute the cell's pieces that can hold a maximum (:func:`compress_axis`, all
+        attributes at once), their grid's size, and every box's first and past-last piece."""
+        size = chi - clo
+        off = np.zeros(self.d, dtype=np.int64)
+        off[1:] = np.cumsum(size + 1)[:-1]
+        total = int(off[-1] + size[-1] + 1)
+        rel_lo = off + (lc - clo)
+        rel_hi = off + (hc - clo)
+        start = np.zeros(total, dtype=bool)
+        end = np.zeros(total, dtype=bool)
+        start[rel_lo.reshape(-1)] = True
+        end[rel_hi.reshape(-1)] = True
+        start[off] = True
+        end[off + size] = True
+        # As compress_axis on each attribute: a piece is kept when it starts at a left endpoint and
+        # ends at a right one. The last position of an attribute never starts a kept piece (no box
+        # starts at the cell's end), so no piece straddles two attributes.
+        b = np.flatnonzero(start | end)
+        flat = b[:-1][start[b[:-1]] & end[b[1:]]]
+        bounds = np.searchsorted(flat, off)
+        kept = [
+            flat[bounds[j] : (bounds[j + 1] if j + 1 < self.d else flat.size)] - off[j] for j in range(self.d)
+        ]
         cells = 1
-        for j in range(self.d):
-            k, _, _ = compress_axis(lc[:, j] - clo[j], hc[:, j] - clo[j], int(chi[j] - clo[j]))
-            kept.append(k)
+        for k in kept:
             cells *= int(k.size)
-        return kept, cells
+        # Pieces before a position (np.searchsorted on each attribute's pieces, all at once).
+        before = np.zeros(total + 1, dtype=np.int64)
+        before[flat + 1] = 1
+        np.cumsum(before, out=before)
+        first = before[off]
+        return kept, cells, before[rel_lo] - first, before[rel_hi] - first
 
     def _project(
-        self, clo: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
+        self, clo: IntArray, pl: IntArray, ph: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
     ) -> tuple[float, IntArray, FloatArray | None, list[int]]:
-        """Dense grid over the compressed pieces of ``dims`` (the boxes projected on them, exact when
-        ``dims`` holds every attribute a box crosses): its maximum, the point (other attributes at
-        the cell's first piece), the grid itself and the attributes of its axes."""
+        """Dense grid over the compressed pieces of ``dims`` (the boxes, given by their first and
+        past-last pieces ``pl, ph``, projected on them; exact when ``dims`` holds every attribute a
+        box crosses): its maximum, the point (other attributes at the cell's first piece), the grid
+        itself and the attributes of its axes."""
         point = clo + np.array([int(k[0]) for k in kept], dtype=np.int64)
         # The largest axis last: the prefix sums below run fastest that way.
         gdims = sorted((j for j in dims if kept[j].size > 1), key=lambda j: int(kept[j].size))
@@ -202,8 +229,8 @@ class _Depth:
         strides = np.ones(g, dtype=np.int64)
         for k in range(g - 2, -1, -1):
             strides[k] = strides[k + 1] * shape[k + 1]
-        gl = np.stack([np.searchsorted(kept[j], lc[:, j] - clo[j]) for j in gdims], axis=1)
-        gh = np.stack([np.searchsorted(kept[j], hc[:, j] - clo[j]) for j in gdims], axis=1)
+        gl = pl[:, gdims]
+        gh = ph[:, gdims]
         bits = ((np.arange(1 << g)[:, None] >> np.arange(g)[None, :]) & 1).astype(bool)
         corners = np.where(bits[:, None, :], gh[None, :, :], gl[None, :, :])
         # Corners past the last piece change no cell of the grid (no padding: it would multiply the
@@ -245,7 +272,7 @@ class _Depth:
             hc = np.minimum(self.hi[idx], chi)
             w = self.w[idx]
             part = (lc > clo) | (hc < chi)
-            kept, cells = self._grid(clo, chi, lc, hc)
+            kept, cells, pl, ph = self._grid(clo, chi, lc, hc)
             nonslab = part.sum(axis=1) > 1
             counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
             if cells > BOUND_CELLS:
@@ -273,7 +300,7 @@ class _Depth:
                     sel = owner == k
                     if not sel.any():
                         continue
-                    gtop, gpoint, grid, gdims = self._project(clo, lc[sel], hc[sel], w[sel], kept, g)
+                    gtop, gpoint, grid, gdims = self._project(clo, pl[sel], ph[sel], w[sel], kept, g)
                     grids.append((gtop, grid, gdims))
                     top += gtop
                     point[g] = gpoint[g]
@@ -309,7 +336,7 @@ class _Depth:
                     return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point, _, _ = self._project(clo, lc, hc, w, kept, list(range(self.d)))
+                _, point, _, _ = self._project(clo, pl, ph, w, kept, list(range(self.d)))
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
