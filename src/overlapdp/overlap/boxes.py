@@ -9,17 +9,19 @@ easy", FOCS 2013):
   (:func:`compress_axis`; some kept piece is covered by a superset of the queries of any piece).
 - A cell keeps the boxes that cross it and the total load ``base`` of the boxes that cover it
   entirely; boxes that miss it are dropped.
-- Simplification: a crossing box that covers the cell on all attributes but one is a slab; the slabs
-  of attribute ``j`` add a one-variable function ``s_j(x_j)``.
-- Bounds (never below the cell's maximum): for every attribute ``j``,
-  ``base + sum_{i != j} max s_i + max_{x_j} (s_j + the other crossing boxes projected on j)``; and,
-  with the attributes partitioned into groups whose compressed grids fit ``BOUND_CELLS``, every
-  crossing box charged to ONE group (the one where it covers the smallest fraction of the cell, its
-  extent on the other attributes ignored): ``base + sum over groups of the group grid's maximum``
-  (``1[x in b] <= 1[x_G in b_G]``, and each box is counted once).
+- Bound (never below the cell's maximum): the attributes are partitioned into groups whose
+  compressed grids fit ``BOUND_CELLS``, and every crossing box is charged to ONE group (the one where
+  it covers the smallest fraction of the cell, its extent on the other attributes ignored):
+  ``base + sum over groups of the group grid's maximum`` (``1[x in b] <= 1[x_G in b_G]``, and each
+  box is counted once).
+- Shrink: a point deeper than the best row has, in every group ``G``, a grid value above
+  ``best - base - sum of the other groups' maxima``; the cell shrinks to the span of those pieces on
+  every attribute of ``G`` (boxes that now miss it are dropped, those that now cover it join ``base``)
+  and is bounded again. Close to the best row this span is small: it is what prunes most.
 - Leaf: a cell whose compressed grid fits ``LEAF_CELLS`` is solved exactly (inclusion-exclusion
-  corners, cumulative sums).
-- Split: otherwise at the median crossing boundary of the attribute whose crossings the grouped bound
+  corners, prefix sums).
+- Split: otherwise at the median boundary of the boxes crossing the cell on two attributes or more
+  (slabs, crossing on one, are exact in the bound), on the attribute whose crossings the grouped bound
   ignored most.
 - Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
 
@@ -128,7 +130,7 @@ def _prefix_sums(grid: FloatArray) -> None:
     ``np.cumsum`` on an outer or short axis pays a loop per row and is several times slower), along
     the last with ``np.cumsum``. Either way each entry is the same sequential float sum."""
     for k in range(grid.ndim - 1):
-        lead = (slice(None),) * k
+        lead: tuple[slice | int, ...] = (slice(None),) * k
         for i in range(1, grid.shape[k]):
             grid[(*lead, i)] += grid[(*lead, i - 1)]
     np.cumsum(grid, axis=grid.ndim - 1, out=grid)
@@ -238,9 +240,10 @@ class _Depth:
         inside = np.all(corners < np.array(shape), axis=2)
         sign = np.where(bits.sum(axis=1) % 2 == 1, -1.0, 1.0)
         weights = sign[:, None] * w[None, :]
-        grid = np.bincount(
+        sums = np.bincount(
             (corners[inside] @ strides), weights=weights[inside], minlength=int(np.prod(shape))
-        ).reshape(shape)
+        )
+        grid = np.asarray(sums, dtype=np.float64).reshape(shape)
         _prefix_sums(grid)
         flat = int(np.argmax(grid))
         cell = np.unravel_index(flat, grid.shape)
