@@ -9,17 +9,19 @@ easy", FOCS 2013):
   (:func:`compress_axis`; some kept piece is covered by a superset of the queries of any piece).
 - A cell keeps the boxes that cross it and the total load ``base`` of the boxes that cover it
   entirely; boxes that miss it are dropped.
-- Simplification: a crossing box that covers the cell on all attributes but one is a slab; the slabs
-  of attribute ``j`` add a one-variable function ``s_j(x_j)``.
-- Bounds (never below the cell's maximum): for every attribute ``j``,
-  ``base + sum_{i != j} max s_i + max_{x_j} (s_j + the other crossing boxes projected on j)``; and,
-  with the attributes partitioned into groups whose compressed grids fit ``BOUND_CELLS``, every
-  crossing box charged to ONE group (the one where it covers the smallest fraction of the cell, its
-  extent on the other attributes ignored): ``base + sum over groups of the group grid's maximum``
-  (``1[x in b] <= 1[x_G in b_G]``, and each box is counted once).
+- Bound (never below the cell's maximum): the attributes are partitioned into groups whose
+  compressed grids fit ``BOUND_CELLS``, and every crossing box is charged to ONE group (the one where
+  it covers the smallest fraction of the cell, its extent on the other attributes ignored):
+  ``base + sum over groups of the group grid's maximum`` (``1[x in b] <= 1[x_G in b_G]``, and each
+  box is counted once).
+- Shrink: a point deeper than the best row has, in every group ``G``, a grid value above
+  ``best - base - sum of the other groups' maxima``; the cell shrinks to the span of those pieces on
+  every attribute of ``G`` (boxes that now miss it are dropped, those that now cover it join ``base``)
+  and is bounded again. Close to the best row this span is small: it is what prunes most.
 - Leaf: a cell whose compressed grid fits ``LEAF_CELLS`` is solved exactly (inclusion-exclusion
-  corners, cumulative sums).
-- Split: otherwise at the median crossing boundary of the attribute whose crossings the grouped bound
+  corners, prefix sums).
+- Split: otherwise at the median boundary of the boxes crossing the cell on two attributes or more
+  (slabs, crossing on one, are exact in the bound), on the attribute whose crossings the grouped bound
   ignored most.
 - Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
 
@@ -45,14 +47,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from overlapdp.overlap import _clock
-from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
+from overlapdp.overlap._compiled import AttributeSegments, Compiled, IntArray
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.result import FloatArray
 
 # Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.
 LEAF_CELLS = 1 << 17
 # Cells of each group's grid in the bound of a larger cell.
-BOUND_CELLS = 1 << 15
+BOUND_CELLS = 1 << 16
 # Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
 ASCENT_STARTS = 24
 # Largest product of atoms over the enumerated (value-set) attributes, and the largest
@@ -121,18 +123,17 @@ def compress_axis(lo: IntArray, hi: IntArray, m: int) -> tuple[IntArray, IntArra
     return kept, np.searchsorted(kept, lo).astype(np.int64), np.searchsorted(kept, hi).astype(np.int64)
 
 
-@dataclass(frozen=True)
-class _Cell:
-    """A cell's analysis: bound without ``base``, a good point, and its partial boxes (clipped)."""
+def _prefix_sums(grid: FloatArray) -> None:
+    """Cumulative sums along every axis, in place.
 
-    bound: float
-    point: IntArray
-    w: FloatArray
-    smax: FloatArray
-    slab: BoolArray
-    part: BoolArray
-    lc: IntArray
-    hc: IntArray
+    Along every axis but the last as one vectorised add per index (contiguous runs of the later axes;
+    ``np.cumsum`` on an outer or short axis pays a loop per row and is several times slower), along
+    the last with ``np.cumsum``. Either way each entry is the same sequential float sum."""
+    for k in range(grid.ndim - 1):
+        lead: tuple[slice | int, ...] = (slice(None),) * k
+        for i in range(1, grid.shape[k]):
+            grid[(*lead, i)] += grid[(*lead, i - 1)]
+    np.cumsum(grid, axis=grid.ndim - 1, out=grid)
 
 
 class _Depth:
@@ -142,48 +143,6 @@ class _Depth:
         self.lo, self.hi, self.sizes, self.w = lo, hi, sizes, w
         self.d = int(lo.shape[1])
         self.nodes = 0
-
-    def _analyse(self, clo: IntArray, chi: IntArray, idx: IntArray) -> _Cell:
-        """The cell's one-attribute bound, a good point, and its partial boxes clipped to it."""
-        d = self.d
-        lc = np.maximum(self.lo[idx], clo)
-        hc = np.minimum(self.hi[idx], chi)
-        w = self.w[idx]
-        part = (lc > clo) | (hc < chi)
-        slab = part.sum(axis=1) == 1
-        size = chi - clo
-        off = np.zeros(d, dtype=np.int64)
-        off[1:] = np.cumsum(size + 1)[:-1]
-        total = int(off[-1] + size[-1] + 1)
-        rows, cols = np.nonzero(part)
-        pos_lo = off[cols] + lc[rows, cols] - clo[cols]
-        pos_hi = off[cols] + hc[rows, cols] - clo[cols]
-        wr = w[rows]
-        # All partial boxes projected on each attribute, and the slabs alone (one bincount each).
-        proj = np.cumsum(
-            np.bincount(np.concatenate([pos_lo, pos_hi]), np.concatenate([wr, -wr]), minlength=total)
-        )
-        sl = slab[rows]
-        slabf = np.cumsum(
-            np.bincount(
-                np.concatenate([pos_lo[sl], pos_hi[sl]]), np.concatenate([wr[sl], -wr[sl]]), minlength=total
-            )
-        )
-        nonslab = ~slab
-        w_ns = w[nonslab]
-        # Non-slab boxes that do not cross attribute j add a constant to its projection.
-        const = w_ns @ ~part[nonslab] if w_ns.size else np.zeros(d)
-        point = np.empty(d, dtype=np.int64)
-        smax = np.empty(d)
-        pmax = np.empty(d)
-        for j in range(d):
-            seg = proj[off[j] : off[j] + size[j]]
-            k = int(np.argmax(seg))
-            point[j] = clo[j] + k
-            pmax[j] = seg[k] + const[j]
-            smax[j] = float(slabf[off[j] : off[j] + size[j]].max())
-        bound = float(np.min(smax.sum() - smax + pmax))
-        return _Cell(bound, point, w, smax, slab, part, lc, hc)
 
     def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
         """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
@@ -219,33 +178,61 @@ class _Depth:
         inside = np.all((self.lo[idx] <= point) & (self.hi[idx] > point), axis=1)
         return float(self.w[idx][inside].sum())
 
-    def _grid(self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray) -> tuple[list[IntArray], int]:
-        """Per attribute the cell's pieces that can hold a maximum (:func:`compress_axis`), and their grid."""
-        kept = []
+    def _grid(
+        self, clo: IntArray, chi: IntArray, lc: IntArray, hc: IntArray
+    ) -> tuple[list[IntArray], int, IntArray, IntArray]:
+        """Per attribute the cell's pieces that can hold a maximum (:func:`compress_axis`, all
+        attributes at once), their grid's size, and every box's first and past-last piece."""
+        size = chi - clo
+        off = np.zeros(self.d, dtype=np.int64)
+        off[1:] = np.cumsum(size + 1)[:-1]
+        total = int(off[-1] + size[-1] + 1)
+        rel_lo = off + (lc - clo)
+        rel_hi = off + (hc - clo)
+        start = np.zeros(total, dtype=bool)
+        end = np.zeros(total, dtype=bool)
+        start[rel_lo.reshape(-1)] = True
+        end[rel_hi.reshape(-1)] = True
+        start[off] = True
+        end[off + size] = True
+        # As compress_axis on each attribute: a piece is kept when it starts at a left endpoint and
+        # ends at a right one. The last position of an attribute never starts a kept piece (no box
+        # starts at the cell's end), so no piece straddles two attributes.
+        b = np.flatnonzero(start | end)
+        flat = b[:-1][start[b[:-1]] & end[b[1:]]]
+        bounds = np.searchsorted(flat, off)
+        kept = [
+            flat[bounds[j] : (bounds[j + 1] if j + 1 < self.d else flat.size)] - off[j] for j in range(self.d)
+        ]
         cells = 1
-        for j in range(self.d):
-            k, _, _ = compress_axis(lc[:, j] - clo[j], hc[:, j] - clo[j], int(chi[j] - clo[j]))
-            kept.append(k)
+        for k in kept:
             cells *= int(k.size)
-        return kept, cells
+        # Pieces before a position (np.searchsorted on each attribute's pieces, all at once).
+        before = np.zeros(total + 1, dtype=np.int64)
+        before[flat + 1] = 1
+        np.cumsum(before, out=before)
+        first = before[off]
+        return kept, cells, before[rel_lo] - first, before[rel_hi] - first
 
     def _project(
-        self, clo: IntArray, lc: IntArray, hc: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
-    ) -> tuple[float, IntArray]:
-        """Dense grid over the compressed pieces of ``dims`` (the boxes projected on them, exact when
-        ``dims`` holds every attribute a box crosses): its maximum and the point (other attributes at
-        the cell's first piece)."""
+        self, clo: IntArray, pl: IntArray, ph: IntArray, w: FloatArray, kept: list[IntArray], dims: list[int]
+    ) -> tuple[float, IntArray, FloatArray | None, list[int]]:
+        """Dense grid over the compressed pieces of ``dims`` (the boxes, given by their first and
+        past-last pieces ``pl, ph``, projected on them; exact when ``dims`` holds every attribute a
+        box crosses): its maximum, the point (other attributes at the cell's first piece), the grid
+        itself and the attributes of its axes."""
         point = clo + np.array([int(k[0]) for k in kept], dtype=np.int64)
-        gdims = [j for j in dims if kept[j].size > 1]
+        # The largest axis last: the prefix sums below run fastest that way.
+        gdims = sorted((j for j in dims if kept[j].size > 1), key=lambda j: int(kept[j].size))
         if not gdims:
-            return float(w.sum()), point
+            return float(w.sum()), point, None, gdims
         g = len(gdims)
         shape = [int(kept[j].size) for j in gdims]
         strides = np.ones(g, dtype=np.int64)
         for k in range(g - 2, -1, -1):
             strides[k] = strides[k + 1] * shape[k + 1]
-        gl = np.stack([np.searchsorted(kept[j], lc[:, j] - clo[j]) for j in gdims], axis=1)
-        gh = np.stack([np.searchsorted(kept[j], hc[:, j] - clo[j]) for j in gdims], axis=1)
+        gl = pl[:, gdims]
+        gh = ph[:, gdims]
         bits = ((np.arange(1 << g)[:, None] >> np.arange(g)[None, :]) & 1).astype(bool)
         corners = np.where(bits[:, None, :], gh[None, :, :], gl[None, :, :])
         # Corners past the last piece change no cell of the grid (no padding: it would multiply the
@@ -253,16 +240,16 @@ class _Depth:
         inside = np.all(corners < np.array(shape), axis=2)
         sign = np.where(bits.sum(axis=1) % 2 == 1, -1.0, 1.0)
         weights = sign[:, None] * w[None, :]
-        grid = np.bincount(
+        sums = np.bincount(
             (corners[inside] @ strides), weights=weights[inside], minlength=int(np.prod(shape))
-        ).reshape(shape)
-        for k in range(g):
-            np.cumsum(grid, axis=k, out=grid)
+        )
+        grid = np.asarray(sums, dtype=np.float64).reshape(shape)
+        _prefix_sums(grid)
         flat = int(np.argmax(grid))
         cell = np.unravel_index(flat, grid.shape)
         for k, j in enumerate(gdims):
             point[j] = clo[j] + int(kept[j][cell[k]])
-        return float(grid.reshape(-1)[flat]), point
+        return float(grid.reshape(-1)[flat]), point, grid, gdims
 
     def run(self, floor: float, deadline: float | None) -> tuple[IntArray | None, float, float, bool]:
         """``(point, best, upper, exact)``: the deepest point if deeper than ``floor`` (else None)."""
@@ -283,15 +270,13 @@ class _Depth:
                 if base > best:
                     best, best_point = base, clo.copy()
                 return
-            cell = self._analyse(clo, chi, idx)
-            value = base + self._value(idx, cell.point)
-            if value > best:
-                best, best_point = value, cell.point
-            if base + cell.bound <= _slack(best):
-                return
-            lc, hc, part = cell.lc, cell.hc, cell.part
-            kept, cells = self._grid(clo, chi, lc, hc)
-            nonslab = ~cell.slab
+            # The crossing boxes clipped to the cell; a slab crosses it on one attribute only.
+            lc = np.maximum(self.lo[idx], clo)
+            hc = np.minimum(self.hi[idx], chi)
+            w = self.w[idx]
+            part = (lc > clo) | (hc < chi)
+            kept, cells, pl, ph = self._grid(clo, chi, lc, hc)
+            nonslab = part.sum(axis=1) > 1
             counts = (lc[nonslab] > clo).sum(axis=0) + (hc[nonslab] < chi).sum(axis=0)
             if cells > BOUND_CELLS:
                 # A relaxed bound first: much cheaper than the exact grid, and often enough to prune.
@@ -310,28 +295,51 @@ class _Depth:
                 frac = np.where(part, (hc - lc) / np.maximum(chi - clo, 1), 1.0)
                 score = np.stack([np.prod(frac[:, g], axis=1) for g in groups], axis=1)
                 owner = np.argmin(score, axis=1)
-                point = cell.point.copy()
+                point = clo.copy()
                 top = 0.0
                 ignored = np.zeros(self.d)
+                grids: list[tuple[float, FloatArray | None, list[int]]] = []
                 for k, g in enumerate(groups):
                     sel = owner == k
                     if not sel.any():
                         continue
-                    gtop, gpoint = self._project(clo, lc[sel], hc[sel], cell.w[sel], kept, g)
+                    gtop, gpoint, grid, gdims = self._project(clo, pl[sel], ph[sel], w[sel], kept, g)
+                    grids.append((gtop, grid, gdims))
                     top += gtop
                     point[g] = gpoint[g]
                     others = np.ones(self.d, dtype=bool)
                     others[g] = False
-                    ignored += cell.w[sel] @ (part[sel] & others)
+                    ignored += w[sel] @ (part[sel] & others)
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
-                bound = min(cell.bound, top)
+                bound = top
                 if base + bound <= _slack(best):
+                    return
+                # Only the pieces where a group's grid can still lift the total above the best
+                # row can hold a better point (the other groups at their maxima): shrink the
+                # cell to their span on every attribute of the group.
+                nlo, nhi = clo.copy(), chi.copy()
+                for gtop, grid, gdims in grids:
+                    if grid is None:
+                        continue
+                    feas = grid > _slack(best) - base - (top - gtop)
+                    for k, jj in enumerate(gdims):
+                        ax = tuple(x for x in range(len(gdims)) if x != k)
+                        hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
+                        kj = kept[jj]
+                        nlo[jj] = clo[jj] + int(kj[hits[0]])
+                        if hits[-1] + 1 < kj.size:
+                            nhi[jj] = clo[jj] + int(kj[hits[-1] + 1])
+                if np.any(nlo > clo) or np.any(nhi < chi):
+                    meets = np.all((self.lo[idx] < nhi) & (self.hi[idx] > nlo), axis=1)
+                    sub = idx[meets]
+                    covers = np.all((self.lo[sub] <= nlo) & (self.hi[sub] >= nhi), axis=1)
+                    push(nlo, nhi, sub[~covers], base + float(self.w[sub[covers]].sum()))
                     return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point = self._project(clo, lc, hc, cell.w, kept, list(range(self.d)))
+                _, point, _, _ = self._project(clo, pl, ph, w, kept, list(range(self.d)))
                 value = base + self._value(idx, point)
                 if value > best:
                     best, best_point = value, point
