@@ -44,7 +44,7 @@ import numpy as np
 
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap import wcsp
-from overlapdp.overlap._compiled import Compiled, IntArray, check_schema, compile_workload
+from overlapdp.overlap._compiled import Compiled, IntArray, QueryIds, check_schema, compile_workload
 from overlapdp.overlap._gridbranch import (
     NODE_GRID_LIMIT,
     Split,
@@ -73,6 +73,7 @@ from overlapdp.overlap.result import (
     Comp,
     CompError,
     FloatArray,
+    LazyTuple,
     OverlapResult,
     SetComp,
     check_vectors,
@@ -141,7 +142,7 @@ def max_overlap(
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
     if algorithm not in ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
-    ids = [q.id for q in queries]
+    ids = QueryIds(queries)
     t = len(queries)
     deadline = None if effort is None else time.monotonic() + float(effort)
     if name == "vector":
@@ -170,8 +171,13 @@ def _empty(value: float | FloatArray) -> OverlapResult:
     return OverlapResult(value, True, value, value, None, None, (), "empty")
 
 
-def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> tuple[str, ...]:
-    return tuple(queries[i].id if queries[i].id is not None else f"#{i}" for i in indices.tolist())
+def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> LazyTuple[str]:
+    """The ids of the queries at ``indices``, listed only when read (per-query Python work)."""
+
+    def make() -> tuple[str, ...]:
+        return tuple(queries[i].id if queries[i].id is not None else f"#{i}" for i in indices.tolist())
+
+    return LazyTuple(int(indices.shape[0]), make)
 
 
 def _finish(
@@ -222,7 +228,7 @@ def _at_row(
         witness_row=row,
         queries=_ids(queries, covering),
         algorithm=algorithm,
-        query_indices=tuple(covering.tolist()),
+        query_indices=LazyTuple(int(covering.shape[0]), lambda: tuple(covering.tolist())),
     )
 
 
