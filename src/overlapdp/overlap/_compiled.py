@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, is_
 from struct import Struct
-from typing import cast, overload
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -227,16 +227,19 @@ def from_intervals(
 def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compiled:
     """Flatten ``queries`` (already checked to be over ``schema``) into segments per active attribute.
 
-    Each query's intervals are read once and cached on the query object as packed ``(position, lo, hi)``
-    int64 records (:func:`_flat`; a query is immutable, so the cache never goes stale); later workloads
-    holding the same objects (a filter's history, a re-run) gather them with C-level passes (``map``,
-    ``bytes.join``) and numpy, with no Python step per query.
+    Each query's intervals are read once and cached on the query object (its ``_overlap_flat`` field) as
+    packed ``(position, lo, hi)`` int64 records (:func:`_flat`; a query is immutable, so the cache never
+    goes stale); later workloads holding the same objects (a filter's history, the odometer's several
+    figures, a re-run) gather them with C-level passes (``map``, ``bytes.join``) and numpy, with no
+    Python step per query. The first call pays one Python step per query, as before.
     """
     t = len(queries)
     try:
         blobs = list(map(_CACHED, queries))
-    except AttributeError:
-        blobs = [_flat(q) for q in queries]
+    except AttributeError:  # an object unpickled from before the field existed
+        blobs = [None]
+    if None in blobs:
+        blobs = list(map(_flat, queries))
     data = b"".join(blobs)
     records = np.frombuffer(data, dtype=np.int64).reshape(-1, 3)
     if records.shape[0] == t:
@@ -278,10 +281,9 @@ _SCHEMA = attrgetter("schema")
 
 def _flat(q: PredicateQuery) -> bytes:
     """The flat form of ``q`` (see above), computed once and cached on the (frozen) query object."""
-    cache = q.__dict__
-    blob = cache.get(_KEY)
+    blob: bytes | None = getattr(q, _KEY, None)
     if blob is not None:
-        return cast(bytes, blob)
+        return blob
     cons = q.constraints
     if not cons:
         blob = _TAUTOLOGY
@@ -298,7 +300,7 @@ def _flat(q: PredicateQuery) -> bytes:
             for lo, hi in ivs:
                 out += (pos, lo, hi)
         blob = array("q", out).tobytes()
-    # The dataclass is frozen and has no slots: the cache goes in the instance dict, where it takes no
-    # part in equality, hashing or repr (only declared fields do); replace() builds a query without it.
-    cache[_KEY] = blob
+    # A declared field of the frozen dataclass (no part in equality, hashing or repr; replace() and
+    # new queries start without it), so the write goes around the frozen __setattr__.
+    object.__setattr__(q, _KEY, blob)
     return blob
