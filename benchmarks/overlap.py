@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import itertools
 import multiprocessing
 import statistics
@@ -461,12 +462,20 @@ def sweep_rows(name: str, queries: Sequence[PredicateQuery], cap: float, target:
     )
     rows.append(row("from queries, cached", res, ours, "sweep (from queries)", base, sweep_depth(boxes), ct))
     fresh: list[list[PredicateQuery]] = []
+    used: list[list[PredicateQuery]] = []
 
     def copies() -> None:
-        fresh.append([dataclasses.replace(q) for q in queries])  # replace(): no cached flat form
+        # Made, and the previous copies freed, outside the timing; replace(): no cached flat form.
+        used.clear()
+        gc.collect()
+        fresh.append([dataclasses.replace(q) for q in queries])
 
     def cold(fn: Callable[[list[PredicateQuery]], Any]) -> Callable[[], Any]:
-        return lambda: fn(fresh.pop())
+        def run() -> Any:
+            used.append(fresh.pop())
+            return fn(used[-1])
+
+        return run
 
     ours, base, ct = interleaved(
         [

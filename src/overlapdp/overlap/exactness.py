@@ -77,7 +77,7 @@ def sum_error(lw: Loads, live: IntArray, terms: int) -> float:
 def grid_bound(plan: GridPlan, loads: FloatArray) -> float:
     """``B`` of the dense grid on ``loads``: the largest magnitude of any intermediate (the sum of the
     absolute corner entries plus the loads added cell by cell bounds every bin, prefix sum and cell)."""
-    corner = float(np.abs(plan.sign * loads[plan.owner]).sum()) if plan.owner.size else 0.0
+    corner = float(np.abs(plan.corner_values(loads)).sum()) if plan.flat.size else 0.0
     direct = [qi for qi, _ in plan.direct]
     direct_total = float(loads[direct].sum()) if direct else 0.0
     return (corner + direct_total) * (1 + 1e-9)

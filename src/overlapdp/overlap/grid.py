@@ -86,21 +86,31 @@ class GridPlan:
             self.direct: list[tuple[int, tuple[IntArray, ...]]] = []
         else:
             rep, box_lo, box_hi = self._boxes(c, dims)
-        flats, signs = [], []
-        for mask in range(1 << d):
-            flat = np.zeros(rep.shape[0], dtype=np.int64)
-            sign = 1.0
-            for j in range(d):
-                if mask >> j & 1:
-                    flat += box_hi[j] * strides[j]
-                    sign = -sign
-                else:
-                    flat += box_lo[j] * strides[j]
-            flats.append(flat)
-            signs.append(np.full(rep.shape[0], sign))
-        self.flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
-        self.sign = np.concatenate(signs) if signs else np.zeros(0)
-        self.owner = np.tile(rep, 1 << d)
+        # Corner k of a box takes hi on the attributes whose bit is set in k, lo on the others, and the
+        # sign (-1)^(bits set): built by doubling, one attribute at a time (corner-major, then box).
+        flat = np.zeros((1, rep.shape[0]), dtype=np.int64)
+        sign = np.ones(1)
+        for j in range(d):
+            flat = np.concatenate([flat + box_lo[j] * strides[j], flat + box_hi[j] * strides[j]])
+            sign = np.concatenate([sign, -sign])
+        self.flat = flat.reshape(-1)
+        # Box k's owner is rep[k]; every corner of it carries corner_sign[corner] * that query's weight.
+        self.rep = rep
+        self.corner_sign = sign
+
+    @property
+    def owner(self) -> IntArray:
+        """The query owning each corner entry (``flat``'s order)."""
+        return np.tile(self.rep, self.corner_sign.shape[0])
+
+    @property
+    def sign(self) -> FloatArray:
+        """The sign of each corner entry (``flat``'s order)."""
+        return np.repeat(self.corner_sign, self.rep.shape[0])
+
+    def corner_values(self, weights: FloatArray) -> FloatArray:
+        """``sign * weights[owner]``: the signed weight of every corner entry."""
+        return (self.corner_sign[:, None] * weights[self.rep][None, :]).reshape(-1)
 
     def _boxes(self, c: Compiled, dims: list[int]) -> tuple[IntArray, list[IntArray], list[IntArray]]:
         """The boxes of the corner-route queries (owner, lo, hi per axis); fills ``self.direct`` with
@@ -148,7 +158,7 @@ class GridPlan:
 
     def loads(self, weights: FloatArray) -> FloatArray:
         """Cell loads (shape ``sizes``) for per-query ``weights`` (length ``t``; 0 drops a query)."""
-        acc = np.bincount(self.flat, weights=self.sign * weights[self.owner], minlength=self.total).astype(
+        acc = np.bincount(self.flat, weights=self.corner_values(weights), minlength=self.total).astype(
             np.float64, copy=False
         )
         out = acc.reshape(self.shape)
