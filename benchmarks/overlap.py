@@ -12,11 +12,12 @@ values agree, and the issue's target. Baselines:
 - sweep: the numpy difference array (issue 13 item 6), the peer at its best on boxes: +w at each
   box's low corner and -w past its high one (2^d corners by inclusion-exclusion, one np.bincount),
   cumulative sums along each axis, max; over the raw grid when it fits (else the grid compressed to the
-  queries' endpoints). Two rows per workload: "sweep (arrays given)" gets the boxes as numpy arrays built
-  before timing (the same input as a vectorised peer would hold); "sweep (from queries)" starts from
-  the PredicateQuery objects as overlapdp does, its interval extraction timed. The "compile" column is
-  overlapdp's own ``compile_workload`` (the per-query Python loop flattening the queries) timed alone:
-  part of "ours";
+  queries' endpoints). Three rows per workload, each side timed interleaved with its peer: "ours arrays
+  given" (``max_overlap_boxes``) against "sweep (arrays given)", both on the same numpy arrays built
+  before timing; "ours from queries, cached" (``max_overlap`` on query objects compiled before, their
+  flat form cached) and "ours from queries, first call" (fresh copies, nothing cached) against "sweep
+  (from queries)", which extracts the boxes from the same objects. The "compile" column is overlapdp's
+  own ``compile_workload`` timed alone: part of "ours";
 - dense: add every query to a numpy array over the raw domain of its attributes, one box at a time
   (exact, O(t * box size)); kept only for value sets (census), which are not boxes;
 - graph: the paper's route (Smith et al. 2022): the pairwise-overlap graph by pairwise disjointness
