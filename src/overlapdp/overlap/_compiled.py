@@ -27,8 +27,10 @@ from overlapdp.schema import Schema
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-# Attributes of at most this many values are ranked by a dense mark + prefix count (O(n + m), no sort).
+# Attributes of at most this many values (or of at most 8 values per endpoint, up to the cap: 160 MB of
+# mark and int32 counts) are ranked by a dense mark + prefix count (O(n + m), no sort).
 DENSE_RANK_LIMIT = 1 << 22
+DENSE_RANK_CAP = 1 << 25
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def _segments(n: int, lo: IntArray, hi: IntArray) -> tuple[IntArray, IntArray, I
     count rank them in O(n + m) without sorting (as a difference array would); else ``np.unique``.
     """
     m = int(lo.shape[0])
-    if n + 1 <= max(DENSE_RANK_LIMIT, 8 * m):
+    if n + 1 <= max(DENSE_RANK_LIMIT, min(8 * m, DENSE_RANK_CAP)):
         mark = np.zeros(n + 1, dtype=bool)
         mark[0] = mark[n] = True
         mark[lo] = True
