@@ -369,3 +369,38 @@ def test_distinct_equal_schema_objects_are_one_schema() -> None:
     assert s1 is not s2 and s1 == s2
     qs = [PredicateQuery.from_coverages(s, {"x": IndexSet.interval(0, 5)}) for s in (s1, s2, s1)]
     assert max_overlap(qs).value == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    boxes(max_t=10), weight_lists, st.sampled_from(["count", "sum"]), st.sampled_from(["sweep2d", "boxes"])
+)
+def test_box_routes_against_brute_force(case: Any, weights: list[float], comp: str, algorithm: str) -> None:
+    """The two box routes, forced: exact answers equal the brute force; a refusal is a CompError."""
+    sizes, lo, hi = case
+    w = weights[: lo.shape[0]]
+    try:
+        r = max_overlap_boxes(sizes, lo, hi, np.array(w), comp, algorithm=algorithm)  # type: ignore[arg-type]
+    except CompError:
+        return  # the route does not apply (sweep2d: not two active attributes)
+    want = smallest_float_at_least(brute(sizes, lo, hi, w, comp), comp)
+    assert r.witness_row is not None
+    cov = covering(lo, hi, r.witness_row)
+    ws = [1.0] * len(cov) if comp == "count" else [w[i] for i in cov]
+    assert list(r.query_indices) == cov
+    assert r.lower == smallest_float_at_least(exact_comp(ws, comp), comp)
+    assert r.upper >= want
+    if r.exact:
+        assert r.value == want
+
+
+def test_effort_zero_is_exact_or_a_safe_bound() -> None:
+    rng = np.random.default_rng(8)
+    lo = rng.integers(0, 5, (200, 4))
+    hi = np.minimum(lo + rng.integers(1, 5, (200, 4)), 8)
+    r = max_overlap_boxes([8, 8, 8, 8], lo, hi, effort=0.0)
+    exact = max_overlap_boxes([8, 8, 8, 8], lo, hi)
+    assert exact.exact
+    assert r.upper >= exact.value >= r.lower
+    if r.exact:
+        assert r.value == exact.value
