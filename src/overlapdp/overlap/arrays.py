@@ -26,7 +26,6 @@ import numpy as np
 
 from overlapdp.overlap import engine
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray, from_intervals
-from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.result import (
     Comp,
     CompError,
@@ -34,7 +33,6 @@ from overlapdp.overlap.result import (
     LazyTuple,
     OverlapInputError,
     OverlapResult,
-    SetComp,
     WeightError,
     comp_name,
 )
@@ -65,6 +63,7 @@ def max_overlap_boxes(
     guarantees: ``lower`` is attained at the witness row, ``exact`` means ``value`` is the smallest
     float >= the maximum, otherwise ``value`` is a safe upper bound.
     """
+    started = time.monotonic()
     name = comp_name(comp)
     if name == "vector":
         raise CompError("comp: the vector comp is not supported with arrays; call once per component")
@@ -74,7 +73,6 @@ def max_overlap_boxes(
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
     if algorithm not in _ALGORITHMS:
         raise CompError(f"unknown algorithm {algorithm!r}")
-    deadline = None if effort is None else time.monotonic() + float(effort)
     schema = _schema(domain)
     sizes = np.array(schema.sizes, dtype=np.int64)
     lo_a, hi_a = _boxes(lo, hi, sizes)
@@ -88,11 +86,7 @@ def max_overlap_boxes(
         _weights(weights, t)  # checked even when ignored, as max_overlap does
     c = _compile(schema, lo_a, hi_a, sizes)
     labels: Sequence[str | None] = ids if ids is not None else _Unnamed(t)
-    if isinstance(comp, SetComp):
-        res = engine._set_comp((), c, comp, deadline)
-    else:
-        lw = Loads.of(name, w, labels)  # type: ignore[arg-type]
-        res = engine._scalar((), c, lw, deadline, algorithm)
+    res = engine._solve_compiled(c, comp, w, labels, effort, started, algorithm)
     return _relabel(res, ids)
 
 

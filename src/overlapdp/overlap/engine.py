@@ -167,6 +167,26 @@ def max_overlap(
     return _scalar(queries, c, lw, deadline, algorithm)
 
 
+def _solve_compiled(
+    c: Compiled,
+    comp: Comp,
+    w: FloatArray,
+    ids: Sequence[str | None],
+    effort: float | None,
+    started: float,
+    algorithm: Algorithm,
+) -> OverlapResult:
+    """:func:`max_overlap`'s search on a workload compiled elsewhere (the array input,
+    :mod:`overlapdp.overlap.arrays`); the effort limit runs from ``started`` (``time.monotonic()`` at
+    the caller's entry). The result's ids are the caller's to set (no query objects here)."""
+    deadline = None if effort is None else started + float(effort)
+    if isinstance(comp, SetComp):
+        return _set_comp((), c, comp, deadline)
+    name = comp_name(comp)
+    assert name in ("count", "sum", "l2")
+    return _scalar((), c, Loads.of(name, w, ids), deadline, algorithm)  # type: ignore[arg-type]
+
+
 def _empty(value: float | FloatArray) -> OverlapResult:
     return OverlapResult(value, True, value, value, None, None, (), "empty")
 
