@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from overlapdp.overlap import (
@@ -31,6 +31,7 @@ from overlapdp.overlap._compiled import compile_workload
 from overlapdp.overlap._gridbranch import compress
 from overlapdp.overlap.branch import atom_tables
 from overlapdp.overlap.grid import GridPlan
+from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.result import LazyTuple
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
@@ -443,3 +444,30 @@ def test_non_dyadic_weights_on_many_ranges_stay_fast() -> None:
         best = max(best, depth)
     assert r.exact and r.value == smallest_float_at_least(Fraction(best, 1 << k), "sum")
     assert elapsed < 10.0
+
+
+tiny_or_any = st.one_of(
+    st.just(0.0),
+    st.integers(0, 8).map(lambda k: k / 4),
+    st.floats(0.0, 1e308, allow_nan=False, allow_infinity=False),
+    st.floats(5e-324, 1e-300),
+    magnitude,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(tiny_or_any, min_size=1, max_size=8), st.sampled_from(["sum", "l2"]))
+@example([0.1], "l2")  # the square rounds
+@example([5e-324, 1.0], "sum")  # the scaled subnormal rounds up
+@example([1e-170, 1.0], "l2")  # the square underflows
+@example([0.1, 1e300], "sum")  # exact although far apart
+@example([0.0, 0.0], "l2")
+def test_vectorised_unit_test_equals_the_integer_one(weights: list[float], comp: str) -> None:
+    """Loads.unit_exponent and loads_exact (numpy) against the definition on Python integers."""
+    lw = Loads.of(comp, np.array(weights))  # type: ignore[arg-type]
+    nums, k = lw.units
+    assert lw.unit_exponent == k
+    exact = all(
+        Fraction(load) == Fraction(n, 1 << k) for load, n in zip(lw.loads.tolist(), nums, strict=True)
+    )
+    assert lw.loads_exact == exact

@@ -55,7 +55,7 @@ def dyadic_exact(lw: Loads, bound: float) -> bool:
     ``bound`` in absolute value (scaled units): see the module docstring."""
     if not lw.loads_exact:
         return False
-    _, k = lw.units
+    k = lw.unit_exponent
     limit = math.ldexp(1.0, 53 - k) if 53 - k > -1074 else 0.0
     return bound * (1 + 1e-12) < limit
 
