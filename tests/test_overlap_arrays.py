@@ -471,3 +471,28 @@ def test_vectorised_unit_test_equals_the_integer_one(weights: list[float], comp:
         Fraction(load) == Fraction(n, 1 << k) for load, n in zip(lw.loads.tolist(), nums, strict=True)
     )
     assert lw.loads_exact == exact
+
+
+def test_lazy_tuple_read_from_many_threads() -> None:
+    import threading
+
+    calls = []
+
+    def make() -> tuple[int, ...]:
+        calls.append(1)
+        time.sleep(0.01)
+        return tuple(range(1000))
+
+    for _ in range(5):
+        lazy = LazyTuple(1000, make)
+        seen: list[tuple[int, ...]] = []
+        threads = [
+            threading.Thread(target=lambda lz=lazy, out=seen: out.append(lz.materialise())) for _ in range(8)
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert seen == [tuple(range(1000))] * 8 and len(lazy) == 1000
+    with pytest.raises(AssertionError, match="length"):
+        LazyTuple(3, lambda: (1, 2)).materialise()

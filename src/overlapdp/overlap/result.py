@@ -68,14 +68,21 @@ class LazyTuple(Sequence[T]):
         self._items: tuple[T, ...] | None = None
 
     def materialise(self) -> tuple[T, ...]:
-        """The items, computed (once) now."""
-        if self._items is None:
-            assert self._make is not None
-            self._items = self._make()
-            self._make = None  # drop the references it held
-            if len(self._items) != self._size:
+        """The items, computed (once) now. Safe from several threads: the items are stored before
+        the recipe is dropped, so a thread that finds no recipe finds the items."""
+        items = self._items
+        if items is None:
+            make = self._make
+            if make is None:
+                items = self._items
+                assert items is not None
+                return items
+            items = make()
+            if len(items) != self._size:
                 raise AssertionError("lazy tuple: computed length differs from the declared one")
-        return self._items
+            self._items = items
+            self._make = None  # drop the references it held (the workload)
+        return items
 
     def __len__(self) -> int:
         return self._size
