@@ -26,6 +26,9 @@ import numpy as np
 
 from overlapdp.overlap import engine
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray, from_intervals
+from overlapdp.overlap.exactness import dyadic_exact
+from overlapdp.overlap.grid import GRID_LIMIT
+from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.result import (
     Comp,
     CompError,
@@ -38,6 +41,9 @@ from overlapdp.overlap.result import (
 )
 from overlapdp.schema import IntAttribute, Schema
 
+# The raw-value sweep of one attribute runs on up to this many values, or 16 per box (up to the grid's
+# memory limit); larger attributes go through the segments.
+SWEEP_1D_CELLS = 1 << 16
 _ALGORITHMS = ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp")
 
 
@@ -84,10 +90,51 @@ def max_overlap_boxes(
     w = np.ones(t) if name in ("count", "set") else _weights(weights, t)
     if name == "count" and weights is not None:
         _weights(weights, t)  # checked even when ignored, as max_overlap does
-    c = _compile(schema, lo_a, hi_a, sizes)
     labels: Sequence[str | None] = ids if ids is not None else _Unnamed(t)
+    if algorithm == "auto" and name != "set" and lo_a.shape[1] == 1 and t:
+        fast = _sweep_1d(schema, lo_a[:, 0], hi_a[:, 0], Loads.of(name, w, labels))  # type: ignore[arg-type]
+        if fast is not None:
+            return _relabel(fast, ids)
+    c = _compile(schema, lo_a, hi_a, sizes)
     res = engine._solve_compiled(c, comp, w, labels, effort, started, algorithm)
     return _relabel(res, ids)
+
+
+def _sweep_1d(schema: Schema, lo: IntArray, hi: IntArray, lw: Loads) -> OverlapResult | None:
+    """One attribute, not much larger than the boxes: the endpoint sweep over its raw values (a
+    difference array, as the grid route does over segments; MATH.md 7.4), or None where that route is
+    not certain to be exact (then the engine's grid resolves float ties, MATH.md 7.8).
+
+    Exact when float sums of the loads are (:func:`~overlapdp.overlap.exactness.dyadic_exact` with the
+    sum of the absolute entries, as the grid's bound): the first value of greatest depth then carries
+    the exact maximum, and its covering boxes give ``lower`` exactly from the original weights.
+    """
+    n = int(schema.attributes[0].size)
+    t = int(lo.shape[0])
+    if n + 1 > max(SWEEP_1D_CELLS, min(16 * t, GRID_LIMIT)):
+        return None
+    loads = lw.loads
+    if not dyadic_exact(lw, 2.0 * float(loads.sum()) * (1 + 1e-9)):
+        return None
+    if lw.name == "count":
+        diff = np.bincount(lo, minlength=n + 1) - np.bincount(hi, minlength=n + 1)
+    else:
+        diff = np.bincount(lo, loads, n + 1) - np.bincount(hi, loads, n + 1)
+    v = int(np.argmax(np.cumsum(diff[:n])))
+    covering = np.flatnonzero((lo <= v) & (v < hi)).astype(np.int64)
+    lower = lw.compose(covering)
+    row = (v,)
+    return OverlapResult(
+        value=lower,
+        exact=True,
+        upper=lower,
+        lower=lower,
+        witness=schema.row(row),
+        witness_row=row,
+        queries=(),  # set by _relabel
+        algorithm="sweep",
+        query_indices=LazyTuple(int(covering.shape[0]), lambda: tuple(covering.tolist())),
+    )
 
 
 class _Unnamed(Sequence[str | None]):
