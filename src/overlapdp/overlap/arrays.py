@@ -7,6 +7,9 @@ whose value index on attribute ``j`` lies in ``lo[i, j] .. hi[i, j] - 1`` (half-
 is taken per box in Python: validation, compilation into segments (MATH.md 7.4), the search and the
 witness's covering set are numpy operations, so a numpy user pays numpy costs.
 
+- One attribute of at most 16 values per box (or 65 536) takes the endpoint sweep over its raw values
+  (a difference array, as the numpy idiom) when float sums of the loads are exact (counts, dyadic
+  weights); otherwise, and on several attributes, the engine's routes over segments.
 - A box spanning a whole attribute (``lo == 0``, ``hi == size``) leaves it unconstrained; an empty box
   (``lo == hi`` on some attribute) covers no row, as a contradiction does.
 - ``result.query_indices`` are the rows of the arrays covering the witness and ``result.queries`` their
