@@ -12,11 +12,12 @@ values agree, and the issue's target. Baselines:
 - sweep: the numpy difference array (issue 13 item 6), the peer at its best on boxes: +w at each
   box's low corner and -w past its high one (2^d corners by inclusion-exclusion, one np.bincount),
   cumulative sums along each axis, max; over the raw grid when it fits (else the grid compressed to the
-  queries' endpoints). Two rows per workload: "sweep (arrays given)" gets the boxes as numpy arrays built
-  before timing (the same input as a vectorised peer would hold); "sweep (from queries)" starts from
-  the PredicateQuery objects as overlapdp does, its interval extraction timed. The "compile" column is
-  overlapdp's own ``compile_workload`` (the per-query Python loop flattening the queries) timed alone:
-  part of "ours";
+  queries' endpoints). Three rows per workload, each side timed interleaved with its peer: "ours arrays
+  given" (``max_overlap_boxes``) against "sweep (arrays given)", both on the same numpy arrays built
+  before timing; "ours from queries, cached" (``max_overlap`` on query objects compiled before, their
+  flat form cached) and "ours from queries, first call" (fresh copies, nothing cached) against "sweep
+  (from queries)", which extracts the boxes from the same objects. The "compile" column is overlapdp's
+  own ``compile_workload`` timed alone: part of "ours";
 - dense: add every query to a numpy array over the raw domain of its attributes, one box at a time
   (exact, O(t * box size)); kept only for value sets (census), which are not boxes;
 - graph: the paper's route (Smith et al. 2022): the pairwise-overlap graph by pairwise disjointness
@@ -30,6 +31,8 @@ Numbers are noisy on the shared 2-core machine; rerun decisive rows.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import itertools
 import multiprocessing
 import statistics
@@ -45,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from overlapdp.overlap import OverlapIndex, max_overlap
+from overlapdp.overlap import OverlapIndex, max_overlap, max_overlap_boxes
 from overlapdp.overlap._compiled import compile_workload
 from overlapdp.query import PredicateQuery
 from overlapdp.samples import adult_schema
@@ -403,14 +406,91 @@ def measure(
     )
 
 
+def interleaved(
+    fns: Sequence[Callable[[], Any]], runs: int, setup: Callable[[], None] | None = None
+) -> list[float]:
+    """Median time of each of ``fns``, run in turn ``runs`` times (``setup`` before each, untimed)."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for k, fn in enumerate(fns):
+            if setup is not None:
+                setup()
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return [statistics.median(ts) for ts in times]
+
+
 def sweep_rows(name: str, queries: Sequence[PredicateQuery], cap: float, target: float | None) -> list[Row]:
-    """The two sweep rows of a box workload: boxes given as arrays, and from the query objects."""
+    """Three rows per box workload, each side timed interleaved with its baseline (medians of 7):
+
+    - ours (arrays given): ``max_overlap_boxes`` on the same numpy arrays as the sweep (arrays given);
+    - ours (from queries, cached): ``max_overlap`` on query objects whose flat form is already cached
+      (a workload compiled before, e.g. a filter's history), against the sweep from the same objects;
+    - ours (from queries, first call): on fresh copies of the queries each run (nothing cached; the
+      copies are made outside the timing), against the sweep from the same objects.
+
+    The compile column is overlapdp's own ``compile_workload`` alone (cached / cold); part of ours.
+    """
+    runs = 7
     boxes = boxes_from_queries(queries)
-    kw: dict[str, Any] = {"runs": 5, "base_runs": 5, "time_compile": True}
-    return [
-        measure(name, queries, "sweep (arrays given)", sweep_given(boxes), cap, target, **kw),
-        measure(name, queries, "sweep (from queries)", sweep_baseline, cap, target, **kw),
-    ]
+    schema = queries[0].schema
+    res = max_overlap(queries)
+    value = float(res.value)
+    rows: list[Row] = []
+
+    def row(variant: str, r: Any, ours: float, base: str, bt: float, bv: float, ct: float | None) -> Row:
+        equal = "yes" if abs(bv - float(r.value)) < 1e-9 and float(r.value) == value else "NO"
+        exact = "" if r.exact else " [not exact]"
+        tgt = "-" if target is None else f"< {target:g} s"
+        met = "-" if target is None else ("yes" if ours < target and r.exact else "NO")
+        label = f"{name}, ours {variant} ({r.algorithm}, value {float(r.value):g}){exact}"
+        return Row(label, len(queries), ours, base, bt, False, equal, tgt, met, ct)
+
+    arr = max_overlap_boxes(boxes.sizes, boxes.lo, boxes.hi)
+    ours, base = interleaved(
+        [lambda: max_overlap_boxes(boxes.sizes, boxes.lo, boxes.hi), lambda: sweep_depth(boxes)], runs
+    )
+    rows.append(row("arrays given", arr, ours, "sweep (arrays given)", base, sweep_depth(boxes), None))
+    compile_workload(queries, schema)  # caches every query's flat form
+    ours, base, ct = interleaved(
+        [
+            lambda: max_overlap(queries),
+            lambda: sweep_baseline(queries, cap),
+            lambda: compile_workload(queries, schema),
+        ],
+        runs,
+    )
+    rows.append(row("from queries, cached", res, ours, "sweep (from queries)", base, sweep_depth(boxes), ct))
+    fresh: list[list[PredicateQuery]] = []
+    used: list[list[PredicateQuery]] = []
+
+    def copies() -> None:
+        # Made, and the previous copies freed, outside the timing; replace(): no cached flat form.
+        used.clear()
+        gc.collect()
+        fresh.append([dataclasses.replace(q) for q in queries])
+
+    def cold(fn: Callable[[list[PredicateQuery]], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            used.append(fresh.pop())
+            return fn(used[-1])
+
+        return run
+
+    ours, base, ct = interleaved(
+        [
+            cold(lambda qs: max_overlap(qs)),
+            cold(lambda qs: sweep_baseline(qs, cap)),
+            cold(lambda qs: compile_workload(qs, schema)),
+        ],
+        runs,
+        setup=copies,
+    )
+    rows.append(
+        row("from queries, first call", res, ours, "sweep (from queries)", base, sweep_depth(boxes), ct)
+    )
+    return rows
 
 
 def index_row(n_existing: int, n_measured: int, rng: np.random.Generator, cap: float) -> Row:

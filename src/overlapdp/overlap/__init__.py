@@ -1,6 +1,7 @@
 """The maximum (weighted) overlap engine (DESIGN.md data flow, step 3; MATH.md 1, 2, 7).
 
 - :func:`max_overlap`: the worst row of a workload, the value there, the queries covering it;
+- :func:`max_overlap_boxes`: the same for boxes given as numpy arrays (no query objects);
 - :class:`OverlapIndex`: the same kept up to date under add / peek / remove (the accountant's filter);
 - references: :func:`brute_force_overlap`, :func:`subset_overlap`, :func:`graph_overlap`.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from overlapdp._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from overlapdp.overlap.arrays import max_overlap_boxes
     from overlapdp.overlap.atoms import Atoms, AttributeAtoms, compute_atoms
     from overlapdp.overlap.engine import max_overlap
     from overlapdp.overlap.index import OverlapIndex
@@ -33,6 +35,7 @@ _EXPORTS = {
     "AttributeAtoms": "atoms",
     "compute_atoms": "atoms",
     "max_overlap": "engine",
+    "max_overlap_boxes": "arrays",
     "OverlapIndex": "index",
     "MagnitudeError": "magnitude",
     "brute_force_overlap": "reference",
@@ -71,6 +74,7 @@ __all__ = [
     "compute_atoms",
     "graph_overlap",
     "max_overlap",
+    "max_overlap_boxes",
     "overlap_graph",
     "subset_overlap",
 ]

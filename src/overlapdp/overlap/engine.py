@@ -53,7 +53,7 @@ import numpy as np
 
 from overlapdp.overlap import _clock, wcsp
 from overlapdp.overlap import boxes as box_route
-from overlapdp.overlap._compiled import Compiled, IntArray, check_schema, compile_workload
+from overlapdp.overlap._compiled import Compiled, IntArray, QueryIds, check_schema, compile_workload
 from overlapdp.overlap._gridbranch import (
     NODE_GRID_LIMIT,
     Split,
@@ -82,6 +82,7 @@ from overlapdp.overlap.result import (
     Comp,
     CompError,
     FloatArray,
+    LazyTuple,
     OverlapResult,
     SetComp,
     check_vectors,
@@ -151,7 +152,7 @@ def max_overlap(
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
     if algorithm not in ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"):
         raise CompError(f"unknown algorithm {algorithm!r}")
-    ids = [q.id for q in queries]
+    ids = QueryIds(queries)
     t = len(queries)
     limit = None
     if effort is not None:
@@ -189,12 +190,40 @@ class _Limit:
     grace: float
 
 
+def _solve_compiled(
+    c: Compiled,
+    comp: Comp,
+    w: FloatArray,
+    ids: Sequence[str | None],
+    effort: float | None,
+    started: float,
+    algorithm: Algorithm,
+) -> OverlapResult:
+    """:func:`max_overlap`'s search on a workload compiled elsewhere (the array input,
+    :mod:`overlapdp.overlap.arrays`); the effort limit runs from ``started`` (``_clock.now()`` at
+    the caller's entry). The result's ids are the caller's to set (no query objects here)."""
+    limit = None
+    if effort is not None:
+        at = started + float(effort)
+        limit = _Limit(at, at + GRACE_SHARE * float(effort))
+    if isinstance(comp, SetComp):
+        return _set_comp((), c, comp, None if limit is None else limit.deadline)
+    name = comp_name(comp)
+    assert name in ("count", "sum", "l2")
+    return _scalar((), c, Loads.of(name, w, ids), limit, algorithm)  # type: ignore[arg-type]
+
+
 def _empty(value: float | FloatArray) -> OverlapResult:
     return OverlapResult(value, True, value, value, None, None, (), "empty")
 
 
-def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> tuple[str, ...]:
-    return tuple(queries[i].id if queries[i].id is not None else f"#{i}" for i in indices.tolist())
+def _ids(queries: Sequence[PredicateQuery], indices: IntArray) -> LazyTuple[str]:
+    """The ids of the queries at ``indices``, listed only when read (per-query Python work)."""
+
+    def make() -> tuple[str, ...]:
+        return tuple(queries[i].id if queries[i].id is not None else f"#{i}" for i in indices.tolist())
+
+    return LazyTuple(int(indices.shape[0]), make)
 
 
 def _finish(
@@ -245,7 +274,7 @@ def _at_row(
         witness_row=row,
         queries=_ids(queries, covering),
         algorithm=algorithm,
-        query_indices=tuple(covering.tolist()),
+        query_indices=LazyTuple(int(covering.shape[0]), lambda: tuple(covering.tolist())),
     )
 
 

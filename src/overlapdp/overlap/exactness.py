@@ -30,7 +30,7 @@ from fractions import Fraction
 import numpy as np
 
 from overlapdp.overlap import _clock
-from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray
+from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.grid import GridPlan
 from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
@@ -42,6 +42,8 @@ U = 2.0**-53
 _LIMB_BITS = 24
 # Largest candidates x queries x limbs the exact band evaluation of the dense grid may cost.
 BAND_WORK_LIMIT = 200_000_000
+# Largest segments x queries membership table (booleans) it builds; past it, cover per candidate chunk.
+BAND_TABLE_LIMIT = 1 << 24
 # Nodes of the exact tie-band search of the other routes before it gives up (the answer is then the
 # safe bound with exact=False).
 EXACT_NODE_LIMIT = 5_000
@@ -53,7 +55,7 @@ def dyadic_exact(lw: Loads, bound: float) -> bool:
     ``bound`` in absolute value (scaled units): see the module docstring."""
     if not lw.loads_exact:
         return False
-    _, k = lw.units
+    k = lw.unit_exponent
     limit = math.ldexp(1.0, 53 - k) if 53 - k > -1074 else 0.0
     return bound * (1 + 1e-12) < limit
 
@@ -77,7 +79,7 @@ def sum_error(lw: Loads, live: IntArray, terms: int) -> float:
 def grid_bound(plan: GridPlan, loads: FloatArray) -> float:
     """``B`` of the dense grid on ``loads``: the largest magnitude of any intermediate (the sum of the
     absolute corner entries plus the loads added cell by cell bounds every bin, prefix sum and cell)."""
-    corner = float(np.abs(plan.sign * loads[plan.owner]).sum()) if plan.owner.size else 0.0
+    corner = float(np.abs(plan.corner_values(loads)).sum()) if plan.flat.size else 0.0
     direct = [qi for qi, _ in plan.direct]
     direct_total = float(loads[direct].sum()) if direct else 0.0
     return (corner + direct_total) * (1 + 1e-9)
@@ -136,19 +138,46 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
     if work > BAND_WORK_LIMIT:
         return best_cell, top + err
-    members = [a.membership(c.live) for a in c.attributes]
+    # The (segments x live) membership tables, when small; else each candidate chunk's cover straight
+    # from the intervals (a 1-D workload of 20 000 ranges has 40 000 segments: a 3 GB table).
+    segments = sum(a.size for a in c.attributes)
+    members = (
+        [a.membership(c.live) for a in c.attributes] if segments * c.live.size <= BAND_TABLE_LIMIT else None
+    )
+    chunk_size = 4096 if members is not None else max(1, min(4096, BAND_TABLE_LIMIT // max(c.live.size, 1)))
     best_val = -1
-    for start in range(0, cand.size, 4096):
-        chunk = cand[start : start + 4096]
+    for start in range(0, cand.size, chunk_size):
+        chunk = cand[start : start + chunk_size]
         cells = np.unravel_index(chunk, sizes)
         cover = np.ones((chunk.size, c.live.size), dtype=bool)
-        for m, idx in zip(members, cells, strict=True):
-            cover &= m[idx]
+        if members is not None:
+            for m, idx in zip(members, cells, strict=True):
+                cover &= m[idx]
+        else:
+            for a, idx in zip(c.attributes, cells, strict=True):
+                cover &= _segment_cover(a, c.live, np.asarray(idx, dtype=np.int64))
         for i, v in enumerate(exact_sums(lw, c.live, cover)):
             if v > best_val:
                 best_val = v
                 best_cell = tuple(int(x[i]) for x in cells)
     return best_cell, None
+
+
+def _segment_cover(a: AttributeSegments, live: IntArray, segments: IntArray) -> BoolArray:
+    """``(len(segments), len(live))``: does live query ``c`` cover segment ``segments[k]`` of ``a``, from
+    its intervals (the rows of ``a.membership(live)`` at ``segments``, without the whole table)."""
+    t = int(a.constrained.shape[0])
+    col = np.full(t, -1, dtype=np.int64)
+    col[live] = np.arange(live.shape[0])
+    out = np.zeros((segments.shape[0], live.shape[0]), dtype=bool)
+    out[:, ~a.constrained[live]] = True
+    keep = col[a.query] >= 0
+    q, lo, hi = col[a.query[keep]], a.lo[keep], a.hi[keep]
+    for start in range(0, segments.shape[0], 64):
+        s = segments[start : start + 64, None]
+        rows, k = np.nonzero((lo[None, :] <= s) & (s < hi[None, :]))
+        out[start + rows, q[k]] = True
+    return out
 
 
 def certify(lw: Loads, covering: Sequence[int] | IntArray, bound: float, lower: float) -> tuple[float, bool]:

@@ -20,6 +20,9 @@ from overlapdp.overlap.result import FloatArray
 GRID_LIMIT = 1 << 24
 # More active attributes than this makes 2^d corners per box too many.
 MAX_GRID_DIMENSIONS = 12
+# Up to this many grid axes a box's 2^d corners cost no more than the cell-by-cell rule's threshold
+# (4 cells + 2000), so box workloads skip that test.
+_FAST_DIMENSIONS = 10
 
 
 def grid_feasible(c: Compiled, components: int = 1) -> bool:
@@ -75,6 +78,45 @@ class GridPlan:
             strides[j] = strides[j + 1] * self.shape[j + 1]
         self.total = int(np.prod(self.shape)) if d else 1
         live = c.live
+        if c.single_interval and d <= _FAST_DIMENSIONS:
+            # Boxes (one interval per query and attribute): each live query is one box, read straight
+            # from the attribute arrays; no query is added cell by cell (2^d corners cost less).
+            rep = live
+            box_lo, box_hi = _single_boxes(c, dims)
+            self.direct: list[tuple[int, tuple[IntArray, ...]]] = []
+        else:
+            rep, box_lo, box_hi = self._boxes(c, dims)
+        # Corner k of a box takes hi on the attributes whose bit is set in k, lo on the others, and the
+        # sign (-1)^(bits set): built by doubling, one attribute at a time (corner-major, then box).
+        flat = np.zeros((1, rep.shape[0]), dtype=np.int64)
+        sign = np.ones(1)
+        for j in range(d):
+            flat = np.concatenate([flat + box_lo[j] * strides[j], flat + box_hi[j] * strides[j]])
+            sign = np.concatenate([sign, -sign])
+        self.flat = flat.reshape(-1)
+        # Box k's owner is rep[k]; every corner of it carries corner_sign[corner] * that query's weight.
+        self.rep = rep
+        self.corner_sign = sign
+
+    @property
+    def owner(self) -> IntArray:
+        """The query owning each corner entry (``flat``'s order)."""
+        return np.tile(self.rep, self.corner_sign.shape[0])
+
+    @property
+    def sign(self) -> FloatArray:
+        """The sign of each corner entry (``flat``'s order)."""
+        return np.repeat(self.corner_sign, self.rep.shape[0])
+
+    def corner_values(self, weights: FloatArray) -> FloatArray:
+        """``sign * weights[owner]``: the signed weight of every corner entry."""
+        return (self.corner_sign[:, None] * weights[self.rep][None, :]).reshape(-1)
+
+    def _boxes(self, c: Compiled, dims: list[int]) -> tuple[IntArray, list[IntArray], list[IntArray]]:
+        """The boxes of the corner-route queries (owner, lo, hi per axis); fills ``self.direct`` with
+        the queries whose boxes are so many that they are added cell by cell."""
+        d = len(dims)
+        live = c.live
         counts, starts, los, his = _query_intervals(c, dims)
         boxes = np.ones(c.t, dtype=np.int64)
         cells = np.ones(c.t, dtype=np.float64)
@@ -103,23 +145,8 @@ class GridPlan:
             box_hi.append(his[j][idx])
         box_lo.reverse()
         box_hi.reverse()
-        flats, signs = [], []
-        for mask in range(1 << d):
-            flat = np.zeros(rep.shape[0], dtype=np.int64)
-            sign = 1.0
-            for j in range(d):
-                if mask >> j & 1:
-                    flat += box_hi[j] * strides[j]
-                    sign = -sign
-                else:
-                    flat += box_lo[j] * strides[j]
-            flats.append(flat)
-            signs.append(np.full(rep.shape[0], sign))
-        self.flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
-        self.sign = np.concatenate(signs) if signs else np.zeros(0)
-        self.owner = np.tile(rep, 1 << d)
         # Queries added cell by cell: their index arrays per grid axis.
-        self.direct: list[tuple[int, tuple[IntArray, ...]]] = []
+        self.direct = []
         for qi in np.flatnonzero(direct).tolist():
             index = []
             for j in range(d):
@@ -127,10 +154,11 @@ class GridPlan:
                 parts = [np.arange(los[j][s0 + m], his[j][s0 + m]) for m in range(counts[j][qi])]
                 index.append(np.concatenate(parts))
             self.direct.append((qi, tuple(np.ix_(*index))))
+        return rep, box_lo, box_hi
 
     def loads(self, weights: FloatArray) -> FloatArray:
         """Cell loads (shape ``sizes``) for per-query ``weights`` (length ``t``; 0 drops a query)."""
-        acc = np.bincount(self.flat, weights=self.sign * weights[self.owner], minlength=self.total).astype(
+        acc = np.bincount(self.flat, weights=self.corner_values(weights), minlength=self.total).astype(
             np.float64, copy=False
         )
         out = acc.reshape(self.shape)
@@ -141,6 +169,29 @@ class GridPlan:
             if weights[qi] != 0:
                 grid[index] += weights[qi]
         return grid
+
+
+def _single_boxes(c: Compiled, dims: Sequence[int]) -> tuple[list[IntArray], list[IntArray]]:
+    """Per grid axis, the segment bounds of every live query's box (the whole axis where unconstrained)."""
+    live = c.live
+    box_lo: list[IntArray] = []
+    box_hi: list[IntArray] = []
+    for j in dims:
+        a = c.attributes[j]
+        if a.query.shape[0] == live.shape[0]:
+            # Every live query has one interval here (intervals are listed in query order): the arrays are it.
+            box_lo.append(a.lo)
+            box_hi.append(a.hi)
+            continue
+        # Unconstrained: the whole axis. Constrained but with no interval left (atoms dropped them in
+        # :func:`~overlapdp.overlap._gridbranch.compress`): an empty box, whose corners cancel.
+        lo = np.zeros(c.t, dtype=np.int64)
+        hi = np.where(a.constrained, 0, a.size).astype(np.int64)
+        lo[a.query] = a.lo
+        hi[a.query] = a.hi
+        box_lo.append(lo[live])
+        box_hi.append(hi[live])
+    return box_lo, box_hi
 
 
 def grid_loads(c: Compiled, loads: FloatArray) -> FloatArray:

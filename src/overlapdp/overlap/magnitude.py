@@ -275,14 +275,46 @@ class Loads:
         return [n << (top - k) if n else 0 for n, k in pairs], top
 
     @cached_property
+    def unit_exponent(self) -> int:
+        """``k`` of :attr:`units` (the exact scaled loads are multiples of ``2**-k``), from numpy on the
+        weights' binary exponents: no Python step per weight (the dyadic test of every route reads it)."""
+        if self.weights is None:
+            return 0
+        w = self.weights[self.weights > 0]
+        if w.size == 0:
+            return 0
+        # w = M * 2**(e - 53) with M an integer in [2^52, 2^53) (subnormals too: frexp normalises);
+        # its reduced denominator is 2**max(0, -(e - 53 + trailing zeros of M)).
+        mant, e = np.frexp(w)
+        m = np.ldexp(mant, 53).astype(np.int64)
+        low = m & -m
+        tz = np.frexp(low.astype(np.float64))[1] - 1
+        den = np.maximum(0, 53 - e.astype(np.int64) - tz)
+        top = int(den.max()) + self.shift
+        return 2 * top if self.name == "l2" else top
+
+    @cached_property
     def loads_exact(self) -> bool:
-        """Whether every stored float load equals its exact scaled load (no rounding in scale / square)."""
+        """Whether every stored float load equals its exact scaled load (no rounding in scale / square).
+
+        Vectorised: the scaled weight is exact iff scaling it back gives the weight; its square is
+        exact iff Dekker's error term is 0 (for scaled weights >= 2^-400, where no partial product
+        underflows; smaller ones are checked on integers)."""
         if self.weights is None:
             return True
-        nums, k = self.units
-        for load, n in zip(self.loads.tolist(), nums, strict=True):
-            a, d = float(load).as_integer_ratio()
-            if a * (1 << k) != n * d:
+        w = self.weights
+        scaled = np.ldexp(w, -self.shift)
+        if not bool(np.array_equal(np.ldexp(scaled, self.shift), w)):
+            return False
+        if self.name == "sum":
+            return bool(np.array_equal(scaled, self.loads))
+        small = (scaled > 0) & (scaled < _FAST_L2_SMALLEST)
+        big = scaled[~small]
+        terms = _exact_square_terms(big)
+        if not (np.array_equal(terms[: big.size], self.loads[~small]) and not terms[big.size :].any()):
+            return False
+        for u, load in zip(scaled[small].tolist(), self.loads[small].tolist(), strict=True):
+            if Fraction(u) ** 2 != Fraction(load):
                 return False
         return True
 

@@ -14,9 +14,9 @@ increasing $g$, so they reduce to a maximum weighted depth with per-query loads 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +49,81 @@ class SetComp:
 
 Comp = CompName | SetComp
 
+T = TypeVar("T")
+
+
+class LazyTuple(Sequence[T]):
+    """A tuple whose items are computed on first read (its length is known at once).
+
+    The engine's witness is covered by up to every query of the workload; listing their ids is per-query
+    Python work, so it is done only if the caller reads them. It compares, hashes, prints and pickles as
+    the plain tuple it stands for. Until then it keeps what it is made from (the workload's ids).
+    """
+
+    __slots__ = ("_items", "_make", "_size")
+
+    def __init__(self, size: int, make: Callable[[], tuple[T, ...]]) -> None:
+        self._size = size
+        self._make: Callable[[], tuple[T, ...]] | None = make
+        self._items: tuple[T, ...] | None = None
+
+    def materialise(self) -> tuple[T, ...]:
+        """The items, computed (once) now. Safe from several threads: the items are stored before
+        the recipe is dropped, so a thread that finds no recipe finds the items."""
+        items = self._items
+        if items is None:
+            make = self._make
+            if make is None:
+                items = self._items
+                assert items is not None
+                return items
+            items = make()
+            if len(items) != self._size:
+                raise AssertionError("lazy tuple: computed length differs from the declared one")
+            self._items = items
+            self._make = None  # drop the references it held (the workload)
+        return items
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[T, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> T | tuple[T, ...]:
+        return self.materialise()[index]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.materialise())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.materialise()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyTuple):
+            return len(self) == len(other) and self.materialise() == other.materialise()
+        if isinstance(other, tuple):
+            return len(self) == len(other) and self.materialise() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.materialise())
+
+    def __add__(self, other: tuple[T, ...]) -> tuple[T, ...]:
+        return self.materialise() + tuple(other)
+
+    def __radd__(self, other: tuple[T, ...]) -> tuple[T, ...]:
+        return tuple(other) + self.materialise()
+
+    def __repr__(self) -> str:
+        return repr(self.materialise())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (self.materialise(),))
+
 
 @dataclass(frozen=True)
 class OverlapResult:
@@ -62,6 +137,10 @@ class OverlapResult:
     the SAFE UPPER BOUND ``upper`` (DESIGN.md: never under-report privacy loss). For the vector comp
     ``value``, ``upper`` and ``lower`` are arrays, ``components`` holds one result per component (each
     with its own witness), and the top-level witness is None.
+
+    ``queries`` (the covering queries' ids; ``"#i"`` for a query without one) and ``query_indices``
+    (their positions in the workload, or rows of the arrays of :func:`~overlapdp.overlap.arrays.max_overlap_boxes`)
+    are tuples, or :class:`LazyTuple` s that list them only when read (``len`` is free).
     """
 
     value: float | FloatArray
@@ -70,10 +149,10 @@ class OverlapResult:
     lower: float | FloatArray
     witness: dict[str, Any] | None
     witness_row: tuple[int, ...] | None
-    queries: tuple[str, ...]
+    queries: Sequence[str]
     algorithm: str
     components: tuple[OverlapResult, ...] = ()
-    query_indices: tuple[int, ...] = field(default=(), compare=False)
+    query_indices: Sequence[int] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's JSON form: value, exact, upper, lower, witness, queries, algorithm."""

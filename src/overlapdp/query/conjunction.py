@@ -29,6 +29,9 @@ class PredicateQuery:
     id: str | None = None
     weight: float = 1.0
     text: str | None = field(default=None, compare=False)
+    # The overlap engine's flat form of the constraints (overlap/_compiled.py), filled on first use: a
+    # declared slot, so that caching it does not give every query an instance dict.
+    _overlap_flat: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @staticmethod
     def from_coverages(
