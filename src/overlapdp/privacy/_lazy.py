@@ -222,7 +222,9 @@ class Members:
                 if not fits(Fraction(0)):
                     return tuple(int(np.flatnonzero(b)[0]) for b in box)
                 continue
-            margins = [w @ sub for sub in subs]
+            # (an infinite load, past 2^900, times a value it does not hold gives NaN: no bound there)
+            with np.errstate(invalid="ignore"):
+                margins = [np.nan_to_num(w @ sub, nan=np.inf) for sub in subs]
             ub = min(float(m.max()) for m in margins)
             if clear(ub):
                 continue
