@@ -1,4 +1,4 @@
-"""Lazy admission (MATH.md 2.10): the filter's decisions against an independent brute force.
+"""Lazy admission (MATH.md 2.7.1): the filter's decisions against an independent brute force.
 
 Every row of a small domain (3 x 2 x 4 = 24 rows) is enumerated and its cost summed with Fractions from
 the mechanisms' declared guarantees; a charge must be admitted iff every row stays within budget with it.

@@ -1,4 +1,4 @@
-"""Cheap, always-valid upper bounds on the rows' loads, for the filter's lazy admission (MATH.md 2.10).
+"""Cheap, always-valid upper bounds on the rows' loads, for the filter's lazy admission (MATH.md 2.7.1).
 
 The filter (:mod:`overlapdp.privacy.privacy_filter`) admits a charge at once when these bounds show every
 row stays within budget, and decides exactly (a threshold search on the admitted charges' coverages, here
@@ -84,7 +84,7 @@ _Record = tuple[np.ndarray, np.ndarray, list[tuple[int, slice | np.ndarray, np.n
 
 class Bounds:
     """Per-attribute load tables of one track, ``k`` components (Rényi orders) each bounded on its own
-    (see the module docstring; MATH.md 2.10)."""
+    (see the module docstring; MATH.md 2.7.1)."""
 
     def __init__(self, schema: Schema, k: int) -> None:
         self.k = k
@@ -143,7 +143,7 @@ class GiveUp(Exception):
 
 class Members:
     """The admitted charges' coverages (boolean rows per attribute, in ledger order) with their exact and
-    float loads, for the exact threshold search of a single scalar track (MATH.md 2.10)."""
+    float loads, for the exact threshold search of a single scalar track (MATH.md 2.7.1)."""
 
     def __init__(self, schema: Schema) -> None:
         self.sizes = [a.size for a in schema.attributes]

@@ -74,7 +74,7 @@ _EXACT_WORK_LIMIT = 2_000_000
 # (atom cells x charges) enumerated when the (epsilon, delta) filter decides its rule row by row; it runs
 # on refusals no witness row settles, so it must stay cheap (beyond it: the global rule, see the filter).
 _JOINT_GRID_LIMIT = 200_000
-# Lazy admission (MATH.md 2.10): attribute values (summed over the attributes) up to which the filter keeps
+# Lazy admission (MATH.md 2.7.1): attribute values (summed over the attributes) up to which the filter keeps
 # the per-attribute load tables and, for a single scalar track, the coverage matrices of its exact
 # threshold search; the regions that search may visit before the overlap index decides instead; the
 # known over-budget rows kept for quick refusals.
@@ -95,7 +95,7 @@ class Admission:
     reason: str = ""
     #: False when ``value`` is a safe UPPER bound of the worst row's value rather than that value: a
     #: charge decided on the filter's cheap bounds or its threshold search (lazy admission, MATH.md
-    #: 2.10) is not located on the overlap index (its ``witness`` is then None, or on a refusal the row
+    #: 2.7.1) is not located on the overlap index (its ``witness`` is then None, or on a refusal the row
     #: found over budget). The decision is exact either way; :meth:`PrivacyFilter.value` is exact.
     exact: bool = True
 
@@ -171,7 +171,7 @@ class PrivacyFilter:
         self._joint = rule.row_verdict is not None
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
-        # Lazy admission (MATH.md 2.10): per track cheap upper bounds on the rows' loads; a charge they
+        # Lazy admission (MATH.md 2.7.1): per track cheap upper bounds on the rows' loads; a charge they
         # clear is admitted at once and left PENDING (not yet in the overlap index, whose search is the
         # expensive part); the indexes are brought up to date only when neither the bounds nor the
         # threshold search settle a charge, or a report asks for the exact value. ``_within``: every row
@@ -246,7 +246,7 @@ class PrivacyFilter:
             self._book(charge, exact, floats, Cover(q) if floats is not None else None, None)
             return Admission(True, charge, value, budget_v, witness, exact=exact_value)
 
-    # -- lazy admission (MATH.md 2.10) ----------------------------------------------------------------
+    # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
     def _book(
         self,
         charge: Charge,
