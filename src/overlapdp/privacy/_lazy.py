@@ -142,28 +142,33 @@ class GiveUp(Exception):
 
 
 class Members:
-    """The admitted charges' coverages (boolean rows per attribute, in ledger order) with their exact and
-    float loads, for the exact threshold search of a single scalar track (MATH.md 2.7.1)."""
+    """The admitted charges' coverages (one boolean row per charge, in ledger order, the attributes'
+    values side by side) with their exact and float loads, for the exact threshold search of a single
+    scalar track (MATH.md 2.7.1)."""
 
     def __init__(self, schema: Schema) -> None:
         self.sizes = [a.size for a in schema.attributes]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.intp)
+        self.starts = self.offsets[:-1]
         self.n = 0
         cap = 64
-        self.mats = [np.zeros((cap, s), dtype=bool) for s in self.sizes]
+        self.flat = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
         self.loads = np.zeros(cap)
         self.live = np.zeros(cap, dtype=bool)
         self.exact: list[Fraction] = []
 
+    def _seg(self, p: int) -> slice:
+        return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
+
     def add(self, q: PredicateQuery, exact: Fraction) -> None:
         if self.n == self.loads.shape[0]:
-            self.mats = [np.concatenate([m, np.zeros_like(m)]) for m in self.mats]
+            self.flat = np.concatenate([self.flat, np.zeros_like(self.flat)])
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
         i = self.n
-        for m in self.mats:
-            m[i] = True
+        self.flat[i] = True
         for p, cov in q.constraints:
-            self.mats[p][i] = cov.mask(self.sizes[p])
+            self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
@@ -177,10 +182,12 @@ class Members:
 
     def load_at(self, row: Sequence[int]) -> Fraction:
         """The exact load of ``row``: the sum of the loads of the charges covering it."""
-        hit = self.live[: self.n].copy()
-        for p, v in enumerate(row):
-            hit &= self.mats[p][: self.n, v]
+        cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(row)]
+        hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
         return _sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
+
+    def _row(self, box: np.ndarray) -> tuple[int, ...]:
+        return tuple(int(np.flatnonzero(box[self._seg(p)])[0]) for p in range(len(self.sizes)))
 
     def exceeds(
         self,
@@ -191,63 +198,60 @@ class Members:
     ) -> tuple[int, ...] | None:
         """A row inside ``q``'s coverage whose load does not ``fits`` (exact), or None when every row
         there fits. ``clear(ub)``: a float upper bound ``ub`` of a region's loads shows that every row of
-        the region fits (the caller widens it, :func:`widen`). Depth first, the heavier half first (a
-        refusal is found early); raises :class:`GiveUp` past ``max_nodes`` regions."""
-        box = [np.ones(s, dtype=bool) for s in self.sizes]
+        the region fits (the caller widens it, :func:`widen`). Depth first, the part paying the heavier
+        charge first (a refusal is found early); raises :class:`GiveUp` past ``max_nodes`` regions.
+
+        A region is a box (a value set per attribute, one boolean mask side by side); its bound is the
+        per-attribute one of :class:`Bounds` restricted to the charges meeting the box."""
+        box = np.ones(int(self.offsets[-1]), dtype=bool)
         for p, cov in q.constraints:
-            box[p] = cov.mask(self.sizes[p])
-        if q.is_contradiction or not all(b.any() for b in box):
+            box[self._seg(p)] = cov.mask(self.sizes[p])
+        if q.is_contradiction or not np.logical_or.reduceat(box, self.starts).all():
             return None
         n = self.n
-        mats = [m[:n] for m in self.mats]
+        flat = self.flat[:n]
         loads = self.loads[:n]
-        idx = np.flatnonzero(self.live[:n])
-        stack: list[tuple[list[np.ndarray], np.ndarray]] = [(box, idx)]
+        starts = self.starts
+        stack: list[tuple[np.ndarray, np.ndarray]] = [(box, np.flatnonzero(self.live[:n]))]
         nodes = 0
         while stack:
             box, idx = stack.pop()
             nodes += 1
             if nodes > max_nodes:
                 raise GiveUp
-            # the charges meeting the box, and per attribute their coverage inside it
-            subs = [mats[p][idx][:, b] for p, b in enumerate(box)]
-            keep = np.ones(idx.size, dtype=bool)
-            for sub in subs:
-                keep &= sub.any(axis=1)
+            sub = flat[idx]
+            inb = sub & box
+            keep = np.logical_or.reduceat(inb, starts, axis=1).all(axis=1)  # the charges meeting the box
             if not keep.all():
-                idx = idx[keep]
-                subs = [sub[keep] for sub in subs]
-            w = loads[idx]
+                idx, sub, inb = idx[keep], sub[keep], inb[keep]
             if idx.size == 0:
                 if not fits(Fraction(0)):
-                    return tuple(int(np.flatnonzero(b)[0]) for b in box)
+                    return self._row(box)
                 continue
-            # (an infinite load, past 2^900, times a value it does not hold gives NaN: no bound there)
-            with np.errstate(invalid="ignore"):
-                margins = [np.nan_to_num(w @ sub, nan=np.inf) for sub in subs]
-            ub = min(float(m.max()) for m in margins)
+            w = loads[idx]
+            # per attribute the largest load of a value in the box (values outside it sum to 0); an
+            # infinite load (past 2^900) gives no bound
+            ub = float(np.maximum.reduceat(w @ inb, starts).min()) if np.isfinite(w).all() else np.inf
             if clear(ub):
                 continue
-            partial: list[np.ndarray] = [np.asarray(~sub.all(axis=1)) for sub in subs]
-            anyp = np.asarray(np.logical_or.reduce(partial), dtype=bool)
+            # per attribute, whether each charge holds the whole box there
+            partial = ~np.logical_and.reduceat(sub | ~box, starts, axis=1)
+            anyp = partial.any(axis=1)
             if not anyp.any():  # every row of the box pays exactly these charges
                 if fits(_sum([self.exact[i] for i in idx.tolist()])):
                     continue
-                return tuple(int(np.flatnonzero(b)[0]) for b in box)
-            # split on the heaviest charge not covering the whole box, on an attribute where it does not
+                return self._row(box)
+            # split on the heaviest charge not holding the whole box, on an attribute where it does not
             j = int(np.argmax(np.where(anyp, w, -1.0)))
             i = int(idx[j])
-            p = next(p for p, part in enumerate(partial) if part[j])
-            inner, outer = box[p] & mats[p][i], box[p] & ~mats[p][i]
-            kids = []
-            for piece in (outer, inner):
-                if piece.any():
-                    kid = list(box)
-                    kid[p] = piece
-                    kids.append(kid)
+            seg = self._seg(int(np.flatnonzero(partial[j])[0]))
+            inner, outer = box.copy(), box.copy()
+            inner[seg] &= flat[i, seg]
+            outer[seg] &= ~flat[i, seg]
             # the inner piece (it pays charge i) is searched first: pushed last
-            for kid in kids:
-                stack.append((kid, idx))
+            for piece in (outer, inner):
+                if piece[seg].any():
+                    stack.append((piece, idx))
         return None
 
 

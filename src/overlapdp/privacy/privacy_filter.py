@@ -79,7 +79,7 @@ _JOINT_GRID_LIMIT = 200_000
 # threshold search; the regions that search may visit before the overlap index decides instead; the
 # known over-budget rows kept for quick refusals.
 _BOUND_CELLS = 1 << 16
-_SEARCH_NODES = 3000
+_SEARCH_NODES = 20_000
 _HOT_ROWS = 8
 
 
