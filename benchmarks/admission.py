@@ -124,9 +124,8 @@ def main() -> None:
     peer = opendp_times([0.01] * args.n, 1e9)
     stage("far stream, OpenDP")
     n = args.n
-    best = float(
-        np.median(peer[:100]) * 1e3
-    )  # OpenDP at its fastest: its first 100 admissions = [(0, 100), (n // 10, n // 10 + 100), (n // 2, n // 2 + 100), (n - 100, n)]
+    best = float(np.median(peer[:100]) * 1e3)  # OpenDP at its fastest: its first 100 admissions
+    windows = [(0, 100), (n // 10, n // 10 + 100), (n // 2, n // 2 + 100), (n - 100, n)]
     for lo, hi in windows:
         (om, op), (pm, pp) = ms(ours[lo:hi]), ms(peer[lo:hi])
         rows.append(
