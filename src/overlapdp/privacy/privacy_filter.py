@@ -81,6 +81,8 @@ _JOINT_GRID_LIMIT = 200_000
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
 _HOT_ROWS = 8
+# Pending charges from which the index is brought up to date by one search from scratch (see _flush).
+_BULK = 8
 
 
 @dataclass(frozen=True)
@@ -367,14 +369,16 @@ class PrivacyFilter:
         return self._check(parts)[1]
 
     def _flush(self) -> None:
-        """Insert the pending charges into the overlap indexes (their exact state is needed): in generic
-        mode deferred, so that the indexes search once, when next asked, not once per charge."""
+        """Insert the pending charges into the overlap indexes (their exact state is needed): from
+        ``_BULK`` of them on, deferred in generic mode, so that the indexes search once from scratch when
+        next asked instead of once per charge (below it, each charge's restricted search is cheaper)."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        defer = len(pending) >= _BULK
         for i, t in enumerate(self._tracks):
             for q, loads in pending:
-                t.index.insert(q, loads[i], defer=True)
+                t.index.insert(q, loads[i], defer=defer)
 
     def _insert(self, q: PredicateQuery, loads: list[Any]) -> None:
         """Put ``q`` (its id set) into every track's index, all or none: a failure part-way removes it
