@@ -187,9 +187,14 @@ class OverlapIndex:
         self.insert(query, weight)
         return self.result()
 
-    def insert(self, query: PredicateQuery, weight: Any = None) -> None:
+    def insert(self, query: PredicateQuery, weight: Any = None, *, defer: bool = False) -> None:
         """:meth:`add` without computing the new result (it is computed when next asked for: replaying
-        many queries then costs no witness recomputation per query)."""
+        many queries then costs no witness recomputation per query).
+
+        ``defer``: in generic mode, do not search the query's coverage now; the maximum is recomputed
+        from scratch, once, when next asked for (a caller inserting many queries at once, such as the
+        filter bringing its lazily admitted charges in, then pays one search instead of one per query).
+        Undo records are kept as without it."""
         if query.id is None:
             raise DuplicateQueryError("a query added to an OverlapIndex needs an id")
         if query.id in self._entries:
@@ -225,6 +230,10 @@ class OverlapIndex:
             # (where the float cell sums may round, a near tie may change the witness: MATH.md 7.8)
             if self._improve(regions) or covers_best or self._near_best(regions):
                 self._cached = None
+        elif defer:
+            self._store(query, w, raw, load, slot=-1)
+            self._generic_result = None
+            self._cached = None
         else:
             new = self._generic_peek(query, raw, load)
             self._store(query, w, raw, load, slot=-1)

@@ -58,6 +58,7 @@ import numpy as np
 
 from overlapdp.overlap import OverlapIndex, OverlapResult
 from overlapdp.overlap.magnitude import float_up
+from overlapdp.privacy._lazy import Bounds, Cover, GiveUp, Members, emax, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
@@ -73,6 +74,15 @@ _EXACT_WORK_LIMIT = 2_000_000
 # (atom cells x charges) enumerated when the (epsilon, delta) filter decides its rule row by row; it runs
 # on refusals no witness row settles, so it must stay cheap (beyond it: the global rule, see the filter).
 _JOINT_GRID_LIMIT = 200_000
+# Lazy admission (MATH.md 2.7.1): attribute values (summed over the attributes) up to which the filter keeps
+# the per-attribute load tables and, for a single scalar track, the coverage matrices of its exact
+# threshold search; the regions that search may visit before the overlap index decides instead; the
+# known over-budget rows kept for quick refusals.
+_BOUND_CELLS = 1 << 16
+_SEARCH_NODES = 20_000
+_HOT_ROWS = 8
+# Pending charges from which the index is brought up to date by one search from scratch (see _flush).
+_BULK = 8
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,11 @@ class Admission:
     budget: float | tuple[float, ...]
     witness: dict[str, Any] | None
     reason: str = ""
+    #: False when ``value`` is a safe UPPER bound of the worst row's value rather than that value: a
+    #: charge decided on the filter's cheap bounds or its threshold search (lazy admission, MATH.md
+    #: 2.7.1) is not located on the overlap index (its ``witness`` is then None, or on a refusal the row
+    #: found over budget). The decision is exact either way; :meth:`PrivacyFilter.value` is exact.
+    exact: bool = True
 
 
 @dataclass
@@ -158,6 +173,29 @@ class PrivacyFilter:
         self._joint = rule.row_verdict is not None
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
+        # Lazy admission (MATH.md 2.7.1): per track cheap upper bounds on the rows' loads; a charge they
+        # clear is admitted at once and left PENDING (not yet in the overlap index, whose search is the
+        # expensive part); the indexes are brought up to date only when neither the bounds nor the
+        # threshold search settle a charge, or a report asks for the exact value. ``_within``: every row
+        # is known to be within budget (true after each admission; a record or a lowered budget may
+        # break it, and then the bounds must also clear the worst row).
+        cells = sum(a.size for a in schema.attributes)
+        # a vector track (Rényi DP) holds one load per component of the budget's value (per order)
+        bv = self.measure.budget_value(budget)
+        self._vector = any(t.comp == "vector" for t in rule.tracks)
+        k = len(bv) if self._vector and isinstance(bv, tuple) else 1
+        self._bounds: list[Bounds] | None = None
+        if self._tracks and 0 < cells * k <= _BOUND_CELLS:
+            self._bounds = [Bounds(schema, k) for _ in self._tracks]
+        self._members: Members | None = None
+        if self._bounds is not None and len(rule.tracks) == 1 and rule.tracks[0].comp != "vector":
+            self._members = Members(schema)
+        self._pending: list[tuple[PredicateQuery, list[Any]]] = []
+        self._within = True
+        self._hot: list[tuple[int, ...]] = []
+        # per open savepoint (outermost first): the pending list and its length, the bounds' journal
+        # length, and whether every row was known within budget
+        self._saves: list[tuple[list[tuple[PredicateQuery, list[Any]]], int, int, bool]] = []
 
     # -- admission ------------------------------------------------------------------------------------
     def try_charge(
@@ -178,20 +216,169 @@ class PrivacyFilter:
                     return Admission(False, None, value, self.measure.budget_value(self.budget), None, why)
             loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
             exact = [t.exact(mechanism) for t in self._tracks]
+            budget_v = self.measure.budget_value(self.budget)
+            floats = self._bound_loads(loads, exact)
+            if floats is not None:
+                cover = Cover(q)
+                if self._lazy_fits(cover, exact):
+                    # Admitted on the bounds alone: pending until the index is needed (no search).
+                    self._book(charge, exact, floats, cover, (q, loads))
+                    return Admission(True, charge, self._bound_value(floats), budget_v, None, exact=False)
+                searched = self._members is not None and self._within
+                try:
+                    found = self._search(q, exact[0]) if searched else None
+                except GiveUp:
+                    searched = False
+                if searched and found is None:  # every row inside the coverage fits, decided exactly
+                    self._book(charge, exact, floats, cover, (q, loads))
+                    return Admission(True, charge, self._bound_value(floats), budget_v, None, exact=False)
+                if searched and found is not None:
+                    value_up = self._bound_value(floats, cover)
+                    row = self.schema.row(found)
+                    return Admission(False, None, value_up, budget_v, row, "over budget", False)
+            self._flush()
             peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
             _, value = self._check([r.value for r in peeks])
             ok = self._admissible(q, peeks, exact)
             witness = peeks[0].witness if peeks[0].witness is not None else None
-            budget_v = self.measure.budget_value(self.budget)
+            exact_value = all(r.exact for r in peeks)
             if not ok:
-                return Admission(False, None, value, budget_v, witness, "over budget")
+                return Admission(False, None, value, budget_v, witness, "over budget", exact_value)
             self._insert(q, loads)
-            for t, e in zip(self._tracks, exact, strict=True):
-                t.loads[charge.id] = e
-            self._ids.add(charge.id)
-            self._n += 1
-            self.odometer.extend([charge])
-            return Admission(True, charge, value, budget_v, witness)
+            self._book(charge, exact, floats, Cover(q) if floats is not None else None, None)
+            return Admission(True, charge, value, budget_v, witness, exact=exact_value)
+
+    # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
+    def _book(
+        self,
+        charge: Charge,
+        exact: list[Any],
+        floats: list[np.ndarray] | None,
+        cover: Cover | None,
+        pending: tuple[PredicateQuery, list[Any]] | None,
+    ) -> None:
+        """Book an admitted charge (in the indexes already, or ``pending`` for them): after it every row
+        is within budget."""
+        if pending is not None:
+            self._pending.append(pending)
+        if self._bounds is not None:
+            if floats is None or cover is None:  # a load the bounds cannot hold: dropped for good
+                self._drop_bounds()
+            else:
+                for b, f in zip(self._bounds, floats, strict=True):
+                    b.add(cover, f)
+                if self._members is not None:
+                    self._members.add(charge.query, exact[0])
+        for t, e in zip(self._tracks, exact, strict=True):
+            t.loads[charge.id] = e
+        self._ids.add(charge.id)
+        self._n += 1
+        self.odometer.extend([charge])
+        self._within = True
+
+    def _drop_bounds(self) -> None:
+        """Stop lazy admission (a load the float bounds cannot hold): the index decides from now on."""
+        self._flush()
+        self._bounds = None
+        self._members = None
+
+    def _bound_loads(self, loads: list[Any], exact: list[Any]) -> list[np.ndarray] | None:
+        """The charge's exact loads as float vectors for the bounds (see :func:`up_float`), or None when
+        there are no bounds or a float load is one the index would refuse (the index path then raises)."""
+        if self._bounds is None:
+            return None
+        for w in loads:
+            arr = np.asarray(w, dtype=float)
+            if not bool(np.all(np.isfinite(arr))) or bool(np.any(arr < 0)):
+                return None
+        out = []
+        for e, b in zip(exact, self._bounds, strict=True):
+            xs = e if isinstance(e, tuple) else (e,)
+            if len(xs) != b.k:
+                return None
+            out.append(np.array([up_float(x) for x in xs]))
+        return out
+
+    def _exact_bounds(self, parts: list[np.ndarray], new: list[Any] | None) -> list[Any] | None:
+        """Per track a float bound widened to a safe exact one (plus the new charge's exact load), or
+        None when a bound is infinite."""
+        out: list[Any] = []
+        for i, v in enumerate(parts):
+            xs = [widen(float(x), self._n) for x in v]
+            if any(x is None for x in xs):
+                return None
+            ys: list[Fraction] = [x for x in xs if x is not None]
+            if new is not None:
+                e = new[i]
+                ys = [x + y for x, y in zip(ys, e if isinstance(e, tuple) else (e,), strict=True)]
+            out.append(tuple(ys) if self._vector else ys[0])
+        return out
+
+    def _lazy_fits(self, cover: Cover, exact: list[Any]) -> bool:
+        """Whether the bounds show that every row stays within budget with the charge. Rows outside its
+        coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound."""
+        assert self._bounds is not None
+        cand = self._exact_bounds([b.inside(cover) for b in self._bounds], exact)
+        if cand is None:
+            return False
+        if not self._within:
+            tops = self._exact_bounds([b.top() for b in self._bounds], None)
+            if tops is None:
+                return False
+            cand = [emax(c, o) for c, o in zip(cand, tops, strict=True)]
+        return bool(self._exact_ok(cand))
+
+    def _search(self, q: PredicateQuery, e: Fraction) -> tuple[int, ...] | None:
+        """The exact threshold decision (single scalar track, every row known within budget): None when
+        every row of ``q``'s coverage fits with it, else such a row that does not; raises
+        :class:`GiveUp` when the search gives up (the index decides). Known over-budget rows are tried first (quick refusals)."""
+        assert self._members is not None
+        members = self._members
+        for j, row in enumerate(self._hot):
+            if q.covers(row) and not self._exact_ok([members.load_at(row) + e]):
+                self._hot.insert(0, self._hot.pop(j))
+                return row
+        n = self._n
+
+        def clear(ub: float) -> bool:
+            w = widen(ub, n)
+            return w is not None and bool(self._exact_ok([w + e]))
+
+        def fits(load: Fraction) -> bool:
+            return bool(self._exact_ok([load + e]))
+
+        found = members.exceeds(q, clear, fits, _SEARCH_NODES)
+        if found is not None:
+            self._hot.insert(0, found)
+            del self._hot[_HOT_ROWS:]
+        return found
+
+    def _bound_value(self, floats: list[np.ndarray], cover: Cover | None = None) -> Any:
+        """The reported value with the charge, from the bounds: after an admission the worst-row bound
+        (or, with ``cover``, the larger of it and the coverage's bound with the charge), rounded up, in
+        the index's units (sqrt for the squared tracks, a vector per Rényi order)."""
+        assert self._bounds is not None
+        parts: list[Any] = []
+        for t, b, f in zip(self._tracks, self._bounds, floats, strict=True):
+            v = b.top() if cover is None else np.maximum(b.top(), b.inside(cover) + f)
+            up = v * (1 + 2.0**-40)
+            if t.squared:
+                parts.append(float(np.sqrt(up[0])) * (1 + 2.0**-50))
+            else:
+                parts.append(up if self._vector else float(up[0]))
+        return self._check(parts)[1]
+
+    def _flush(self) -> None:
+        """Insert the pending charges into the overlap indexes (their exact state is needed): from
+        ``_BULK`` of them on, deferred in generic mode, so that the indexes search once from scratch when
+        next asked instead of once per charge (below it, each charge's restricted search is cheaper)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        defer = len(pending) >= _BULK
+        for i, t in enumerate(self._tracks):
+            for q, loads in pending:
+                t.index.insert(q, loads[i], defer=defer)
 
     def _insert(self, q: PredicateQuery, loads: list[Any]) -> None:
         """Put ``q`` (its id set) into every track's index, all or none: a failure part-way removes it
@@ -328,6 +515,7 @@ class PrivacyFilter:
                 return self.odometer.overlap_approx(
                     [c.mechanism for c in ledger], [c.query for c in ledger], self.budget.delta
                 )[0]
+            self._flush()
             return self._check([t.index.value for t in self._tracks])[1]  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
@@ -368,7 +556,22 @@ class PrivacyFilter:
             q = charge.query.with_id(charge.id)
             loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
             exact = [_times(t.exact(mechanism), times) for t in self._tracks]
-            self._insert(q, loads)
+            floats = self._bound_loads(loads, exact)
+            if floats is not None:
+                # pending like a lazy admission; every row stays known within budget only if the
+                # bounds show it (a recorded charge is never refused, so it may overspend)
+                cover = Cover(q)
+                within = self._lazy_fits(cover, exact)
+                self._pending.append((q, loads))
+                assert self._bounds is not None
+                for b, f in zip(self._bounds, floats, strict=True):
+                    b.add(cover, f)
+                self._within = within
+            else:
+                if self._bounds is not None:
+                    self._drop_bounds()
+                self._insert(q, loads)
+                self._within = False
             # The group's exact load sits on its first id; the others carry 0 (so that every
             # odometer charge has a load and the exact enumeration sums to the group's load).
             for t, e in zip(self._tracks, exact, strict=True):
@@ -376,6 +579,10 @@ class PrivacyFilter:
                 zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
                 for i in ids[1:]:
                     t.loads[i] = zero
+            if self._members is not None:
+                self._members.add(charge.query, exact[0])
+                for _ in ids[1:]:
+                    self._members.add(charge.query, Fraction(0))
             self._ids.update(ids)
             self._n += times
             self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
@@ -386,6 +593,14 @@ class PrivacyFilter:
         :meth:`rollback` in time proportional to what it changed (the indexes keep undo records), never
         by a rebuild. Close it with :meth:`rollback` or :meth:`release`, innermost first."""
         with self._lock:
+            if self._tracks:
+                journal = 0
+                if self._bounds is not None:
+                    for b in self._bounds:
+                        if b.journal is None:
+                            b.journal = []
+                    journal = len(self._bounds[0].journal or [])
+                self._saves.append((self._pending, len(self._pending), journal, self._within))
             return len(self.odometer), tuple(t.index.savepoint() for t in self._tracks)
 
     def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
@@ -394,6 +609,22 @@ class PrivacyFilter:
         with self._lock:
             for t, m in zip(self._tracks, marks, strict=True):
                 t.index.rollback(m)
+            # The indexes are back to their state at the savepoint: so are the pending charges (those
+            # flushed since were undone with the indexes: the list object saved was only appended to)
+            # and the bounds (their journal). (The indexes' token is the savepoint's nesting depth.)
+            if marks:
+                pending, length, journal, within = self._saves[marks[0]]
+                del self._saves[marks[0] :]
+                self._pending = pending[:length]
+                if self._bounds is not None:
+                    for b in self._bounds:
+                        b.undo_to(journal)
+                        if not self._saves:
+                            b.journal = None
+                # (rows within budget then are within it now, with fewer charges: loads only grow)
+                self._within = within or self._within
+                if self._members is not None:
+                    self._members.truncate(n)
             with self.odometer._lock:
                 undone = self.odometer._charges[n:]
                 del self.odometer._charges[n:]
@@ -408,6 +639,11 @@ class PrivacyFilter:
         with self._lock:
             for t, m in zip(self._tracks, savepoint[1], strict=True):
                 t.index.release(m)
+            if savepoint[1]:
+                del self._saves[savepoint[1][0] :]
+                if not self._saves and self._bounds is not None:
+                    for b in self._bounds:
+                        b.journal = None
 
     def set_budget(self, budget: PureDP | ZCDP | GDP | RDP | TCDP | ApproxDP) -> None:
         """Raise or lower the budget (same definition). Admitted charges stay: after a lowering the
@@ -425,10 +661,20 @@ class PrivacyFilter:
         self.measure.check_reset(self.budget, budget)
         rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
-            self.budget = budget
             self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
             if rule.row_verdict is not None:
                 self._row_verdict = rule.row_verdict
+            # Rows known within the old budget may not be within the new one (nor after a rollback to a
+            # savepoint opened before): known again only when the worst-row bound shows it.
+            old = self.measure.budget_value(self.budget) if self._within else None
+            self.budget = budget
+            new = self.measure.budget_value(budget)
+            if not (isinstance(old, float) and isinstance(new, float) and new >= old and not self._joint):
+                self._within = False
+                self._saves = [(p, n, j, False) for p, n, j, _ in self._saves]
+            if not self._within and self._bounds is not None:
+                tops = self._exact_bounds([b.top() for b in self._bounds], None)
+                self._within = tops is not None and bool(self._exact_ok(tops))
 
     _spent: tuple[OverlapResult, float] | None = None
 
@@ -445,6 +691,7 @@ class PrivacyFilter:
         with self._lock:
             if not self._ids:
                 return 0.0
+            self._flush()
             t = self._tracks[0]
             r = t.index.result()
             if self._spent is not None and self._spent[0] is r:

@@ -1,0 +1,272 @@
+"""Cheap, always-valid upper bounds on the rows' loads, for the filter's lazy admission (MATH.md 2.7.1).
+
+The filter (:mod:`overlapdp.privacy.privacy_filter`) admits a charge at once when these bounds show every
+row stays within budget, and decides exactly (a threshold search on the admitted charges' coverages, here
+too, or the overlap index) only when they do not. Nothing here decides alone: every bound is an upper
+bound of the exact (Fraction) loads once widened by :func:`widen`.
+
+- :class:`Bounds` (one per track): per attribute ``a`` and value ``v`` the float sum ``cells[a][v]`` of
+  the loads of the charges that constrain ``a`` and hold ``v``, plus ``base[a]``, the sum of the loads of
+  the charges that leave ``a`` free. A charge covering a row ``x`` holds ``x_a`` on every attribute, so
+  ``load(x) <= base[a] + cells[a][x_a]`` for EVERY ``a``; the maximum over a region is at most the minimum
+  over the attributes of the region's largest such value. A charge costs one slice update per attribute
+  it constrains. Inside a savepoint every update journals the slices it overwrites (never a copy of the
+  arrays), so a rollback restores the bounds bit for bit.
+- :class:`Members` (single scalar track): the admitted charges' coverages as boolean rows, one matrix per
+  attribute, with their exact loads: :meth:`Members.exceeds` decides whether some row of a region pays
+  more than a threshold (branch and bound on the same per-attribute bound restricted to the box, leaves
+  summed with Fractions), and :meth:`Members.load_at` gives a known row's exact load (quick refusals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import Schema
+
+# Loads outside this range are not stored as their nearest float: below it, the float bound uses the
+# floor itself (an upper bound; no sum then loses relative precision to subnormals); above it, infinity
+# (the bound then never settles a region holding such a charge, the exact route decides).
+_TINY = Fraction(1, 2**900)
+_HUGE = Fraction(2**900)
+_TINY_F = float(_TINY)
+
+
+def up_float(x: Fraction) -> float:
+    """A float for the bounds: the nearest float of ``x`` (relative error 2^-53, see :func:`widen`),
+    the floor ``2^-900`` for positive loads below it, infinity above ``2^900``."""
+    if x <= 0:
+        return 0.0
+    if x < _TINY:
+        return _TINY_F
+    if x > _HUGE:
+        return float("inf")
+    return float(x)
+
+
+def widen(v: float, n: int) -> Fraction | None:
+    """An exact upper bound of the true sum a float bound ``v`` stands for: the float is a sum of at most
+    ``n`` non-negative floats each within 2^-53 of its exact load (or above it), summed in any order, so
+    the exact sum is at most ``v (1 + 4 (n + 2) 2^-53)`` (for ``n < 2^40``). None when ``v`` is infinite."""
+    if not np.isfinite(v):
+        return None
+    return Fraction(v) * (1 + Fraction(4 * (n + 2), 2**53))
+
+
+class Cover:
+    """A query's coverage as numpy indices per constrained attribute (a slice for one interval)."""
+
+    __slots__ = ("empty", "free", "parts")
+
+    def __init__(self, q: PredicateQuery) -> None:
+        attrs = q.schema.attributes
+        self.empty = q.is_contradiction
+        self.parts: list[tuple[int, slice | np.ndarray]] = []
+        free = np.ones(len(attrs), dtype=bool)
+        if not self.empty:
+            for p, cov in q.constraints:
+                if cov.is_full(attrs[p].size):
+                    continue
+                free[p] = False
+                iv = cov.intervals
+                self.parts.append((p, slice(iv[0][0], iv[0][1]) if len(iv) == 1 else cov.to_array()))
+        self.free = free
+
+
+# One journal record: the base and peak arrays before, and the cells slices overwritten.
+_Record = tuple[np.ndarray, np.ndarray, list[tuple[int, slice | np.ndarray, np.ndarray]]]
+
+
+class Bounds:
+    """Per-attribute load tables of one track, ``k`` components (Rényi orders) each bounded on its own
+    (see the module docstring; MATH.md 2.7.1)."""
+
+    def __init__(self, schema: Schema, k: int) -> None:
+        self.k = k
+        self.cells = [np.zeros((a.size, k)) for a in schema.attributes]
+        self.peak = np.zeros((len(schema.attributes), k))  # max over v of cells[a][v]
+        self.base = np.zeros((len(schema.attributes), k))
+        self.journal: list[_Record] | None = None
+
+    def inside(self, cover: Cover) -> np.ndarray:
+        """Per component, an upper bound (float, see :func:`widen`) on every row's load in the cover."""
+        if cover.empty:  # no row inside
+            return np.zeros(self.k)
+        best = np.full(self.k, np.inf)
+        if cover.free.any():
+            best = (self.peak[cover.free] + self.base[cover.free]).min(axis=0)
+        for p, idx in cover.parts:
+            best = np.minimum(best, self.cells[p][idx].max(axis=0) + self.base[p])
+        return best
+
+    def top(self) -> np.ndarray:
+        """Per component, an upper bound on the worst row's load."""
+        if not self.cells:
+            return np.full(self.k, np.inf)
+        return np.asarray((self.peak + self.base).min(axis=0))
+
+    def add(self, cover: Cover, load: np.ndarray) -> None:
+        if cover.empty:  # covers no row: no row's load changes
+            return
+        if self.journal is not None:
+            self.journal.append(
+                (
+                    self.base.copy(),
+                    self.peak.copy(),
+                    [(p, idx, self.cells[p][idx].copy()) for p, idx in cover.parts],
+                )
+            )
+        self.base[cover.free] += load
+        for p, idx in cover.parts:
+            cell = self.cells[p]
+            cell[idx] += load
+            np.maximum(self.peak[p], cell[idx].max(axis=0), out=self.peak[p])
+
+    def undo_to(self, mark: int) -> None:
+        """Restore the tables as they were when the journal had ``mark`` records."""
+        assert self.journal is not None
+        while len(self.journal) > mark:
+            base, peak, slices = self.journal.pop()
+            self.base, self.peak = base, peak
+            for p, idx, before in reversed(slices):
+                self.cells[p][idx] = before
+
+
+class GiveUp(Exception):
+    """The exact search visited more nodes than it may: the overlap index decides instead."""
+
+
+class Members:
+    """The admitted charges' coverages (one boolean row per charge, in ledger order, the attributes'
+    values side by side) with their exact and float loads, for the exact threshold search of a single
+    scalar track (MATH.md 2.7.1)."""
+
+    def __init__(self, schema: Schema) -> None:
+        self.sizes = [a.size for a in schema.attributes]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.intp)
+        self.starts = self.offsets[:-1]
+        self.n = 0
+        cap = 64
+        self.flat = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
+        self.loads = np.zeros(cap)
+        self.live = np.zeros(cap, dtype=bool)
+        self.exact: list[Fraction] = []
+
+    def _seg(self, p: int) -> slice:
+        return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
+
+    def add(self, q: PredicateQuery, exact: Fraction) -> None:
+        if self.n == self.loads.shape[0]:
+            self.flat = np.concatenate([self.flat, np.zeros_like(self.flat)])
+            self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
+            self.live = np.concatenate([self.live, np.zeros_like(self.live)])
+        i = self.n
+        self.flat[i] = True
+        for p, cov in q.constraints:
+            self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
+        self.loads[i] = up_float(exact)
+        # a charge covering no row or loading nothing changes no row: never searched
+        self.live[i] = exact > 0 and not q.is_contradiction
+        del self.exact[i:]
+        self.exact.append(exact)
+        self.n += 1
+
+    def truncate(self, n: int) -> None:
+        self.n = min(self.n, n)
+        del self.exact[self.n :]
+
+    def load_at(self, row: Sequence[int]) -> Fraction:
+        """The exact load of ``row``: the sum of the loads of the charges covering it."""
+        cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(row)]
+        hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
+        return _sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
+
+    def _row(self, box: np.ndarray) -> tuple[int, ...]:
+        return tuple(int(np.flatnonzero(box[self._seg(p)])[0]) for p in range(len(self.sizes)))
+
+    def exceeds(
+        self,
+        q: PredicateQuery,
+        clear: Callable[[float], bool],
+        fits: Callable[[Fraction], bool],
+        max_nodes: int,
+    ) -> tuple[int, ...] | None:
+        """A row inside ``q``'s coverage whose load does not ``fits`` (exact), or None when every row
+        there fits. ``clear(ub)``: a float upper bound ``ub`` of a region's loads shows that every row of
+        the region fits (the caller widens it, :func:`widen`). Depth first, the part paying the heavier
+        charge first (a refusal is found early); raises :class:`GiveUp` past ``max_nodes`` regions.
+
+        A region is a box (a value set per attribute, one boolean mask side by side); its bound is the
+        per-attribute one of :class:`Bounds` restricted to the charges meeting the box."""
+        box = np.ones(int(self.offsets[-1]), dtype=bool)
+        for p, cov in q.constraints:
+            box[self._seg(p)] = cov.mask(self.sizes[p])
+        if q.is_contradiction or not np.logical_or.reduceat(box, self.starts).all():
+            return None
+        n = self.n
+        flat = self.flat[:n]
+        loads = self.loads[:n]
+        starts = self.starts
+        stack: list[tuple[np.ndarray, np.ndarray]] = [(box, np.flatnonzero(self.live[:n]))]
+        nodes = 0
+        while stack:
+            box, idx = stack.pop()
+            nodes += 1
+            if nodes > max_nodes:
+                raise GiveUp
+            sub = flat[idx]
+            inb = sub & box
+            keep = np.logical_or.reduceat(inb, starts, axis=1).all(axis=1)  # the charges meeting the box
+            if not keep.all():
+                idx, sub, inb = idx[keep], sub[keep], inb[keep]
+            if idx.size == 0:
+                if not fits(Fraction(0)):
+                    return self._row(box)
+                continue
+            w = loads[idx]
+            # per attribute the largest load of a value in the box (values outside it sum to 0); an
+            # infinite load (past 2^900) gives no bound
+            ub = float(np.maximum.reduceat(w @ inb, starts).min()) if np.isfinite(w).all() else np.inf
+            if clear(ub):
+                continue
+            # per attribute, whether each charge holds the whole box there
+            partial = ~np.logical_and.reduceat(sub | ~box, starts, axis=1)
+            anyp = partial.any(axis=1)
+            if not anyp.any():  # every row of the box pays exactly these charges
+                if fits(_sum([self.exact[i] for i in idx.tolist()])):
+                    continue
+                return self._row(box)
+            # split on the heaviest charge not holding the whole box, on an attribute where it does not
+            j = int(np.argmax(np.where(anyp, w, -1.0)))
+            i = int(idx[j])
+            seg = self._seg(int(np.flatnonzero(partial[j])[0]))
+            inner, outer = box.copy(), box.copy()
+            inner[seg] &= flat[i, seg]
+            outer[seg] &= ~flat[i, seg]
+            # the inner piece (it pays charge i) is searched first: pushed last
+            for piece in (outer, inner):
+                if piece[seg].any():
+                    stack.append((piece, idx))
+        return None
+
+
+def _sum(values: Sequence[Fraction]) -> Fraction:
+    """The exact sum of Fractions (on integers when the denominators are powers of two, as exact floats)."""
+    if not values:
+        return Fraction(0)
+    den = max(v.denominator for v in values)
+    if any(den % v.denominator for v in values):
+        return sum(values, Fraction(0))
+    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
+
+
+def emax(a: Any, b: Any) -> Any:
+    """The larger of two exact loads (componentwise for Rényi DP curves)."""
+    if isinstance(a, tuple):
+        return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+    return max(a, b)

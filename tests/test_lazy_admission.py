@@ -1,0 +1,255 @@
+"""Lazy admission (MATH.md 2.7.1): the filter's decisions against an independent brute force.
+
+Every row of a small domain (3 x 2 x 4 = 24 rows) is enumerated and its cost summed with Fractions from
+the mechanisms' declared guarantees; a charge must be admitted iff every row stays within budget with it.
+The streams mix value sets, ranges and full attributes, near the budget (many refusals, decided by the
+threshold search or the index) and far from it (decided by the bounds alone)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+
+from overlapdp.overlap.magnitude import float_up
+from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, PrivacyFilter, PureDP
+from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.query import PredicateQuery
+from overlapdp.schema import IndexSet, IntAttribute, Schema
+
+SCHEMA = Schema((IntAttribute("a", 0, 2), IntAttribute("b", 0, 1), IntAttribute("c", 0, 3)))
+ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
+ORDERS = (2.0, 4.0, 16.0)
+
+
+def random_query(rng: np.random.Generator) -> PredicateQuery:
+    covs: dict[str, IndexSet] = {}
+    for a in SCHEMA.attributes:
+        r = rng.random()
+        if r < 0.35:
+            lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
+            covs[a.name] = IndexSet.interval(lo, hi + 1)
+        elif r < 0.6:
+            m = int(rng.integers(1, a.size + 1))
+            covs[a.name] = IndexSet.from_indices(rng.choice(a.size, size=m, replace=False).tolist())
+    return PredicateQuery.from_coverages(SCHEMA, covs)
+
+
+class Brute:
+    """Per row, the exact cost vector of the admitted charges; ``fits`` decides a row's cost."""
+
+    def __init__(self, cost: Callable[[Mechanism], tuple[Fraction, ...]], fits: Callable[[Any], bool | None]):
+        self.cost = cost
+        self.fits = fits
+        self.rows: dict[tuple[int, ...], list[Fraction]] = {}
+
+    def would_admit(self, m: Mechanism, q: PredicateQuery) -> bool | None:
+        """True / False, or None when the rule is too close to call in floats (approx only)."""
+        c = self.cost(m)
+        verdicts = []
+        for row in ROWS:
+            cur = self.rows.get(row, [Fraction(0)] * len(c))
+            new = [x + y for x, y in zip(cur, c, strict=True)] if q.covers(row) else cur
+            verdicts.append(self.fits(new))
+        if any(v is False for v in verdicts):
+            return False
+        return None if any(v is None for v in verdicts) else True
+
+    def add(self, m: Mechanism, q: PredicateQuery) -> None:
+        c = self.cost(m)
+        for row in ROWS:
+            if q.covers(row):
+                cur = self.rows.get(row, [Fraction(0)] * len(c))
+                self.rows[row] = [x + y for x, y in zip(cur, c, strict=True)]
+
+    def maximum(self, k: int = 0) -> Fraction:
+        return max((v[k] for v in self.rows.values()), default=Fraction(0))
+
+
+def run_stream(
+    flt: PrivacyFilter,
+    brute: Brute,
+    mechs: Callable[[np.random.Generator], Mechanism],
+    seed: int,
+    n: int,
+) -> tuple[int, int, int]:
+    rng = np.random.default_rng(seed)
+    admitted = refused = lazy = 0
+    for _ in range(n):
+        q, m = random_query(rng), mechs(rng)
+        want = brute.would_admit(m, q)
+        got = flt.try_charge(m, q)
+        if want is not None:
+            assert got.admitted == want, (q, m, got)
+        if got.admitted:
+            brute.add(m, q)
+            admitted += 1
+            lazy += not got.exact
+        else:
+            refused += 1
+    return admitted, refused, lazy
+
+
+def _scalar(factor: int, budget: Fraction) -> Callable[[Any], bool]:
+    return lambda v: factor * v[0] <= budget
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300])
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
+def test_pure_decisions_match_brute_force(seed: int, scale: float, neighbouring: str) -> None:
+    factor = 2 if neighbouring == "replace" else 1
+    budget = 1.0 * scale
+    flt = PrivacyFilter(SCHEMA, PureDP(budget), neighbouring=neighbouring)
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(factor, Fraction(budget)))  # type: ignore[union-attr]
+
+    def mech(rng: np.random.Generator) -> Mechanism:
+        return Laplace(1.0 / (float(rng.choice([0.05, 0.1, 0.15, 0.2, 0.3])) * scale))
+
+    admitted, refused, _ = run_stream(flt, brute, mech, seed, 80)
+    assert admitted > 5 and refused > 5
+    assert flt.spent() == factor * float_up(brute.maximum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pure_far_from_budget_is_lazy_and_value_exact(seed: int) -> None:
+    flt = PrivacyFilter(SCHEMA, PureDP(100.0))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(100)))  # type: ignore[union-attr]
+    admitted, refused, lazy = run_stream(flt, brute, lambda rng: Laplace(1 / 0.1), seed, 60)
+    assert refused == 0 and lazy == admitted == 60
+    assert flt.value() == float_up(brute.maximum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [1.0, 1e-100, 1e100])
+def test_zcdp_and_gdp_decisions_match_brute_force(seed: int, scale: float) -> None:
+    def mech(rng: np.random.Generator) -> Mechanism:
+        return Gaussian(float(rng.choice([2.0, 3.0, 4.5])) / scale)
+
+    rho = 0.4 * scale**2
+    zflt = PrivacyFilter(SCHEMA, ZCDP(rho))
+    zbrute = Brute(lambda m: (Fraction(m.zcdp().rho),), _scalar(1, Fraction(rho)))  # type: ignore[union-attr]
+    a, r, _ = run_stream(zflt, zbrute, mech, seed, 60)
+    assert a > 3 and r > 3
+    mu = 1.0 * scale
+    gflt = PrivacyFilter(SCHEMA, GDP(mu))
+    gbrute = Brute(lambda m: (Fraction(m.gdp().mu) ** 2,), _scalar(1, Fraction(mu) ** 2))  # type: ignore[union-attr]
+    a, r, _ = run_stream(gflt, gbrute, mech, seed, 60)
+    assert a > 3 and r > 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rdp_decisions_match_brute_force(seed: int) -> None:
+    budget = RDP(ORDERS, (0.6, 1.2, 4.0))
+    bounds = [Fraction(e) for e in budget.epsilons]
+    flt = PrivacyFilter(SCHEMA, budget)
+    brute = Brute(
+        lambda m: tuple(Fraction(e) for e in m.rdp(ORDERS).epsilons),  # type: ignore[union-attr]
+        lambda v: all(x <= b for x, b in zip(v, bounds, strict=True)),
+    )
+
+    def mech(rng: np.random.Generator) -> Mechanism:
+        if rng.random() < 0.5:
+            return Gaussian(float(rng.choice([3.0, 5.0])))
+        return Laplace(float(rng.choice([5.0, 10.0])))
+
+    a, r, _ = run_stream(flt, brute, mech, seed, 60)
+    assert a > 3 and r > 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_approx_decisions_match_brute_force(seed: int) -> None:
+    eps_g, delta = 1.5, 1e-2
+    slack = delta / 2
+
+    def fits(v: Any) -> bool | None:
+        sq, eps = float(v[0]), float(v[1])
+        adv = math.sqrt(2 * math.log(1 / slack) * sq) + sq / 2
+        near = min(abs(adv - eps_g), abs(eps - eps_g))
+        if near < 1e-9:
+            return None  # too close to call in floats
+        return adv <= eps_g or eps <= eps_g
+
+    flt = PrivacyFilter(SCHEMA, ApproxDP(eps_g, delta))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon) ** 2, Fraction(m.pure().epsilon)), fits)  # type: ignore[union-attr]
+
+    def mech(rng: np.random.Generator) -> Mechanism:
+        return Laplace(1.0 / float(rng.choice([0.1, 0.2, 0.3, 0.45])))
+
+    a, r, _ = run_stream(flt, brute, mech, seed, 60)
+    assert a > 3 and r > 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rollback_restores_the_bounds_exactly(seed: int) -> None:
+    """Trial batches rolled back (nested savepoints too) leave the filter deciding as one that never saw
+    them, with bit-identical bounds; released batches count."""
+    rng = np.random.default_rng(100 + seed)
+    flt = PrivacyFilter(SCHEMA, PureDP(1.0))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(1)))  # type: ignore[union-attr]
+
+    def mech(r: np.random.Generator) -> Mechanism:
+        return Laplace(1.0 / float(r.choice([0.05, 0.1, 0.2])))
+
+    for step in range(25):
+        assert flt._bounds is not None
+        before = [(b.base.copy(), b.peak.copy(), [c.copy() for c in b.cells]) for b in flt._bounds]
+        sp = flt.savepoint()
+        for _ in range(int(rng.integers(1, 6))):
+            flt.try_charge(mech(rng), random_query(rng))
+        if step % 3 == 0:  # a nested savepoint rolled back, the outer released: its charges count
+            inner = flt.savepoint()
+            flt.try_charge(mech(rng), random_query(rng))
+            flt.rollback(inner)
+        keep = step % 4 == 1
+        if keep:
+            flt.release(sp)
+            for c in flt.odometer.charges[len(brute_ids(brute)) :]:
+                brute.add(c.mechanism, c.query)
+                brute_ids(brute).append(c.id)
+        else:
+            flt.rollback(sp)
+            for b, (base, peak, cells) in zip(flt._bounds, before, strict=True):
+                assert np.array_equal(b.base, base) and np.array_equal(b.peak, peak)
+                assert all(np.array_equal(x, y) for x, y in zip(b.cells, cells, strict=True))
+        # then a few charges decided for good, against the brute force
+        for _ in range(3):
+            q, m = random_query(rng), mech(rng)
+            want = brute.would_admit(m, q)
+            got = flt.try_charge(m, q)
+            assert got.admitted == want
+            if got.admitted:
+                brute.add(m, q)
+                brute_ids(brute).append(got.charge.id)  # type: ignore[union-attr]
+    assert flt.spent() == float_up(brute.maximum())
+
+
+def brute_ids(brute: Brute) -> list[str]:
+    if not hasattr(brute, "ids"):
+        brute.ids = []  # type: ignore[attr-defined]
+    return brute.ids  # type: ignore[attr-defined,no-any-return]
+
+
+def test_lowered_budget_and_recorded_charges_stay_exact() -> None:
+    """A record may overspend and a lowered budget may leave rows over it: the bounds then also have to
+    clear the worst row (decisions still match the brute force)."""
+    rng = np.random.default_rng(7)
+    flt = PrivacyFilter(SCHEMA, PureDP(2.0))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(2)))  # type: ignore[union-attr]
+    for _ in range(10):
+        q = random_query(rng)
+        flt.record(Laplace(5.0), q)
+        brute.add(Laplace(5.0), q)
+    run_stream(flt, brute, lambda r: Laplace(1 / 0.3), 8, 30)
+    flt.set_budget(PureDP(1.0))
+    brute.fits = _scalar(1, Fraction(1))
+    run_stream(flt, brute, lambda r: Laplace(1 / 0.1), 9, 20)
+    flt.set_budget(PureDP(3.0))
+    brute.fits = _scalar(1, Fraction(3))
+    a, _, _ = run_stream(flt, brute, lambda r: Laplace(1 / 0.2), 10, 30)
+    assert a > 0
