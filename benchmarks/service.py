@@ -194,12 +194,21 @@ def summary(flat: list[float], seconds: float, errors: float) -> dict[str, float
     }
 
 
+#: Seconds a request of the batch50 and during rows may take (``--timeout``); status 0 past it.
+TIMEOUT = 600.0
+
+
 def post(conn: http.client.HTTPConnection, path: str, token: str, body: object) -> tuple[int, float]:
+    """(status, seconds); status 0 when no answer came within the connection's timeout."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     t0 = time.monotonic()
-    conn.request("POST", path, body=json.dumps(body), headers=headers)
-    response = conn.getresponse()
-    response.read()
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        response.read()
+    except TimeoutError:
+        conn.close()  # reconnects on the next request
+        return 0, time.monotonic() - t0
     return response.status, time.monotonic() - t0
 
 
@@ -208,7 +217,7 @@ def batches(url: str, token: str, n: int, limit: float = 180.0) -> dict[str, flo
     batch; stops after ``limit`` seconds (the warm-up is then the only figure if it was all)."""
     rng = random.Random(11)
     host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
     lat, errors, warm = [], 0, math.nan
     t_all = time.monotonic()
     for i in range(n + 1):
@@ -239,12 +248,12 @@ def during(url: str, tokens: list[str], path: str) -> tuple[dict[str, float], fl
     out: list[tuple[int, float]] = []
 
     def large() -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
         out.append(post(conn, path, tokens[0], big))
         conn.close()
 
     worker = threading.Thread(target=large)
-    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
     post(conn, "/v1/datasets/adult/query", tokens[1], {"where": "age = 30", "epsilon": 1e-6})
     worker.start()
     lat, errors = [], 0
@@ -329,7 +338,10 @@ def main() -> None:
         "--rows", default="base,ranges,mixed,batch50,during", help="rows to run, comma-separated"
     )
     parser.add_argument("--batches", type=int, default=40, help="batches of 50 timed in the batch50 row")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (batch50, during)")
     args = parser.parse_args()
+    global TIMEOUT
+    TIMEOUT = args.timeout
     wanted = set(args.rows.split(","))
 
     folder = Path(tempfile.mkdtemp(prefix="overlapdp-bench-"))
@@ -416,8 +428,9 @@ def main() -> None:
         finally:
             stop(proc)
 
-    if "during" in wanted:
-        for path in ("/v1/datasets/adult/cost", "/v1/datasets/adult/batch"):
+    # "during" runs both; "during-cost" or "during-batch" one of them
+    for path in ("/v1/datasets/adult/cost", "/v1/datasets/adult/batch"):
+        if "during" in wanted or "during-" + path.rsplit("/", 1)[1] in wanted:
             proc, url, ready, _ = serve("during-" + path.rsplit("/", 1)[1])
             try:
                 # quota 0.5: the 1 000 x 0.001 batch needs its overlap searched (its sum does not fit)

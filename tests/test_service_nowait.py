@@ -127,6 +127,7 @@ def test_settled_trials_decide_as_admitting_one_by_one(definition: str, seed: in
             serial.release(group_serial)
             if got:
                 held += batch
+        f.recycle()  # the group is closed: a filter replaced by the replica joins the pool
         ServiceFilter.finish(trial)
         admitted += got
         refused += not got

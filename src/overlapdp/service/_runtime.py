@@ -444,6 +444,9 @@ class ServiceFilter:
         self._generation = 0
         self._pinned = 0  # the longest snapshot handed out
         self._pool: list[ServiceFilter] = []
+        # Library filters replaced by an adopted replica, with the log length whose charges each holds,
+        # the generation and budget then: recycled into the pool once no savepoint can need them.
+        self._retired: list[tuple[PrivacyFilter, int, int, float]] = []
         self._pool_lock = threading.Lock()  # guards the list only; a replica is used by one thread
         self._uid = next(_uids)  # a snapshot's owner (never reused, unlike id())
 
@@ -509,6 +512,8 @@ class ServiceFilter:
         del self._log[n:]
         if n < self._pinned:  # a snapshot's charges are no longer a prefix of the log
             self._generation += 1
+        # the filter put back is live again; filters retired after the cut hold charges undone since
+        self._retired = [r for r in self._retired if r[0] is not inner and r[1] <= n]
         self._sync_budget()
 
     def release(self, savepoint: Savepoint) -> None:
@@ -546,6 +551,24 @@ class ServiceFilter:
                 check_deadline(deadline)
             replica.record(q, load, times)
         return replica
+
+    def recycle(self) -> None:
+        """Under the admission lock, once the group that adopted replicas is closed (no savepoint can
+        put the filters they replaced back): those filters become replicas in the pool, each holding
+        a prefix of the log, so the next trial catches up by recording only the charges added since
+        (a double buffer: no replica is rebuilt from scratch after each adoption)."""
+        retired, self._retired = self._retired, []
+        for inner, n, generation, budget in retired:
+            if inner is self._filter or generation != self._generation:
+                continue
+            replica = ServiceFilter.__new__(ServiceFilter)
+            replica.__dict__.update(self.__dict__)
+            replica._filter, replica._filter_budget, replica._budget = inner, budget, budget
+            replica._log = self._log[:n]
+            replica._retired, replica._pool, replica._pool_lock = [], [], threading.Lock()
+            replica._pinned = 0
+            replica._uid = next(_uids)
+            self._give_back(replica)
 
     def _give_back(self, replica: ServiceFilter) -> None:
         with self._pool_lock:
@@ -615,6 +638,8 @@ class ServiceFilter:
         for q, load, times in delta:
             replica.record(q, load, times)
         # adopt: the replica's library filter holds exactly this filter's charges plus the batch
+        self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
+        del self._retired[:-_POOL]
         self._filter, self._filter_budget = replica._filter, replica._filter_budget
         self._sync_budget()
         self._log.extend((q, load, 1) for q, load in charges)

@@ -207,6 +207,7 @@ class _DatasetState:
                 f.release(sp)
             else:
                 f.rollback(sp)
+            f.recycle()  # filters replaced by adopted replicas: no savepoint of the group is left
 
     def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
         f = self.analyst_filters.get(analyst)
