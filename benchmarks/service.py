@@ -339,6 +339,9 @@ def main() -> None:
     )
     parser.add_argument("--batches", type=int, default=40, help="batches of 50 timed in the batch50 row")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (batch50, during)")
+    parser.add_argument(
+        "--request-seconds", type=float, default=None, help="the service's time budget per request"
+    )
     args = parser.parse_args()
     global TIMEOUT
     TIMEOUT = args.timeout
@@ -379,6 +382,8 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "overlapdp.cli.main", "serve", "--ledger", ledger, "--port", str(port)]
+        if args.request_seconds is not None:
+            cmd += ["--request-seconds", str(args.request_seconds)]
         proc, ready = start(cmd, url)
         return proc, url, ready, ledger
 

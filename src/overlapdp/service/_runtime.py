@@ -546,9 +546,8 @@ class ServiceFilter:
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
         replica._generation = snap.generation
         replica.budget = snap.budget
-        for i, (q, load, times) in enumerate(snap.charges[len(replica._log) :]):
-            if i % 64 == 0:
-                check_deadline(deadline)
+        for q, load, times in snap.charges[len(replica._log) :]:
+            check_deadline(deadline)  # each record may search (a generic index): checked each time
             replica.record(q, load, times)
         return replica
 
@@ -658,14 +657,12 @@ class ServiceFilter:
         mark = replica.savepoint()
         try:
             before = replica.max_load()
-            for i, (q, load) in enumerate(charges):
-                if i % 64 == 0:
+            ok = replica.try_all(charges, deadline)  # admitted: the charges are in
+            if not ok:
+                for q, load in charges:
                     check_deadline(deadline)
-                replica.record(q, load)
+                    replica.record(q, load)
             after = replica.max_load()
-            replica.rollback(mark)
-            mark = replica.savepoint()
-            ok = replica.try_all(charges, deadline)
         finally:
             replica.rollback(mark)
             self._give_back(replica)
@@ -722,7 +719,10 @@ QuotaFilter = ServiceFilter
 
 
 def batch_cost(
-    schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]], definition: str = "pure"
+    schema: Schema,
+    charges: Sequence[tuple[PredicateQuery | None, float]],
+    definition: str = "pure",
+    deadline: float | None = None,
 ) -> dict[str, float]:
     """What a batch costs on its own in the data set's amount: overlap-aware (the worst row's
     composition, MATH.md 2.4) and sequential, from the exact sums of the loads rounded up: sums, except
@@ -730,6 +730,7 @@ def batch_cost(
     l2 = check_definition(definition) == "gdp"
     alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
     for query, load in charges:
+        check_deadline(deadline)  # (TimeBudgetExceeded past it)
         alone.record(query, load)
     if l2:
         total = sum((Fraction(x) ** 2 for _, x in charges), Fraction(0))

@@ -1050,7 +1050,7 @@ class QueryService:
         trial = glob.trial(global_snap, pairs, p.deadline, bound=False)
         runtime.ServiceFilter.finish(trial)
         definition = state.record.definition
-        batch = runtime.batch_cost(state.schema, pairs, definition)
+        batch = runtime.batch_cost(state.schema, pairs, definition, p.deadline)
         runtime.check_deadline(p.deadline)
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
