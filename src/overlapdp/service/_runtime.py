@@ -546,9 +546,14 @@ class ServiceFilter:
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
         replica._generation = snap.generation
         replica.budget = snap.budget
-        for q, load, times in snap.charges[len(replica._log) :]:
-            check_deadline(deadline)  # each record may search (a generic index): checked each time
-            replica.record(q, load, times)
+        try:
+            for q, load, times in snap.charges[len(replica._log) :]:
+                check_deadline(deadline)  # each record may search (a generic index): checked each time
+                replica.record(q, load, times)
+        except BaseException:
+            # what it holds is still a prefix of the log: the next trial goes on from there
+            self._give_back(replica)
+            raise
         return replica
 
     def recycle(self) -> None:

@@ -151,8 +151,8 @@ class _Pending:
     step_arg: float = 0.0
     #: When the request's time budget runs out (``time.monotonic()``).
     deadline: float | None = None
-    #: A batch tried off the lock against snapshots of (the analyst's filter, the global filter), with
-    #: the quota the analyst's trial was made with.
+    #: A batch tried off the lock against snapshots of (the analyst's filter, the global filter),
+    #: settled under the lock by :func:`_decide`.
     trials: tuple[runtime.Trial, runtime.Trial] | None = None
     done: bool = False
     result: Result | None = None
