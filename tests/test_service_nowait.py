@@ -181,20 +181,25 @@ def _thousand() -> list[str]:
 
 class _Hold:
     """Blocks the first filter search (``PrivacyFilter.try_charge``) made by one thread, and records
-    whether the data set's admission lock was held at that moment."""
+    whether the data set's admission lock was held at that moment; after the release, counts that
+    thread's searches made while the lock is held (its validation under the lock)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, lock: Any) -> None:
         self.thread: int | None = None
         self.entered = threading.Event()
         self.release = threading.Event()
         self.lock_held: list[bool] = []
+        self.locked_after = 0
         original = PrivacyFilter.try_charge
 
         def hooked(filt: PrivacyFilter, *args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == self.thread and not self.entered.is_set():
-                self.lock_held.append(lock.locked())
-                self.entered.set()
-                self.release.wait(60)
+            if threading.get_ident() == self.thread:
+                if not self.entered.is_set():
+                    self.lock_held.append(lock.locked())
+                    self.entered.set()
+                    self.release.wait(60)
+                elif self.release.is_set() and lock.locked():
+                    self.locked_after += 1
             return original(filt, *args, **kwargs)
 
         monkeypatch.setattr(PrivacyFilter, "try_charge", hooked)
@@ -260,14 +265,18 @@ def test_a_large_request_in_its_search_does_not_stall_another_analyst(
     else:
         assert len(result.answers) == 1000
         assert len(ledger) == 1001
+        # Bob's charge landed between the snapshot and the validation; the bound settled it: the
+        # 1 000 charges were admitted under the lock without a single filter search
+        assert hold.locked_after == 0
 
 
 @pytest.mark.parametrize(
-    ("bob_where", "bob_queries", "admitted"),
+    ("bob_where", "bob_queries", "admitted", "searched"),
     [
-        ("age BETWEEN 50 AND 60", 1, True),  # the bound admits at once: 0.5 + 0.2 <= 1
-        ("age BETWEEN 50 AND 60", 3, True),  # the bound does not (0.5 + 0.6): exact, disjoint rows fit
-        ("age BETWEEN 25 AND 26", 3, False),  # admitted on the snapshot, no longer fits: refused
+        ("age BETWEEN 50 AND 60", 1, True, False),  # the bound admits at once: 0.5 + 0.2 <= 1
+        ("age BETWEEN 50 AND 60", 3, True, True),  # the bound does not (0.5 + 0.6): exact, rows fit
+        ("age BETWEEN 25 AND 26", 3, False, True),  # admitted on the snapshot, no longer fits
+        ("age BETWEEN 25 AND 26", 0, True, False),  # nothing landed: the replica is adopted
     ],
 )
 def test_a_batch_is_validated_against_charges_that_landed_since_its_snapshot(
@@ -276,6 +285,7 @@ def test_a_batch_is_validated_against_charges_that_landed_since_its_snapshot(
     bob_where: str,
     bob_queries: int,
     admitted: bool,
+    searched: bool,
 ) -> None:
     """Alice's batch (worst row 0.5 of a global budget of 1.0) is tried on its snapshot, then Bob's
     charges land before it is settled. Her batch is admitted exactly when admitting it one charge at a
@@ -295,6 +305,7 @@ def test_a_batch_is_validated_against_charges_that_landed_since_its_snapshot(
         reference.record(parse_where(state.schema, q), 0.2)
     serial = reference.try_all([(parse_where(state.schema, q), 0.1) for q in alice_batch])
     assert serial is admitted
+    assert (hold.locked_after > 0) is searched  # a filter search under the lock only when needed
     if admitted:
         assert "error" not in out, out.get("error")
         assert len(out["result"].answers) == 5
