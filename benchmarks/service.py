@@ -9,8 +9,23 @@ Rows:
 - service, SQLite ledger already holding 100 000 charges (bulk-inserted first; the start-up rebuild of the
   filters from them is timed too), with each engine.
 
+Rows added for issue 13 (items 3 and 6), each on a fresh SQLite ledger with the DuckDB engine:
+
+- mixed: single queries on 1 to 14 random attributes of Adult, each a range or a small value set,
+  8 clients (target: >= 300 q/s, p99 < 100 ms; the 3-attribute rows stay >= 500 q/s);
+- batch50: batches of 50 mixed 4-attribute queries, one client, after 10 000 charges were bulk-inserted
+  (target: < 50 ms per batch);
+- during (``during-cost``, ``during-batch`` for one of them): another analyst's single-query latency
+  while one analyst's 1 000-query ``/cost`` (4 attributes: ranges and value sets), then a 1 000-query
+  ``/batch``, runs (target: delayed by < 1 s);
+- lockhold (in process, no HTTP): a batch of 50 with 10 000 charges held, by ``try_all`` (what ran
+  under the lock) and by the snapshot path, with the part of it that runs under the lock.
+
+``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
+``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
+
 Target (issue 7): at least 500 queries/s with p99 below 50 ms in both service rows. The machine is shared
-(2 cores, other jobs running), so numbers are noisy; re-run the decisive rows.
+(2 cores, other jobs running), so numbers are noisy; re-run the decisive rows. ``--rows`` picks rows.
 """
 
 from __future__ import annotations
@@ -18,6 +33,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import random
 import statistics
@@ -26,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -54,12 +71,12 @@ table = encode_frame(schema, read_table(sys.argv[1]))
 app = FastAPI()
 
 class Body(BaseModel):
-    query: str
+    where: str
     epsilon: float
 
 @app.post("/v1/datasets/adult/query")
 def query(body: Body) -> dict:
-    return {"count": exact_counts([parse_query(schema, body.query)], table)[0]}
+    return {"count": exact_counts([parse_query(schema, body.where)], table)[0]}
 
 @app.get("/openapi.json")
 def spec() -> dict:
@@ -110,7 +127,26 @@ def random_query(rng: random.Random) -> str:
     return f"age BETWEEN {lo} AND {lo + rng.randrange(1, 15)} AND sex = {rng.randrange(2)}"
 
 
-def load(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
+ADULT_BOUNDS = {a.name: (a.min, a.max) for a in adult_schema().attributes}  # type: ignore[attr-defined]
+
+
+def mixed_query(rng: random.Random, k: int | None = None) -> dict[str, object]:
+    """A query on ``k`` (default 1 to 14) random attributes, each a range or a small value set."""
+    conditions: dict[str, object] = {}
+    names = sorted(ADULT_BOUNDS)
+    for name in rng.sample(names, rng.randint(1, len(names)) if k is None else k):
+        lo, hi = ADULT_BOUNDS[name]
+        if hi - lo > 3 and rng.random() < 0.5:
+            a = rng.randint(lo, hi - 1)
+            conditions[name] = {"range": [a, min(hi, a + rng.randint(1, max(1, (hi - lo) // 3)))]}
+        else:
+            conditions[name] = {"in": sorted(rng.sample(range(lo, hi + 1), min(hi - lo + 1, 3)))}
+    return {"conditions": conditions}
+
+
+def load(
+    url: str, tokens: list[str], seconds: float, make: Callable[[random.Random], object] | None = None
+) -> dict[str, float]:
     """Each client sends one query at a time for ``seconds`` (after a 1 s warm-up)."""
     latencies: list[list[float]] = [[] for _ in tokens]
     errors = [0] * len(tokens)
@@ -129,7 +165,8 @@ def load(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
                 t0 = time.monotonic()
                 if t0 >= end:
                     return
-                body = json.dumps({"where": random_query(rng), "epsilon": 1e-6})
+                spec = {"where": random_query(rng)} if make is None else make(rng)
+                body = json.dumps({**spec, "epsilon": 1e-6})
                 conn.request("POST", "/v1/datasets/adult/query", body=body, headers=headers)
                 response = conn.getresponse()
                 response.read()
@@ -147,15 +184,157 @@ def load(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
     for t in threads:
         t.join()
     flat = sorted(x for lat in latencies for x in lat)
+    return summary(flat, seconds, float(sum(errors)))
+
+
+def summary(flat: list[float], seconds: float, errors: float) -> dict[str, float]:
+    flat = sorted(flat)
+    if not flat:
+        return {"qps": 0.0, "p50": math.nan, "p99": math.nan, "errors": errors, "max": math.nan}
     return {
         "qps": len(flat) / seconds,
         "p50": 1000 * statistics.median(flat),
         "p99": 1000 * flat[min(len(flat) - 1, int(0.99 * len(flat)))],
-        "errors": float(sum(errors)),
+        "errors": errors,
+        "max": 1000 * flat[-1],
     }
 
 
-def setup_service(url: str, data: Path, clients: int, engine: str) -> list[str]:
+#: Seconds a request of the batch50 and during rows may take (``--timeout``); status 0 past it.
+TIMEOUT = 600.0
+
+
+def post(conn: http.client.HTTPConnection, path: str, token: str, body: object) -> tuple[int, float]:
+    """(status, seconds); status 0 when no answer came within the connection's timeout."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    t0 = time.monotonic()
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        response.read()
+    except TimeoutError:
+        conn.close()  # reconnects on the next request
+        return 0, time.monotonic() - t0
+    return response.status, time.monotonic() - t0
+
+
+def batches(url: str, token: str, n: int, limit: float = 180.0) -> dict[str, float]:
+    """``n`` batches of 50 mixed 4-attribute queries, one after another (one client), after one warm-up
+    batch; stops after ``limit`` seconds (the warm-up is then the only figure if it was all)."""
+    rng = random.Random(11)
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    lat, errors, warm = [], 0, math.nan
+    t_all = time.monotonic()
+    for i in range(n + 1):
+        body = {"queries": [mixed_query(rng, 4) for _ in range(50)], "epsilon": 1e-6}
+        status, took = post(conn, "/v1/datasets/adult/batch", token, body)
+        if status != 200:
+            errors += 1
+        elif i == 0:
+            warm = took
+        else:
+            lat.append(took)
+        if time.monotonic() - t_all > limit:
+            break
+    conn.close()
+    if not lat and not math.isnan(warm):
+        lat = [warm]
+    return summary(lat, time.monotonic() - t_all, float(errors)) | {
+        "qps": 50 * len(lat) / max(sum(lat), 1e-9)
+    }
+
+
+def during(url: str, tokens: list[str], path: str) -> tuple[dict[str, float], float, int]:
+    """Another analyst's single 3-attribute queries while ``tokens[0]`` posts 1 000 mixed 4-attribute
+    queries to ``path`` (/cost or /batch): (their latencies, the large request's seconds, its status)."""
+    rng = random.Random(5)
+    big = {"queries": [mixed_query(rng, 4) for _ in range(1000)], "epsilon": 0.001}
+    host, port = url.removeprefix("http://").split(":")
+    out: list[tuple[int, float]] = []
+
+    def large() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+        out.append(post(conn, path, tokens[0], big))
+        conn.close()
+
+    worker = threading.Thread(target=large)
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    post(conn, "/v1/datasets/adult/query", tokens[1], {"where": "age = 30", "epsilon": 1e-6})
+    worker.start()
+    lat, errors = [], 0
+    t0 = time.monotonic()
+    while worker.is_alive():
+        status, took = post(
+            conn, "/v1/datasets/adult/query", tokens[1], {"where": random_query(rng), "epsilon": 1e-6}
+        )
+        if status != 200:
+            errors += 1
+        lat.append(took)
+        time.sleep(0.01)
+    worker.join()
+    conn.close()
+    return summary(lat, time.monotonic() - t0, float(errors)), out[0][1], out[0][0]
+
+
+def lock_hold(held: int = 10_000, repeats: int = 20) -> str:
+    """In process, no HTTP: a batch of 50 three-attribute ranges with ``held`` charges held, admitted
+    by ``try_all`` (what runs under the lock without a snapshot) and by the snapshot path (snapshot and
+    settle under the lock, the trial off it), medians after two warm-ups (the first trial builds the
+    replica)."""
+    from overlapdp.query import parse_where
+    from overlapdp.service._runtime import ServiceFilter
+
+    schema = adult_schema()
+    rng = random.Random(1)
+
+    def query() -> object:
+        lo = rng.randrange(0, 70)
+        return parse_where(
+            schema,
+            f"age BETWEEN {lo} AND {lo + rng.randrange(1, 15)} AND sex = {rng.randrange(2)}"
+            f" AND race = {rng.randrange(5)}",
+        )
+
+    direct = ServiceFilter(schema, "pure", 1e9)
+    snapped = ServiceFilter(schema, "pure", 1e9)
+    for _ in range(held):
+        q = query()
+        direct.record(q, 1e-6)  # type: ignore[arg-type]
+        snapped.record(q, 1e-6)  # type: ignore[arg-type]
+    old: list[float] = []
+    total: list[float] = []
+    locked: list[float] = []
+    for i in range(repeats + 2):
+        batch = [(query(), 1e-6) for _ in range(50)]
+        t0 = time.perf_counter()
+        assert direct.try_all(batch)  # type: ignore[arg-type]
+        t1 = time.perf_counter()
+        snap = snapped.snapshot()
+        t2 = time.perf_counter()
+        trial = snapped.trial(snap, batch)  # type: ignore[arg-type]
+        t3 = time.perf_counter()
+        sp = snapped.savepoint()
+        assert snapped.settle(trial, batch)  # type: ignore[arg-type]
+        snapped.release(sp)
+        snapped.recycle()
+        t4 = time.perf_counter()
+        ServiceFilter.finish(trial)
+        if i >= 2:
+            old.append(t1 - t0)
+            total.append(t4 - t1)
+            locked.append((t2 - t1) + (t4 - t3))
+    med = statistics.median
+    return (
+        f"batch of 50 (3-attr. ranges), {held:,} held, in process: try_all under the lock"
+        f" {1000 * med(old):.1f} ms; snapshot path {1000 * med(total):.1f} ms in all, of which"
+        f" {1000 * med(locked):.2f} ms under the lock (snapshot + settle)"
+    )
+
+
+def setup_service(
+    url: str, data: Path, clients: int, engine: str, quota: float = 1e9, budget: float = 1e12
+) -> list[str]:
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as admin:
         if admin.get("/v1/admin/datasets").json() == []:
             r = admin.post(
@@ -164,7 +343,7 @@ def setup_service(url: str, data: Path, clients: int, engine: str) -> list[str]:
                     "name": "adult",
                     "path": str(data),
                     "schema": adult_schema().to_json(),
-                    "budget": 1e12,
+                    "budget": budget,
                     "engine": engine,
                 },
             )
@@ -172,7 +351,7 @@ def setup_service(url: str, data: Path, clients: int, engine: str) -> list[str]:
         tokens = []
         for k in range(clients):
             name = f"bench{k}-{time.monotonic_ns()}"
-            r = admin.post("/v1/admin/analysts", json={"name": name, "quotas": {"adult": 1e9}})
+            r = admin.post("/v1/admin/analysts", json={"name": name, "quotas": {"adult": quota}})
             r.raise_for_status()
             tokens.append(r.json()["token"])
     return tokens
@@ -216,7 +395,18 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--engines", default="duckdb,polars", help="engines to serve with, comma-separated")
+    parser.add_argument(
+        "--rows", default="base,ranges,mixed,batch50,during,lockhold", help="rows to run, comma-separated"
+    )
+    parser.add_argument("--batches", type=int, default=40, help="batches of 50 timed in the batch50 row")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (batch50, during)")
+    parser.add_argument(
+        "--request-seconds", type=float, default=None, help="the service's time budget per request"
+    )
     args = parser.parse_args()
+    global TIMEOUT
+    TIMEOUT = args.timeout
+    wanted = set(args.rows.split(","))
 
     folder = Path(tempfile.mkdtemp(prefix="overlapdp-bench-"))
     if SHARED_ADULT.exists():
@@ -225,55 +415,114 @@ def main() -> None:
         data, source = folder / "adult.csv", "synthetic Adult"
         synthetic_adult(48_842).to_csv(data, index=False)
     print(f"data: {source}, {args.clients} clients, {args.seconds:.0f} s per row, loopback, SQLite ledger")
-    rows: list[tuple[str, dict[str, float], float]] = []
+    # (name, figures, start-up seconds, target met or None)
+    rows: list[tuple[str, dict[str, float], float, bool | None]] = []
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc, ready = start([sys.executable, "-c", BASELINE_APP, str(data), str(port)], url)
-    try:
-        rows.append(
-            ("baseline: exact count, no ledger", load(url, ["x"] * args.clients, args.seconds), ready)
-        )
-    finally:
-        stop(proc)
+    class Rows(list[tuple[str, dict[str, float], float, bool | None]]):
+        def append(self, row: tuple[str, dict[str, float], float, bool | None]) -> None:
+            super().append(row)
+            print(f"  {row[0]}: {', '.join(f'{k} {v:.1f}' for k, v in row[1].items())}", flush=True)
+
+    rows = Rows()
+
+    def meets(r: dict[str, float], qps: float, p99: float) -> bool:
+        return r["qps"] >= qps and r["p99"] < p99
+
+    if "lockhold" in wanted:
+        print(lock_hold())
+
+    if "base" in wanted:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc, ready = start([sys.executable, "-c", BASELINE_APP, str(data), str(port)], url)
+        try:
+            r = load(url, ["x"] * args.clients, args.seconds)
+            rows.append(("baseline: exact count, no ledger", r, ready, None))
+        finally:
+            stop(proc)
+
+    def serve(name: str) -> tuple[subprocess.Popen[bytes], str, float, str]:
+        ledger = str(folder / f"ledger-{name}.sqlite")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "overlapdp.cli.main", "serve", "--ledger", ledger, "--port", str(port)]
+        if args.request_seconds is not None:
+            cmd += ["--request-seconds", str(args.request_seconds)]
+        proc, ready = start(cmd, url)
+        return proc, url, ready, ledger
 
     inserted = 0.0
-    for engine in args.engines.split(","):
-        ledger = str(folder / f"ledger-{engine}.sqlite")
-        serve = [sys.executable, "-m", "overlapdp.cli.main", "serve", "--ledger", ledger, "--port"]
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc, ready = start([*serve, str(port)], url)
+    if "ranges" in wanted:
+        for engine in args.engines.split(","):
+            proc, url, ready, ledger = serve(engine)
+            try:
+                tokens = setup_service(url, data, args.clients, engine)
+                r = load(url, tokens, args.seconds)
+                rows.append((f"service ({engine}), empty ledger", r, ready, meets(r, 500, 50)))
+            finally:
+                stop(proc)
+            t0 = time.monotonic()
+            bulk_charges(ledger, args.history)
+            inserted = time.monotonic() - t0
+            proc, url, ready, ledger = serve(engine)
+            try:
+                tokens = setup_service(url, data, args.clients, engine)
+                r = load(url, tokens, args.seconds)
+                rows.append((f"service ({engine}), {args.history:,} charges", r, ready, meets(r, 500, 50)))
+            finally:
+                stop(proc)
+        print(f"(bulk insert of {args.history:,} charges: {inserted:.1f} s)")
+
+    if "mixed" in wanted:
+        proc, url, ready, _ = serve("mixed")
         try:
-            tokens = setup_service(url, data, args.clients, engine)
-            rows.append((f"service ({engine}), empty ledger", load(url, tokens, args.seconds), ready))
+            tokens = setup_service(url, data, args.clients, "duckdb")
+            r = load(url, tokens, args.seconds, mixed_query)
+            rows.append(("mixed 1-14 attributes, empty ledger", r, ready, meets(r, 300, 100)))
         finally:
             stop(proc)
 
-        t0 = time.monotonic()
-        bulk_charges(ledger, args.history)
-        inserted = time.monotonic() - t0
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc, ready = start([*serve, str(port)], url)
+    if "batch50" in wanted:
+        proc, url, ready, ledger = serve("batch50")
         try:
-            tokens = setup_service(url, data, args.clients, engine)
-            rows.append(
-                (f"service ({engine}), {args.history:,} charges", load(url, tokens, args.seconds), ready)
-            )
+            setup_service(url, data, 1, "duckdb")  # registers the data set
+        finally:
+            stop(proc)
+        bulk_charges(ledger, 10_000)
+        proc, url, ready, _ = serve("batch50")
+        try:
+            tokens = setup_service(url, data, 1, "duckdb")
+            r = batches(url, tokens[0], args.batches)
+            rows.append(("batches of 50 (4 attr.), 10,000 held", r, ready, r["p99"] < 50))
         finally:
             stop(proc)
 
-    base = rows[0][1]["qps"]
-    print(f"(bulk insert of {args.history:,} charges: {inserted:.1f} s)")
-    header = f"{'configuration':42} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'start s':>8} {'vs base':>8} {'target':>7}"
+    # "during" runs both; "during-cost" or "during-batch" one of them
+    for path in ("/v1/datasets/adult/cost", "/v1/datasets/adult/batch"):
+        if "during" in wanted or "during-" + path.rsplit("/", 1)[1] in wanted:
+            proc, url, ready, _ = serve("during-" + path.rsplit("/", 1)[1])
+            try:
+                # quota 0.5: the 1 000 x 0.001 batch needs its overlap searched (its sum does not fit)
+                tokens = setup_service(url, data, 2, "duckdb", quota=0.5)
+                r, took, status = during(url, tokens, path)
+                name = f"other analyst during 1,000-query {path.rsplit('/', 1)[1]}"
+                print(f"({name}: the large request took {took:.1f} s, status {status})")
+                rows.append((name, r, ready, r["max"] < 1000))
+            finally:
+                stop(proc)
+
+    base = rows[0][1]["qps"] if rows and rows[0][3] is None else math.nan
+    header = (
+        f"{'configuration':42} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}"
+        f" {'start s':>8} {'vs base':>8} {'target':>7}"
+    )
     print(header)
     print("-" * len(header))
-    for i, (name, r, ready) in enumerate(rows):
-        target = "-" if i == 0 else ("met" if r["qps"] >= 500 and r["p99"] < 50 else "MISSED")
+    for name, r, ready, met in rows:
+        target = "-" if met is None else ("met" if met else "MISSED")
         print(
-            f"{name:42} {r['qps']:8.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['errors']:7.0f} {ready:8.1f}"
-            f" {r['qps'] / base:8.2f} {target:>7}"
+            f"{name:42} {r['qps']:8.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['max']:8.1f} {r['errors']:7.0f}"
+            f" {ready:8.1f} {r['qps'] / base:8.2f} {target:>7}"
         )
 
 

@@ -266,6 +266,13 @@ class Unavailable(ServiceError):
     status = 409
 
 
+class TimeBudgetExceeded(ServiceError):
+    """The request's own time budget ran out before it could be decided: HTTP 503 for this request
+    alone; nothing of it was charged and no answer was released (retry it, or send a smaller batch)."""
+
+    status = 503
+
+
 class AuthError(OverlapDPError):
     """A missing, malformed, wrong or revoked token (HTTP 401)."""
 

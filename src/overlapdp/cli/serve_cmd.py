@@ -56,6 +56,12 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 beyond).")] = 1_000_000,
     max_batch: Annotated[int, typer.Option(help="Most queries in one batch (413 beyond).")] = 1_000,
     engine_pool: Annotated[int, typer.Option(help="Engines opened per data set (parallel counts).")] = 2,
+    request_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="Each request's time budget in seconds (503 TimeBudgetExceeded past it)."
+        ),
+    ] = 10.0,
     log_level: Annotated[
         Literal["critical", "error", "warning", "info", "debug", "trace"],
         typer.Option(help="uvicorn log level."),
@@ -82,7 +88,12 @@ def serve(
         warn(f"listening on {host}: the service is reachable from other machines; put TLS in front of it")
     service = QueryService(
         open_ledger(ledger),
-        limits=Limits(max_body_bytes=max_body_bytes, max_batch=max_batch, engine_pool=engine_pool),
+        limits=Limits(
+            max_body_bytes=max_body_bytes,
+            max_batch=max_batch,
+            engine_pool=engine_pool,
+            request_seconds=request_seconds,
+        ),
     )
     if data is not None and schema is not None:
         ds_name = name or data.stem

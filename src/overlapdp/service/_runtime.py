@@ -32,6 +32,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -39,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp.errors import TimeBudgetExceeded
 from overlapdp.mechanisms import (
     GuessAndCheck,
     MechanismError,
@@ -289,6 +292,7 @@ def pure_to_definition(definition: str, epsilon: float, params: Mapping[str, Any
 # -- filters --------------------------------------------------------------------------------------
 
 _ids = itertools.count()
+_uids = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -348,6 +352,58 @@ class Charged(PrivacyMechanism):
         return (-self.load, self.load)
 
 
+#: A savepoint of a :class:`ServiceFilter`: the library filter it was opened on (a snapshot's replica
+#: may have been adopted since), that filter's own savepoint, the log's length and the budget then.
+Savepoint = tuple[PrivacyFilter, tuple[int, tuple[int, ...]], int, float]
+
+#: Replicas kept per filter for the next snapshot (each holds a copy of the filter's charges).
+_POOL = 2
+
+
+def check_deadline(deadline: float | None) -> None:
+    """:class:`TimeBudgetExceeded` once ``deadline`` (``time.monotonic()``) has passed."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeBudgetExceeded(
+            "the request's time budget ran out before its admission could be decided; nothing was "
+            "charged (retry, or split the batch)"
+        )
+
+
+@dataclass(frozen=True)
+class FilterSnapshot:
+    """An immutable view of a :class:`ServiceFilter` taken under the data set's admission lock: the
+    charges it held, in order (query, load, times), its budget and the generation of its log.
+
+    The log is append-only except for rollbacks of requests that failed; a rollback that cuts below
+    the length of a snapshot handed out starts a new generation, so "same filter, same generation" means
+    the snapshot's charges are still a prefix of the filter's, and the charges added since are exactly
+    the log's suffix (:meth:`ServiceFilter.delta`)."""
+
+    owner: int
+    generation: int
+    charges: tuple[tuple[PredicateQuery | None, float, int], ...]
+    budget: float
+
+
+@dataclass
+class Trial:
+    """A batch tried against a snapshot on a private replica, off the admission lock.
+
+    ``admitted``: the filter's EXACT decision on the snapshot's state (the same charges, the same
+    budget, the library's filter). When admitted, ``replica`` holds the snapshot plus the batch (its
+    savepoint ``mark`` opened before the batch) and ``upper`` is a safe upper bound on its worst row's
+    load (pure DP and zCDP; None otherwise), so that under the lock only the charges admitted since
+    need a look (:meth:`ServiceFilter.settle`)."""
+
+    owner: ServiceFilter
+    snapshot: FilterSnapshot
+    admitted: bool
+    replica: ServiceFilter | None = None
+    mark: Savepoint | None = None
+    upper: float | None = None
+    adopted: bool = False
+
+
 class ServiceFilter:
     """The service's thin adapter over :class:`overlapdp.privacy.privacy_filter.PrivacyFilter`, the one
     overlap-aware per-row filter of the library (MATH.md 2.7): a charge is admitted iff
@@ -362,6 +418,15 @@ class ServiceFilter:
     committed charges read back from the ledger go through :meth:`record`, which never refuses, so a
     restart replays the same exact loads through the same filter and reproduces the spend exactly. The
     budget may change (an admin raises or lowers it).
+
+    Snapshots (nobody waits for someone else's search): every charge the filter holds is also kept in
+    an append-only log. :meth:`snapshot` (under the admission lock, O(charges) copying, no search)
+    freezes it; :meth:`trial` (off the lock) tries a batch on a PRIVATE replica of the snapshot, a
+    library filter of its own that no other thread touches, kept in a small pool and brought up to date
+    by recording only the charges added since it was built; :meth:`settle` (under the lock again)
+    turns the trial into the decision :meth:`try_all` would take now, looking only at the charges added
+    since the snapshot, and when admitted adopts the replica as the filter (a pointer swap, no search).
+    Only the thread holding the admission lock ever changes this filter.
     """
 
     def __init__(
@@ -373,7 +438,17 @@ class ServiceFilter:
         self._alpha = float(self.params.get("alpha", 0.0))
         self._budget = float(budget)
         self._filter = PrivacyFilter(schema, budget_of(definition, budget, self.params))
+        self._filter_budget = self._budget  # the budget ``_filter`` was last given
         self._everything = whole_domain(schema)
+        self._log: list[tuple[PredicateQuery | None, float, int]] = []
+        self._generation = 0
+        self._pinned = 0  # the longest snapshot handed out
+        self._pool: list[ServiceFilter] = []
+        # Library filters replaced by an adopted replica, with the log length whose charges each holds,
+        # the generation and budget then: recycled into the pool once no savepoint can need them.
+        self._retired: list[tuple[PrivacyFilter, int, int, float]] = []
+        self._pool_lock = threading.Lock()  # guards the list only; a replica is used by one thread
+        self._uid = next(_uids)  # a snapshot's owner (never reused, unlike id())
 
     @property
     def budget(self) -> float:
@@ -382,39 +457,233 @@ class ServiceFilter:
     @budget.setter
     def budget(self, amount: float) -> None:
         if amount != self._budget:
-            self._filter.set_budget(budget_of(self.definition, amount, self.params))
             self._budget = float(amount)
+            self._sync_budget()
+
+    def _sync_budget(self) -> None:
+        if self._filter_budget != self._budget:
+            self._filter.set_budget(budget_of(self.definition, self._budget, self.params))
+            self._filter_budget = self._budget
 
     def _charge(self, load: float) -> Charged:
         return Charged(self.definition, load, self._alpha)
 
-    def try_all(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool:
-        """Admit every charge or none (each one sees those before it)."""
+    def try_all(
+        self, charges: Sequence[tuple[PredicateQuery | None, float]], deadline: float | None = None
+    ) -> bool:
+        """Admit every charge or none (each one sees those before it). Past ``deadline`` (checked
+        between charges) nothing is admitted and :class:`TimeBudgetExceeded` is raised."""
         if len(charges) == 1:  # a refused charge leaves nothing behind: no savepoint needed
             query, load = charges[0]
             a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+            if a.admitted:
+                self._log.append((query, load, 1))
             return a.admitted
         sp = self._filter.savepoint()
-        for query, load in charges:
-            a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
-            if not a.admitted:
-                self._filter.rollback(sp)
-                return False
+        try:
+            for query, load in charges:
+                check_deadline(deadline)
+                a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+                if not a.admitted:
+                    self._filter.rollback(sp)
+                    return False
+        except BaseException:
+            self._filter.rollback(sp)
+            raise
         self._filter.release(sp)
+        self._log.extend((q, load, 1) for q, load in charges)
         return True
 
     def record(self, query: PredicateQuery | None, load: float, times: int = 1) -> None:
         """Add ``times`` committed charges of ``load`` on ``query`` (never refused)."""
         self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
+        self._log.append((query, load, times))
 
-    def savepoint(self) -> tuple[int, tuple[int, ...]]:
-        return self._filter.savepoint()
+    def savepoint(self) -> Savepoint:
+        return (self._filter, self._filter.savepoint(), len(self._log), self._filter_budget)
 
-    def rollback(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
-        self._filter.rollback(savepoint)
+    def rollback(self, savepoint: Savepoint) -> None:
+        inner, mark, n, budget = savepoint
+        if inner is not self._filter:
+            # a replica was adopted since the savepoint: the filter it was opened on is put back (it
+            # was left untouched since the swap)
+            self._filter, self._filter_budget = inner, budget
+        inner.rollback(mark)
+        del self._log[n:]
+        if n < self._pinned:  # a snapshot's charges are no longer a prefix of the log
+            self._generation += 1
+        # the filter put back is live again; filters retired after the cut hold charges undone since
+        self._retired = [r for r in self._retired if r[0] is not inner and r[1] <= n]
+        self._sync_budget()
 
-    def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
-        self._filter.release(savepoint)
+    def release(self, savepoint: Savepoint) -> None:
+        savepoint[0].release(savepoint[1])
+
+    # -- snapshots ---------------------------------------------------------------------------------
+    def snapshot(self) -> FilterSnapshot:
+        """The filter's charges and budget now (call under the data set's admission lock)."""
+        self._pinned = max(self._pinned, len(self._log))
+        return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget)
+
+    def delta(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
+        """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
+        this filter's)."""
+        if snap.owner != self._uid or snap.generation != self._generation:
+            return None
+        return self._log[len(snap.charges) :]
+
+    def _replica(self, snap: FilterSnapshot, deadline: float | None) -> ServiceFilter:
+        """A private filter holding exactly the snapshot's charges: one from the pool whose charges are
+        a prefix of the snapshot's, caught up by recording the rest, or a new one."""
+        with self._pool_lock:
+            best = None
+            for r in self._pool:
+                fits = r._generation == snap.generation and len(r._log) <= len(snap.charges)
+                if fits and (best is None or len(r._log) > len(best._log)):
+                    best = r
+            if best is not None:
+                self._pool.remove(best)
+        replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
+        replica._generation = snap.generation
+        replica.budget = snap.budget
+        try:
+            for q, load, times in snap.charges[len(replica._log) :]:
+                check_deadline(deadline)  # each record may search (a generic index): checked each time
+                replica.record(q, load, times)
+        except BaseException:
+            # what it holds is still a prefix of the log: the next trial goes on from there
+            self._give_back(replica)
+            raise
+        return replica
+
+    def recycle(self) -> None:
+        """Under the admission lock, once the group that adopted replicas is closed (no savepoint can
+        put the filters they replaced back): those filters become replicas in the pool, each holding
+        a prefix of the log, so the next trial catches up by recording only the charges added since
+        (a double buffer: no replica is rebuilt from scratch after each adoption)."""
+        retired, self._retired = self._retired, []
+        for inner, n, generation, budget in retired:
+            if inner is self._filter or generation != self._generation:
+                continue
+            replica = ServiceFilter.__new__(ServiceFilter)
+            replica.__dict__.update(self.__dict__)
+            replica._filter, replica._filter_budget, replica._budget = inner, budget, budget
+            replica._log = self._log[:n]
+            replica._retired, replica._pool, replica._pool_lock = [], [], threading.Lock()
+            replica._pinned = 0
+            replica._uid = next(_uids)
+            self._give_back(replica)
+
+    def _give_back(self, replica: ServiceFilter) -> None:
+        with self._pool_lock:
+            # replicas of an older generation can never be caught up again
+            self._pool = [r for r in self._pool if r._generation == replica._generation]
+            self._pool.append(replica)
+            if len(self._pool) > _POOL:  # keep the longest (least to catch up)
+                self._pool.sort(key=lambda r: len(r._log))
+                del self._pool[0]
+
+    def trial(
+        self,
+        snap: FilterSnapshot,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        deadline: float | None = None,
+        *,
+        bound: bool = True,
+    ) -> Trial:
+        """Try ``charges`` on a private replica of ``snap`` (off the admission lock; reads only the
+        snapshot). The replica is kept in the trial when admitted (:meth:`settle`, :meth:`finish`)."""
+        if snap.owner != self._uid:
+            raise ValueError("a snapshot is tried on the filter it was taken of")
+        replica = self._replica(snap, deadline)
+        mark = replica.savepoint()
+        try:
+            ok = replica.try_all(charges, deadline)
+            upper = replica.max_load() if ok and bound and self.definition in _SUMS else None
+        except BaseException:
+            replica.rollback(mark)
+            self._give_back(replica)
+            raise
+        if not ok:
+            replica.rollback(mark)
+            self._give_back(replica)
+            return Trial(self, snap, False)
+        return Trial(self, snap, True, replica, mark, upper)
+
+    def settle(
+        self,
+        trial: Trial,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        deadline: float | None = None,
+    ) -> bool:
+        """Under the admission lock: admit ``charges`` (added, as :meth:`try_all` would) or refuse them,
+        the decision :meth:`try_all` takes now, from ``trial`` and the charges added since its snapshot.
+
+        - Same filter, same generation and budget, nothing added since: the trial's decision is the
+          filter's on this very state; an admitted trial's replica is adopted (no search).
+        - Charges added since (other analysts', other instances'): a refusal stands (loads only grew,
+          and the filter's test is on the worst row); an admission stands when the replica's worst row
+          plus the sum of the loads added since fits the budget exactly (a row's load is the sum of the
+          loads covering it, MATH.md 1.8: pure DP and zCDP); those few charges are recorded into the
+          replica, which is adopted.
+        - Otherwise (the budget changed, a rollback cut the snapshot, other definitions near their
+          budget): :meth:`try_all` itself, within ``deadline``."""
+        delta = self.delta(trial.snapshot)
+        if delta is None or trial.snapshot.budget != self._budget:
+            return self.try_all(charges, deadline)
+        if not trial.admitted:
+            return False
+        assert trial.replica is not None and trial.mark is not None
+        if delta and not _fits_with(self.definition, trial.upper, delta, self._budget):
+            return self.try_all(charges, deadline)
+        replica = trial.replica
+        replica.release(trial.mark)
+        trial.mark = None
+        for q, load, times in delta:
+            replica.record(q, load, times)
+        # adopt: the replica's library filter holds exactly this filter's charges plus the batch
+        self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
+        del self._retired[:-_POOL]
+        self._filter, self._filter_budget = replica._filter, replica._filter_budget
+        self._sync_budget()
+        self._log.extend((q, load, 1) for q, load in charges)
+        trial.adopted = True
+        return True
+
+    def dry_run(
+        self,
+        snap: FilterSnapshot,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        deadline: float | None = None,
+    ) -> tuple[float, float, bool]:
+        """On a private replica of ``snap`` (off the lock): the spend (:meth:`max_load`) before and
+        after recording ``charges``, and whether :meth:`try_all` would admit them. Nothing stays."""
+        replica = self._replica(snap, deadline)
+        mark = replica.savepoint()
+        try:
+            before = replica.max_load()
+            ok = replica.try_all(charges, deadline)  # admitted: the charges are in
+            if not ok:
+                for q, load in charges:
+                    check_deadline(deadline)
+                    replica.record(q, load)
+            after = replica.max_load()
+        finally:
+            replica.rollback(mark)
+            self._give_back(replica)
+        return before, after, ok
+
+    @staticmethod
+    def finish(trial: Trial) -> None:
+        """Return a trial's replica to its filter's pool unless it was adopted (off the lock, by the
+        request that made the trial)."""
+        if trial.replica is None or trial.adopted:
+            return
+        if trial.mark is not None:
+            trial.replica.rollback(trial.mark)
+            trial.mark = None
+        trial.owner._give_back(trial.replica)
+        trial.replica = None
 
     def max_load(self) -> float:
         """The spend in the data set's amount: the worst row's load, its exact value rounded up (a safe
@@ -432,11 +701,33 @@ class ServiceFilter:
         return len(self._filter)
 
 
+#: Definitions whose per-row test is a plain sum of the loads against the budget and whose
+#: :meth:`PrivacyFilter.spent` is a safe upper bound of the worst row (its exact value rounded up).
+_SUMS = ("pure", "zcdp")
+
+
+def _fits_with(
+    definition: str,
+    upper: float | None,
+    added: Sequence[tuple[PredicateQuery | None, float, int]],
+    budget: float,
+) -> bool:
+    """Whether ``upper`` (a safe bound on the worst row after the batch) plus every load in ``added``
+    stays within ``budget``, exactly (Fractions): then no row can exceed it, whichever rows they cover."""
+    if upper is None or definition not in _SUMS:
+        return False
+    total = Fraction(upper) + sum((Fraction(load) * times for _, load, times in added), Fraction(0))
+    return total <= Fraction(budget)
+
+
 QuotaFilter = ServiceFilter
 
 
 def batch_cost(
-    schema: Schema, charges: Sequence[tuple[PredicateQuery | None, float]], definition: str = "pure"
+    schema: Schema,
+    charges: Sequence[tuple[PredicateQuery | None, float]],
+    definition: str = "pure",
+    deadline: float | None = None,
 ) -> dict[str, float]:
     """What a batch costs on its own in the data set's amount: overlap-aware (the worst row's
     composition, MATH.md 2.4) and sequential, from the exact sums of the loads rounded up: sums, except
@@ -444,6 +735,7 @@ def batch_cost(
     l2 = check_definition(definition) == "gdp"
     alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
     for query, load in charges:
+        check_deadline(deadline)  # (TimeBudgetExceeded past it)
         alone.record(query, load)
     if l2:
         total = sum((Fraction(x) ** 2 for _, x in charges), Fraction(0))

@@ -160,7 +160,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
     422: {"model": ValidationErrorBody, "description": "the body does not hold the documented fields"},
     500: {"model": ErrorBody, "description": "an internal error; nothing was charged"},
-    503: {"model": ErrorBody, "description": "the ledger could not record the request; retry with its key"},
+    503: {
+        "model": ErrorBody,
+        "description": "the ledger could not record the request (retry with its key), or the request's "
+        "time budget ran out (TimeBudgetExceeded); nothing was charged",
+    },
 }
 
 

@@ -17,6 +17,15 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
   :class:`overlapdp.service._runtime.ServiceFilter` (exact at the budget).
+- Nobody waits for someone else's search. ``/cost`` and the overlap part of a ``/batch`` run outside
+  the data set's lock: under the lock only an immutable snapshot of both filters is taken (their charges
+  and budgets, no search); the batch is tried off the lock on private replicas of the snapshot, no
+  other thread ever touching them; ``/cost`` answers as of the snapshot; a ``/batch`` is then
+  validated under the lock against the charges added since the snapshot only
+  (:meth:`ServiceFilter.settle`): the decision is the one admitting it under the lock would take.
+  Only the thread holding the admission lock ever changes a filter.
+- Each request has a time budget (:attr:`Limits.request_seconds`): a request that cannot be decided
+  within it gets 503 (:class:`TimeBudgetExceeded`) for itself alone, nothing charged.
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
   spend is the same as before the restart.
 - A request retried with the same idempotency key gets the recorded answers and is not charged again.
@@ -46,6 +55,7 @@ from overlapdp.errors import (
 )
 from overlapdp.errors import QuotaExceeded as QuotaExceeded
 from overlapdp.errors import ServiceError as ServiceError
+from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
 from overlapdp.errors import TooLarge as TooLarge
 from overlapdp.errors import Unavailable as Unavailable
 from overlapdp.mechanisms.calibration import laplace_scale
@@ -101,9 +111,20 @@ class Limits:
     max_ledger_page: int = 10_000
     #: Engines opened per data set (counts run in parallel on them).
     engine_pool: int = 2
+    #: Each request's time budget in seconds, from its arrival: a request whose admission (or dry
+    #: run) is not decided by then gets 503 (:class:`TimeBudgetExceeded`), nothing charged. Checked
+    #: between the charges of a batch, so one charge's search may overrun it.
+    request_seconds: float = 10.0
+    #: Batches of at least this many queries are tried against a snapshot off the admission lock.
+    snapshot_min: int = 2
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
+
+#: (the analyst's filter, its snapshot), (the global filter, its snapshot)
+_Snapshots = tuple[
+    tuple[runtime.ServiceFilter, runtime.FilterSnapshot], tuple[runtime.ServiceFilter, runtime.FilterSnapshot]
+]
 
 #: What an admitted request returns.
 Result = BatchAnswer | CostEstimate | SessionOpened | SessionStep
@@ -128,6 +149,11 @@ class _Pending:
     session_params: dict[str, Any] = field(default_factory=dict)
     session_state: dict[str, Any] = field(default_factory=dict)
     step_arg: float = 0.0
+    #: When the request's time budget runs out (``time.monotonic()``).
+    deadline: float | None = None
+    #: A batch tried off the lock against snapshots of (the analyst's filter, the global filter),
+    #: settled under the lock by :func:`_decide`.
+    trials: tuple[runtime.Trial, runtime.Trial] | None = None
     done: bool = False
     result: Result | None = None
     error: BaseException | None = None
@@ -148,7 +174,7 @@ class _DatasetState:
 
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
         # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
-        self._group: dict[int, tuple[runtime.ServiceFilter, tuple[int, tuple[int, ...]]]] = {}
+        self._group: dict[int, tuple[runtime.ServiceFilter, runtime.Savepoint]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -181,6 +207,7 @@ class _DatasetState:
                 f.release(sp)
             else:
                 f.rollback(sp)
+            f.recycle()  # filters replaced by adopted replicas: no savepoint of the group is left
 
     def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
         f = self.analyst_filters.get(analyst)
@@ -615,7 +642,7 @@ class QueryService:
         state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True)
         if consistent:
             _consistency_design(pending)
-        return self._submit(state, pending, CostEstimate)
+        return self._dry_run(state, pending)
 
     def _query(
         self,
@@ -628,6 +655,7 @@ class QueryService:
         *,
         dry_run: bool = False,
     ) -> tuple[_DatasetState, _Pending]:
+        deadline = time.monotonic() + self.limits.request_seconds
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
@@ -656,6 +684,7 @@ class QueryService:
             ],
             mechanism=mech,
             loads=[load] * len(queries),
+            deadline=deadline,
         )
         if not dry_run:
             # The exact counts and the noise never depend on the ledger: both are ready before the
@@ -670,7 +699,37 @@ class QueryService:
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
                     answer["group"] = g
                     answer["item"] = i
+            if len(queries) >= self.limits.snapshot_min:
+                pending.trials = self._trials(state, pending)
         return state, pending
+
+    def _snapshots(self, state: _DatasetState, analyst: str) -> tuple[float, _Snapshots]:
+        """The analyst's quota, their filter and the global filter with a snapshot of each, caught up
+        with the ledger (under the admission lock: copying, no search)."""
+        record = self.store.get_analyst(analyst)
+        if record is None or record.revoked:
+            raise AuthError("a valid analyst token is required")
+        quota = record.quotas.get(state.record.name)
+        if quota is None:
+            raise NotFound(f"unknown data set {state.record.name!r}")
+        with state.admit_lock:
+            state.apply(self.store.loads_since(state.record.name, state.last_seq))
+            mine = state.analyst_filter(analyst, quota)
+            mine.budget = quota
+            glob = state.global_filter
+            return quota, ((mine, mine.snapshot()), (glob, glob.snapshot()))
+
+    def _trials(self, state: _DatasetState, p: _Pending) -> tuple[runtime.Trial, runtime.Trial]:
+        """The batch tried off the lock against snapshots of both filters (:meth:`ServiceFilter.trial`);
+        :meth:`_admit_one` settles them under the lock against what was added since."""
+        _, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
+        pairs = list(zip(p.queries, p.loads, strict=True))
+        own = mine.trial(mine_snap, pairs, p.deadline)
+        try:
+            return own, glob.trial(global_snap, pairs, p.deadline)
+        except BaseException:
+            runtime.ServiceFilter.finish(own)
+            raise
 
     def open_session(
         self,
@@ -755,11 +814,16 @@ class QueryService:
     def _submit(self, state: _DatasetState, pending: _Pending, result: type[R]) -> R:
         with state.queue_lock:
             state.queue.append(pending)
-        with state.admit_lock:
-            if not pending.done:
-                with state.queue_lock:
-                    batch, state.queue = state.queue, []
-                self._admit(state, batch)
+        try:
+            with state.admit_lock:
+                if not pending.done:
+                    with state.queue_lock:
+                        batch, state.queue = state.queue, []
+                    self._admit(state, batch)
+        finally:
+            for trial in pending.trials or ():
+                # replicas not adopted go back to their filters' pools (by this request, off the lock)
+                runtime.ServiceFilter.finish(trial)
         if pending.error is not None:
             raise pending.error
         assert isinstance(pending.result, result)
@@ -839,19 +903,17 @@ class QueryService:
         cost = Cost.model_validate(
             {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
         )
-        if p.kind == "dry-run":
-            return self._dry_run(state, mine, quota, pairs, cost), []
         # Admission: the charges go into both filters, or (the caller rolls back) into neither.
         mark = mine.savepoint()
-        own_ok = mine.try_all(pairs)
-        global_ok = own_ok and state.global_filter.try_all(pairs)
+        own_ok = _decide(mine, p, 0, pairs)
+        global_ok = own_ok and _decide(state.global_filter, p, 1, pairs)
         if not (own_ok and global_ok):
             mine.rollback(mark)
             spent = mine.max_load()
             remaining = max(0.0, quota - spent)
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()
-                global_ok = state.global_filter.try_all(pairs)
+                global_ok = _decide(state.global_filter, p, 1, pairs)
                 state.global_filter.rollback(sp)
             raise QuotaExceeded(
                 "the analyst's quota cannot pay for this request"
@@ -977,37 +1039,31 @@ class QueryService:
             row.seq
         ]
 
-    @staticmethod
-    def _dry_run(
-        state: _DatasetState,
-        mine: runtime.ServiceFilter,
-        quota: float,
-        pairs: list[tuple[PredicateQuery | None, float]],
-        cost: Cost,
-    ) -> CostEstimate:
-        """What the batch would cost and whether both filters would admit it now (all undone)."""
-        remaining = max(0.0, quota - mine.max_load())
-        sp = mine.savepoint()
-        for q, load in pairs:
-            mine.record(q, load)
-        after = mine.max_load()
-        mine.rollback(sp)
-        verdicts = []
-        for f in (mine, state.global_filter):
-            sp = f.savepoint()
-            verdicts.append(f.try_all(pairs))
-            f.rollback(sp)
-        own_ok, global_ok = verdicts
+    def _dry_run(self, state: _DatasetState, p: _Pending) -> CostEstimate:
+        """What the batch would cost and whether both filters would admit it, as of a snapshot of both
+        filters taken under the admission lock (the only work done under it); the spends and verdicts
+        are computed off the lock on private replicas (:meth:`ServiceFilter.dry_run`), within the
+        request's time budget. Nothing is added to any filter."""
+        quota, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
+        pairs = list(zip(p.queries, p.loads, strict=True))
+        before, after, own_ok = mine.dry_run(mine_snap, pairs, p.deadline)
+        trial = glob.trial(global_snap, pairs, p.deadline, bound=False)
+        runtime.ServiceFilter.finish(trial)
         definition = state.record.definition
-        batch = runtime.batch_cost(state.schema, pairs, definition)
+        batch = runtime.batch_cost(state.schema, pairs, definition, p.deadline)
+        runtime.check_deadline(p.deadline)
+        value = p.loads[0] if p.loads else 0.0
+        cost = Cost.model_validate(
+            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
+        )
         return CostEstimate(
             cost=cost.model_copy(update={"batch": BatchCost(**batch)}),
             spent_after=after,
             spent_after_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, after)),
-            admissible=own_ok and global_ok,
+            admissible=own_ok and trial.admitted,
             quota_admits=own_ok,
-            global_admits=global_ok,
-            remaining=remaining,
+            global_admits=trial.admitted,
+            remaining=max(0.0, quota - before),
         )
 
     @staticmethod
@@ -1033,6 +1089,18 @@ class QueryService:
 #: Most cells (distinct sets of covering queries) a batch may have for consistent answers: bounds the
 #: solver's work per request on a shared service.
 CONSISTENT_CELL_LIMIT = 20_000
+
+
+def _decide(
+    f: runtime.ServiceFilter, p: _Pending, which: int, pairs: list[tuple[PredicateQuery | None, float]]
+) -> bool:
+    """Admit ``pairs`` into ``f`` or refuse them (under the admission lock): from the request's trial
+    against a snapshot when it has one (:meth:`ServiceFilter.settle`: only the charges added since are
+    looked at), else by trying each charge now; either way the decision admitting them one by one under
+    the lock would take, within the request's time budget."""
+    if p.trials is not None:
+        return f.settle(p.trials[which], pairs, p.deadline)
+    return f.try_all(pairs, p.deadline)
 
 
 def _consistency_design(pending: _Pending) -> Design:

@@ -1,0 +1,366 @@
+"""Nobody waits for someone else's search: ``/cost`` and the overlap part of ``/batch`` run outside the
+data set's admission lock against a snapshot, then are validated under it (DESIGN.md, the service).
+
+- Structure, not wall clock: one analyst's 1 000-query ``/cost`` (or ``/batch``) is held INSIDE its
+  filter search (a hook blocks it there) while another analyst's query is answered; the admission lock
+  is not held at that moment. With the search under the lock (the previous service), the second query
+  cannot finish until the first is released.
+- Decisions: a batch tried against a snapshot and settled under the lock is admitted exactly when
+  admitting it one charge at a time under the lock would admit it (a serial filter on the same stream,
+  and brute-force enumeration of every row with Fractions), including when other charges, ledger
+  replays, rollbacks and budget changes land between the snapshot and the validation.
+- The time budget: past it the request alone gets 503 (``TimeBudgetExceeded``), nothing charged, the
+  ledger and the spends unchanged, and other analysts are answered.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from overlapdp.errors import QuotaExceeded, TimeBudgetExceeded
+from overlapdp.privacy.privacy_filter import PrivacyFilter
+from overlapdp.query import PredicateQuery, parse_where
+from overlapdp.schema import IntAttribute, Schema
+from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+from overlapdp.service._runtime import ServiceFilter
+from support.service import ADMIN_TOKEN, write_adult
+
+GRID = Schema((IntAttribute("a", 0, 7), IntAttribute("b", 0, 3)))
+ROWS = [(a, b) for a in range(8) for b in range(4)]
+
+
+# -- decisions: snapshot + settle == serial admission == brute force ------------------------------------
+def _worst(charges: list[tuple[PredicateQuery, float]], squared: bool) -> Fraction:
+    """The exact maximum over every row of the summed loads (squared: of mu^2), by enumeration."""
+    return max(
+        sum(
+            (Fraction(w) ** 2 if squared else Fraction(w) for q, w in charges if q.covers(row)),
+            Fraction(0),
+        )
+        for row in ROWS
+    )
+
+
+def _truth(charges: list[tuple[PredicateQuery, float]], definition: str, budget: float) -> bool:
+    """Whether every row's exact composition stays within the budget (pure DP and zCDP: sums; GDP: the
+    sum of mu^2 against B^2, MATH.md 2.7)."""
+    if definition == "gdp":
+        return _worst(charges, True) <= Fraction(budget) ** 2
+    return _worst(charges, False) <= Fraction(budget)
+
+
+def _query(rng: random.Random) -> PredicateQuery:
+    lo = rng.randrange(8)
+    hi = min(7, lo + rng.randrange(4))
+    bs = sorted(rng.sample(range(4), rng.randint(1, 4)))
+    return parse_where(GRID, f"a BETWEEN {lo} AND {hi} AND b IN ({', '.join(map(str, bs))})")
+
+
+def _load(rng: random.Random, budget: float) -> float:
+    return rng.choice([0.1, 0.25, 0.3, 0.5, budget / 3, budget / 7, math.nextafter(budget / 4, 0.0)])
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp", "approx"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_settled_trials_decide_as_admitting_one_by_one(definition: str, seed: int) -> None:
+    """A batch tried off the lock against a snapshot and settled under it gets the decision of the serial
+    path (``try_all`` under the lock) on the same stream, which is the brute-force truth; in between,
+    other analysts' charges are admitted, other instances' committed charges replayed, failed requests
+    rolled back (one cutting below the snapshot), the budget changed and group commits undone."""
+    rng = random.Random(seed * 31 + len(definition))
+    budget = 1.0
+    f = ServiceFilter(GRID, definition, budget)
+    serial = ServiceFilter(GRID, definition, budget)
+    held: list[tuple[PredicateQuery, float]] = []
+    admitted = refused = 0
+    for _ in range(30):
+        batch = [(_query(rng), _load(rng, budget)) for _ in range(rng.randint(2, 4))]
+        cut = f.savepoint() if rng.random() < 0.1 else None  # a group still open at the snapshot
+        if cut is not None and f.try_all([(_query(rng), 0.01)]):
+            pass
+        snap = f.snapshot()
+        if cut is not None:
+            f.rollback(cut)  # cuts below the snapshot: its charges are no longer a prefix
+        trial = f.trial(snap, batch)
+        for _ in range(rng.randint(0, 3)):  # other analysts' charges, between snapshot and settle
+            other = [(_query(rng), _load(rng, budget))]
+            got_other = f.try_all(other)
+            assert got_other is serial.try_all(other)
+            if definition != "approx":
+                assert got_other is _truth(held + other, definition, budget)
+            if got_other:
+                held += other
+        if rng.random() < 0.2:  # another instance's committed charge, replayed (never refused)
+            q, load = _query(rng), 0.05
+            f.record(q, load, 2)
+            serial.record(q, load, 2)
+            held += [(q, load), (q, load)]
+        if rng.random() < 0.15:  # a request that failed after its admission: rolled back
+            sp = f.savepoint()
+            f.try_all([(_query(rng), 0.01)])
+            f.rollback(sp)
+        if rng.random() < 0.1:  # an admin changes the budget
+            budget = rng.choice([1.0, 1.5, 0.8])
+            f.budget = serial.budget = budget
+        group = f.savepoint()
+        group_serial = serial.savepoint()
+        got = f.settle(trial, batch)
+        want = serial.try_all(batch)
+        assert got is want
+        if definition != "approx":
+            assert want is _truth(held + batch, definition, budget)
+        if rng.random() < 0.15:  # the group's commit failed: everything of it is undone
+            f.rollback(group)
+            serial.rollback(group_serial)
+        else:
+            f.release(group)
+            serial.release(group_serial)
+            if got:
+                held += batch
+        f.recycle()  # the group is closed: a filter replaced by the replica joins the pool
+        ServiceFilter.finish(trial)
+        admitted += got
+        refused += not got
+        assert len(f) == len(serial)
+        if definition in ("pure", "zcdp"):
+            # the same spend, which is the exact worst row rounded up
+            assert f.max_load() == serial.max_load()
+            exact = _worst(held, False)
+            assert Fraction(f.max_load()) >= exact
+            assert float(exact) == f.max_load() or Fraction(math.nextafter(f.max_load(), 0)) < exact
+    assert admitted and refused  # both outcomes were exercised
+
+
+def test_a_trial_past_its_deadline_changes_nothing() -> None:
+    """``try_all`` with a deadline already passed refuses with TimeBudgetExceeded and leaves the filter
+    as it was (the exact path under the lock is bounded by the request's time budget)."""
+    f = ServiceFilter(GRID, "pure", 1.0)
+    q = parse_where(GRID, "a < 4")
+    assert f.try_all([(q, 0.1)])
+    before = (len(f), f.max_load(), f.snapshot().charges)
+    with pytest.raises(TimeBudgetExceeded) as exc:
+        f.try_all([(q, 0.1), (q, 0.1)], deadline=time.monotonic() - 1)
+    assert exc.value.status == 503
+    assert (len(f), f.max_load(), f.snapshot().charges) == before
+    snap = f.snapshot()
+    with pytest.raises(TimeBudgetExceeded):
+        f.trial(snap, [(q, 0.1), (q, 0.1)], deadline=time.monotonic() - 1)
+    assert (len(f), f.max_load(), f.snapshot().charges) == before
+
+
+# -- the service: no stall, validation against what landed since, time budget ----------------------------
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=Limits(max_batch=1000))
+    path, schema = write_adult(tmp_path)
+    service.register_dataset("adult", str(path), schema, "pandas", "pure", 1.0)
+    alice = service.authenticate(service.create_analyst("alice", {"adult": 100.0}).token)
+    bob = service.authenticate(service.create_analyst("bob", {"adult": 100.0}).token)
+    yield {"service": service, "alice": alice, "bob": bob, "tmp": tmp_path}
+    service.store.close()
+
+
+def _thousand() -> list[str]:
+    rng = random.Random(7)
+    out = []
+    for _ in range(1000):
+        lo = rng.randrange(0, 75)
+        out.append(f"age BETWEEN {lo} AND {lo + rng.randrange(1, 10)} AND sex = {rng.randrange(2)}")
+    return out
+
+
+class _Hold:
+    """Blocks the first filter search (``PrivacyFilter.try_charge``) made by one thread, and records
+    whether the data set's admission lock was held at that moment; after the release, counts that
+    thread's searches made while the lock is held (its validation under the lock)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, lock: Any) -> None:
+        self.thread: int | None = None
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.lock_held: list[bool] = []
+        self.locked_after = 0
+        original = PrivacyFilter.try_charge
+
+        def hooked(filt: PrivacyFilter, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == self.thread:
+                if not self.entered.is_set():
+                    self.lock_held.append(lock.locked())
+                    self.entered.set()
+                    self.release.wait(60)
+                elif self.release.is_set() and lock.locked():
+                    self.locked_after += 1
+            return original(filt, *args, **kwargs)
+
+        monkeypatch.setattr(PrivacyFilter, "try_charge", hooked)
+
+    def run(self, fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+        out: dict[str, Any] = {}
+
+        def target() -> None:
+            self.thread = threading.get_ident()
+            try:
+                out["result"] = fn()
+            except Exception as exc:
+                out["error"] = exc
+            self.entered.set()
+
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        assert self.entered.wait(60), "the large request never reached its search"
+        assert "error" not in out, out["error"]
+        return t, out
+
+
+def _answered_meanwhile(fn: Any, wait: float = 20.0) -> tuple[bool, dict[str, Any]]:
+    out: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            out["result"] = fn()
+        except Exception as exc:
+            out["error"] = exc
+        done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    return done.wait(wait), out
+
+
+@pytest.mark.parametrize("kind", ["cost", "batch"])
+def test_a_large_request_in_its_search_does_not_stall_another_analyst(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Alice's 1 000-query /cost (/batch) is held inside its search; meanwhile Bob's query is answered,
+    and the admission lock was free while Alice searched. Her request then completes normally."""
+    service: QueryService = world["service"]
+    state = service._state("adult")
+    hold = _Hold(monkeypatch, state.admit_lock)
+    queries = _thousand()
+    call = service.cost if kind == "cost" else service.query
+    big, big_out = hold.run(lambda: call(world["alice"], "adult", queries, 1e-4))
+    answered, bob_out = _answered_meanwhile(lambda: service.query(world["bob"], "adult", ["age < 40"], 0.01))
+    still_searching = big.is_alive()
+    hold.release.set()
+    big.join(120)
+    assert hold.lock_held == [False], "the search ran under the data set's admission lock"
+    assert answered and still_searching, "another analyst waited for this search"
+    assert "error" not in bob_out and len(bob_out["result"].answers) == 1
+    assert "error" not in big_out, big_out.get("error")
+    result = big_out["result"]
+    ledger = service.ledger(dataset="adult", limit=5000)
+    if kind == "cost":
+        assert result.admissible and result.quota_admits and result.global_admits
+        assert len(ledger) == 1  # Bob's query only: a dry run charges nothing
+    else:
+        assert len(result.answers) == 1000
+        assert len(ledger) == 1001
+        # Bob's charge landed between the snapshot and the validation; the bound settled it: the
+        # 1 000 charges were admitted under the lock without a single filter search
+        assert hold.locked_after == 0
+
+
+@pytest.mark.parametrize(
+    ("bob_where", "bob_queries", "admitted", "searched"),
+    [
+        ("age BETWEEN 50 AND 60", 1, True, False),  # the bound admits at once: 0.5 + 0.2 <= 1
+        ("age BETWEEN 50 AND 60", 3, True, True),  # the bound does not (0.5 + 0.6): exact, rows fit
+        ("age BETWEEN 25 AND 26", 3, False, True),  # admitted on the snapshot, no longer fits
+        ("age BETWEEN 25 AND 26", 0, True, False),  # nothing landed: the replica is adopted
+    ],
+)
+def test_a_batch_is_validated_against_charges_that_landed_since_its_snapshot(
+    world: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    bob_where: str,
+    bob_queries: int,
+    admitted: bool,
+    searched: bool,
+) -> None:
+    """Alice's batch (worst row 0.5 of a global budget of 1.0) is tried on its snapshot, then Bob's
+    charges land before it is settled. Her batch is admitted exactly when admitting it one charge at a
+    time after Bob's would admit it: a fresh filter replaying the ledger's charges decides that here."""
+    service: QueryService = world["service"]
+    state = service._state("adult")
+    hold = _Hold(monkeypatch, state.admit_lock)
+    alice_batch = ["age BETWEEN 20 AND 30"] * 5
+    big, out = hold.run(lambda: service.query(world["alice"], "adult", alice_batch, 0.1))
+    for _ in range(bob_queries):  # Bob's land while Alice's trial is held (before her validation)
+        service.query(world["bob"], "adult", [bob_where], 0.2)
+    hold.release.set()
+    big.join(120)
+    # the serial decision: Bob's committed charges, then Alice's batch one by one
+    reference = ServiceFilter(state.schema, "pure", 1.0)
+    for q in [bob_where] * bob_queries:
+        reference.record(parse_where(state.schema, q), 0.2)
+    serial = reference.try_all([(parse_where(state.schema, q), 0.1) for q in alice_batch])
+    assert serial is admitted
+    assert (hold.locked_after > 0) is searched  # a filter search under the lock only when needed
+    if admitted:
+        assert "error" not in out, out.get("error")
+        assert len(out["result"].answers) == 5
+    else:
+        assert isinstance(out.get("error"), QuotaExceeded)
+        assert out["error"].details["global_admits"] is False
+    ledger = service.ledger(dataset="adult", limit=5000)
+    assert len(ledger) == bob_queries + (5 if admitted else 0)
+    status = service.dataset_status("adult")
+    assert status.spent <= 1.0
+
+
+def test_past_its_time_budget_a_request_gets_503_alone_and_nothing_is_charged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A /batch and a /cost whose search runs past the request's time budget get 503 TimeBudgetExceeded
+    (over HTTP, the error named); nothing is charged, the ledger and both spends are unchanged, and
+    another analyst's query is answered meanwhile and afterwards."""
+    service = QueryService(
+        open_ledger(tmp_path / "l.sqlite"), limits=Limits(max_batch=1000, request_seconds=0.5)
+    )
+    path, schema = write_adult(tmp_path)
+    service.register_dataset("adult", str(path), schema, "pandas", "pure", 10.0)
+    alice = service.create_analyst("alice", {"adult": 5.0}).token
+    bob = service.create_analyst("bob", {"adult": 5.0}).token
+    client = TestClient(create_app(service, AdminKey(ADMIN_TOKEN)))
+    auth = {"Authorization": f"Bearer {alice}"}
+    assert client.post("/v1/datasets/adult/query", headers=auth, json={"where": "age < 30", "epsilon": 0.1})
+    slow = threading.Event()
+    original = PrivacyFilter.try_charge
+
+    def slowed(filt: PrivacyFilter, *args: Any, **kwargs: Any) -> Any:
+        if slow.is_set():
+            time.sleep(0.02)  # 1 000 of these: 20 s, far past the 0.5 s budget
+        return original(filt, *args, **kwargs)
+
+    monkeypatch.setattr(PrivacyFilter, "try_charge", slowed)
+    before_ledger = service.ledger(dataset="adult", limit=5000)
+    before_spent = service.dataset_status("adult").spent_by_analyst
+    body = {"queries": _thousand(), "epsilon": 1e-4}
+    slow.set()
+    for path_ in ("/v1/datasets/adult/batch", "/v1/datasets/adult/cost"):
+        t0 = time.monotonic()
+        r = client.post(path_, headers=auth, json=body)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == "TimeBudgetExceeded"
+        assert time.monotonic() - t0 < 10  # it stopped near its budget, not after every charge
+    slow.clear()
+    assert service.ledger(dataset="adult", limit=5000) == before_ledger
+    assert service.dataset_status("adult").spent_by_analyst == before_spent
+    r = client.post(
+        "/v1/datasets/adult/query",
+        headers={"Authorization": f"Bearer {bob}"},
+        json={"where": "age < 40", "epsilon": 0.1},
+    )
+    assert r.status_code == 200
+    assert len(service.ledger(dataset="adult", limit=5000)) == len(before_ledger) + 1
+    service.store.close()
