@@ -187,6 +187,11 @@ class DomainTooLargeError(OverlapInputError):
     """A reference algorithm (brute force, subset enumeration) was asked to do too much work."""
 
 
+class SearchGaveUp(OverlapDPError):
+    """Internal: a bounded exact search (the lazy filter's threshold search, MATH.md 2.7.1) visited more
+    nodes than it may; its caller then decides with the overlap index. Never reaches a user."""
+
+
 class MagnitudeError(WeightError):
     """A composed load (a row's sum of weights, or the square root of its sum of squares) exceeds the
     largest float, so no finite value can be reported; the message names the heaviest query."""

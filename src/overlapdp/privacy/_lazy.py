@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp.errors import SearchGaveUp
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -137,10 +138,6 @@ class Bounds:
                 self.cells[p][idx] = before
 
 
-class GiveUp(Exception):
-    """The exact search visited more nodes than it may: the overlap index decides instead."""
-
-
 class Members:
     """The admitted charges' coverages (one boolean row per charge, in ledger order, the attributes'
     values side by side) with their exact and float loads, for the exact threshold search of a single
@@ -199,7 +196,7 @@ class Members:
         """A row inside ``q``'s coverage whose load does not ``fits`` (exact), or None when every row
         there fits. ``clear(ub)``: a float upper bound ``ub`` of a region's loads shows that every row of
         the region fits (the caller widens it, :func:`widen`). Depth first, the part paying the heavier
-        charge first (a refusal is found early); raises :class:`GiveUp` past ``max_nodes`` regions.
+        charge first (a refusal is found early); raises :class:`SearchGaveUp` past ``max_nodes`` regions.
 
         A region is a box (a value set per attribute, one boolean mask side by side); its bound is the
         per-attribute one of :class:`Bounds` restricted to the charges meeting the box."""
@@ -218,7 +215,7 @@ class Members:
             box, idx = stack.pop()
             nodes += 1
             if nodes > max_nodes:
-                raise GiveUp
+                raise SearchGaveUp
             sub = flat[idx]
             inb = sub & box
             keep = np.logical_or.reduceat(inb, starts, axis=1).all(axis=1)  # the charges meeting the box

@@ -56,9 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp.errors import SearchGaveUp
 from overlapdp.overlap import OverlapIndex, OverlapResult
 from overlapdp.overlap.magnitude import float_up
-from overlapdp.privacy._lazy import Bounds, Cover, GiveUp, Members, emax, up_float, widen
+from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
@@ -227,7 +228,7 @@ class PrivacyFilter:
                 searched = self._members is not None and self._within
                 try:
                     found = self._search(q, exact[0]) if searched else None
-                except GiveUp:
+                except SearchGaveUp:
                     searched = False
                 if searched and found is None:  # every row inside the coverage fits, decided exactly
                     self._book(charge, exact, floats, cover, (q, loads))
@@ -331,7 +332,7 @@ class PrivacyFilter:
     def _search(self, q: PredicateQuery, e: Fraction) -> tuple[int, ...] | None:
         """The exact threshold decision (single scalar track, every row known within budget): None when
         every row of ``q``'s coverage fits with it, else such a row that does not; raises
-        :class:`GiveUp` when the search gives up (the index decides). Known over-budget rows are tried first (quick refusals)."""
+        :class:`SearchGaveUp` when the search gives up (the index decides). Known over-budget rows are tried first (quick refusals)."""
         assert self._members is not None
         members = self._members
         for j, row in enumerate(self._hot):
@@ -677,6 +678,22 @@ class PrivacyFilter:
                 self._within = tops is not None and bool(self._exact_ok(tops))
 
     _spent: tuple[OverlapResult, float] | None = None
+
+    def spent_bound(self) -> float:
+        """A safe upper bound on :meth:`spent` that never searches: :meth:`spent` itself when the overlap
+        index holds every admitted charge (its result is then at hand or one search away), else the
+        per-attribute bound on the worst row (MATH.md 2.7.1), widened past float round-off and rounded
+        up. For the service's ``remaining`` after an admission, so a lazily admitted charge is not
+        followed by the exact search it avoided; reports that need the exact figure call :meth:`spent`."""
+        with self._lock:
+            bounds = self._bounds
+            # (pure DP and zCDP: one additive track whose loads are the declared costs themselves)
+            lazy = self._single_sum and bool(self._pending) and not self._tracks[0].squared
+            if lazy and bounds is not None:
+                top = widen(float(bounds[0].top()[0]), self._n)
+                if top is not None:
+                    return self._factor * float_up(top)
+        return self.spent()
 
     def spent(self) -> float:
         """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index

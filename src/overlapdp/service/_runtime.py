@@ -544,8 +544,7 @@ class ServiceFilter:
             if best is not None:
                 self._pool.remove(best)
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
-        replica._generation = snap.generation
-        replica.budget = snap.budget
+        replica._join(snap.generation, snap.budget)
         try:
             for q, load, times in snap.charges[len(replica._log) :]:
                 check_deadline(deadline)  # each record may search (a generic index): checked each time
@@ -566,13 +565,23 @@ class ServiceFilter:
             if inner is self._filter or generation != self._generation:
                 continue
             replica = ServiceFilter.__new__(ServiceFilter)
-            replica.__dict__.update(self.__dict__)
-            replica._filter, replica._filter_budget, replica._budget = inner, budget, budget
-            replica._log = self._log[:n]
-            replica._retired, replica._pool, replica._pool_lock = [], [], threading.Lock()
-            replica._pinned = 0
-            replica._uid = next(_uids)
+            replica._become_replica(self, inner, n, budget)
             self._give_back(replica)
+
+    def _join(self, generation: int, budget: float) -> None:
+        """This replica now stands for a snapshot of ``generation`` with ``budget``."""
+        self._generation = generation
+        self.budget = budget
+
+    def _become_replica(self, owner: ServiceFilter, inner: PrivacyFilter, n: int, budget: float) -> None:
+        """Initialise this (new, uninitialised) object as a replica of ``owner`` over the retired library
+        filter ``inner``, which holds the first ``n`` charges of the owner's log."""
+        self.__dict__.update(owner.__dict__)
+        self._filter, self._filter_budget, self._budget = inner, budget, budget
+        self._log = owner._log[:n]
+        self._retired, self._pool, self._pool_lock = [], [], threading.Lock()
+        self._pinned = 0
+        self._uid = next(_uids)
 
     def _give_back(self, replica: ServiceFilter) -> None:
         with self._pool_lock:
@@ -696,6 +705,17 @@ class ServiceFilter:
             v = self._filter.value()
             return float(v[0] if isinstance(v, tuple) else v)
         return self._filter.spent()
+
+    def max_load_bound(self) -> float:
+        """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP and zCDP:
+        :meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges; other
+        definitions: :meth:`max_load`). The ``remaining`` of an answer is computed from it, so it is
+        never more than what is truly left."""
+        if len(self._filter) == 0:
+            return 0.0
+        if self.definition == "rdp":
+            return self.max_load()
+        return self._filter.spent_bound()
 
     def __len__(self) -> int:
         return len(self._filter)

@@ -955,7 +955,9 @@ class QueryService:
                 raise Conflict("this idempotency key is being used by a concurrent request")
             answers.append(Answer(charge=row.id, seq=row.seq, **answer))
             seqs.append(row.seq)
-        spent = mine.max_load()
+        # an upper bound on the spend (no search after a lazy admission): ``remaining`` is never more
+        # than what is left; the exact spend is in the data set status and the ledger's reports
+        spent = mine.max_load_bound()
         return BatchAnswer(
             answers=answers,
             cost=cost,

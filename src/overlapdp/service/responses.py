@@ -240,7 +240,10 @@ class QueryAnswer(Answer):
 
     cost: Cost
     replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
-    remaining: float | None
+    remaining: float | None = Field(
+        description="the analyst's rest of the quota, at most what is truly left: computed from a safe upper "
+        "bound on the spend (no overlap search after an admission); the exact spend is in the analyst's info"
+    )
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
 
