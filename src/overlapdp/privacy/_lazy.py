@@ -181,7 +181,7 @@ class Members:
         """The exact load of ``row``: the sum of the loads of the charges covering it."""
         cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(row)]
         hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
-        return _sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
+        return exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
 
     def _row(self, box: np.ndarray) -> tuple[int, ...]:
         return tuple(int(np.flatnonzero(box[self._seg(p)])[0]) for p in range(len(self.sizes)))
@@ -235,7 +235,7 @@ class Members:
             partial = ~np.logical_and.reduceat(sub | ~box, starts, axis=1)
             anyp = partial.any(axis=1)
             if not anyp.any():  # every row of the box pays exactly these charges
-                if fits(_sum([self.exact[i] for i in idx.tolist()])):
+                if fits(exact_sum([self.exact[i] for i in idx.tolist()])):
                     continue
                 return self._row(box)
             # split on the heaviest charge not holding the whole box, on an attribute where it does not
@@ -252,7 +252,7 @@ class Members:
         return None
 
 
-def _sum(values: Sequence[Fraction]) -> Fraction:
+def exact_sum(values: Sequence[Fraction]) -> Fraction:
     """The exact sum of Fractions (on integers when the denominators are powers of two, as exact floats)."""
     if not values:
         return Fraction(0)

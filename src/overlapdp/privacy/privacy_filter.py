@@ -49,7 +49,7 @@ concurrent composition; MATH.md 3.6).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -59,7 +59,7 @@ import numpy as np
 from overlapdp.errors import SearchGaveUp
 from overlapdp.overlap import OverlapIndex, OverlapResult
 from overlapdp.overlap.magnitude import float_up
-from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, up_float, widen
+from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, exact_sum, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
@@ -714,7 +714,7 @@ class PrivacyFilter:
             if self._spent is not None and self._spent[0] is r:
                 return self._spent[1]
             if r.exact and r.witness_row is not None and all(i in t.loads for i in r.queries):
-                value = self._factor * float_up(_dyadic_sum([t.loads[i] for i in r.queries]))
+                value = self._factor * float_up(exact_sum([t.loads[i] for i in r.queries]))
             else:
                 value = self._factor * float(r.upper)
             self._spent = (r, value)
@@ -741,17 +741,6 @@ def _times(load: Any, k: int) -> Any:
     if isinstance(load, Fraction):
         return k * load
     return float_up(k * Fraction(load))
-
-
-def _dyadic_sum(values: Sequence[Fraction]) -> Fraction:
-    """The exact sum of Fractions whose denominators are powers of two (exact float values and their
-    integer multiples), on integers: much faster than adding Fractions one by one."""
-    if not values:
-        return Fraction(0)
-    den = max(v.denominator for v in values)
-    if any(den % v.denominator for v in values):
-        return sum(values, Fraction(0))
-    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
 # Loads whose floats keep full relative precision in the row sums of the joint rule (2^-900 to 2^900:
