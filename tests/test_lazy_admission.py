@@ -18,6 +18,7 @@ import pytest
 
 from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, PrivacyFilter, PureDP
+from overlapdp.privacy._lazy import Bounds, Cover, up_float, widen
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
@@ -198,7 +199,16 @@ def test_rollback_restores_the_bounds_exactly(seed: int) -> None:
 
     for step in range(25):
         assert flt._bounds is not None
-        before = [(b.base.copy(), b.peak.copy(), [c.copy() for c in b.cells]) for b in flt._bounds]
+        before = [
+            (
+                b.base.copy(),
+                b.peak.copy(),
+                [c.copy() for c in b.cells],
+                b.speak.copy(),
+                [c.copy() for c in b.share],
+            )
+            for b in flt._bounds
+        ]
         sp = flt.savepoint()
         for _ in range(int(rng.integers(1, 6))):
             flt.try_charge(mech(rng), random_query(rng))
@@ -214,9 +224,11 @@ def test_rollback_restores_the_bounds_exactly(seed: int) -> None:
                 brute_ids(brute).append(c.id)
         else:
             flt.rollback(sp)
-            for b, (base, peak, cells) in zip(flt._bounds, before, strict=True):
+            for b, (base, peak, cells, speak, share) in zip(flt._bounds, before, strict=True):
                 assert np.array_equal(b.base, base) and np.array_equal(b.peak, peak)
                 assert all(np.array_equal(x, y) for x, y in zip(b.cells, cells, strict=True))
+                assert np.array_equal(b.speak, speak)
+                assert all(np.array_equal(x, y) for x, y in zip(b.share, share, strict=True))
         # then a few charges decided for good, against the brute force
         for _ in range(3):
             q, m = random_query(rng), mech(rng)
@@ -289,3 +301,66 @@ def test_spent_bound_never_below_the_worst_row_and_never_searches(
     if scale == 1.0:  # (loads near the float range's ends skip the lazy route: then nothing waits)
         assert flt._pending, "the charges were admitted lazily, so the bound answered without a search"
     assert flt.spent_bound() >= flt.spent() == factor * float_up(brute.maximum())
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("scale", [1.0, 1e-300, 1e250, 1e300])
+def test_bounds_never_below_the_exact_loads(seed: int, scale: float) -> None:
+    """The tables' bounds (both: per attribute, and the assignment of each charge to one attribute),
+    widened as the filter widens them, are at least the exact maximum load over every row and over every
+    query's coverage, at every step of a random stream with rollbacks. (Loads past 2^900 are held as
+    infinity: no bound then, the exact route decides.)"""
+    rng = np.random.default_rng(300 + seed)
+    bounds = Bounds(SCHEMA, 1)
+    loads: list[tuple[PredicateQuery, Fraction]] = []
+    marks: list[int] = []
+    for step in range(60):
+        if step % 10 == 3:
+            bounds.journal = []
+            marks.append(len(loads))
+        q = random_query(rng)
+        e = Fraction(float(rng.choice([0.05, 0.1, 0.15, 0.3])) * scale)
+        bounds.add(Cover(q), np.array([up_float(e)]))
+        loads.append((q, e))
+        if step % 10 == 8 and marks:
+            bounds.undo_to(0)
+            bounds.journal = None
+            del loads[marks.pop() :]
+        n = len(loads) + bounds.terms
+
+        def exact(rows: list[tuple[int, ...]]) -> Fraction:
+            return max(
+                (sum((e for q, e in loads if q.covers(r)), Fraction(0)) for r in rows), default=Fraction(0)
+            )
+
+        top = widen(float(bounds.top()[0]), n)
+        probe = random_query(rng)
+        inside = widen(float(bounds.inside(Cover(probe))[0]), n)
+        if scale > 2.0**900:
+            assert top is None
+            continue
+        assert top is not None and top >= exact(ROWS)
+        assert inside is not None and inside >= exact([r for r in ROWS if probe.covers(r)])
+
+
+def test_assignment_bound_is_tight_where_the_per_attribute_one_is_not() -> None:
+    """Four charges, each on two attributes, two by two disjoint: the worst row pays two of them. Every
+    attribute's table holds the two charges free on it (the per-attribute bound says three); assigning
+    each charge to one attribute shows two, so with a budget of three a charge of 1/2 on every row is
+    admitted on the bounds alone (the filter never searches)."""
+    schema = Schema(tuple(IntAttribute(n, 0, 1) for n in "wxyz"))
+    flt = PrivacyFilter(schema, PureDP(3.0))
+    for names, v in (("wx", 0), ("wx", 1), ("yz", 0), ("yz", 1)):
+        q = PredicateQuery.from_coverages(schema, {n: IndexSet.interval(v, v + 1) for n in names})
+        assert flt.try_charge(Laplace(1.0), q).admitted
+    assert flt._bounds is not None
+    b = flt._bounds[0]
+    assert float((b.peak + b.base).min()) == 3.0
+    assert float(b.top()[0]) == 2.0
+
+    def no_search(*args: object) -> None:
+        raise AssertionError("the bounds should have decided")
+
+    flt._search = no_search  # type: ignore[assignment,method-assign]
+    assert flt.try_charge(Laplace(2.0), PredicateQuery.from_coverages(schema, {})).admitted
+    assert flt.spent() == 2.5

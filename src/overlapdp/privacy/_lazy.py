@@ -9,9 +9,16 @@ bound of the exact (Fraction) loads once widened by :func:`widen`.
   the loads of the charges that constrain ``a`` and hold ``v``, plus ``base[a]``, the sum of the loads of
   the charges that leave ``a`` free. A charge covering a row ``x`` holds ``x_a`` on every attribute, so
   ``load(x) <= base[a] + cells[a][x_a]`` for EVERY ``a``; the maximum over a region is at most the minimum
-  over the attributes of the region's largest such value. A charge costs one slice update per attribute
-  it constrains. Inside a savepoint every update journals the slices it overwrites (never a copy of the
-  arrays), so a rollback restores the bounds bit for bit.
+  over the attributes of the region's largest such value. That bound is weak when charges constrain few
+  of many attributes (each table then holds most of the total), so a second one assigns each charge to
+  ONE attribute it constrains, ``share[a][v]`` summing the loads of the charges assigned to ``a`` that
+  hold ``v``: a charge covering ``x`` holds ``x_a`` on its assigned ``a``, so ``load(x) <= everywhere +
+  sum_a share[a][x_a]`` (``everywhere``: the charges constraining nothing), and the maximum over a region
+  is at most the sum over the attributes of the region's largest share. Any assignment is valid; each
+  charge goes where it raises the bound least (ties: the attribute it covers the smallest part of). A
+  charge costs one slice update per attribute it constrains, plus one. Inside a savepoint every update
+  journals the slices it overwrites (never a copy of the arrays), so a rollback restores the bounds bit
+  for bit.
 - :class:`Members` (single scalar track): the admitted charges' coverages as boolean rows, one matrix per
   attribute, with their exact loads: :meth:`Members.exceeds` decides whether some row of a region pays
   more than a threshold (branch and bound on the same per-attribute bound restricted to the box, leaves
@@ -79,8 +86,10 @@ class Cover:
         self.free = free
 
 
-# One journal record: the base and peak arrays before, and the cells slices overwritten.
-_Record = tuple[np.ndarray, np.ndarray, list[tuple[int, slice | np.ndarray, np.ndarray]]]
+# One journal record: the base, peak, share peak and everywhere arrays before, and the cells and share
+# slices overwritten.
+_Slices = list[tuple[int, slice | np.ndarray, np.ndarray]]
+_Record = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, _Slices, _Slices]
 
 
 class Bounds:
@@ -92,34 +101,66 @@ class Bounds:
         self.cells = [np.zeros((a.size, k)) for a in schema.attributes]
         self.peak = np.zeros((len(schema.attributes), k))  # max over v of cells[a][v]
         self.base = np.zeros((len(schema.attributes), k))
+        self.share = [np.zeros((a.size, k)) for a in schema.attributes]
+        self.speak = np.zeros((len(schema.attributes), k))  # max over v of share[a][v]
+        self.everywhere = np.zeros(k)
+        # attribute values, for the assignment's tie-break (the smaller covered part first)
+        self.sizes = [a.size for a in schema.attributes]
         self.journal: list[_Record] | None = None
+
+    @property
+    def terms(self) -> int:
+        """How many partial sums a bound adds beyond the charges' loads (for :func:`widen`'s count)."""
+        return len(self.sizes) + 2
 
     def inside(self, cover: Cover) -> np.ndarray:
         """Per component, an upper bound (float, see :func:`widen`) on every row's load in the cover."""
         if cover.empty:  # no row inside
             return np.zeros(self.k)
         best = np.full(self.k, np.inf)
+        split = self.everywhere.copy()
         if cover.free.any():
             best = (self.peak[cover.free] + self.base[cover.free]).min(axis=0)
+            split += self.speak[cover.free].sum(axis=0)
         for p, idx in cover.parts:
             best = np.minimum(best, self.cells[p][idx].max(axis=0) + self.base[p])
-        return best
+            split += self.share[p][idx].max(axis=0)
+        return np.asarray(np.minimum(best, split))
 
     def top(self) -> np.ndarray:
         """Per component, an upper bound on the worst row's load."""
         if not self.cells:
             return np.full(self.k, np.inf)
-        return np.asarray((self.peak + self.base).min(axis=0))
+        return np.asarray(
+            np.minimum((self.peak + self.base).min(axis=0), self.speak.sum(axis=0) + self.everywhere)
+        )
+
+    def _assign(self, cover: Cover, load: np.ndarray) -> tuple[int, slice | np.ndarray] | None:
+        """The attribute (and values) of ``cover`` whose share the charge joins: the one whose largest
+        share it raises least (summed over the components), then the one it covers the smallest part
+        of. None when the charge constrains no attribute."""
+        best: tuple[float, float] | None = None
+        pick = None
+        for p, idx in cover.parts:
+            rise = np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum()
+            part = (idx.stop - idx.start if isinstance(idx, slice) else len(idx)) / self.sizes[p]
+            if best is None or (float(rise), part) < best:
+                best, pick = (float(rise), part), (p, idx)
+        return pick
 
     def add(self, cover: Cover, load: np.ndarray) -> None:
         if cover.empty:  # covers no row: no row's load changes
             return
+        pick = self._assign(cover, load)
         if self.journal is not None:
             self.journal.append(
                 (
                     self.base.copy(),
                     self.peak.copy(),
+                    self.speak.copy(),
+                    self.everywhere.copy(),
                     [(p, idx, self.cells[p][idx].copy()) for p, idx in cover.parts],
+                    [] if pick is None else [(pick[0], pick[1], self.share[pick[0]][pick[1]].copy())],
                 )
             )
         self.base[cover.free] += load
@@ -127,15 +168,24 @@ class Bounds:
             cell = self.cells[p]
             cell[idx] += load
             np.maximum(self.peak[p], cell[idx].max(axis=0), out=self.peak[p])
+        if pick is None:
+            self.everywhere = self.everywhere + load
+        else:
+            p, idx = pick
+            share = self.share[p]
+            share[idx] += load
+            np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
 
     def undo_to(self, mark: int) -> None:
         """Restore the tables as they were when the journal had ``mark`` records."""
         assert self.journal is not None
         while len(self.journal) > mark:
-            base, peak, slices = self.journal.pop()
-            self.base, self.peak = base, peak
+            base, peak, speak, everywhere, slices, shares = self.journal.pop()
+            self.base, self.peak, self.speak, self.everywhere = base, peak, speak, everywhere
             for p, idx, before in reversed(slices):
                 self.cells[p][idx] = before
+            for p, idx, before in shares:
+                self.share[p][idx] = before
 
 
 class Members:

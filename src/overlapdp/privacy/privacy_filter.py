@@ -188,6 +188,7 @@ class PrivacyFilter:
         self._bounds: list[Bounds] | None = None
         if self._tracks and 0 < cells * k <= _BOUND_CELLS:
             self._bounds = [Bounds(schema, k) for _ in self._tracks]
+        self._bounds_terms = self._bounds[0].terms if self._bounds is not None else 0
         self._members: Members | None = None
         if self._bounds is not None and len(rule.tracks) == 1 and rule.tracks[0].comp != "vector":
             self._members = Members(schema)
@@ -305,7 +306,7 @@ class PrivacyFilter:
         None when a bound is infinite."""
         out: list[Any] = []
         for i, v in enumerate(parts):
-            xs = [widen(float(x), self._n) for x in v]
+            xs = [widen(float(x), self._n + self._bounds_terms) for x in v]
             if any(x is None for x in xs):
                 return None
             ys: list[Fraction] = [x for x in xs if x is not None]
@@ -690,7 +691,7 @@ class PrivacyFilter:
             # (pure DP and zCDP: one additive track whose loads are the declared costs themselves)
             lazy = self._single_sum and bool(self._pending) and not self._tracks[0].squared
             if lazy and bounds is not None:
-                top = widen(float(bounds[0].top()[0]), self._n)
+                top = widen(float(bounds[0].top()[0]), self._n + bounds[0].terms)
                 if top is not None:
                     return self._factor * float_up(top)
         return self.spent()
