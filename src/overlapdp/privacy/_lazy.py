@@ -148,9 +148,10 @@ class Bounds:
                 best, pick = (float(rise), part), (p, idx)
         return pick
 
-    def add(self, cover: Cover, load: np.ndarray) -> None:
+    def add(self, cover: Cover, load: np.ndarray) -> int | None:
+        """Add a charge's load; the attribute its share went to (None: it constrains none, or no row)."""
         if cover.empty:  # covers no row: no row's load changes
-            return
+            return None
         pick = self._assign(cover, load)
         if self.journal is not None:
             self.journal.append(
@@ -175,6 +176,7 @@ class Bounds:
             share = self.share[p]
             share[idx] += load
             np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
+        return None if pick is None else pick[0]
 
     def undo_to(self, mark: int) -> None:
         """Restore the tables as they were when the journal had ``mark`` records."""
@@ -200,6 +202,8 @@ class Members:
         self.n = 0
         cap = 64
         self.flat = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
+        # per charge, the cells of the one attribute it counts on in the assignment bound (Bounds)
+        self.own = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
         self.loads = np.zeros(cap)
         self.live = np.zeros(cap, dtype=bool)
         self.exact: list[Fraction] = []
@@ -207,15 +211,20 @@ class Members:
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
 
-    def add(self, q: PredicateQuery, exact: Fraction) -> None:
+    def add(self, q: PredicateQuery, exact: Fraction, attr: int | None = None) -> None:
+        """Add an admitted charge; ``attr``: the attribute it counts on in the assignment bound (any is
+        valid; None: the first)."""
         if self.n == self.loads.shape[0]:
             self.flat = np.concatenate([self.flat, np.zeros_like(self.flat)])
+            self.own = np.concatenate([self.own, np.zeros_like(self.own)])
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
         i = self.n
         self.flat[i] = True
         for p, cov in q.constraints:
             self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
+        self.own[i] = False
+        self.own[i, self._seg(0 if attr is None else attr)] = True
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
@@ -249,7 +258,7 @@ class Members:
         charge first (a refusal is found early); raises :class:`SearchGaveUp` past ``max_nodes`` regions.
 
         A region is a box (a value set per attribute, one boolean mask side by side); its bound is the
-        per-attribute one of :class:`Bounds` restricted to the charges meeting the box."""
+        smaller of :class:`Bounds`' two, restricted to the charges meeting the box."""
         box = np.ones(int(self.offsets[-1]), dtype=bool)
         for p, cov in q.constraints:
             box[self._seg(p)] = cov.mask(self.sizes[p])
@@ -257,6 +266,7 @@ class Members:
             return None
         n = self.n
         flat = self.flat[:n]
+        own = self.own[:n]
         loads = self.loads[:n]
         starts = self.starts
         stack: list[tuple[np.ndarray, np.ndarray]] = [(box, np.flatnonzero(self.live[:n]))]
@@ -276,9 +286,13 @@ class Members:
                     return self._row(box)
                 continue
             w = loads[idx]
-            # per attribute the largest load of a value in the box (values outside it sum to 0); an
+            # per attribute the largest load of a value in the box (values outside it sum to 0), and the
+            # sum over the attributes of the largest share (each charge on its own attribute); an
             # infinite load (past 2^900) gives no bound
-            ub = float(np.maximum.reduceat(w @ inb, starts).min()) if np.isfinite(w).all() else np.inf
+            ub = np.inf
+            if np.isfinite(w).all():
+                ub = float(np.maximum.reduceat(w @ inb, starts).min())
+                ub = min(ub, float(np.maximum.reduceat(w @ (inb & own[idx]), starts).sum()))
             if clear(ub):
                 continue
             # per attribute, whether each charge holds the whole box there

@@ -267,10 +267,9 @@ class PrivacyFilter:
             if floats is None or cover is None:  # a load the bounds cannot hold: dropped for good
                 self._drop_bounds()
             else:
-                for b, f in zip(self._bounds, floats, strict=True):
-                    b.add(cover, f)
+                attrs = [b.add(cover, f) for b, f in zip(self._bounds, floats, strict=True)]
                 if self._members is not None:
-                    self._members.add(charge.query, exact[0])
+                    self._members.add(charge.query, exact[0], attrs[0])
         for t, e in zip(self._tracks, exact, strict=True):
             t.loads[charge.id] = e
         self._ids.add(charge.id)
@@ -340,7 +339,7 @@ class PrivacyFilter:
             if q.covers(row) and not self._exact_ok([members.load_at(row) + e]):
                 self._hot.insert(0, self._hot.pop(j))
                 return row
-        n = self._n
+        n = self._n + self._bounds_terms
 
         def clear(ub: float) -> bool:
             w = widen(ub, n)
@@ -559,6 +558,7 @@ class PrivacyFilter:
             loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
             exact = [_times(t.exact(mechanism), times) for t in self._tracks]
             floats = self._bound_loads(loads, exact)
+            attrs: list[int | None] = [None]
             if floats is not None:
                 # pending like a lazy admission; every row stays known within budget only if the
                 # bounds show it (a recorded charge is never refused, so it may overspend)
@@ -566,8 +566,7 @@ class PrivacyFilter:
                 within = self._lazy_fits(cover, exact)
                 self._pending.append((q, loads))
                 assert self._bounds is not None
-                for b, f in zip(self._bounds, floats, strict=True):
-                    b.add(cover, f)
+                attrs = [b.add(cover, f) for b, f in zip(self._bounds, floats, strict=True)]
                 self._within = within
             else:
                 if self._bounds is not None:
@@ -582,7 +581,7 @@ class PrivacyFilter:
                 for i in ids[1:]:
                     t.loads[i] = zero
             if self._members is not None:
-                self._members.add(charge.query, exact[0])
+                self._members.add(charge.query, exact[0], attrs[0])
                 for _ in ids[1:]:
                     self._members.add(charge.query, Fraction(0))
             self._ids.update(ids)

@@ -909,7 +909,7 @@ class QueryService:
         global_ok = own_ok and _decide(state.global_filter, p, 1, pairs)
         if not (own_ok and global_ok):
             mine.rollback(mark)
-            spent = mine.max_load()
+            spent = mine.max_load_bound()  # under the lock: a safe bound, no search (as an answer's)
             remaining = max(0.0, quota - spent)
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()

@@ -40,8 +40,10 @@ def omitted(description: str | None = None) -> Any:
 class ErrorBody(BaseModel):
     """A refused request: the exception's name and a one-line reason naming the field or attribute.
 
-    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota),
-    ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta)) and ``quota_admits`` /
+    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota, never more
+    than what is left), ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta): for pure DP
+    and zCDP a safe upper bound from the lazy admission tables, computed without an overlap search
+    under the lock; the exact spend is in ``GET /v1/me``) and ``quota_admits`` /
     ``global_admits`` (whether each budget alone would have paid).
     """
 
