@@ -364,3 +364,55 @@ def test_past_its_time_budget_a_request_gets_503_alone_and_nothing_is_charged(
     assert r.status_code == 200
     assert len(service.ledger(dataset="adult", limit=5000)) == len(before_ledger) + 1
     service.store.close()
+
+
+def _mixed_adult(n: int, seed: int) -> list[tuple[PredicateQuery | None, float]]:
+    """``n`` queries on 4 random Adult attributes each (a range up to a third of an attribute, or 3
+    values): the shape whose exact spend takes minutes from scratch (benchmarks/service.py, during)."""
+    from overlapdp.samples import adult_schema
+    from overlapdp.schema import IndexSet
+
+    schema = adult_schema()
+    rng = random.Random(seed)
+    out: list[tuple[PredicateQuery | None, float]] = []
+    for _ in range(n):
+        covs = {}
+        for a in rng.sample(list(schema.attributes), 4):
+            if a.size > 4 and rng.random() < 0.5:
+                lo = rng.randrange(a.size - 1)
+                covs[a.name] = IndexSet.interval(
+                    lo, min(a.size, lo + 1 + rng.randint(1, max(1, a.size // 3)))
+                )
+            else:
+                covs[a.name] = IndexSet.from_indices(rng.sample(range(a.size), min(a.size, 3)))
+        out.append((PredicateQuery.from_coverages(schema, covs), 1e-4))
+    return out
+
+
+def test_the_time_budget_holds_inside_the_spend_search() -> None:
+    """A /cost's spend (the exact overlap search over 1 000 mixed queries, minutes from scratch) is cut
+    at the request's deadline: TimeBudgetExceeded soon after it, not when the search ends; and the
+    filter's own spend search is back to unlimited afterwards."""
+    from overlapdp.samples import adult_schema
+
+    f = ServiceFilter(adult_schema(), "pure", 1e9)
+    charges = _mixed_adult(1000, 5)
+    snap = f.snapshot()
+    t0 = time.monotonic()
+    with pytest.raises(TimeBudgetExceeded):
+        f.dry_run(snap, charges, deadline=t0 + 1.0)
+    assert time.monotonic() - t0 < 6.0
+    t0 = time.monotonic()
+    with pytest.raises(TimeBudgetExceeded):
+        runtime_batch_cost(charges, deadline=t0 + 1.0)
+    assert time.monotonic() - t0 < 6.0
+    assert f.max_load() == 0.0
+
+
+def runtime_batch_cost(
+    charges: list[tuple[PredicateQuery | None, float]], deadline: float
+) -> dict[str, float]:
+    from overlapdp.samples import adult_schema
+    from overlapdp.service._runtime import batch_cost
+
+    return batch_cost(adult_schema(), charges, "pure", deadline)

@@ -172,6 +172,22 @@ class OverlapIndex:
         return self.result().witness
 
     @property
+    def effort(self) -> float | None:
+        """Seconds each search may take (the engine's effort limit, wall clock from the call); past it
+        the result is a safe upper bound, not exact. None: no limit."""
+        return self._effort
+
+    @effort.setter
+    def effort(self, seconds: float | None) -> None:
+        self._effort = seconds
+        # a result a limit cut short (a bound) is searched again under the new one when next asked
+        if self._generic_result is not None and not self._generic_result.exact:
+            self._generic_result = None
+            self._cached = None
+        if self._cached is not None and not self._cached.exact:
+            self._cached = None
+
+    @property
     def dense(self) -> bool:
         """Whether the dense load array is in use (else peek solves a restricted workload)."""
         return self._dense

@@ -49,7 +49,8 @@ concurrent composition; MATH.md 3.6).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -678,6 +679,23 @@ class PrivacyFilter:
                 self._within = tops is not None and bool(self._exact_ok(tops))
 
     _spent: tuple[OverlapResult, float] | None = None
+
+    @contextmanager
+    def search_effort(self, seconds: float | None) -> Iterator[None]:
+        """Within the block, each overlap search of the filter's indexes stops after ``seconds`` (wall
+        clock from its call; the engine's effort limit): :meth:`value` and :meth:`spent` are then safe
+        upper bounds, no longer exact, when a search was cut. For a caller with a deadline (the service's
+        per-request time budget), which checks it after the block."""
+        with self._lock:
+            before = [t.index.effort for t in self._tracks]
+            for t in self._tracks:
+                t.index.effort = seconds
+        try:
+            yield
+        finally:
+            with self._lock:
+                for t, e in zip(self._tracks, before, strict=True):
+                    t.index.effort = e
 
     def spent_bound(self) -> float:
         """A safe upper bound on :meth:`spent` that never searches: :meth:`spent` itself when the overlap

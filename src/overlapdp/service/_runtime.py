@@ -673,17 +673,26 @@ class ServiceFilter:
         replica = self._replica(snap, deadline)
         mark = replica.savepoint()
         try:
-            before = replica.max_load()
+            before = replica.max_load(deadline)
             ok = replica.try_all(charges, deadline)  # admitted: the charges are in
             if not ok:
                 for q, load in charges:
                     check_deadline(deadline)
                     replica.record(q, load)
-            after = replica.max_load()
+            after = replica.max_load(deadline)
         finally:
             replica.rollback(mark)
             self._give_back(replica)
         return before, after, ok
+
+    def spend(self, snap: FilterSnapshot) -> float:
+        """The exact spend (:meth:`max_load`) of ``snap``'s charges, on a private replica: off the
+        admission lock, so a report's overlap search holds nobody up."""
+        replica = self._replica(snap, None)
+        try:
+            return replica.max_load()
+        finally:
+            self._give_back(replica)
 
     @staticmethod
     def finish(trial: Trial) -> None:
@@ -697,17 +706,27 @@ class ServiceFilter:
         trial.owner._give_back(trial.replica)
         trial.replica = None
 
-    def max_load(self) -> float:
+    def max_load(self, deadline: float | None = None) -> float:
         """The spend in the data set's amount: the worst row's load, its exact value rounded up (a safe
         upper bound when the index is not exact), :meth:`PrivacyFilter.spent`; GDP: sqrt of the worst
         row's sum of mu^2; RDP: the worst row's sum at the one order; approximate DP: the filter's
-        epsilon at the budget's delta (:meth:`PrivacyFilter.value`)."""
+        epsilon at the budget's delta (:meth:`PrivacyFilter.value`).
+
+        ``deadline`` (``time.monotonic()``): the overlap search is cut there (the engine's effort
+        limit) and :class:`TimeBudgetExceeded` raised once it has passed, so a request's time budget
+        holds inside the search too."""
         if len(self._filter) == 0:
             return 0.0
-        if self.definition == "rdp":
-            v = self._filter.value()
-            return float(v[0] if isinstance(v, tuple) else v)
-        return self._filter.spent()
+        check_deadline(deadline)
+        seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with self._filter.search_effort(seconds):
+            if self.definition == "rdp":
+                v = self._filter.value()
+                out = float(v[0] if isinstance(v, tuple) else v)
+            else:
+                out = self._filter.spent()
+        check_deadline(deadline)  # (a search cut at the deadline gave a bound: not an answer)
+        return out
 
     def max_load_bound(self) -> float:
         """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP and zCDP:
@@ -765,7 +784,7 @@ def batch_cost(
         sequential = GDP.compose([GDP(x) for _, x in charges]).mu if total > 0 else 0.0
     else:
         sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
-    return {"overlap": alone.max_load(), "sequential": sequential}
+    return {"overlap": alone.max_load(deadline), "sequential": sequential}
 
 
 def make_filter(

@@ -395,23 +395,25 @@ class QueryService:
         state = self._state(name)
         self._catch_up(state)
         with state.admit_lock:
+            # the exact spends are computed off the lock on snapshots (an overlap search each)
             rec = state.record
-            per_analyst = {a: f.max_load() for a, f in state.analyst_filters.items()}
-            spent = state.global_filter.max_load()
-            guarantee = runtime.global_guarantee(
-                rec.definition, list(per_analyst.values()), spent, state.params
-            )
-            return DatasetStatus(
-                **self._admin_fields(state),
-                spent=spent,
-                spent_epsilon_delta=EpsilonDelta(
-                    **runtime.epsilon_delta(rec.definition, state.params, spent)
-                ),
-                remaining=max(0.0, rec.budget - spent),
-                spent_by_analyst=per_analyst,
-                guarantee=Guarantee(**guarantee),
-                ledger_seq=state.last_seq,
-            )
+            snaps = {a: (f, f.snapshot()) for a, f in state.analyst_filters.items()}
+            glob = state.global_filter
+            gsnap = glob.snapshot()
+            admin = self._admin_fields(state)
+            seq = state.last_seq
+        per_analyst = {a: f.spend(s) for a, (f, s) in snaps.items()}
+        spent = glob.spend(gsnap)
+        guarantee = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent, state.params)
+        return DatasetStatus(
+            **admin,
+            spent=spent,
+            spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(rec.definition, state.params, spent)),
+            remaining=max(0.0, rec.budget - spent),
+            spent_by_analyst=per_analyst,
+            guarantee=Guarantee(**guarantee),
+            ledger_seq=seq,
+        )
 
     def _catch_up(self, state: _DatasetState) -> None:
         """Bring the filters up to the ledger's committed rows."""
@@ -489,7 +491,8 @@ class QueryService:
             self._catch_up(state)
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
-                spent = f.max_load() if f is not None else 0.0
+                snap = f.snapshot() if f is not None else None
+            spent = f.spend(snap) if f is not None and snap is not None else 0.0  # off the lock
             defn, params = state.record.definition, state.params
             per[ds] = QuotaInfo(
                 definition=defn,  # type: ignore[arg-type]  # checked at registration
