@@ -142,7 +142,8 @@ class Bounds:
         best: tuple[float, float] | None = None
         pick = None
         for p, idx in cover.parts:
-            rise = np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum()
+            with np.errstate(invalid="ignore"):  # inf - inf (loads past 2^900): nan, any choice is valid
+                rise = np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum()
             part = (idx.stop - idx.start if isinstance(idx, slice) else len(idx)) / self.sizes[p]
             if best is None or (float(rise), part) < best:
                 best, pick = (float(rise), part), (p, idx)
