@@ -203,8 +203,12 @@ class Members:
         self.n = 0
         cap = 64
         self.flat = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
-        # per charge, the cells of the one attribute it counts on in the assignment bound (Bounds)
-        self.own = np.zeros((cap, int(self.offsets[-1])), dtype=bool)
+        # per charge, the one attribute it counts on in the assignment bound (Bounds), and per attribute
+        # its cells
+        self.assign = np.zeros(cap, dtype=np.intp)
+        self.segments = np.zeros((len(self.sizes), int(self.offsets[-1])), dtype=bool)
+        for p in range(len(self.sizes)):
+            self.segments[p, self._seg(p)] = True
         self.loads = np.zeros(cap)
         self.live = np.zeros(cap, dtype=bool)
         self.exact: list[Fraction] = []
@@ -217,15 +221,14 @@ class Members:
         valid; None: the first)."""
         if self.n == self.loads.shape[0]:
             self.flat = np.concatenate([self.flat, np.zeros_like(self.flat)])
-            self.own = np.concatenate([self.own, np.zeros_like(self.own)])
+            self.assign = np.concatenate([self.assign, np.zeros_like(self.assign)])
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
         i = self.n
         self.flat[i] = True
         for p, cov in q.constraints:
             self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
-        self.own[i] = False
-        self.own[i, self._seg(0 if attr is None else attr)] = True
+        self.assign[i] = 0 if attr is None else attr
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
@@ -267,7 +270,7 @@ class Members:
             return None
         n = self.n
         flat = self.flat[:n]
-        own = self.own[:n]
+        assign = self.assign[:n]
         loads = self.loads[:n]
         starts = self.starts
         stack: list[tuple[np.ndarray, np.ndarray]] = [(box, np.flatnonzero(self.live[:n]))]
@@ -293,7 +296,7 @@ class Members:
             ub = np.inf
             if np.isfinite(w).all():
                 ub = float(np.maximum.reduceat(w @ inb, starts).min())
-                ub = min(ub, float(np.maximum.reduceat(w @ (inb & own[idx]), starts).sum()))
+                ub = min(ub, float(np.maximum.reduceat(w @ (inb & self.segments[assign[idx]]), starts).sum()))
             if clear(ub):
                 continue
             # per attribute, whether each charge holds the whole box there
