@@ -311,3 +311,38 @@ def test_the_solver_child_stops_itself_on_the_wall_clock(tmp_path: Path) -> None
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["complete"] is False
     assert float(result["dual"]) >= 0.0
+
+
+def test_a_peeks_searches_share_one_effort_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generic-mode peek runs two searches (the held maximum, then the peeked query's coverage); the
+    index's effort limit holds for the peek as a whole: the second search gets only the time the first
+    left (each search here "takes" 0.7 of a 1.0 limit on a clock the test drives). The results stay
+    exact (nothing was cut) and equal brute force."""
+    from overlapdp.overlap import index as index_mod
+    from overlapdp.overlap.index import OverlapIndex
+
+    queries = _workload(3, t=12)
+    schema = queries[0].schema
+    idx = OverlapIndex(schema, "sum", dense_limit=1)  # generic mode: peeks search
+    for i, q in enumerate(queries[:-1]):
+        idx.insert(q.with_id(f"q{i}"), 1.0, defer=True)
+    clock = [0.0]
+    monkeypatch.setattr(_clock, "now", lambda: clock[0])
+    calls: list[tuple[float, float | None]] = []
+    real = index_mod.max_overlap
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        calls.append((clock[0], kwargs.get("effort")))
+        out = real(*args, **kwargs)
+        clock[0] += 0.7
+        return out
+
+    monkeypatch.setattr(index_mod, "max_overlap", timed)
+    idx.effort = 1.0
+    got = idx.peek(queries[-1], 1.0)
+    assert len(calls) == 2
+    (t1, e1), (t2, e2) = calls
+    assert e1 == 1.0 and t1 == 0.0
+    assert e2 is not None and t2 + e2 <= 1.0 + 1e-12  # the peek's deadline, not a fresh 1.0
+    assert got.exact
+    assert float(got.value) == float(brute_force_overlap(queries, [1.0] * len(queries)).value)

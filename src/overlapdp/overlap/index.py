@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp.overlap import _clock
 from overlapdp.overlap.engine import max_overlap
 from overlapdp.overlap.magnitude import (
     check_finite,
@@ -173,8 +174,9 @@ class OverlapIndex:
 
     @property
     def effort(self) -> float | None:
-        """Seconds each search may take (the engine's effort limit, wall clock from the call); past it
-        the result is a safe upper bound, not exact. None: no limit."""
+        """Seconds each search may take (the engine's effort limit, wall clock from the call; a peek's
+        searches share one limit); past it the result is a safe upper bound, not exact. None: no
+        limit."""
         return self._effort
 
     @effort.setter
@@ -819,6 +821,12 @@ class OverlapIndex:
             return [np.asarray(e.weight) for e in entries]
         return [float(e.weight) for e in entries]
 
+    def _left(self, started: float) -> float | None:
+        """The effort left of an operation that began at ``started`` (``_clock.now()``)."""
+        if self._effort is None:
+            return None
+        return max(0.0, self._effort - (_clock.now() - started))
+
     def _recompute(self, extra: tuple[PredicateQuery, Any] | None = None) -> OverlapResult:
         entries = list(self._entries.values())
         queries = [e.query for e in entries]
@@ -829,7 +837,9 @@ class OverlapIndex:
         return max_overlap(queries, weights, self._comp, effort=self._effort, schema=self._schema)
 
     def _generic_peek(self, query: PredicateQuery, raw: FloatArray, load: FloatArray) -> OverlapResult:
-        """max(current, f(w_q) + max load inside C_q), the second from the restricted workload."""
+        """max(current, f(w_q) + max load inside C_q), the second from the restricted workload. The
+        effort limit holds for the whole peek: its searches share it, each given the time left."""
+        started = _clock.now()
         current = self.result()
         if query.is_contradiction:
             if self._entries:
@@ -854,7 +864,7 @@ class OverlapIndex:
                 restricted,
                 [float(v[c]) for v in rloads],
                 "sum",
-                effort=self._effort,
+                effort=self._left(started),
                 schema=self._schema,
             )
             cur = parts[c]
