@@ -364,3 +364,61 @@ def test_assignment_bound_is_tight_where_the_per_attribute_one_is_not() -> None:
     flt._search = no_search  # type: ignore[assignment,method-assign]
     assert flt.try_charge(Laplace(2.0), PredicateQuery.from_coverages(schema, {})).admitted
     assert flt.spent() == 2.5
+
+
+def _bounds_first_cases() -> list[tuple[str, float]]:
+    return [("pure", 1.0), ("pure", 1e-300), ("pure", 1e300), ("zcdp", 1.0), ("gdp", 1.0), ("rdp", 1.0)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("kind", "scale"), _bounds_first_cases())
+def test_admission_on_the_bounds_alone_is_the_exact_filters(seed: int, kind: str, scale: float) -> None:
+    """``try_on_bounds`` (what the service does under its lock before any search) against brute force on
+    the same stream: when it admits, every row fits with the charge (it never refuses); when it returns
+    None, nothing changed (length, spend, bounds, ids) and ``try_charge`` then decides as brute force
+    does. Far from the budget the bounds decide, near it they hand over: both happen on every stream of
+    ordinary magnitude."""
+    pure = kind == "pure"
+    if kind == "pure":
+        budget: Any = PureDP(1.0 * scale)
+        brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(1.0 * scale)))  # type: ignore[union-attr]
+    elif kind == "zcdp":
+        budget = ZCDP(0.4)
+        brute = Brute(lambda m: (Fraction(m.zcdp().rho),), _scalar(1, Fraction(0.4)))  # type: ignore[union-attr]
+    elif kind == "gdp":
+        budget = GDP(1.0)
+        brute = Brute(lambda m: (Fraction(m.gdp().mu) ** 2,), _scalar(1, Fraction(1)))  # type: ignore[union-attr]
+    else:
+        budget = RDP(ORDERS, (0.6, 1.2, 4.0))
+        bounds = [Fraction(e) for e in budget.epsilons]
+        brute = Brute(
+            lambda m: tuple(Fraction(e) for e in m.rdp(ORDERS).epsilons),  # type: ignore[union-attr]
+            lambda v: all(x <= b for x, b in zip(v, bounds, strict=True)),
+        )
+    flt = PrivacyFilter(SCHEMA, budget)
+    rng = np.random.default_rng(seed + 100)
+    on_bounds = handed_over = 0
+    for _ in range(60):
+        q = random_query(rng)
+        if pure:
+            m: Mechanism = Laplace(1.0 / (float(rng.choice([0.05, 0.1, 0.15, 0.2, 0.3])) * scale))
+        else:
+            m = Gaussian(float(rng.choice([2.0, 3.0, 4.5])))
+        want = brute.would_admit(m, q)
+        before = (len(flt), flt.spent_bound() if kind != "rdp" else None, flt._ids.copy())
+        got = flt.try_on_bounds(m, q)
+        if got is not None:
+            assert got.admitted and want is True, (q, m)
+            on_bounds += 1
+            brute.add(m, q)
+            continue
+        handed_over += 1
+        assert (len(flt), flt.spent_bound() if kind != "rdp" else None, flt._ids) == before
+        decided = flt.try_charge(m, q)
+        assert decided.admitted == want, (q, m)
+        if decided.admitted:
+            brute.add(m, q)
+    # past 2^900 or below 2^-900 the bounds hold infinity or the floor (MATH.md 2.7.1): they hand over
+    assert handed_over > 3 and (on_bounds > 3 or scale != 1.0)
+    if kind == "pure":
+        assert flt.spent() == float_up(brute.maximum())

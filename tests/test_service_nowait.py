@@ -161,7 +161,9 @@ def test_a_trial_past_its_deadline_changes_nothing() -> None:
 # -- the service: no stall, validation against what landed since, time budget ----------------------------
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=Limits(max_batch=1000))
+    # bounds_max=0: every batch takes the snapshot path (trial off the lock, settle under it), which
+    # these tests hold and inspect; the bounds-first path has tests of its own below
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=Limits(max_batch=1000, bounds_max=0))
     path, schema = write_adult(tmp_path)
     service.register_dataset("adult", str(path), schema, "pandas", "pure", 1.0)
     alice = service.authenticate(service.create_analyst("alice", {"adult": 100.0}).token)
@@ -416,3 +418,106 @@ def runtime_batch_cost(
     from overlapdp.service._runtime import batch_cost
 
     return batch_cost(adult_schema(), charges, "pure", deadline)
+
+
+# -- batches tried on the filters' bounds first (Limits.bounds_max) ------------------------------------------
+def _bounded_world(tmp_path: Path, quota: float, budget: float) -> tuple[QueryService, Any]:
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=Limits(max_batch=1000))
+    path, schema = write_adult(tmp_path)
+    service.register_dataset("adult", str(path), schema, "pandas", "pure", budget)
+    return service, service.authenticate(service.create_analyst("alice", {"adult": quota}).token)
+
+
+def test_a_batch_far_from_the_budget_is_admitted_on_the_bounds_with_no_search_and_no_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Far from the budget a batch is decided under the lock on the lazy bounds alone: no filter search
+    (``try_charge``) and no replica (``trial``) is ever made, and the answers and ledger are complete."""
+    service, alice = _bounded_world(tmp_path, quota=5.0, budget=10.0)
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the bounds alone should have admitted this batch")
+
+    monkeypatch.setattr(PrivacyFilter, "try_charge", forbidden)
+    monkeypatch.setattr(ServiceFilter, "trial", forbidden)
+    out = service.query(alice, "adult", ["age BETWEEN 20 AND 30", "sex = 1", "age < 40 AND sex = 0"], 0.1)
+    assert len(out.answers) == 3
+    assert len(service.ledger(dataset="adult", limit=100)) == 3
+    service.store.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batches_tried_on_the_bounds_first_decide_as_admitting_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """A stream of batches with the default limits (bounds first, a trial off the lock when they cannot
+    admit) gets, batch by batch, the decision of admitting it one charge at a time into the analyst's
+    filter then the global one (serial filters on the same stream); near the budget the trials run,
+    far from it they do not, and the ledger holds exactly the admitted charges."""
+    service, alice = _bounded_world(tmp_path, quota=0.8, budget=1.0)
+    state = service._state("adult")
+    trials = [0]
+    original = ServiceFilter.trial
+
+    def counted(self: ServiceFilter, *args: Any, **kwargs: Any) -> Any:
+        trials[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ServiceFilter, "trial", counted)
+    mine, glob = ServiceFilter(state.schema, "pure", 0.8), ServiceFilter(state.schema, "pure", 1.0)
+    rng = random.Random(seed)
+    admitted = refused = on_bounds = held = 0
+    for _ in range(40):
+        batch = []
+        for _ in range(rng.randint(2, 6)):
+            lo = rng.randrange(17, 80)
+            batch.append(f"age BETWEEN {lo} AND {lo + rng.randrange(0, 20)} AND sex = {rng.randrange(2)}")
+        eps = rng.choice([0.01, 0.05, 0.1, 0.2])
+        pairs: list[tuple[PredicateQuery | None, float]] = [
+            (parse_where(state.schema, q), eps) for q in batch
+        ]
+        sp = mine.savepoint()
+        want = mine.try_all(pairs) and glob.try_all(pairs)
+        if not want:
+            mine.rollback(sp)
+        before = trials[0]
+        try:
+            out = service.query(alice, "adult", batch, eps)
+            got = True
+            assert len(out.answers) == len(batch)
+        except QuotaExceeded:
+            got = False
+        assert got is want, batch
+        admitted += got
+        refused += not got
+        held += len(batch) if got else 0
+        on_bounds += got and trials[0] == before
+    assert admitted > 3 and refused > 3
+    assert on_bounds > 0 and trials[0] > 0  # both paths were taken
+    assert len(service.ledger(dataset="adult", limit=5000)) == held
+    assert service.dataset_status("adult").spent == mine.max_load()
+    service.store.close()
+
+
+def test_the_time_budget_holds_inside_an_admission_search() -> None:
+    """Charges whose exact decision needs the overlap index's search (1 000 mixed 4-attribute charges
+    held, the budget below the bounds' worst row: minutes uncut) are cut at the request's deadline, in
+    ``try_all`` (under the lock) and in a trial (off it): TimeBudgetExceeded soon after it, nothing
+    admitted, the filter as it was."""
+    from overlapdp.samples import adult_schema
+
+    f = ServiceFilter(adult_schema(), "pure", 1e9)
+    for q, w in _mixed_adult(1000, 5):
+        f.record(q, w)
+    f.budget = 0.6 * f.max_load_bound()
+    extra = _mixed_adult(3, 9)
+    before = f.snapshot().charges
+    for attempt in ("try_all", "trial"):
+        t0 = time.monotonic()
+        with pytest.raises(TimeBudgetExceeded):
+            if attempt == "try_all":
+                f.try_all(extra, deadline=t0 + 1.0)
+            else:
+                f.trial(f.snapshot(), extra, deadline=t0 + 1.0)
+        assert time.monotonic() - t0 < 6.0, attempt
+        assert f.snapshot().charges == before and len(f) == 1000

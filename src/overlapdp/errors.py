@@ -192,6 +192,12 @@ class SearchGaveUp(OverlapDPError):
     nodes than it may; its caller then decides with the overlap index. Never reaches a user."""
 
 
+class NeedsTrial(OverlapDPError):
+    """Internal: a service batch the filters' lazy bounds alone could not admit under the data set's
+    lock; it is tried off the lock against a snapshot and comes back for the decision. Never reaches a
+    user."""
+
+
 class MagnitudeError(WeightError):
     """A composed load (a row's sum of weights, or the square root of its sum of squares) exceeds the
     largest float, so no finite value can be reported; the message names the heaviest query."""

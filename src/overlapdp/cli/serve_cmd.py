@@ -79,7 +79,7 @@ def serve(
     # A served process refuses seeded noise generators (overlapdp.mechanisms.randomness).
     os.environ["OVERLAPDP_SERVED"] = "1"
 
-    from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
+    from overlapdp.service import AdminKey, Limits, QueryService, _heap, create_app, open_ledger
 
     if (data is None) != (schema is None):
         raise OverlapDPError("--data and --schema go together")
@@ -120,9 +120,11 @@ def serve(
     application = create_app(service, admin, cors_origins=cors_origin or None)
     # The ledger is loaded (its charges, filters and tables live as long as the process): frozen out of
     # the cyclic collector, whose full passes otherwise visit them all, 60-130 ms pauses with 10 000
-    # charges held (benchmarks/service.py, batch50); later objects are collected as usual.
+    # charges held (benchmarks/service.py, batch50); what the filters take later is frozen as it grows
+    # (service/_heap.py).
     gc.collect()
     gc.freeze()
+    _heap.enable()
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
     try:
         uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)

@@ -223,10 +223,9 @@ class PrivacyFilter:
             floats = self._bound_loads(loads, exact)
             if floats is not None:
                 cover = Cover(q)
-                if self._lazy_fits(cover, exact):
-                    # Admitted on the bounds alone: pending until the index is needed (no search).
-                    self._book(charge, exact, floats, cover, (q, loads))
-                    return Admission(True, charge, self._bound_value(floats), budget_v, None, exact=False)
+                admitted = self._admit_on_bounds(charge, q, loads, exact, floats, cover)
+                if admitted is not None:
+                    return admitted
                 searched = self._members is not None and self._within
                 try:
                     found = self._search(q, exact[0]) if searched else None
@@ -251,7 +250,47 @@ class PrivacyFilter:
             self._book(charge, exact, floats, Cover(q) if floats is not None else None, None)
             return Admission(True, charge, value, budget_v, witness, exact=exact_value)
 
+    def try_on_bounds(
+        self, mechanism: Mechanism, query: PredicateQuery | None = None, id: str | None = None
+    ) -> Admission | None:
+        """Admit and record the charge when the lazy bounds ALONE show every row stays within budget
+        (MATH.md 2.7.1: the same admission :meth:`try_charge` makes on them, no overlap search); None,
+        nothing changed, when only a search could decide (or the filter keeps no bounds): then
+        :meth:`try_charge` decides. It never refuses, so an admission here is the exact filter's."""
+        with self._lock:
+            charge = _make_charge(self.schema, mechanism, query, id, self._n)
+            if charge.id in self._ids:
+                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+            if self._optimal or self._bounds is None:
+                return None
+            q = charge.query.with_id(charge.id)
+            if self._refuse is not None and self._refuse(mechanism, q) is not None:
+                return None  # try_charge refuses it, with its reason
+            loads = [t.load(mechanism) for t in self._tracks]
+            exact = [t.exact(mechanism) for t in self._tracks]
+            floats = self._bound_loads(loads, exact)
+            if floats is None:
+                return None
+            return self._admit_on_bounds(charge, q, loads, exact, floats, Cover(q))
+
     # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
+    def _admit_on_bounds(
+        self,
+        charge: Charge,
+        q: PredicateQuery,
+        loads: list[Any],
+        exact: list[Any],
+        floats: list[np.ndarray],
+        cover: Cover,
+    ) -> Admission | None:
+        """Admit the charge when the bounds clear it: booked pending until the index is needed (no
+        search); None, nothing changed, otherwise."""
+        if not self._lazy_fits(cover, exact):
+            return None
+        self._book(charge, exact, floats, cover, (q, loads))
+        budget_v = self.measure.budget_value(self.budget)
+        return Admission(True, charge, self._bound_value(floats), budget_v, None, exact=False)
+
     def _book(
         self,
         charge: Charge,

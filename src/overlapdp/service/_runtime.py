@@ -29,12 +29,14 @@ and ``overlapdp.engine`` goes through this module:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -60,6 +62,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
+from overlapdp.service import _heap
 from overlapdp.validation import check_positive
 
 
@@ -471,33 +474,66 @@ class ServiceFilter:
     def try_all(
         self, charges: Sequence[tuple[PredicateQuery | None, float]], deadline: float | None = None
     ) -> bool:
-        """Admit every charge or none (each one sees those before it). Past ``deadline`` (checked
-        between charges) nothing is admitted and :class:`TimeBudgetExceeded` is raised."""
-        if len(charges) == 1:  # a refused charge leaves nothing behind: no savepoint needed
-            query, load = charges[0]
-            a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
-            if a.admitted:
-                self._log.append((query, load, 1))
-            return a.admitted
-        sp = self._filter.savepoint()
+        """Admit every charge or none (each one sees those before it). Past ``deadline`` nothing is
+        admitted and :class:`TimeBudgetExceeded` is raised: checked between charges, and each charge's
+        overlap search is cut where the time left runs out (:meth:`PrivacyFilter.search_effort`), so a
+        refusal found on the bound of a cut search is never given as the answer."""
+        sp = self._filter.savepoint() if len(charges) > 1 else None  # a refused single leaves nothing
         try:
             for query, load in charges:
                 check_deadline(deadline)
-                a = self._filter.try_charge(self._charge(load), query or self._everything, f"c{next(_ids)}")
+                with self._effort(deadline):
+                    a = self._filter.try_charge(
+                        self._charge(load), query or self._everything, f"c{next(_ids)}"
+                    )
                 if not a.admitted:
-                    self._filter.rollback(sp)
+                    if sp is not None:
+                        self._filter.rollback(sp)
+                        sp = None
+                    check_deadline(deadline)
                     return False
+        except BaseException:
+            if sp is not None:
+                self._filter.rollback(sp)
+            raise
+        if sp is not None:
+            self._filter.release(sp)
+        self._log.extend((q, load, 1) for q, load in charges)
+        _heap.grew(len(charges))
+        return True
+
+    def _effort(self, deadline: float | None) -> AbstractContextManager[None]:
+        """The filter's searches limited to the time left before ``deadline`` (none without one)."""
+        if deadline is None:
+            return contextlib.nullcontext()
+        return self._filter.search_effort(max(0.0, deadline - time.monotonic()))
+
+    def try_on_bounds(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool | None:
+        """Admit every charge when the filter's lazy bounds alone clear each one (after those before
+        it), with no overlap search (:meth:`PrivacyFilter.try_on_bounds`): True, the decision
+        :meth:`try_all` takes. None, nothing changed, when one of them needs a search to decide."""
+        sp = self._filter.savepoint()
+        try:
+            for query, load in charges:
+                a = self._filter.try_on_bounds(
+                    self._charge(load), query or self._everything, f"c{next(_ids)}"
+                )
+                if a is None:
+                    self._filter.rollback(sp)
+                    return None
         except BaseException:
             self._filter.rollback(sp)
             raise
         self._filter.release(sp)
         self._log.extend((q, load, 1) for q, load in charges)
+        _heap.grew(len(charges))
         return True
 
     def record(self, query: PredicateQuery | None, load: float, times: int = 1) -> None:
         """Add ``times`` committed charges of ``load`` on ``query`` (never refused)."""
         self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
         self._log.append((query, load, times))
+        _heap.grew(1)
 
     def savepoint(self) -> Savepoint:
         return (self._filter, self._filter.savepoint(), len(self._log), self._filter_budget)
