@@ -253,6 +253,7 @@ def test_dry_run_prices_a_batch_by_its_overlap_and_spends_nothing(tmp_path: Path
     assert out.cost.batch is not None
     assert (out.cost.batch.overlap, out.cost.batch.sequential) == (pytest.approx(0.5), pytest.approx(0.75))
     assert out.spent_after == pytest.approx(0.5) and out.admissible is True
+    assert out.exact and out.remaining == pytest.approx(0.75)  # small: every figure searched exactly
     assert len(service.store.charges()) == 1
     service.query(alice, "adult", batch, 0.25)
     assert service.analyst_info(alice).datasets["adult"].spent == pytest.approx(

@@ -736,6 +736,18 @@ class PrivacyFilter:
                 for t, e in zip(self._tracks, before, strict=True):
                     t.index.effort = e
 
+    def value_is_exact(self) -> bool:
+        """Whether :meth:`value` and :meth:`spent` give the exact worst row now (every index's search
+        finished); False after a search an effort limit cut (:meth:`search_effort`): they are then
+        safe upper bounds. Runs the searches :meth:`value` would (cached: call it after it)."""
+        with self._lock:
+            if not self._ids:
+                return True
+            if self._optimal:
+                return False  # (not claimed: the odometer's own searches decide it)
+            self._flush()
+            return all(t.index.result().exact for t in self._tracks)
+
     def spent_bound(self) -> float:
         """A safe upper bound on :meth:`spent` that never searches: :meth:`spent` itself when the overlap
         index holds every admitted charge (its result is then at hand or one search away), else the

@@ -373,6 +373,22 @@ def check_deadline(deadline: float | None) -> None:
 
 
 @dataclass(frozen=True)
+class DryRun:
+    """What :meth:`ServiceFilter.dry_run` found: the spend before and after the charges (exact when
+    ``exact``, else safe upper bounds) and whether :meth:`ServiceFilter.try_all` would admit them (always
+    the exact decision)."""
+
+    before: float
+    after: float
+    admitted: bool
+    exact: bool
+
+
+#: The share of the time left that each spend figure of a dry run may search for its exact value.
+_SPEND_SHARE = 0.15
+
+
+@dataclass(frozen=True)
 class FilterSnapshot:
     """An immutable view of a :class:`ServiceFilter` taken under the data set's admission lock: the
     charges it held, in order (query, load, times), its budget and the generation of its log.
@@ -703,23 +719,30 @@ class ServiceFilter:
         snap: FilterSnapshot,
         charges: Sequence[tuple[PredicateQuery | None, float]],
         deadline: float | None = None,
-    ) -> tuple[float, float, bool]:
-        """On a private replica of ``snap`` (off the lock): the spend (:meth:`max_load`) before and
-        after recording ``charges``, and whether :meth:`try_all` would admit them. Nothing stays."""
+    ) -> DryRun:
+        """On a private replica of ``snap`` (off the lock): whether :meth:`try_all` would admit
+        ``charges`` (exact, within ``deadline``), and the spend after and before recording them, each
+        exact when its search ends within a share of the time left (:meth:`spend_within`), else a safe
+        upper bound, so that a large request still gets its figures in time. Nothing stays."""
         replica = self._replica(snap, deadline)
         mark = replica.savepoint()
+        open_mark = True
         try:
-            before = replica.max_load(deadline)
             ok = replica.try_all(charges, deadline)  # admitted: the charges are in
             if not ok:
                 for q, load in charges:
                     check_deadline(deadline)
                     replica.record(q, load)
-            after = replica.max_load(deadline)
-        finally:
+            after, after_exact = replica.spend_within(deadline, _SPEND_SHARE)
             replica.rollback(mark)
+            open_mark = False
+            before, before_exact = replica.spend_within(deadline, _SPEND_SHARE)
+        finally:
+            if open_mark:
+                replica.rollback(mark)
             self._give_back(replica)
-        return before, after, ok
+        # loads only grow: the true spend before is at most the true one after, so at most ``after``
+        return DryRun(min(before, after), after, ok, before_exact and after_exact)
 
     def spend(self, snap: FilterSnapshot) -> float:
         """The exact spend (:meth:`max_load`) of ``snap``'s charges, on a private replica: off the
@@ -756,13 +779,31 @@ class ServiceFilter:
         check_deadline(deadline)
         seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
         with self._filter.search_effort(seconds):
-            if self.definition == "rdp":
-                v = self._filter.value()
-                out = float(v[0] if isinstance(v, tuple) else v)
-            else:
-                out = self._filter.spent()
+            out = self._spent()
         check_deadline(deadline)  # (a search cut at the deadline gave a bound: not an answer)
         return out
+
+    def _spent(self) -> float:
+        if self.definition == "rdp":
+            v = self._filter.value()
+            return float(v[0] if isinstance(v, tuple) else v)
+        return self._filter.spent()
+
+    def spend_within(self, deadline: float | None, share: float = 1.0) -> tuple[float, bool]:
+        """(:meth:`max_load`, True) when its search ends within ``share`` of the time left before
+        ``deadline``; else (a safe upper bound of it, False): the smaller of the cut search's bound and
+        the lazy tables' worst-row bound (pure DP, zCDP). For the figures a request reports; raises
+        :class:`TimeBudgetExceeded` only when the deadline has already passed."""
+        if len(self._filter) == 0:
+            return 0.0, True
+        check_deadline(deadline)
+        seconds = None if deadline is None else share * max(0.0, deadline - time.monotonic())
+        with self._filter.search_effort(seconds):
+            out = self._spent()
+            exact = self._filter.value_is_exact()
+            if not exact and self.definition in _SUMS:
+                out = min(out, self._filter.spent_bound())  # (inside: the cut result is still cached)
+        return out, exact
 
     def max_load_bound(self) -> float:
         """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP and zCDP:
@@ -801,15 +842,21 @@ def _fits_with(
 QuotaFilter = ServiceFilter
 
 
+#: The share of the time left that a batch's own overlap cost may search for its exact value.
+_BATCH_SHARE = 0.25
+
+
 def batch_cost(
     schema: Schema,
     charges: Sequence[tuple[PredicateQuery | None, float]],
     definition: str = "pure",
     deadline: float | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """What a batch costs on its own in the data set's amount: overlap-aware (the worst row's
     composition, MATH.md 2.4) and sequential, from the exact sums of the loads rounded up: sums, except
-    GDP (sqrt of the sum of mu^2). Approximate DP: basic composition (the sum of epsilons, a safe bound)."""
+    GDP (sqrt of the sum of mu^2). Approximate DP: basic composition (the sum of epsilons, a safe bound).
+    ``exact`` False: the overlap search did not end within a quarter of the time left before ``deadline``, and
+    ``overlap`` is a safe upper bound."""
     l2 = check_definition(definition) == "gdp"
     alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
     for query, load in charges:
@@ -820,7 +867,8 @@ def batch_cost(
         sequential = GDP.compose([GDP(x) for _, x in charges]).mu if total > 0 else 0.0
     else:
         sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
-    return {"overlap": alone.max_load(deadline), "sequential": sequential}
+    overlap, exact = alone.spend_within(deadline, _BATCH_SHARE)
+    return {"overlap": overlap, "sequential": sequential, "exact": exact}
 
 
 def make_filter(

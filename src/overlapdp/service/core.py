@@ -1067,27 +1067,32 @@ class QueryService:
         """What the batch would cost and whether both filters would admit it, as of a snapshot of both
         filters taken under the admission lock (the only work done under it); the spends and verdicts
         are computed off the lock on private replicas (:meth:`ServiceFilter.dry_run`), within the
-        request's time budget. Nothing is added to any filter."""
+        request's time budget: the verdicts exactly (or 503), the spends and the batch's own overlap
+        cost exactly when their searches end within a share of it, else as safe upper bounds
+        (``exact`` False). Nothing is added to any filter."""
         quota, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
         pairs = list(zip(p.queries, p.loads, strict=True))
-        before, after, own_ok = mine.dry_run(mine_snap, pairs, p.deadline)
+        mine_run = mine.dry_run(mine_snap, pairs, p.deadline)
         trial = glob.trial(global_snap, pairs, p.deadline, bound=False)
         runtime.ServiceFilter.finish(trial)
         definition = state.record.definition
         batch = runtime.batch_cost(state.schema, pairs, definition, p.deadline)
+        batch_exact = batch.pop("exact")
         runtime.check_deadline(p.deadline)
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
             {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
         )
+        after = mine_run.after
         return CostEstimate(
             cost=cost.model_copy(update={"batch": BatchCost(**batch)}),
             spent_after=after,
             spent_after_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, after)),
-            admissible=own_ok and trial.admitted,
-            quota_admits=own_ok,
+            admissible=mine_run.admitted and trial.admitted,
+            quota_admits=mine_run.admitted,
             global_admits=trial.admitted,
-            remaining=max(0.0, quota - before),
+            remaining=max(0.0, quota - mine_run.before),
+            exact=mine_run.exact and batch_exact,
         )
 
     @staticmethod

@@ -292,6 +292,12 @@ class CostEstimate(Out):
     quota_admits: bool
     global_admits: bool
     remaining: float
+    exact: bool = Field(
+        True,
+        description="false: spent_after, remaining and cost.batch.overlap are safe bounds (spent_after"
+        " and the overlap at least, remaining at most the exact value), since their overlap searches did"
+        " not end within the request's time budget; the verdicts are always exact",
+    )
 
 
 # -- sessions --------------------------------------------------------------------------------------
