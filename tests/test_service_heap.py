@@ -8,13 +8,16 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from overlapdp.errors import QuotaExceeded
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema
-from overlapdp.service import _heap
+from overlapdp.service import QueryService, _heap, open_ledger
 from overlapdp.service._runtime import ServiceFilter
+from support.service import write_adult
 
 
 @pytest.fixture
@@ -36,16 +39,36 @@ def test_off_by_default_and_freezes_every_n_charges(heap: None) -> None:
         _heap.enable(-1)
 
 
-def test_a_service_filter_grows_the_count(heap: None) -> None:
-    schema = adult_schema()
-    f = ServiceFilter(schema, "pure", 10.0)
+def test_admitted_queries_and_replica_catch_ups_are_counted(heap: None, tmp_path: Path) -> None:
+    """What stays held is counted: the queries of an admitted request (after the lock), and the charges a
+    pooled replica catches up with; a refused request adds nothing."""
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"))
+    path, schema_json = write_adult(tmp_path)
+    service.register_dataset("adult", str(path), schema_json, "pandas", "pure", 10.0)
+    alice = service.authenticate(service.create_analyst("alice", {"adult": 0.25}).token)
     _heap.enable(every=4)
     frozen = gc.get_freeze_count()
-    f.record(parse_where(schema, "age < 30"), 0.1)
-    assert f.try_all([(parse_where(schema, "sex = 1"), 0.1), (parse_where(schema, "age > 60"), 0.1)])
-    assert gc.get_freeze_count() == frozen  # 3 charges
-    assert f.try_on_bounds([(parse_where(schema, "race = 2"), 0.1)])
-    assert gc.get_freeze_count() > frozen  # the fourth froze what was held
+    # single queries (no replica involved): admitted ones count, a refused one adds nothing
+    service.query(alice, "adult", ["age < 30"], 0.1)
+    service.query(alice, "adult", ["sex = 1"], 0.1)
+    with pytest.raises(QuotaExceeded):
+        service.query(alice, "adult", ["age < 20"], 0.1)  # 0.3 > 0.25 on young men
+    service.query(alice, "adult", ["age > 60 AND sex = 0"], 0.1)
+    assert gc.get_freeze_count() == frozen  # 3 held
+    service.query(alice, "adult", ["age BETWEEN 40 AND 50 AND sex = 0"], 0.1)  # 4 held: frozen
+    assert gc.get_freeze_count() > frozen
+    service.store.close()
+
+    schema = adult_schema()
+    f = ServiceFilter(schema, "pure", 10.0)
+    for a in range(5):
+        f.record(parse_where(schema, f"age < {30 + a}"), 0.1)
+    _heap.enable(every=5)
+    gc.unfreeze()
+    frozen = gc.get_freeze_count()
+    trial = f.trial(f.snapshot(), [(parse_where(schema, "sex = 1"), 0.1)])  # a replica catches up 5
+    assert gc.get_freeze_count() > frozen
+    ServiceFilter.finish(trial)
 
 
 def test_a_dropped_filter_and_its_replicas_are_freed_without_the_collector() -> None:

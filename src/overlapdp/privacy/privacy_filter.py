@@ -102,6 +102,10 @@ class Admission:
     #: 2.7.1) is not located on the overlap index (its ``witness`` is then None, or on a refusal the row
     #: found over budget). The decision is exact either way; :meth:`PrivacyFilter.value` is exact.
     exact: bool = True
+    #: On a refusal: False when no row was shown over budget, only a safe bound of the worst row (an
+    #: overlap search an effort limit cut, or a row grid too large to enumerate); the refusal is then
+    #: safe but may not be the uncut filter's. Always True on an admission.
+    proven: bool = True
 
 
 @dataclass
@@ -245,7 +249,9 @@ class PrivacyFilter:
             witness = peeks[0].witness if peeks[0].witness is not None else None
             exact_value = all(r.exact for r in peeks)
             if not ok:
-                return Admission(False, None, value, budget_v, witness, "over budget", exact_value)
+                return Admission(
+                    False, None, value, budget_v, witness, "over budget", exact_value, proven=ok is False
+                )
             self._insert(q, loads)
             self._book(charge, exact, floats, Cover(q) if floats is not None else None, None)
             return Admission(True, charge, value, budget_v, witness, exact=exact_value)
@@ -435,9 +441,10 @@ class PrivacyFilter:
                 t.index.remove(q.id)
             raise
 
-    def _admissible(self, q: PredicateQuery, peeks: list[OverlapResult], exact: list[Any]) -> bool:
+    def _admissible(self, q: PredicateQuery, peeks: list[OverlapResult], exact: list[Any]) -> bool | None:
         """Whether EVERY row's exact cost with the new charge stays within budget (exact arithmetic of
-        the declared float costs: ten charges of 0.1 exceed 1.0, as Fraction(0.1) > 1/10).
+        the declared float costs: ten charges of 0.1 exceed 1.0, as Fraction(0.1) > 1/10): True; False
+        when a row is shown over budget; None (refuse) when neither is shown (:attr:`Admission.proven`).
 
         The peeks' witnesses are exact rows; when they clear the budget with a margin (``_NEAR``) far
         above the index's float error the charge is admitted, when a witness alone exceeds it the
@@ -474,17 +481,17 @@ class PrivacyFilter:
         if witnesses is not None and not self._exact_ok(witnesses):
             return False
         maxima = self._exact_maxima(q, exact)
-        return maxima is not None and self._exact_ok(maxima)
+        return None if maxima is None else bool(self._exact_ok(maxima))
 
-    def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool:
+    def _exact_rows_ok(self, q: PredicateQuery, exact: list[Any]) -> bool | None:
         """Whether every row pattern of the admitted charges plus ``q`` passes ``_exact_ok`` with its own
-        exact loads (False, i.e. refuse, when the atom grid is too large to enumerate: the decision is
+        exact loads (None, i.e. refuse, when the atom grid is too large to enumerate: the decision is
         then the global one, either rule holding at the per-track maxima, sound and at least as
         permissive as either rule alone)."""
         charges = self.odometer.charges
         pats = row_patterns([c.query for c in charges] + [q], self.schema, limit=_JOINT_GRID_LIMIT)
         if pats is None or pats.members.size > _EXACT_WORK_LIMIT:
-            return False
+            return None
         loads = [[t.loads[c.id] for c in charges] + [e] for t, e in zip(self._tracks, exact, strict=True)]
         # float sums decide the rows far from the budget (their error, at most t ulps relative, is far
         # below the _NEAR margin); the rest are summed exactly

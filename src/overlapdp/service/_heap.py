@@ -7,7 +7,9 @@ collection visits every such object; with 10 000 charges held it paused every re
 several times a minute under load (``benchmarks/service.py``, batch50 row). The filters' state holds no
 reference cycles (a dropped filter or replica is freed by reference counting alone, tested), so it
 never needs the cyclic collector: ``serve`` freezes the loaded ledger at start, and :func:`grew` freezes
-what was added since each time the filters took ``every`` more charges.
+what was added since each time the filters took ``every`` more charges: the queries of admitted
+requests and the charges pooled replicas caught up with, counted (and frozen) off the data set's
+admission lock.
 
 What a freeze costs: a young-generation collection first (no young garbage is frozen), then
 ``gc.freeze()`` (constant time). Cyclic garbage already in the old generation at that moment is never
@@ -26,7 +28,7 @@ _every = 0  # 0: off
 _since = 0
 
 
-def enable(every: int = 1_000) -> None:
+def enable(every: int = 500) -> None:
     """Freeze the heap each time the filters took ``every`` more charges (0 turns it off)."""
     global _every, _since
     if every < 0:

@@ -366,10 +366,14 @@ _POOL = 2
 def check_deadline(deadline: float | None) -> None:
     """:class:`TimeBudgetExceeded` once ``deadline`` (``time.monotonic()``) has passed."""
     if deadline is not None and time.monotonic() > deadline:
-        raise TimeBudgetExceeded(
-            "the request's time budget ran out before its admission could be decided; nothing was "
-            "charged (retry, or split the batch)"
-        )
+        raise _out_of_time()
+
+
+def _out_of_time() -> TimeBudgetExceeded:
+    return TimeBudgetExceeded(
+        "the request's time budget ran out before its admission could be decided; nothing was "
+        "charged (retry, or split the batch)"
+    )
 
 
 @dataclass(frozen=True)
@@ -492,8 +496,9 @@ class ServiceFilter:
     ) -> bool:
         """Admit every charge or none (each one sees those before it). Past ``deadline`` nothing is
         admitted and :class:`TimeBudgetExceeded` is raised: checked between charges, and each charge's
-        overlap search is cut where the time left runs out (:meth:`PrivacyFilter.search_effort`), so a
-        refusal found on the bound of a cut search is never given as the answer."""
+        overlap search is cut where the time left runs out (:meth:`PrivacyFilter.search_effort`); a
+        refusal no row proves (:attr:`Admission.proven`) from a cut search raises it too, so a refusal
+        found on the bound of a cut search is never given as the answer."""
         sp = self._filter.savepoint() if len(charges) > 1 else None  # a refused single leaves nothing
         try:
             for query, load in charges:
@@ -506,6 +511,10 @@ class ServiceFilter:
                     if sp is not None:
                         self._filter.rollback(sp)
                         sp = None
+                    if deadline is not None and not a.proven and not a.exact:
+                        # refused on the bound of a search the time limit cut (the engine may stop a
+                        # little before the deadline itself): not the uncut filter's answer
+                        raise _out_of_time()
                     check_deadline(deadline)
                     return False
         except BaseException:
@@ -515,7 +524,6 @@ class ServiceFilter:
         if sp is not None:
             self._filter.release(sp)
         self._log.extend((q, load, 1) for q, load in charges)
-        _heap.grew(len(charges))
         return True
 
     def _effort(self, deadline: float | None) -> AbstractContextManager[None]:
@@ -542,14 +550,12 @@ class ServiceFilter:
             raise
         self._filter.release(sp)
         self._log.extend((q, load, 1) for q, load in charges)
-        _heap.grew(len(charges))
         return True
 
     def record(self, query: PredicateQuery | None, load: float, times: int = 1) -> None:
         """Add ``times`` committed charges of ``load`` on ``query`` (never refused)."""
         self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
         self._log.append((query, load, times))
-        _heap.grew(1)
 
     def savepoint(self) -> Savepoint:
         return (self._filter, self._filter.savepoint(), len(self._log), self._filter_budget)
@@ -597,10 +603,13 @@ class ServiceFilter:
                 self._pool.remove(best)
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
         replica._join(snap.generation, snap.budget)
+        missing = snap.charges[len(replica._log) :]
+        _heap.grew(len(missing))  # (off the lock: a pooled replica lives on, like the filters)
         try:
-            for q, load, times in snap.charges[len(replica._log) :]:
+            for q, load, times in missing:
                 check_deadline(deadline)  # each record may search (a generic index): checked each time
-                replica.record(q, load, times)
+                with replica._effort(deadline):
+                    replica.record(q, load, times)
         except BaseException:
             # what it holds is still a prefix of the log: the next trial goes on from there
             self._give_back(replica)
@@ -704,7 +713,8 @@ class ServiceFilter:
         replica.release(trial.mark)
         trial.mark = None
         for q, load, times in delta:
-            replica.record(q, load, times)
+            with replica._effort(deadline):  # (a record into a generic index searches)
+                replica.record(q, load, times)
         # adopt: the replica's library filter holds exactly this filter's charges plus the batch
         self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
         del self._retired[:-_POOL]
@@ -732,7 +742,8 @@ class ServiceFilter:
             if not ok:
                 for q, load in charges:
                     check_deadline(deadline)
-                    replica.record(q, load)
+                    with replica._effort(deadline):
+                        replica.record(q, load)
             after, after_exact = replica.spend_within(deadline, _SPEND_SHARE)
             replica.rollback(mark)
             open_mark = False
@@ -799,11 +810,12 @@ class ServiceFilter:
         check_deadline(deadline)
         seconds = None if deadline is None else share * max(0.0, deadline - time.monotonic())
         with self._filter.search_effort(seconds):
+            # the lazy tables' bound first: the exact search brings the pending charges into the index,
+            # after which spent_bound() is that search's own result
+            bound = self._filter.spent_bound() if self.definition in _SUMS else math.inf
             out = self._spent()
             exact = self._filter.value_is_exact()
-            if not exact and self.definition in _SUMS:
-                out = min(out, self._filter.spent_bound())  # (inside: the cut result is still cached)
-        return out, exact
+        return (out, True) if exact else (min(out, bound), False)
 
     def max_load_bound(self) -> float:
         """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP and zCDP:

@@ -64,6 +64,7 @@ from overlapdp.errors import Unavailable as Unavailable
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
+from overlapdp.service import _heap
 from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
@@ -838,6 +839,8 @@ class QueryService:
                             batch, state.queue = state.queue, []
                         self._admit(state, batch)
                 if not isinstance(pending.error, NeedsTrial):
+                    if pending.result is not None:  # held by both filters from now on (off the lock)
+                        _heap.grew(len(pending.queries))
                     break
                 # the bounds could not admit it: tried off the lock, then settled under it
                 pending.error, pending.done, pending.on_bounds = None, False, False
