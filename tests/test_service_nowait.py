@@ -573,17 +573,24 @@ def test_batches_tried_on_the_bounds_first_decide_as_admitting_one_by_one(
     service.store.close()
 
 
-def test_the_time_budget_holds_inside_an_admission_search() -> None:
-    """Charges whose exact decision needs the overlap index's search (1 000 mixed 4-attribute charges
-    held, the budget below the bounds' worst row: minutes uncut) are cut at the request's deadline, in
-    ``try_all`` (under the lock) and in a trial (off it): TimeBudgetExceeded soon after it, nothing
-    admitted, the filter as it was."""
+def _near_budget_filter() -> ServiceFilter:
+    """1 000 mixed 4-attribute charges held with the budget at 0.6 of the bounds' worst row: a new
+    charge's decision needs the overlap index's search (minutes uncut)."""
     from overlapdp.samples import adult_schema
 
     f = ServiceFilter(adult_schema(), "pure", 1e9)
     for q, w in _mixed_adult(1000, 5):
         f.record(q, w)
     f.budget = 0.6 * f.max_load_bound()
+    return f
+
+
+def test_the_time_budget_holds_inside_an_admission_search() -> None:
+    """Charges whose exact decision needs the overlap index's search (1 000 mixed 4-attribute charges
+    held, the budget below the bounds' worst row: minutes uncut) are cut at the request's deadline, in
+    ``try_all`` (under the lock) and in a trial (off it): TimeBudgetExceeded soon after it, nothing
+    admitted, the filter as it was."""
+    f = _near_budget_filter()
     extra = _mixed_adult(3, 9)
     before = f.snapshot().charges
     for attempt in ("try_all", "trial"):
@@ -603,12 +610,8 @@ def test_a_refusal_no_row_proves_from_a_cut_search_is_not_an_answer(monkeypatch:
     given as the request's answer: TimeBudgetExceeded, nothing admitted, though the deadline is far off.
     Without a deadline nothing is cut and the filter's refusal stands as before."""
     from overlapdp.overlap import index as index_mod
-    from overlapdp.samples import adult_schema
 
-    f = ServiceFilter(adult_schema(), "pure", 1e9)
-    for q, w in _mixed_adult(1000, 5):
-        f.record(q, w)
-    f.budget = 0.6 * f.max_load_bound()
+    f = _near_budget_filter()
     extra = _mixed_adult(2, 9)
     before = f.snapshot().charges
     real = index_mod.max_overlap
