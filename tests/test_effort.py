@@ -346,3 +346,33 @@ def test_a_peeks_searches_share_one_effort_limit(monkeypatch: pytest.MonkeyPatch
     assert e2 is not None and t2 + e2 <= 1.0 + 1e-12  # the peek's deadline, not a fresh 1.0
     assert got.exact
     assert float(got.value) == float(brute_force_overlap(queries, [1.0] * len(queries)).value)
+
+
+def test_a_process_exits_cleanly_after_an_effort_limit_abandoned_a_solver() -> None:
+    """A search cut by its effort limit abandons a running HiGHS solve (milp.py); the process must still
+    exit cleanly. With the abandoned solve on a daemon thread, the interpreter's exit tore it down while
+    HiGHS's own threads ran: "terminate called without an active exception", exit status 134 (about
+    two runs in three on this workload), after a correct answer had been printed."""
+    script = (
+        "import numpy as np\n"
+        "from overlapdp.overlap import max_overlap\n"
+        "from overlapdp.query import PredicateQuery\n"
+        "from overlapdp.samples import adult_schema\n"
+        "from overlapdp.schema import IndexSet\n"
+        "s = adult_schema(); rng = np.random.default_rng(1); qs = []\n"
+        "for i in range(3000):\n"
+        "    covs = {}\n"
+        "    for a in rng.choice(len(s.attributes), size=int(rng.integers(1, 5)), replace=False):\n"
+        "        at = s.attributes[int(a)]\n"
+        "        if at.size > 4 and rng.random() < 0.5:\n"
+        "            lo = int(rng.integers(0, at.size - 1)); covs[at.name] = IndexSet.interval(lo, min(at.size, lo + 1 + int(rng.integers(1, max(2, at.size // 3)))))\n"
+        "        else:\n"
+        "            covs[at.name] = IndexSet.from_indices(rng.choice(at.size, size=min(at.size, 3), replace=False).tolist())\n"
+        "    qs.append(PredicateQuery.from_coverages(s, covs).with_id(f'q{i}'))\n"
+        "r = max_overlap(qs, effort=1.0)\n"
+        "print('answered', r.exact, flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True)
+    assert b"answered" in done.stdout
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert b"terminate called" not in done.stderr

@@ -12,6 +12,10 @@ start-up and some presolve rules: measured on 2 000-3 000 value-set queries over
 these run 0.2-0.3 s whatever the limit, several times that on a loaded machine. Under the effort limit
 (``give_up``) HiGHS therefore runs in a thread of its own (it releases the GIL while it solves) that the
 caller abandons at its deadline; the abandoned solve ends by its own time limit and its answer is dropped.
+The thread is not a daemon: a daemon thread torn down at the interpreter's exit while HiGHS's own threads
+ran aborted the process ("terminate called without an active exception", status 134) after its answer
+was printed; now the exit waits for the abandoned solve's time limit (at most the effort left when it
+started, plus HiGHS's start-up), the answer itself is not delayed.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def solve_milp(
         except BaseException as exc:  # handed to the caller below
             failed.append(exc)
 
-    worker = threading.Thread(target=work, name="overlapdp-highs", daemon=True)
+    worker = threading.Thread(target=work, name="overlapdp-highs", daemon=False)
     worker.start()
     worker.join(max(give_up - _clock.now(), 0.0))
     if failed:
