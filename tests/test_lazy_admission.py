@@ -422,3 +422,51 @@ def test_admission_on_the_bounds_alone_is_the_exact_filters(seed: int, kind: str
     assert handed_over > 3 and (on_bounds > 3 or scale != 1.0)
     if kind == "pure":
         assert flt.spent() == float_up(brute.maximum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [1.0, 1e-150, 1e150])
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
+def test_gdp_spent_bound_never_below_the_worst_row_and_never_searches(
+    seed: int, scale: float, neighbouring: str
+) -> None:
+    """GDP's ``spent_bound`` (the service's ``remaining`` and a trial's bound) from the lazy tables: at
+    least the brute-force worst row's sqrt(factor x sum of mu^2) after every admission (factor 2 for
+    replace-one neighbours: sqrt 2 on mu), answered while the charges wait outside the index."""
+    factor = 2 if neighbouring == "replace" else 1
+    budget = 50.0 * scale
+    flt = PrivacyFilter(SCHEMA, GDP(budget), neighbouring=neighbouring)
+    brute = Brute(lambda m: (Fraction(m.gdp().mu) ** 2,), _scalar(factor, Fraction(budget) ** 2))  # type: ignore[union-attr]
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        q = random_query(rng)
+        m = Gaussian(float(rng.choice([1.0, 2.0, 5.0])) / scale)  # mu = 1/sigma
+        if flt.try_charge(m, q).admitted:
+            brute.add(m, q)
+            bound = flt.spent_bound()
+            assert Fraction(bound) ** 2 >= factor * brute.maximum()
+    if scale == 1.0:
+        assert flt._pending, "the charges were admitted lazily, so the bound answered without a search"
+        lazy = flt.spent_bound()
+        # not wildly loose on this small grid: within the per-attribute bound's usual factor
+        assert lazy <= 3 * math.sqrt(factor * float(brute.maximum()))
+    assert flt.spent_bound() >= flt.spent() >= math.sqrt(factor * float(brute.maximum())) * (1 - 1e-12)
+
+
+def test_sqrt_up_is_the_smallest_float_whose_square_covers() -> None:
+    """sqrt_up (GDP's bound from a sum of squares) against its definition, over the float range and
+    past it, with exact Fractions."""
+    from overlapdp.privacy.privacy_filter import sqrt_up
+
+    rng = np.random.default_rng(5)
+    xs = [Fraction(0), Fraction(1), Fraction(2), Fraction(1, 3), Fraction(2) ** -1074, Fraction(2) ** -1100]
+    xs += [
+        Fraction(int(rng.integers(1, 2**62)), int(rng.integers(1, 2**62)))
+        * Fraction(2) ** int(rng.integers(-2100, 2047))
+        for _ in range(500)
+    ]
+    for x in xs:
+        r = sqrt_up(x)
+        assert Fraction(r) ** 2 >= x
+        assert r == 0 or Fraction(math.nextafter(r, 0.0)) ** 2 < x
+    assert sqrt_up(Fraction(2) ** 2049) == math.inf

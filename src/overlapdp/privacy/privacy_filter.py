@@ -48,6 +48,7 @@ concurrent composition; MATH.md 3.6).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -759,16 +760,22 @@ class PrivacyFilter:
         """A safe upper bound on :meth:`spent` that never searches: :meth:`spent` itself when the overlap
         index holds every admitted charge (its result is then at hand or one search away), else the
         per-attribute bound on the worst row (MATH.md 2.7.1), widened past float round-off and rounded
-        up. For the service's ``remaining`` after an admission, so a lazily admitted charge is not
-        followed by the exact search it avoided; reports that need the exact figure call :meth:`spent`."""
+        up: pure DP and zCDP the row's sum, GDP the square root of its sum of mu^2. For the service's
+        ``remaining`` after an admission, so a lazily admitted charge is not followed by the exact
+        search it avoided; reports that need the exact figure call :meth:`spent`."""
         with self._lock:
             bounds = self._bounds
-            # (pure DP and zCDP: one additive track whose loads are the declared costs themselves)
-            lazy = self._single_sum and bool(self._pending) and not self._tracks[0].squared
-            if lazy and bounds is not None:
+            one_track = not self._optimal and len(self._tracks) == 1 and not self._joint
+            if one_track and bool(self._pending) and bounds is not None:
                 top = widen(float(bounds[0].top()[0]), self._n + bounds[0].terms)
-                if top is not None:
+                if top is not None and self._single_sum and not self._tracks[0].squared:
+                    # (pure DP and zCDP: one additive track whose loads are the declared costs)
                     return self._factor * float_up(top)
+                if top is not None and self._tracks[0].squared:
+                    # (GDP: the loads are mu^2; the doubling is on the squares, sqrt 2 on mu)
+                    root = sqrt_up(Fraction(int(self._factor)) * top)
+                    if math.isfinite(root):
+                        return root
         return self.spent()
 
     def spent(self) -> float:
@@ -795,6 +802,22 @@ class PrivacyFilter:
                 value = self._factor * float(r.upper)
             self._spent = (r, value)
             return value
+
+
+def sqrt_up(x: Fraction) -> float:
+    """The smallest float whose square is at least ``x`` (>= 0), or infinity past the float range."""
+    if x <= 0:
+        return 0.0
+    k = (x.numerator.bit_length() - x.denominator.bit_length()) // 2  # x / 4^k in [1/16, 16]
+    try:
+        root = math.ldexp(math.sqrt(float(x / Fraction(4) ** k)), k)  # within an ulp or two
+    except OverflowError:
+        return math.inf
+    while math.isfinite(root) and Fraction(root) ** 2 < x:
+        root = math.nextafter(root, math.inf)
+    while root > 0 and math.isfinite(root) and Fraction(math.nextafter(root, 0.0)) ** 2 >= x:
+        root = math.nextafter(root, 0.0)
+    return root
 
 
 def _tight(r: OverlapResult) -> bool:

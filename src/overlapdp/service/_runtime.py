@@ -415,7 +415,7 @@ class Trial:
     ``admitted``: the filter's EXACT decision on the snapshot's state (the same charges, the same
     budget, the library's filter). When admitted, ``replica`` holds the snapshot plus the batch (its
     savepoint ``mark`` opened before the batch) and ``upper`` is a safe upper bound on its worst row's
-    load (pure DP and zCDP; None otherwise), so that under the lock only the charges admitted since
+    load (pure DP, zCDP and GDP; None otherwise), so that under the lock only the charges admitted since
     need a look (:meth:`ServiceFilter.settle`)."""
 
     owner: ServiceFilter
@@ -672,7 +672,7 @@ class ServiceFilter:
             # a safe bound, no search (the lazy tables): an exact spend would bring every pending
             # charge into the overlap index, tens of seconds with 10 000 held; when the bound is too
             # loose for the charges landed since, settle() decides by try_all instead
-            upper = replica.max_load_bound() if ok and bound and self.definition in _SUMS else None
+            upper = replica.max_load_bound() if ok and bound and self.definition in _BOUNDED else None
         except BaseException:
             replica.rollback(mark)
             self._give_back(replica)
@@ -697,7 +697,8 @@ class ServiceFilter:
         - Charges added since (other analysts', other instances'): a refusal stands (loads only grew,
           and the filter's test is on the worst row); an admission stands when the replica's worst row
           plus the sum of the loads added since fits the budget exactly (a row's load is the sum of the
-          loads covering it, MATH.md 1.8: pure DP and zCDP); those few charges are recorded into the
+          loads covering it, MATH.md 1.8: pure DP and zCDP; GDP: the worst row's square plus the squares
+          added since against the budget's square); those few charges are recorded into the
           replica, which is adopted.
         - Otherwise (the budget changed, a rollback cut the snapshot, other definitions near their
           budget): :meth:`try_all` itself, within ``deadline``."""
@@ -803,7 +804,7 @@ class ServiceFilter:
     def spend_within(self, deadline: float | None, share: float = 1.0) -> tuple[float, bool]:
         """(:meth:`max_load`, True) when its search ends within ``share`` of the time left before
         ``deadline``; else (a safe upper bound of it, False): the smaller of the cut search's bound and
-        the lazy tables' worst-row bound (pure DP, zCDP). For the figures a request reports; raises
+        the lazy tables' worst-row bound (pure DP, zCDP, GDP). For the figures a request reports; raises
         :class:`TimeBudgetExceeded` only when the deadline has already passed."""
         if len(self._filter) == 0:
             return 0.0, True
@@ -812,15 +813,15 @@ class ServiceFilter:
         with self._filter.search_effort(seconds):
             # the lazy tables' bound first: the exact search brings the pending charges into the index,
             # after which spent_bound() is that search's own result
-            bound = self._filter.spent_bound() if self.definition in _SUMS else math.inf
+            bound = self._filter.spent_bound() if self.definition in _BOUNDED else math.inf
             out = self._spent()
             exact = self._filter.value_is_exact()
         return (out, True) if exact else (min(out, bound), False)
 
     def max_load_bound(self) -> float:
-        """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP and zCDP:
-        :meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges; other
-        definitions: :meth:`max_load`). The ``remaining`` of an answer is computed from it, so it is
+        """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP, zCDP and GDP:
+        :meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges; the others
+        search: :meth:`PrivacyFilter.spent_bound` falls back to the exact spend, RDP to :meth:`max_load`). The ``remaining`` of an answer is computed from it, so it is
         never more than what is truly left."""
         if len(self._filter) == 0:
             return 0.0
@@ -835,6 +836,9 @@ class ServiceFilter:
 #: Definitions whose per-row test is a plain sum of the loads against the budget and whose
 #: :meth:`PrivacyFilter.spent` is a safe upper bound of the worst row (its exact value rounded up).
 _SUMS = ("pure", "zcdp")
+#: Those, and GDP (a sum of mu^2 against the budget's square), whose worst row the lazy tables bound
+#: without a search (:meth:`PrivacyFilter.spent_bound`).
+_BOUNDED = (*_SUMS, "gdp")
 
 
 def _fits_with(
@@ -845,8 +849,13 @@ def _fits_with(
 ) -> bool:
     """Whether ``upper`` (a safe bound on the worst row after the batch) plus every load in ``added``
     stays within ``budget``, exactly (Fractions): then no row can exceed it, whichever rows they cover."""
-    if upper is None or definition not in _SUMS:
+    if upper is None or definition not in _BOUNDED:
         return False
+    if definition == "gdp":  # a row's sum of mu^2 (the service's filters: add/remove neighbours)
+        squares = Fraction(upper) ** 2 + sum(
+            (Fraction(load) ** 2 * times for _, load, times in added), Fraction(0)
+        )
+        return squares <= Fraction(budget) ** 2
     total = Fraction(upper) + sum((Fraction(load) * times for _, load, times in added), Fraction(0))
     return total <= Fraction(budget)
 
