@@ -376,3 +376,18 @@ def test_a_process_exits_cleanly_after_an_effort_limit_abandoned_a_solver() -> N
     assert b"answered" in done.stdout
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert b"terminate called" not in done.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "milp"])
+def test_an_infinite_effort_is_no_limit(algorithm: str) -> None:
+    """``effort=inf`` (accepted, as by ``--effort inf``) behaves as no limit: the exact answer of brute
+    force, no solver thread left behind (it raised OverflowError in the solver thread's join and left
+    HiGHS running without a time limit)."""
+    import math
+    import threading
+
+    queries = _workload(4, t=30)
+    got = max_overlap(queries, effort=math.inf, algorithm=algorithm)
+    truth = brute_force_overlap(queries, [1.0] * len(queries))
+    assert got.exact and float(got.value) == float(truth.value)
+    assert not [t for t in threading.enumerate() if t.name == "overlapdp-highs"]

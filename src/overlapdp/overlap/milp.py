@@ -20,6 +20,7 @@ started, plus HiGHS's start-up), the answer itself is not delayed.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,7 +57,10 @@ def solve_milp(
     outcome is the trivial bound (the total load), not exact. The answer is the same whether the solve
     runs in a thread or not.
     """
-    if give_up is None:
+    if time_limit is not None and not math.isfinite(time_limit):
+        time_limit = None
+    if give_up is None or not math.isfinite(give_up):
+        # (an infinite effort: no thread to abandon, and none left running without a time limit)
         return _solve_scaled(tables, loads, time_limit)
     done: list[MilpOutcome] = []
     failed: list[BaseException] = []

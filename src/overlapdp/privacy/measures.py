@@ -636,7 +636,10 @@ def _scalar_check(factor: float, b: float) -> Callable[[list[Any]], tuple[bool, 
 
 def _gdp_check(factor: float, b: float) -> Callable[[list[Any]], tuple[bool, Any]]:
     def check(values: list[Any]) -> tuple[bool, Any]:
-        v = math.sqrt(factor) * float(values[0])  # the l2 index holds sqrt(sum mu^2)
+        v = float(values[0])  # the l2 index holds sqrt(sum mu^2), rounded up
+        if factor != 1 and math.isfinite(v):
+            # sqrt(factor) x v rounded UP (a product rounded to nearest could fall one ulp below)
+            v = sqrt_up(Fraction(int(factor)) * Fraction(v) ** 2)
         return v <= b, v
 
     return check

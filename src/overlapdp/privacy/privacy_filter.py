@@ -60,7 +60,7 @@ import numpy as np
 
 from overlapdp.errors import SearchGaveUp
 from overlapdp.overlap import OverlapIndex, OverlapResult
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.overlap.magnitude import float_up, sqrt_up
 from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, exact_sum, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
@@ -802,22 +802,6 @@ class PrivacyFilter:
                 value = self._factor * float(r.upper)
             self._spent = (r, value)
             return value
-
-
-def sqrt_up(x: Fraction) -> float:
-    """The smallest float whose square is at least ``x`` (>= 0), or infinity past the float range."""
-    if x <= 0:
-        return 0.0
-    k = (x.numerator.bit_length() - x.denominator.bit_length()) // 2  # x / 4^k in [1/16, 16]
-    try:
-        root = math.ldexp(math.sqrt(float(x / Fraction(4) ** k)), k)  # within an ulp or two
-    except OverflowError:
-        return math.inf
-    while math.isfinite(root) and Fraction(root) ** 2 < x:
-        root = math.nextafter(root, math.inf)
-    while root > 0 and math.isfinite(root) and Fraction(math.nextafter(root, 0.0)) ** 2 >= x:
-        root = math.nextafter(root, 0.0)
-    return root
 
 
 def _tight(r: OverlapResult) -> bool:

@@ -672,7 +672,11 @@ class ServiceFilter:
             # a safe bound, no search (the lazy tables): an exact spend would bring every pending
             # charge into the overlap index, tens of seconds with 10 000 held; when the bound is too
             # loose for the charges landed since, settle() decides by try_all instead
-            upper = replica.max_load_bound() if ok and bound and self.definition in _BOUNDED else None
+            upper = None
+            if ok and bound and self.definition in _BOUNDED:
+                with replica._effort(deadline):  # (the bound searches when the tables cannot bound)
+                    upper = replica.max_load_bound()
+                check_deadline(deadline)
         except BaseException:
             replica.rollback(mark)
             self._give_back(replica)
