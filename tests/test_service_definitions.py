@@ -469,3 +469,34 @@ def test_filter_budgets_of_every_definition_change_in_place() -> None:
     f, _ = _grid_filter(RDP((8.0,), (0.25,)))
     with pytest.raises(BudgetError, match="orders"):
         f.set_budget(RDP((4.0,), (0.5,)))
+
+
+@pytest.mark.parametrize(
+    ("definition", "amount_name", "first", "left"),
+    [
+        ("gdp", "mu", 0.6, Fraction(8, 10)),
+        ("pure", "epsilon", 0.6, Fraction(4, 10)),
+        ("zcdp", "rho", 0.3, Fraction(7, 10)),
+    ],
+)
+def test_remaining_is_the_largest_load_one_more_charge_on_the_worst_row_may_carry(
+    world: World, definition: str, amount_name: str, first: float, left: Fraction
+) -> None:
+    """After one charge on ``sex = 1`` with a quota of 1, ``remaining`` is what one more charge there may
+    carry: GDP composes as sqrt(sum mu^2), so 0.6 spent leaves 0.8 (reported as quota - spent, 0.4, it
+    understated by half); additive amounts leave the difference. Never above the exact value; a charge
+    of ``remaining`` is admitted, one slightly above it refused."""
+    _register(world, definition, {}, 10.0)
+    r = world.http.post("/v1/admin/analysts", headers=ADMIN, json={"name": "ann", "quotas": {"adult": 1.0}})
+    headers = {"Authorization": f"Bearer {r.json()['token']}"}
+    r = world.http.post("/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: first})
+    assert r.status_code == 200, r.text
+    remaining = r.json()["remaining"]
+    assert Fraction(remaining) <= left and float(left) - remaining < 1e-9
+    over = world.http.post(
+        "/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: float(left) * (1 + 1e-9)}
+    )
+    assert over.status_code == 403
+    assert Fraction(over.json()["remaining"]) <= left
+    ok = world.http.post("/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: remaining})
+    assert ok.status_code == 200, ok.text

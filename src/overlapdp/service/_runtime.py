@@ -53,6 +53,7 @@ from overlapdp.mechanisms import (
     add_noise,
     noise_for,
 )
+from overlapdp.overlap.magnitude import sqrt_up
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta
 from overlapdp.privacy.measures import MEASURES, ApproxMeasure, FilterOptions, Measure
@@ -915,6 +916,23 @@ def _float_up(x: Fraction) -> float:
 def _float_down(x: Fraction) -> float:
     f = float(x)
     return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
+
+
+def remaining(definition: str, quota: float, spent: float) -> float:
+    """What is left of ``quota`` once ``spent`` (an upper bound of the worst row's spend) is paid, in the
+    data set's amount, rounded DOWN (never more than what is truly left): the largest load one more
+    charge on the worst row may carry. Additive amounts (epsilon, rho, epsilon_alpha): the difference;
+    GDP, whose rows compose as sqrt(sum mu^2) (MATH.md 2.4): sqrt(quota^2 - spent^2), so a quota of 1
+    with 0.6 spent leaves 0.8, not 0.4."""
+    if not spent < quota:
+        return 0.0
+    if definition == "gdp":
+        room = Fraction(quota) ** 2 - Fraction(spent) ** 2
+        root = sqrt_up(room)
+        while root > 0 and Fraction(root) ** 2 > room:
+            root = math.nextafter(root, 0.0)
+        return root
+    return _float_down(Fraction(quota) - Fraction(spent))
 
 
 # -- noise ----------------------------------------------------------------------------------------
