@@ -635,3 +635,32 @@ def test_a_refusal_no_row_proves_from_a_cut_search_is_not_an_answer(monkeypatch:
     assert f.snapshot().charges == before and len(f) == 1000
     assert f.try_all(extra) is False  # no deadline: the (safe) refusal is the answer, as before
     assert f.snapshot().charges == before
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp", "approx"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_charge_of_remaining_on_every_row_is_admitted(definition: str, seed: int) -> None:
+    """``remaining`` (what an answer and /v1/me report) is never more than what is left: after a random
+    stream of charges, one more charge of exactly ``remaining`` on the whole domain (so on the worst
+    row) is admitted, computed from the exact spend and from the bound an answer uses. Approximate DP:
+    the filter's value is the smaller of two rules' epsilons, and quota - spent overstated the room
+    (4.46 reported after 100 charges of 0.01 on one row of a budget of 5, where 4.0 is refused)."""
+    from overlapdp.service._runtime import remaining
+
+    rng = random.Random(seed)
+    budget = 5.0
+    f = ServiceFilter(GRID, definition, budget)
+    for _ in range(rng.randint(20, 120)):
+        f.try_all([(_query(rng), rng.choice([0.01, 0.05, 0.2]))])
+    for spent in (f.max_load(), f.max_load_bound()):
+        left = remaining(definition, budget, spent, f.params)
+        assert 0 <= left <= budget
+        sp = f.savepoint()
+        assert f.try_all([(None, left)]), (definition, spent, left)
+        f.rollback(sp)
+    # the case that overstated: many small charges on one row, where the advanced rule gives the value
+    g = ServiceFilter(GRID, "approx", budget)
+    q = parse_where(GRID, "a < 4")
+    assert g.try_all([(q, 0.01)] * 100)
+    left = remaining("approx", budget, g.max_load(), g.params)
+    assert 0 < left < 4.0 and g.try_all([(q, left)])

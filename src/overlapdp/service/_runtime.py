@@ -918,12 +918,15 @@ def _float_down(x: Fraction) -> float:
     return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
 
 
-def remaining(definition: str, quota: float, spent: float) -> float:
+def remaining(definition: str, quota: float, spent: float, params: Mapping[str, Any] | None = None) -> float:
     """What is left of ``quota`` once ``spent`` (an upper bound of the worst row's spend) is paid, in the
-    data set's amount, rounded DOWN (never more than what is truly left): the largest load one more
-    charge on the worst row may carry. Additive amounts (epsilon, rho, epsilon_alpha): the difference;
-    GDP, whose rows compose as sqrt(sum mu^2) (MATH.md 2.4): sqrt(quota^2 - spent^2), so a quota of 1
-    with 0.6 spent leaves 0.8, not 0.4."""
+    data set's amount, rounded DOWN (never more than what is truly left): a load one more charge on the
+    worst row may carry. Additive amounts (epsilon, rho, epsilon_alpha): the difference; GDP, whose rows
+    compose as sqrt(sum mu^2) (MATH.md 2.4): sqrt(quota^2 - spent^2), so a quota of 1 with 0.6 spent
+    leaves 0.8, not 0.4. Approximate DP (``params``' delta; the filter's value is the smaller of the
+    basic and the advanced rule's epsilon, MATH.md 5.6): not knowing which rule gave ``spent``, the
+    smaller of the two rooms, quota - spent (basic) and the advanced rule's room for a sum of squares
+    whose value is ``spent``; a charge of that size passes whichever rule gave it."""
     if not spent < quota:
         return 0.0
     if definition == "gdp":
@@ -932,7 +935,18 @@ def remaining(definition: str, quota: float, spent: float) -> float:
         while root > 0 and Fraction(root) ** 2 > room:
             root = math.nextafter(root, 0.0)
         return root
-    return _float_down(Fraction(quota) - Fraction(spent))
+    basic = _float_down(Fraction(quota) - Fraction(spent))
+    if definition == "approx" and (params or {}).get("composition", "advanced") == "advanced":
+        delta = float((params or {})["delta"])
+        log_term = 2 * math.log(2 / delta)  # the service's slack delta' = delta / 2 (measures.py)
+
+        def root_of(e: float) -> float:  # u with sqrt(log_term) u + u^2 / 2 = e, stably
+            return 2 * e / (math.sqrt(log_term + 2 * e) + math.sqrt(log_term))
+
+        u_max, u_now = root_of(quota), root_of(spent)
+        advanced = math.sqrt(max(0.0, (u_max - u_now) * (u_max + u_now))) * (1 - 1e-9)  # (float margin)
+        return max(0.0, min(basic, advanced))
+    return basic
 
 
 # -- noise ----------------------------------------------------------------------------------------

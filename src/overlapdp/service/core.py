@@ -421,7 +421,7 @@ class QueryService:
             **admin,
             spent=spent,
             spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(rec.definition, state.params, spent)),
-            remaining=runtime.remaining(rec.definition, rec.budget, spent),
+            remaining=runtime.remaining(rec.definition, rec.budget, spent, state.params),
             spent_by_analyst=per_analyst,
             guarantee=Guarantee(**guarantee),
             ledger_seq=seq,
@@ -510,7 +510,7 @@ class QueryService:
                 definition=defn,  # type: ignore[arg-type]  # checked at registration
                 quota=quota,
                 spent=spent,
-                remaining=runtime.remaining(defn, quota, spent),
+                remaining=runtime.remaining(defn, quota, spent, params),
                 spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, spent)),
                 quota_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, quota)),
             )
@@ -935,7 +935,7 @@ class QueryService:
         if not (own_ok and global_ok):
             mine.rollback(mark)
             spent = mine.max_load_bound()  # under the lock: a safe bound, no search (as an answer's)
-            remaining = runtime.remaining(definition, quota, spent)
+            remaining = runtime.remaining(definition, quota, spent, state.params)
             if not own_ok:  # say whether the global budget alone would have paid, too
                 sp = state.global_filter.savepoint()
                 global_ok = _decide(state.global_filter, p, 1, pairs)
@@ -987,7 +987,7 @@ class QueryService:
             answers=answers,
             cost=cost,
             replayed=False,
-            remaining=runtime.remaining(definition, quota, spent),
+            remaining=runtime.remaining(definition, quota, spent, state.params),
             spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, spent)),
         ), seqs
 
@@ -1094,7 +1094,7 @@ class QueryService:
             admissible=mine_run.admitted and trial.admitted,
             quota_admits=mine_run.admitted,
             global_admits=trial.admitted,
-            remaining=runtime.remaining(definition, quota, mine_run.before),
+            remaining=runtime.remaining(definition, quota, mine_run.before, state.params),
             exact=mine_run.exact and batch_exact,
         )
 

@@ -245,7 +245,8 @@ class QueryAnswer(Answer):
     remaining: float | None = Field(
         description="the analyst's rest of the quota, at most what is truly left: computed from a safe upper "
         "bound on the spend (no overlap search after an admission); the exact spend is in the analyst's info."
-        " GDP: sqrt(quota^2 - spent^2), the largest mu one more query on the worst row may carry"
+        " GDP: sqrt(quota^2 - spent^2), the largest mu one more query on the worst row may carry;"
+        " approximate DP: the smaller of the basic and the advanced rule's rooms"
     )
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
