@@ -824,10 +824,10 @@ class ServiceFilter:
         return (out, True) if exact else (min(out, bound), False)
 
     def max_load_bound(self) -> float:
-        """A safe upper bound on :meth:`max_load` that runs no overlap search (pure DP, zCDP and GDP:
-        :meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges; the others
-        search: :meth:`PrivacyFilter.spent_bound` falls back to the exact spend, RDP to :meth:`max_load`). The ``remaining`` of an answer is computed from it, so it is
-        never more than what is truly left."""
+        """A safe upper bound on :meth:`max_load`, with no overlap search for pure DP, zCDP and GDP
+        (:meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges); the other
+        definitions search (``spent_bound`` falls back to the exact spend, RDP to :meth:`max_load`). The
+        ``remaining`` of an answer is computed from it, so it is never more than what is truly left."""
         if len(self._filter) == 0:
             return 0.0
         if self.definition == "rdp":
