@@ -21,8 +21,9 @@ ErrorType = type[OverlapDPError]
 
 
 def check_number(value: Any, field: str, *, error: ErrorType = BudgetError) -> float:
-    """``value`` as a float (any real number, even NaN or infinite); refuses a bool or a non-number."""
-    if isinstance(value, bool):
+    """``value`` as a float (any real number, even NaN or infinite); refuses a bool or a non-number,
+    text included (``float("0.5")`` would turn a string into a charge the HTTP API refuses)."""
+    if isinstance(value, bool | str | bytes | bytearray):
         raise error(f"{field} must be a number, got {value!r}")
     try:
         return float(value)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from overlapdp.errors import SearchGaveUp
+from overlapdp.overlap.threshold import Problem, exceeds, unit_gcd
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
@@ -212,6 +212,8 @@ class Members:
         self.loads = np.zeros(cap)
         self.live = np.zeros(cap, dtype=bool)
         self.exact: list[Fraction] = []
+        # a common unit of every live load (MATH.md 7.9): each row's load is a multiple of it
+        self.unit: Fraction | None = None
 
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
@@ -232,6 +234,9 @@ class Members:
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
+        if self.live[i]:
+            # (kept over a truncation: the gcd of more loads still divides each of the fewer)
+            self.unit = unit_gcd(self.unit, exact)
         del self.exact[i:]
         self.exact.append(exact)
         self.n += 1
@@ -252,72 +257,23 @@ class Members:
     def exceeds(
         self,
         q: PredicateQuery,
-        clear: Callable[[float], bool],
         fits: Callable[[Fraction], bool],
         max_nodes: int,
+        deadline: float | None = None,
     ) -> tuple[int, ...] | None:
-        """A row inside ``q``'s coverage whose load does not ``fits`` (exact), or None when every row
-        there fits. ``clear(ub)``: a float upper bound ``ub`` of a region's loads shows that every row of
-        the region fits (the caller widens it, :func:`widen`). Depth first, the part paying the heavier
-        charge first (a refusal is found early); raises :class:`SearchGaveUp` past ``max_nodes`` regions.
-
-        A region is a box (a value set per attribute, one boolean mask side by side); its bound is the
-        smaller of :class:`Bounds`' two, restricted to the charges meeting the box."""
+        """A row inside ``q``'s coverage whose exact load does not ``fits``, or None when every row there
+        fits: the exact threshold decision of :mod:`overlapdp.overlap.threshold` (MATH.md 7.9) on the
+        admitted charges' coverages, their loads and their common unit. Raises :class:`SearchGaveUp`
+        past ``max_nodes`` nodes or the ``deadline``."""
         box = np.ones(int(self.offsets[-1]), dtype=bool)
         for p, cov in q.constraints:
             box[self._seg(p)] = cov.mask(self.sizes[p])
         if q.is_contradiction or not np.logical_or.reduceat(box, self.starts).all():
             return None
         n = self.n
-        flat = self.flat[:n]
-        assign = self.assign[:n]
-        loads = self.loads[:n]
-        starts = self.starts
-        stack: list[tuple[np.ndarray, np.ndarray]] = [(box, np.flatnonzero(self.live[:n]))]
-        nodes = 0
-        while stack:
-            box, idx = stack.pop()
-            nodes += 1
-            if nodes > max_nodes:
-                raise SearchGaveUp
-            sub = flat[idx]
-            inb = sub & box
-            keep = np.logical_or.reduceat(inb, starts, axis=1).all(axis=1)  # the charges meeting the box
-            if not keep.all():
-                idx, sub, inb = idx[keep], sub[keep], inb[keep]
-            if idx.size == 0:
-                if not fits(Fraction(0)):
-                    return self._row(box)
-                continue
-            w = loads[idx]
-            # per attribute the largest load of a value in the box (values outside it sum to 0), and the
-            # sum over the attributes of the largest share (each charge on its own attribute); an
-            # infinite load (past 2^900) gives no bound
-            ub = np.inf
-            if np.isfinite(w).all():
-                ub = float(np.maximum.reduceat(w @ inb, starts).min())
-                ub = min(ub, float(np.maximum.reduceat(w @ (inb & self.segments[assign[idx]]), starts).sum()))
-            if clear(ub):
-                continue
-            # per attribute, whether each charge holds the whole box there
-            partial = ~np.logical_and.reduceat(sub | ~box, starts, axis=1)
-            anyp = partial.any(axis=1)
-            if not anyp.any():  # every row of the box pays exactly these charges
-                if fits(exact_sum([self.exact[i] for i in idx.tolist()])):
-                    continue
-                return self._row(box)
-            # split on the heaviest charge not holding the whole box, on an attribute where it does not
-            j = int(np.argmax(np.where(anyp, w, -1.0)))
-            i = int(idx[j])
-            seg = self._seg(int(np.flatnonzero(partial[j])[0]))
-            inner, outer = box.copy(), box.copy()
-            inner[seg] &= flat[i, seg]
-            outer[seg] &= ~flat[i, seg]
-            # the inner piece (it pays charge i) is searched first: pushed last
-            for piece in (outer, inner):
-                if piece[seg].any():
-                    stack.append((piece, idx))
-        return None
+        loads = np.where(self.live[:n], self.loads[:n], 0.0)
+        pb = Problem(self.flat[:n], loads, self.exact, self.offsets, box, unit=self.unit)
+        return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
 
 
 def exact_sum(values: Sequence[Fraction]) -> Fraction:

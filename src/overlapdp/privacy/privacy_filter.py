@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
-from overlapdp.overlap import OverlapIndex, OverlapResult
+from overlapdp.overlap import OverlapIndex, OverlapResult, _clock
 from overlapdp.overlap.magnitude import float_up, sqrt_up
 from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, exact_sum, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
@@ -386,16 +386,13 @@ class PrivacyFilter:
             if q.covers(row) and not self._exact_ok([members.load_at(row) + e]):
                 self._hot.insert(0, self._hot.pop(j))
                 return row
-        n = self._n + self._bounds_terms
-
-        def clear(ub: float) -> bool:
-            w = widen(ub, n)
-            return w is not None and bool(self._exact_ok([w + e]))
 
         def fits(load: Fraction) -> bool:
             return bool(self._exact_ok([load + e]))
 
-        found = members.exceeds(q, clear, fits, _SEARCH_NODES)
+        effort = self._tracks[0].index.effort
+        deadline = None if effort is None else _clock.now() + effort
+        found = members.exceeds(q, fits, _SEARCH_NODES, deadline)
         if found is not None:
             self._hot.insert(0, found)
             del self._hot[_HOT_ROWS:]

@@ -1,0 +1,152 @@
+"""The exact threshold decision (overlap/threshold.py, MATH.md 7.9) against brute force.
+
+Every row of a small domain is enumerated and its load summed with Fractions; the search must say
+"every row of the box fits" exactly when that is so, and otherwise show a row of the box that does not
+fit. Thresholds sit on exact ties and one unit either side; loads are equal, dyadic, arbitrary floats,
+and spread from 1e-300 to 1e300; the common unit is given or not."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from overlapdp.errors import SearchGaveUp
+from overlapdp.overlap import threshold
+from overlapdp.overlap.threshold import Problem, common_unit, exceeds
+
+
+def random_instance(rng: np.random.Generator, kind: str) -> tuple[Problem, list[tuple[int, ...]]]:
+    sizes = rng.integers(2, 6, size=int(rng.integers(1, 5))).tolist()
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(rng.integers(0, 40))
+    cover = np.ones((n, int(offsets[-1])), dtype=bool)
+    for i in range(n):
+        for p, size in enumerate(sizes):
+            if rng.random() < 0.5:
+                m = int(rng.integers(1, size + 1))
+                seg = np.zeros(size, dtype=bool)
+                seg[rng.choice(size, size=m, replace=False)] = True
+                cover[i, offsets[p] : offsets[p + 1]] = seg
+    if kind == "equal":
+        loads = np.ones(n)
+    elif kind == "dyadic":
+        loads = rng.integers(1, 8, size=n) / 4.0
+    elif kind == "floats":
+        loads = rng.uniform(0.01, 1.0, size=n)
+    elif kind == "zeros":
+        loads = np.where(rng.random(n) < 0.3, 0.0, 1.0)
+    else:  # magnitudes
+        loads = 10.0 ** rng.uniform(-300, 300, size=n)
+    box = np.zeros(int(offsets[-1]), dtype=bool)
+    for p, size in enumerate(sizes):
+        m = int(rng.integers(1, size + 1))
+        box[offsets[p] + rng.choice(size, size=m, replace=False)] = True
+    exact = [Fraction(float(x)) for x in loads]
+    rows = list(itertools.product(*(range(s) for s in sizes)))
+    return Problem(cover, loads, exact, offsets, box), rows
+
+
+def row_load(pb: Problem, row: tuple[int, ...]) -> Fraction:
+    cols = [int(pb.offsets[p]) + v for p, v in enumerate(row)]
+    held = pb.cover[:, cols].all(axis=1) if pb.cover.shape[0] else np.zeros(0, dtype=bool)
+    return sum((pb.exact[i] for i in np.flatnonzero(held).tolist()), Fraction(0))
+
+
+def in_box(pb: Problem, row: tuple[int, ...]) -> bool:
+    return all(pb.box[int(pb.offsets[p]) + v] for p, v in enumerate(row))
+
+
+@pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
+@pytest.mark.parametrize("with_unit", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_decision_matches_brute_force(kind: str, with_unit: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    pb, rows = random_instance(rng, kind)
+    if with_unit:
+        pb.unit = common_unit(list(pb.exact))
+    loads = sorted({row_load(pb, r) for r in rows if in_box(pb, r)})
+    top = loads[-1]
+    # thresholds: the worst row's load exactly (a tie: everything fits), just below it, between two
+    # loads, and below everything
+    smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
+    for theta in {top, top - smallest / 3, top - Fraction(1, 10**30), loads[0], Fraction(-1)}:
+
+        def fits(load: Fraction, theta: Fraction = theta) -> bool:
+            return load <= theta
+
+        found = exceeds(pb, fits, max_nodes=100_000)
+        truth = [r for r in rows if in_box(pb, r) and not fits(row_load(pb, r))]
+        if not truth:
+            assert found is None, (theta, top)
+        else:
+            assert found is not None, (theta, top)
+            assert in_box(pb, found) and not fits(row_load(pb, found))
+
+
+def test_the_lp_decides_what_the_tables_cannot() -> None:
+    """A box where every value's table is above the threshold yet no row is (pairs of attributes that
+    disagree): the LP bound and the unit prove it at the root, with no branching."""
+    # two attributes of 2 values; 4 charges, one per row, load 1: every value's table holds 2, every
+    # row 1; with the unit, the LP's 2 ... proves nothing, but the threshold 1 is reached exactly:
+    # rows each pay 1; a threshold of 1 fits everywhere.
+    offsets = np.array([0, 2, 4])
+    cover = np.array(
+        [[1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 0], [0, 1, 0, 1]],
+        dtype=bool,
+    )
+    pb = Problem(cover, np.ones(4), [Fraction(1)] * 4, offsets, np.ones(4, dtype=bool), unit=Fraction(1))
+    assert exceeds(pb, lambda x: x <= 1, max_nodes=10_000) is None
+    row = exceeds(pb, lambda x: x <= Fraction(1, 2), max_nodes=10_000)
+    assert row is not None and row_load(pb, row) == 1
+
+
+def test_the_node_limit_gives_up_instead_of_guessing() -> None:
+    rng = np.random.default_rng(7)
+    sizes = [6] * 6
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = 200
+    cover = np.ones((n, int(offsets[-1])), dtype=bool)
+    for i in range(n):
+        for p in rng.choice(6, size=3, replace=False).tolist():
+            seg = np.zeros(6, dtype=bool)
+            seg[rng.choice(6, size=3, replace=False)] = True
+            cover[i, offsets[p] : offsets[p + 1]] = seg
+    pb = Problem(cover, np.ones(n), [Fraction(1)] * n, offsets, np.ones(int(offsets[-1]), dtype=bool))
+    with pytest.raises(SearchGaveUp):
+        exceeds(pb, lambda x: x <= 30, max_nodes=1)
+
+
+def test_without_highspy_the_search_is_still_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threshold, "_highs_available", lambda: False)
+    for seed in range(20):
+        rng = np.random.default_rng(1000 + seed)
+        pb, rows = random_instance(rng, "equal")
+        top = max(row_load(pb, r) for r in rows if in_box(pb, r))
+        assert exceeds(pb, lambda x, t=top: x <= t, max_nodes=100_000) is None
+        if top > 0:
+            found = exceeds(pb, lambda x, t=top: x < t, max_nodes=100_000)
+            assert found is not None and row_load(pb, found) == top
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fractions(min_value=0, max_value=1000, max_denominator=64), min_size=1, max_size=8))
+def test_common_unit_divides_every_value(values: list[Fraction]) -> None:
+    u = common_unit(values)
+    positive = [v for v in values if v > 0]
+    if not positive:
+        assert u is None
+        return
+    assert u is not None and u > 0
+    assert all((v / u).denominator == 1 for v in positive)
+    # and it is the largest: the quotients share no common factor
+    import math
+
+    g = 0
+    for v in positive:
+        g = math.gcd(g, int(v / u))
+    assert g == 1
