@@ -196,15 +196,24 @@ def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest
     # Forced HiGHS runs "to the deadline": without a limit, none.
     assert seen[None] == [None]
     auto: dict[Any, list[float | None]] = {}
+    real_lp = engine_mod._lp_maximum
+
+    def record_lp(key: Any) -> Any:
+        def solve(tables: Any, loads: Any, until: float | None) -> Any:
+            seen.setdefault(key, []).append(until)
+            return real_lp(tables, loads, until)
+
+        return solve
+
     for effort in (None, 30.0, 120.0):
         seen.clear()
-        monkeypatch.setattr(engine_mod, "solve_milp", record(effort))
-        # Value sets on 14 attributes (no grid fits), integral loads, fewer than 1 000 queries:
-        # HiGHS's short try comes before toulbar2 (and proves it).
+        monkeypatch.setattr(engine_mod, "_lp_maximum", record_lp(effort))
+        # Value sets on 14 attributes (no grid fits): the LP branch and bound's stage comes first (and
+        # proves it), with its own cap as its deadline (the frozen clock reads 0).
         r = max_overlap(_adult_mixed(300, 15), None, "count", effort=effort)
         assert r.exact
         auto[effort] = seen.get(effort, [])
-    assert auto[None] == [engine_mod.MILP_SMALL_BEFORE_WCSP_SECONDS]
+    assert auto[None] == [engine_mod.LPBRANCH_SECONDS]
     assert auto[None] == auto[30.0] == auto[120.0]
 
 

@@ -63,7 +63,7 @@ def check_witness(
     assert float(r.lower) == pytest.approx(compose([weights[i] for i in covering], comp), rel=1e-9, abs=1e-12)
 
 
-ALGORITHMS = ["auto", "grid", "gridbranch", "branch", "milp"]
+ALGORITHMS = ["auto", "grid", "gridbranch", "branch", "lpbranch", "milp"]
 
 
 @given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.sampled_from(ALGORITHMS))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from overlapdp.errors import SearchGaveUp
 from overlapdp.overlap import threshold
-from overlapdp.overlap.threshold import Problem, common_unit, exceeds
+from overlapdp.overlap.threshold import Problem, common_unit, exceeds, maximum
 
 
 def random_instance(rng: np.random.Generator, kind: str) -> tuple[Problem, list[tuple[int, ...]]]:
@@ -150,3 +150,23 @@ def test_common_unit_divides_every_value(values: list[Fraction]) -> None:
     for v in positive:
         g = math.gcd(g, int(v / u))
     assert g == 1
+
+
+@pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
+@pytest.mark.parametrize("seed", range(30))
+def test_maximum_matches_brute_force_and_its_cut_bound_is_safe(kind: str, seed: int) -> None:
+    rng = np.random.default_rng(500 + seed)
+    pb, rows = random_instance(rng, kind)
+    if seed % 2:
+        pb.unit = common_unit(list(pb.exact))
+    truth = max(row_load(pb, r) for r in rows if in_box(pb, r))
+    got = maximum(pb)
+    assert got.exact and got.load == truth == got.upper
+    assert got.row is not None and in_box(pb, got.row) and row_load(pb, got.row) == truth
+    # cut after a few nodes: the best row is a real row, the bound never below the truth
+    for limit in (1, 2, 5):
+        cut = maximum(pb, max_nodes=limit)
+        assert cut.row is not None and in_box(pb, cut.row) and row_load(pb, cut.row) == cut.load
+        assert cut.load <= truth <= cut.upper
+        if cut.exact:
+            assert cut.load == truth

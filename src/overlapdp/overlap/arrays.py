@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from overlapdp.schema import IntAttribute, Schema
 # The raw-value sweep of one attribute runs on up to this many values, or 16 per box (up to the grid's
 # memory limit); larger attributes go through the segments.
 SWEEP_1D_CELLS = 1 << 16
-_ALGORITHMS = ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp")
+_ALGORITHMS = get_args(engine.Algorithm)
 
 
 def max_overlap_boxes(

@@ -47,7 +47,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from fractions import Fraction
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -63,7 +64,7 @@ from overlapdp.overlap._gridbranch import (
     kept_tables,
 )
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import atom_table, atom_tables, branch_and_bound
+from overlapdp.overlap.branch import AtomTable, atom_table, atom_tables, branch_and_bound
 from overlapdp.overlap.exactness import (
     U,
     certify,
@@ -76,7 +77,7 @@ from overlapdp.overlap.exactness import (
     sum_error,
 )
 from overlapdp.overlap.grid import GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.magnitude import Loads, MagnitudeError
+from overlapdp.overlap.magnitude import Loads, MagnitudeError, float_up
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -91,13 +92,20 @@ from overlapdp.overlap.result import (
     comp_name,
 )
 from overlapdp.overlap.sweep import sweep_2d
+from overlapdp.overlap.threshold import Maximum, Problem, common_unit
+from overlapdp.overlap.threshold import maximum as lp_maximum
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
-Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"]
+Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "lpbranch", "milp", "wcsp"]
 
 # Past the deadline, the bounds still to take (colouring, toulbar2's report) get this share of the effort.
 GRACE_SHARE = 0.02
+# Value sets: the LP branch and bound (overlap/threshold.py, MATH.md 7.9) gets this long before the
+# other solvers take over (a stage cap, the same with or without an effort limit).
+LPBRANCH_SECONDS = 5.0
+# Largest queries x atoms table it takes (bytes of booleans).
+LPBRANCH_TABLE_LIMIT = 50_000_000
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
@@ -150,7 +158,7 @@ def max_overlap(
         isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
     ):
         raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
-    if algorithm not in ("auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "milp", "wcsp"):
+    if algorithm not in get_args(Algorithm):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = QueryIds(queries)
     t = len(queries)
@@ -462,6 +470,25 @@ def _search(
         if out.exact:
             return proved(err_sum)
         safe.append(out.upper)
+    if algorithm == "lpbranch" or (
+        algorithm == "auto"
+        and not c.single_interval
+        and sum(t.size for t in t2) * c.live.size <= LPBRANCH_TABLE_LIMIT
+        and _time_left(deadline)
+    ):
+        # Value sets: the LP branch and bound, exact on the normalised loads (MATH.md 7.9); its best row
+        # is certified from the original weights by proved().
+        used.append("lpbranch")
+        until = deadline if algorithm == "lpbranch" else _until(deadline, LPBRANCH_SECONDS)
+        lpb = _lp_maximum(t2, loads, until)
+        if lpb.row is not None:
+            offer(lpb.row, float_up(lpb.load))
+        if lpb.exact and row is not None:
+            return proved(0.0)
+        safe.append(float_up(lpb.upper))
+        if algorithm == "lpbranch":
+            bound = min(safe) + err_sum
+            return _finish(queries, c, row, lw, False, bound, "+".join(used))
     split = None
     if algorithm in ("auto", "gridbranch") and _time_left(deadline):
         # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
@@ -581,6 +608,16 @@ def _search(
     # Every safe bound is a float sum of live loads (the grid-branch frontier: a grid's maximum).
     bound = min(safe) + err_sum + grid_err
     return _finish(queries, c, row, lw, False, bound, "+".join(used) or "bound")
+
+
+def _lp_maximum(tables: Sequence[AtomTable], loads: FloatArray, until: float | None) -> Maximum:
+    """The heaviest cell of the atom ``tables`` (live queries' ``loads``, normalised) by the LP branch
+    and bound of :mod:`overlapdp.overlap.threshold`: exact on these loads, or a safe bound at ``until``."""
+    cover = np.concatenate([t.member.T for t in tables], axis=1)
+    offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])]).astype(np.int64)
+    exact = [Fraction(x) for x in loads.tolist()]
+    pb = Problem(cover, loads, exact, offsets, np.ones(int(offsets[-1]), dtype=bool), unit=common_unit(exact))
+    return lp_maximum(pb, deadline=until)
 
 
 def _wcsp_loads(loads: FloatArray) -> tuple[IntArray, float] | None:

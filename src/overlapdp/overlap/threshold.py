@@ -130,51 +130,63 @@ class _LP:
         nx = int(self.off[-1])
         self.ncol = n + nx
         inf = highspy.kHighsInf
-        starts = [0]
-        index: list[int] = []
-        rows_lo: list[float] = []
-        rows_up: list[float] = []
-        pj: list[int] = []
-        pa: list[int] = []
+        # rows y_j - sum of x over the atoms j holds <= 0 (one per charge and attribute it holds part
+        # of), built rowwise with numpy; then one row sum of x = 1 per attribute
+        idx_parts: list[np.ndarray] = []
+        val_parts: list[np.ndarray] = []
+        len_parts: list[np.ndarray] = []
+        pj_parts: list[np.ndarray] = []
+        pa_parts: list[np.ndarray] = []
         for a, t in enumerate(tables):
-            partial = ~t.all(axis=1)
-            for j in np.flatnonzero(partial).tolist():
-                vs = np.flatnonzero(t[j])
-                index.append(j)
-                index.extend((n + int(self.off[a]) + vs).tolist())
-                starts.append(len(index))
-                rows_lo.append(-inf)
-                rows_up.append(0.0)
-                pj.append(j)
-                pa.append(a)
-        self.npairs = len(pj)
-        values = np.empty(len(index))
-        pos = 0
-        for r in range(self.npairs):
-            length = starts[r + 1] - starts[r]
-            values[pos] = 1.0
-            values[pos + 1 : pos + length] = -1.0
-            pos += length
+            rows = np.flatnonzero(~t.all(axis=1))
+            if rows.size == 0:
+                continue
+            held = t[rows]
+            counts = held.sum(axis=1)
+            length = counts + 1
+            begin = np.concatenate([[0], np.cumsum(length)[:-1]])
+            total = int(length.sum())
+            index = np.empty(total, dtype=np.int64)
+            value = np.full(total, -1.0)
+            index[begin] = rows
+            value[begin] = 1.0
+            rr, cc = np.nonzero(held)
+            first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            pos = begin[rr] + 1 + (np.arange(rr.size) - first[rr])
+            index[pos] = n + int(self.off[a]) + cc
+            idx_parts.append(index)
+            val_parts.append(value)
+            len_parts.append(length)
+            pj_parts.append(rows)
+            pa_parts.append(np.full(rows.size, a, dtype=np.int64))
         for a in range(len(tables)):
-            index.extend(range(n + int(self.off[a]), n + int(self.off[a + 1])))
-            starts.append(len(index))
-            rows_lo.append(1.0)
-            rows_up.append(1.0)
-        values = np.concatenate([values, np.ones(len(index) - pos)])
+            idx_parts.append(np.arange(n + int(self.off[a]), n + int(self.off[a + 1]), dtype=np.int64))
+            val_parts.append(np.ones(self.k[a]))
+            len_parts.append(np.array([self.k[a]]))
+        self.pj = np.concatenate(pj_parts) if pj_parts else np.zeros(0, dtype=np.int64)
+        self.pa = np.concatenate(pa_parts) if pa_parts else np.zeros(0, dtype=np.int64)
+        self.npairs = int(self.pj.size)
+        lengths = np.concatenate(len_parts)
+        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        index_all = np.concatenate(idx_parts).astype(np.int32)
+        values = np.concatenate(val_parts)
+        nrows = self.npairs + len(tables)
+        rows_lo = np.concatenate([np.full(self.npairs, -inf), np.ones(len(tables))])
+        rows_up = np.concatenate([np.zeros(self.npairs), np.ones(len(tables))])
         lp = highspy.HighsLp()
         lp.num_col_ = self.ncol
-        lp.num_row_ = len(rows_lo)
+        lp.num_row_ = nrows
         lp.col_cost_ = np.concatenate([-w, np.zeros(nx)])
         lp.col_lower_ = np.zeros(self.ncol)
         lp.col_upper_ = np.ones(self.ncol)
-        lp.row_lower_ = np.array(rows_lo)
-        lp.row_upper_ = np.array(rows_up)
+        lp.row_lower_ = rows_lo
+        lp.row_upper_ = rows_up
         lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+        lp.a_matrix_.start_ = starts
+        lp.a_matrix_.index_ = index_all
         lp.a_matrix_.value_ = values
         lp.a_matrix_.num_col_ = self.ncol
-        lp.a_matrix_.num_row_ = len(rows_lo)
+        lp.a_matrix_.num_row_ = nrows
         # the plain binding: highspy.Highs adds Python callbacks and prints a banner on stdout
         h = getattr(highspy, "_Highs", highspy.Highs)()
         h.setOptionValue("output_flag", False)
@@ -183,8 +195,6 @@ class _LP:
         h.setOptionValue("presolve", "off")  # node re-solves start from the last basis
         h.passModel(lp)
         self.h = h
-        self.pj = np.array(pj, dtype=np.int64)
-        self.pa = np.array(pa, dtype=np.int64)
         self.cols = np.arange(self.ncol, dtype=np.int32)
         self.lower = np.zeros(self.ncol)
         self.upper = np.ones(self.ncol)
@@ -231,138 +241,258 @@ def exceeds(
     (module docstring; MATH.md 7.9). ``fits`` must be monotone (a load that fits, every smaller one
     fits). Raises :class:`SearchGaveUp` past ``max_nodes`` nodes or the ``deadline``
     (:func:`overlapdp.overlap._clock.now`)."""
-    cover, box, offsets = pb.cover, pb.box, pb.offsets
-    nattrs = len(offsets) - 1
-    starts = offsets[:-1]
-    stats = pb.stats
-    live = pb.loads > 0
-    meets = live
-    if live.any():
-        meets = np.logical_or.reduceat(cover & box, starts, axis=1).all(axis=1) & live
-    idx = np.flatnonzero(meets)
-    if idx.size == 0:
-        return None if fits(Fraction(0)) else _first_row(box, offsets)
-    sub = cover[idx]
-    raw = pb.loads[idx]
-    exact = [pb.exact[i] for i in idx.tolist()]
-    atoms = _Atoms(sub, offsets, box)
-    unit = pb.unit
-    n = idx.size
-    k = len(atoms.tables)
-    # Float work is in units of a power of two at or above the heaviest load (exact unless a quotient is
-    # subnormal: such loads are raised to a floor, an upper bound), so no sum overflows or underflows.
-    finite = bool(np.isfinite(raw).all())
-    top = float(raw.max()) if finite else 1.0
-    shift = math.frexp(top)[1] if top > 0 else 0
-    scale = Fraction(2) ** shift
-    w = np.maximum(np.ldexp(raw, -shift), np.where(raw > 0, _FLOOR, 0.0)) if finite else raw
-    widen_rel = 1 + 4 * (n + k + 2) * _U
+    search = _Search(pb, fits)
+    found: list[tuple[int, ...]] = []
 
-    def exact_load(alive: BoolArray) -> Fraction:
-        return _exact_sum([exact[i] for i in np.flatnonzero(alive).tolist()])
+    def stop(row: tuple[int, ...], load: Fraction) -> bool:
+        found.append(row)
+        return True
 
-    def clear(ub: float, extra: float = 0.0) -> bool:
-        """Whether a float bound ``ub`` in scaled units (plus an absolute float error ``extra``) shows
-        that every row fits."""
-        if not finite or not math.isfinite(ub) or not math.isfinite(extra):
-            return False
-        bound = (Fraction(ub) * Fraction(widen_rel) + Fraction(extra)) * scale
-        if unit is not None:
-            bound = (bound // unit) * unit
-        return fits(bound)
+    if search.run(stop, max_nodes, deadline) is not None:
+        raise SearchGaveUp
+    return found[0] if found else None
 
-    if k == 0:  # every charge meeting the box holds all of it: one load
-        return None if fits(exact_load(np.ones(n, dtype=bool))) else atoms.row([], nattrs)
-    # the largest float load that fits (scaled): branching prefers values whose table exceeds it
-    theta = _largest_fitting(lambda t: fits(t * scale), float(w.sum()) if finite else 0.0)
-    wf = [t.astype(np.float64) for t in atoms.tables]
-    lp = _LP(atoms.tables, w) if finite and _highs_available() else None
-    nodes = 0
-    masks0 = [np.ones(t.shape[1], dtype=bool) for t in atoms.tables]
-    # each node carries its parent's multipliers: their bound is valid in the child too (MATH.md 7.9),
-    # and often clears it without an LP solve
-    stack: list[tuple[BoolArray, list[BoolArray], np.ndarray | None]] = [
-        (np.ones(n, dtype=bool), masks0, None)
-    ]
-    while stack:
-        alive, masks, inherited = stack.pop()
-        nodes += 1
-        if nodes > max_nodes or (deadline is not None and _clock.now() > deadline):
-            stats["nodes"] = stats.get("nodes", 0) + nodes
-            raise SearchGaveUp
-        for j in range(k):
-            if not masks[j].all():
-                alive = alive & atoms.tables[j][:, masks[j]].any(axis=1)
-        if not alive.any():
-            if fits(Fraction(0)):
-                continue
-            return atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs)
-        wa = np.where(alive, w, 0.0)
-        if clear(float(wa.sum())):
-            continue
-        counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
-        tops = [float(c.max()) for c in counts]
-        if clear(min(tops)):
-            continue
-        # a leaf: every charge alive holds every atom of the box on every attribute
-        whole = all(atoms.tables[j][alive][:, masks[j]].all() for j in range(k))
-        if whole:
-            if fits(exact_load(alive)):
-                continue
-            return atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs)
-        xs: list[np.ndarray] | None = None
-        mu_node = inherited
-        if inherited is not None:
-            bound, err = _lagrangian(inherited, w, alive, atoms.tables, masks)
-            if clear(bound, err):
-                stats["inherited"] = stats.get("inherited", 0) + 1
-                continue
-        if lp is not None:
-            got = lp.solve(alive, masks)
-            stats["lp"] = stats.get("lp", 0) + 1
-            if got is not None:
-                mu, x = got
-                mu_node = mu
-                bound, err = _lagrangian(mu, w, alive, atoms.tables, masks)
-                if clear(bound, err):
+
+@dataclass(frozen=True)
+class Maximum:
+    """The heaviest row of a box: ``row`` (None when no charge meets the box), its exact ``load``, and
+    ``upper``, an exact bound on every row's load (equal to ``load`` when ``exact``)."""
+
+    row: tuple[int, ...] | None
+    load: Fraction
+    upper: Fraction
+    exact: bool
+
+
+def maximum(pb: Problem, *, max_nodes: int | None = None, deadline: float | None = None) -> Maximum:
+    """The maximum load over the rows of ``pb.box`` by the same branch and bound, the threshold being
+    the best row found so far (a prune made under a lower threshold stays valid under a higher one, so
+    one pass is exact; MATH.md 7.9). Past ``max_nodes`` or the ``deadline`` the answer is the best row
+    and a safe bound (``exact=False``): the largest bound of the boxes still open."""
+    best: list[Fraction] = [Fraction(-1)]
+    found: list[tuple[int, ...]] = []
+
+    def fits(load: Fraction) -> bool:
+        return load <= best[0]
+
+    search = _Search(pb, fits)
+
+    def better(row: tuple[int, ...], load: Fraction) -> bool:
+        best[0] = load
+        found[:] = [row]
+        search.retheta()
+        return False
+
+    open_bound = search.run(better, max_nodes, deadline)
+    if not found:  # every charge misses the box (all rows 0), or the search stopped at once
+        row = search.any_row()
+        if open_bound is None:
+            return Maximum(row, Fraction(0), Fraction(0), True)
+        return Maximum(row, Fraction(0), open_bound, False)
+    if open_bound is None:
+        return Maximum(found[0], best[0], best[0], True)
+    return Maximum(found[0], best[0], max(best[0], open_bound), False)
+
+
+class _Search:
+    """One branch and bound over the box of a :class:`Problem` (see the module docstring)."""
+
+    def __init__(self, pb: Problem, fits: Callable[[Fraction], bool]) -> None:
+        self.fits = fits
+        cover, box, offsets = pb.cover, pb.box, pb.offsets
+        self.box, self.offsets = box, offsets
+        self.nattrs = len(offsets) - 1
+        self.stats = pb.stats
+        live = pb.loads > 0
+        meets = live
+        if live.any():
+            meets = np.logical_or.reduceat(cover & box, offsets[:-1], axis=1).all(axis=1) & live
+        idx = np.flatnonzero(meets)
+        self.n = n = int(idx.size)
+        raw = pb.loads[idx]
+        self.exact = [pb.exact[i] for i in idx.tolist()]
+        self.atoms = _Atoms(cover[idx], offsets, box)
+        self.unit = pb.unit
+        self.k = k = len(self.atoms.tables)
+        # Float work is in units of a power of two at or above the heaviest load (exact unless a quotient
+        # is subnormal: such loads are raised to a floor, an upper bound), so no sum overflows or
+        # underflows.
+        self.finite = finite = bool(np.isfinite(raw).all())
+        top = float(raw.max()) if finite and n else 1.0
+        shift = math.frexp(top)[1] if top > 0 else 0
+        self.scale = Fraction(2) ** shift
+        self.w = np.maximum(np.ldexp(raw, -shift), np.where(raw > 0, _FLOOR, 0.0)) if finite else raw
+        self.widen_rel = Fraction(1 + 4 * (n + k + 2) * _U)
+        self.wf = [t.astype(np.float64) for t in self.atoms.tables]
+        self.theta = 0.0
+        self.retheta()
+
+    def retheta(self) -> None:
+        """The largest float load (scaled) that fits: branching prefers values whose table exceeds it."""
+        total = float(self.w.sum()) if self.finite else 0.0
+        self.theta = _largest_fitting(lambda t: self.fits(t * self.scale), total)
+
+    def any_row(self) -> tuple[int, ...]:
+        return _first_row(self.box, self.offsets)
+
+    def exact_load(self, alive: BoolArray) -> Fraction:
+        return _exact_sum([self.exact[i] for i in np.flatnonzero(alive).tolist()])
+
+    def upper(self, ub: float, extra: float = 0.0) -> Fraction | None:
+        """An exact bound from a float bound ``ub`` in scaled units plus an absolute float error
+        ``extra`` (rounded down to the unit), or None when it is not finite."""
+        if not self.finite or not math.isfinite(ub) or not math.isfinite(extra):
+            return None
+        bound = (Fraction(ub) * self.widen_rel + Fraction(extra)) * self.scale
+        if self.unit is not None:
+            bound = (bound // self.unit) * self.unit
+        return bound
+
+    def clear(self, ub: float, extra: float = 0.0) -> bool:
+        """Whether a float bound ``ub`` (scaled) shows that every row of its box fits."""
+        bound = self.upper(ub, extra)
+        return bound is not None and self.fits(bound)
+
+    def run(
+        self,
+        on_row: Callable[[tuple[int, ...], Fraction], bool],
+        max_nodes: int | None,
+        deadline: float | None,
+    ) -> Fraction | None:
+        """Search; ``on_row(row, load)`` is told of each row found that does not fit and says whether to
+        stop. None when the search ended (or was stopped); past the node limit or the deadline, an exact
+        bound on every row of the boxes left open (``fits`` may have changed since they were pushed)."""
+        atoms, k, fits, stats = self.atoms, self.k, self.fits, self.stats
+        tables, wf, w, nattrs = atoms.tables, self.wf, self.w, self.nattrs
+        if self.n == 0:
+            if not fits(Fraction(0)):
+                on_row(self.any_row(), Fraction(0))
+            return None
+        if k == 0:  # every charge meeting the box holds all of it: one load
+            load = self.exact_load(np.ones(self.n, dtype=bool))
+            if not fits(load):
+                on_row(atoms.row([], nattrs), load)
+            return None
+        lp = _LP(tables, w) if self.finite and _highs_available() else None
+        nodes = 0
+        masks0 = [np.ones(t.shape[1], dtype=bool) for t in tables]
+        # each node carries its parent's multipliers: their bound is valid in the child too (MATH.md
+        # 7.9), and often clears it without an LP solve
+        stack: list[tuple[BoolArray, list[BoolArray], np.ndarray | None]] = [
+            (np.ones(self.n, dtype=bool), masks0, None)
+        ]
+        try:
+            while stack:
+                if (max_nodes is not None and nodes >= max_nodes) or (
+                    deadline is not None and _clock.now() > deadline
+                ):
+                    return self._open_bound(stack)
+                alive, masks, inherited = stack.pop()
+                nodes += 1
+                for j in range(k):
+                    if not masks[j].all():
+                        alive = alive & tables[j][:, masks[j]].any(axis=1)
+                if not alive.any():
+                    if not fits(Fraction(0)) and on_row(
+                        atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs), Fraction(0)
+                    ):
+                        return None
                     continue
-                xs = [x[int(lp.off[j]) : int(lp.off[j + 1])] for j in range(k)]
-        # the LP's favourite row (or the heaviest values): a refusal when it does not fit
-        choice = []
-        for j in range(k):
-            pref = counts[j] if xs is None else np.where(masks[j], xs[j] + 1e-9 * counts[j], -1.0)
-            choice.append(int(np.argmax(pref)))
-        held = alive.copy()
-        for j in range(k):
-            held &= atoms.tables[j][:, choice[j]]
-        if not fits(exact_load(held)):
+                wa = np.where(alive, w, 0.0)
+                if self.clear(float(wa.sum())):
+                    continue
+                counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
+                tops = [float(c.max()) for c in counts]
+                if self.clear(min(tops)):
+                    continue
+                # a leaf: every charge alive holds every atom of the box on every attribute
+                if all(tables[j][alive][:, masks[j]].all() for j in range(k)):
+                    load = self.exact_load(alive)
+                    if not fits(load) and on_row(
+                        atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs), load
+                    ):
+                        return None
+                    continue
+                xs: list[np.ndarray] | None = None
+                mu_node = inherited
+                if inherited is not None:
+                    bound, err = _lagrangian(inherited, w, alive, tables, masks)
+                    if self.clear(bound, err):
+                        stats["inherited"] = stats.get("inherited", 0) + 1
+                        continue
+                if lp is not None:
+                    got = lp.solve(alive, masks)
+                    stats["lp"] = stats.get("lp", 0) + 1
+                    if got is not None:
+                        mu, x = got
+                        mu_node = mu
+                        bound, err = _lagrangian(mu, w, alive, tables, masks)
+                        if self.clear(bound, err):
+                            continue
+                        xs = [x[int(lp.off[j]) : int(lp.off[j + 1])] for j in range(k)]
+                # the LP's favourite row (or the heaviest values): a row that does not fit, found early
+                choice = []
+                for j in range(k):
+                    pref = counts[j] if xs is None else np.where(masks[j], xs[j] + 1e-9 * counts[j], -1.0)
+                    choice.append(int(np.argmax(pref)))
+                held = alive.copy()
+                for j in range(k):
+                    held &= tables[j][:, choice[j]]
+                load = self.exact_load(held)
+                # (when the threshold rose instead, this box is searched on under the new one)
+                if not fits(load) and on_row(atoms.row(choice, nattrs), load):
+                    return None
+                pick = self._branching(masks, counts, tops)
+                if pick < 0:  # pragma: no cover - every attribute down to one atom is a leaf
+                    continue
+                c = counts[pick]
+                children = [v for v in np.flatnonzero(masks[pick]).tolist() if not self.clear(float(c[v]))]
+                pref = c if xs is None else xs[pick] + 1e-9 * c
+                children.sort(key=lambda v: float(pref[v]))  # pushed first = explored last
+                col = tables[pick]
+                for v in children:
+                    child = list(masks)
+                    m = np.zeros_like(masks[pick])
+                    m[v] = True
+                    child[pick] = m
+                    stack.append((alive & col[:, v], child, mu_node))
+            return None
+        finally:
             stats["nodes"] = stats.get("nodes", 0) + nodes
-            return atoms.row(choice, nattrs)
-        # branch: fail first (fewest values whose table may exceed the threshold), then the lowest table
+
+    def _branching(self, masks: list[BoolArray], counts: list[np.ndarray], tops: list[float]) -> int:
+        """Fail first: the attribute with the fewest values whose table may exceed the threshold, then
+        the lowest table; -1 when every attribute is down to one atom."""
         best: tuple[int, float] | None = None
         pick = -1
-        for j in range(k):
+        for j in range(self.k):
             if masks[j].sum() < 2:
                 continue
-            c = counts[j]
-            key = (int((c > theta).sum()), -tops[j])
+            key = (int((counts[j] > self.theta).sum()), -tops[j])
             if best is None or key < best:
                 best, pick = key, j
-        if pick < 0:  # every attribute down to one atom: this is a leaf (caught above)
-            continue  # pragma: no cover
-        c = counts[pick]
-        children = [v for v in np.flatnonzero(masks[pick]).tolist() if not clear(float(c[v]))]
-        pref = c if xs is None else xs[pick] + 1e-9 * c
-        children.sort(key=lambda v: float(pref[v]))  # pushed first = explored last
-        col = atoms.tables[pick]
-        for v in children:
-            child = list(masks)
-            m = np.zeros_like(masks[pick])
-            m[v] = True
-            child[pick] = m
-            stack.append((alive & col[:, v], child, mu_node))
-    stats["nodes"] = stats.get("nodes", 0) + nodes
-    return None
+        return pick
+
+    def _open_bound(self, stack: list[tuple[BoolArray, list[BoolArray], np.ndarray | None]]) -> Fraction:
+        """An exact bound on every row of the open boxes: per box the smaller of its tables' bound and
+        its parent's Lagrangian bound (MATH.md 7.9), the largest over the boxes (the total load when a
+        float bound is not finite)."""
+        total = _exact_sum(self.exact)
+        out = Fraction(0)
+        for alive, masks, inherited in stack:
+            for j in range(self.k):
+                if not masks[j].all():
+                    alive = alive & self.atoms.tables[j][:, masks[j]].any(axis=1)
+            wa = np.where(alive, self.w, 0.0)
+            ub = min(float(np.where(masks[j], wa @ self.wf[j], -1.0).max()) for j in range(self.k))
+            bound = self.upper(ub)
+            if inherited is not None:
+                lag, err = _lagrangian(inherited, self.w, alive, self.atoms.tables, masks)
+                other = self.upper(lag, err)
+                if other is not None and (bound is None or other < bound):
+                    bound = other
+            out = max(out, total if bound is None else min(bound, total))
+        return out
 
 
 def _lagrangian(
@@ -417,4 +547,4 @@ def _exact_sum(values: Sequence[Fraction]) -> Fraction:
     return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
-__all__ = ["Problem", "common_unit", "exceeds", "unit_gcd"]
+__all__ = ["Maximum", "Problem", "common_unit", "exceeds", "maximum", "unit_gcd"]
