@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
+
+from overlapdp.overlap.magnitude import float_up
 
 #: A default grid of Rényi orders (dense where moderate budgets have their optimum, sparse beyond).
 DEFAULT_ORDERS: tuple[float, ...] = (
@@ -188,4 +191,7 @@ def approx_delta(epsilon: float, delta: float, at: float) -> float:
 def pure_rdp(epsilon: float, orders: Sequence[float]) -> tuple[float, ...]:
     """RDP curve implied by epsilon-DP: $\\min(\\varepsilon, \\alpha\\varepsilon^2/2)$ (Bun-Steinke 2016 Prop. 3.3
     gives eps^2/2-zCDP; eps-DP is (alpha, eps)-RDP for every alpha, Mironov 2017 Prop. 3)."""
-    return tuple(min(epsilon, a * epsilon * epsilon / 2) for a in orders)
+    # alpha eps^2 / 2 rounded UP from the exact value (a float product rounds to nearest, and its
+    # square underflows below 1e-162); a declared cost is never below the exact one (MATH.md 7.8)
+    half = Fraction(epsilon) ** 2 / 2
+    return tuple(min(epsilon, float_up(Fraction(a) * half)) for a in orders)
