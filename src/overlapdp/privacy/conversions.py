@@ -136,7 +136,8 @@ def zcdp_epsilon(rho: float, delta: float, max_order: float = math.inf) -> float
     ld = math.log(delta)
 
     def eps(a: np.ndarray) -> np.ndarray:
-        return np.asarray(a * rho + (-ld + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1))
+        with np.errstate(over="ignore"):  # a * rho past the float range is inf: that order bounds nothing
+            return np.asarray(a * rho + (-ld + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1))
 
     return max(0.0, _refine_min(eps, _orders_up_to(max_order)) * (1 + _MARGIN))
 
@@ -181,7 +182,8 @@ def approx_delta(epsilon: float, delta: float, at: float) -> float:
     if at >= epsilon:
         return delta
     p_hi = (1 - delta) / (1 + math.exp(-epsilon))
-    p_lo = (1 - delta) / (1 + math.exp(epsilon))
+    # e^-eps / (1 + e^-eps) rather than 1 / (1 + e^eps): e^eps overflows past eps ~ 709
+    p_lo = (1 - delta) * math.exp(-epsilon) / (1 + math.exp(-epsilon))
     d = delta + p_hi * -math.expm1(at - epsilon)
     if at < -epsilon:
         d += p_lo * -math.expm1(at + epsilon)

@@ -209,6 +209,11 @@ class Measure(ABC, Generic[B]):
     def to_epsilon(self, value: Value, delta: float) -> float:
         """The native ``value`` as epsilon at ``delta`` (safe: MATH.md 5.8)."""
 
+    def infinite(self) -> Value:
+        """The native value of a loss beyond the float range (what a report shows when the worst row's
+        load overflows, MATH.md 7.8): inf, per component where the value has several."""
+        return math.inf
+
     @abstractmethod
     def budget_value(self, budget: B) -> Value:
         """The budget's native value, what a filter reports beside its own value."""
@@ -310,7 +315,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return PureDP(value).epsilon_at(delta)
+        return PureDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: PureDP) -> float:
         return budget.epsilon
@@ -332,7 +337,7 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return ZCDP(value).epsilon_at(delta)
+        return ZCDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: ZCDP) -> float:
         return budget.rho
@@ -360,7 +365,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return GDP(value).epsilon_at(delta)
+        return GDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: GDP) -> float:
         return budget.mu
@@ -416,11 +421,18 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
         return int(np.argmin(vals))
 
     def to_epsilon(self, value: Value, delta: float) -> float:
+        """The conversion minimised over the orders whose epsilon is finite (inf when none is)."""
         assert isinstance(value, tuple)
-        return RDP(self.orders, value).epsilon_at(delta)
+        kept = [(a, e) for a, e in zip(self.orders, value, strict=True) if math.isfinite(e)]
+        if not kept:
+            return math.inf
+        return RDP(tuple(a for a, _ in kept), tuple(e for _, e in kept)).epsilon_at(delta)
 
     def budget_value(self, budget: RDP) -> tuple[float, ...]:
         return budget.epsilons
+
+    def infinite(self) -> Value:
+        return tuple(math.inf for _ in self.orders)
 
     def check_reset(self, old: RDP, new: RDP) -> None:
         if new.orders != old.orders:
@@ -502,7 +514,10 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     def to_epsilon(self, value: Value, delta: float) -> float:
         """``value`` is the pair (rho, omega) (MATH.md 5.9)."""
         assert isinstance(value, tuple) and len(value) == 2
-        return TCDP(value[0], value[1]).epsilon_at(delta)
+        return TCDP(value[0], value[1]).epsilon_at(delta) if math.isfinite(value[0]) else math.inf
+
+    def infinite(self) -> Value:
+        return (math.inf, math.inf)
 
     def budget_value(self, budget: TCDP) -> float:
         """rho: what the filter's value (the worst row's sum of rho) is compared with; the budget's omega

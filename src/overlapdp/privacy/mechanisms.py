@@ -43,8 +43,14 @@ def _ratio_up(num: float, den: float) -> float:
 
 
 def _times_up(a: float, x: float) -> float:
-    """``a * x`` rounded UP from the exact product (an RDP order times rho, MATH.md 7.8)."""
-    return float_up(Fraction(a) * Fraction(x))
+    """``a * x`` rounded UP from the exact product (an RDP order times rho, MATH.md 7.8); inf for inf."""
+    return float_up(Fraction(a) * Fraction(x)) if math.isfinite(x) else math.inf
+
+
+def _finite_cost(value: float, what: str) -> None:
+    """A mechanism whose cost is beyond the largest float states no guarantee: refused when built."""
+    if not math.isfinite(value):
+        raise BudgetError(f"{what} exceeds the largest float: no finite privacy guarantee to state")
 
 
 def _pos_int(name: str, value: float) -> int:
@@ -130,6 +136,7 @@ class Laplace(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive(self.scale, "Laplace scale"))
         object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
+        _finite_cost(self.eps0, f"epsilon = sensitivity / scale = {self.sensitivity!r} / {self.scale!r}")
 
     @property
     def eps0(self) -> float:
@@ -187,6 +194,7 @@ class Gaussian(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", check_positive(self.sigma, "Gaussian sigma"))
         object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
+        _finite_cost(self.mu, f"mu = sensitivity / sigma = {self.sensitivity!r} / {self.sigma!r}")
 
     @property
     def mu(self) -> float:
@@ -270,9 +278,11 @@ class RandomizedResponse(_Atomic):
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         e, k = self.epsilon, self.categories
-        z = math.exp(e) + k - 1
+        # divided through by e^eps, which overflows past eps ~ 709: e^eps / (e^eps + k - 1) etc.
+        r = math.exp(-e)
+        z = 1 + (k - 1) * r
         losses = [e, -e] + ([0.0] if k > 2 else [])
-        probs = [math.exp(e) / z, 1 / z] + ([(k - 2) / z] if k > 2 else [])
+        probs = [1 / z, r / z] + ([(k - 2) * r / z] if k > 2 else [])
         return np.array(losses), np.array(probs), 0.0
 
 
@@ -315,6 +325,7 @@ class DiscreteLaplace(_Atomic):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive(self.scale, "discrete Laplace scale"))
         object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
+        _finite_cost(_ratio_up(self.sensitivity, self.scale), f"epsilon = {self.sensitivity!r} / {self.scale!r}")
 
     def pure(self) -> PureDP:
         return PureDP(_ratio_up(self.sensitivity, self.scale))

@@ -39,14 +39,16 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from overlapdp.errors import MagnitudeError
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
-from overlapdp.overlap.magnitude import normalised_loads
+from overlapdp.overlap.magnitude import exact_total, exponent, float_up, scale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
@@ -69,6 +71,8 @@ from overlapdp.schema import Schema
 # Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
 _PAIR_WORK_LIMIT = 50_000_000
 _PAIR_PLD_LIMIT = 40
+# Pairs within the float sums' round-off of the maximum summed exactly; beyond, a safe bound.
+_PAIR_BAND = 4096
 
 
 def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
@@ -179,7 +183,12 @@ class Odometer:
         queries = [c.query for c in charges]
         defs: dict[str, DefinitionGuarantee] = {}
         for measure in self.measures:
-            g = measure.account(self, mechs, queries, d, defs)
+            try:
+                g = measure.account(self, mechs, queries, d, defs)
+            except MagnitudeError:
+                # a row's (or the ledger's) load beyond the largest float (MATH.md 7.8): inf is its
+                # value rounded up, reported rather than raised
+                g = _overflowed(measure)
             if g is not None:
                 defs[measure.name] = g
         if not defs:
@@ -221,8 +230,12 @@ class Odometer:
         comp = measure.comp
         shift = 0
         if comp == "l2":
-            squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
-            loads = squares[:, None]
+            # mu / 2^E, squared and rounded UP from the exact square (a float square rounds to nearest,
+            # and the routes sum these squares exactly: MATH.md 7.8)
+            mus = np.ascontiguousarray(loads[:, 0], dtype=float)
+            shift = exponent(mus)
+            scaled = scale_up(mus, shift)
+            loads = np.array([[float_up(Fraction(float(x)) ** 2)] for x in scaled.tolist()]).reshape(-1, 1)
         seq_load = _column_sums_up(loads)
         exact = True
         witness: dict[str, Any] | None
@@ -239,7 +252,7 @@ class Odometer:
         else:
             pair = _replace_pairs(queries, self.schema, loads)
             if pair is not None:
-                ovl_load, rows = pair
+                ovl_load, rows, exact = pair
                 k = measure.best_component(ovl_load, delta)
                 witness = _row_witness(self.schema, rows[k])
                 method = "pairs"
@@ -414,10 +427,21 @@ class Odometer:
         return best, True, _row_witness(self.schema, best_row), "pld/counted-patterns"
 
     def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
+        """epsilon at ``delta`` of the composition of ``mechs``: PLD / KOV (:func:`compose_approx`), or,
+        for a mechanism whose privacy loss reaches beyond ``_PLD_MAX_LOSS`` (its PLD grid would hold
+        millions of points, and ``e^loss`` overflows past 709), the closed forms of
+        :func:`_cheap_upper` at no grid slack: basic composition or the zCDP conversion, each a valid
+        bound of the composition (MATH.md 5.3, 5.8), inf when none applies. At such losses either is
+        within a relative 1e-6 of the truth that matters (epsilon of hundreds)."""
         key = (delta, *sorted(repr(m.key) for m in mechs))
         hit = self._cache.get(key)
         if hit is None:
-            hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta) if mechs else 0.0
+            if not mechs:
+                hit = 0.0
+            elif any(_wide_loss(m) for m in mechs):
+                hit = _cheap_upper(mechs, delta, 0.0)
+            else:
+                hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta)
             self._cache[key] = hit
         return hit
 
@@ -471,6 +495,18 @@ class Odometer:
         return DefinitionGuarantee(ApproxMeasure.name, seq, ovl, seq, ovl, witness, exact, method, bound)
 
 
+#: Largest privacy loss (in absolute value) of one mechanism composed by PLD; beyond it, closed forms.
+_PLD_MAX_LOSS = 100.0
+
+
+def _wide_loss(m: Mechanism) -> bool:
+    """Whether ``m``'s privacy loss reaches beyond ``_PLD_MAX_LOSS`` (a PLD grid too long to build)."""
+    if isinstance(m, OpaqueApproxDP):
+        return m.epsilon > _PLD_MAX_LOSS
+    lo, hi = m.loss_range()
+    return not max(abs(lo), abs(hi)) <= _PLD_MAX_LOSS
+
+
 #: Most loads (charges x components) whose sequential sums are computed exactly rounded up.
 _EXACT_SUM_LIMIT = 500_000
 #: Most maximal covering patterns composed one by one before falling back to a bounded search.
@@ -508,6 +544,14 @@ def _column_sums_up(loads: np.ndarray) -> np.ndarray:
     return out
 
 
+def _fsum(values: Iterable[float]) -> float:
+    """``math.fsum``, inf where the exact sum leaves the float range (fsum raises OverflowError)."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return math.inf
+
+
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
     basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
@@ -534,14 +578,16 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
         best = eps_sum
     zs = [m.zcdp() for m in mechs]
     if all(z is not None for z in zs):
-        best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+        rho = _fsum(z.rho for z in zs if z is not None)
+        if math.isfinite(rho):  # (a sum past the float range bounds nothing)
+            best = min(best, ZCDP(rho).epsilon_at(delta))
     elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
-        rho = math.fsum(z.rho for z in zs if z is not None)
+        rho = _fsum(z.rho for z in zs if z is not None)
         opaque = [m for z, m in zip(zs, mechs, strict=True) if z is None and isinstance(m, OpaqueApproxDP)]
-        d_opaque = math.fsum(m.delta for m in opaque) * (1 + 1e-12)
-        if d_opaque < delta:
+        d_opaque = _fsum(m.delta for m in opaque) * (1 + 1e-12)
+        if d_opaque < delta and math.isfinite(rho):
             e_z = ZCDP(rho).epsilon_at(delta - d_opaque) if rho > 0 else 0.0
-            best = min(best, e_z + math.fsum(m.epsilon for m in opaque))
+            best = min(best, e_z + _fsum(m.epsilon for m in opaque))
     return best * (1 + 1e-6) + h * len(mechs) + 1e-9
 
 
@@ -568,26 +614,63 @@ def _doubled_basic(
 
 def _replace_pairs(
     queries: list[PredicateQuery], schema: Schema, loads: np.ndarray
-) -> tuple[np.ndarray, list[tuple[int, ...]]] | None:
-    """Exact maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them,
-    per component; None when the pattern enumeration is too large."""
+) -> tuple[np.ndarray, list[tuple[int, ...]], bool] | None:
+    r"""Maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them, per
+    component (MATH.md 1.2), with a row of the worst pair per component and whether the maximum is
+    exact; None when the pattern enumeration is too large.
+
+    Each pair's load is summed over its symmetric difference (never as a difference of sums, which
+    cancels and gives inf - inf = nan past the float range). The float sums locate the maximum $F$;
+    they are within $\gamma_t=t\,2^{-53}$ (relative) of the exact sums of the float loads, so every
+    pair within $3\gamma_t$ of $F$ is summed exactly and the largest, rounded up, is the value (past
+    ``_PAIR_BAND`` such pairs: $F(1+2\gamma_t)$ rounded up, a safe bound, not exact)."""
     pats = row_patterns(queries, schema)
     if pats is None:
         return None
-    m = pats.members.astype(float)
-    p = m.shape[0]
-    if p * p * max(1, m.shape[1]) * loads.shape[1] > _PAIR_WORK_LIMIT:
+    m = pats.members
+    p, t = m.shape
+    kk = loads.shape[1]
+    if p * p * max(1, t) * kk > _PAIR_WORK_LIMIT:
         return None
-    per_row = m @ loads  # P x K
-    out = np.zeros(loads.shape[1])
-    rows: list[tuple[int, ...]] = [pats.rows[0]] * loads.shape[1]
-    for k in range(loads.shape[1]):
-        both = m @ (loads[:, k : k + 1] * m.T)  # P x P: load of charges covering both rows
-        sym = per_row[:, k : k + 1] + per_row[:, k][None, :] - 2 * both
-        i = int(np.argmax(sym))
-        out[k] = max(0.0, float(sym.flat[i]))
-        rows[k] = pats.rows[i // p]
-    return out, rows
+    with np.errstate(over="ignore"):  # a sum past the float range is inf, summed exactly below
+        top = np.zeros(kk)
+        for a in range(p):
+            top = np.maximum(top, ((m[a] ^ m).astype(float) @ loads).max(axis=0))
+        gamma = t * 2.0**-53 * 1.01
+        band: list[list[tuple[int, int]]] = [[] for _ in range(kk)]
+        for a in range(p):
+            sym = (m[a] ^ m).astype(float) @ loads  # p x K
+            for k in range(kk):
+                for b in np.flatnonzero(sym[:, k] >= top[k] * (1 - 3 * gamma)).tolist():
+                    if len(band[k]) <= _PAIR_BAND:
+                        band[k].append((a, b))
+    out = np.zeros(kk)
+    rows: list[tuple[int, ...]] = [pats.rows[0]] * kk
+    exact = True
+    for k in range(kk):
+        if len(band[k]) > _PAIR_BAND:
+            out[k] = (
+                float_up(Fraction(float(top[k])) * (1 + 2 * Fraction(gamma)))
+                if math.isfinite(top[k])
+                else math.inf
+            )
+            exact = False
+            continue
+        best = Fraction(-1)
+        for a, b in band[k]:
+            v = exact_total("sum", loads[np.flatnonzero(m[a] ^ m[b]), k].tolist())
+            if v > best:
+                best, rows[k] = v, pats.rows[a]
+        out[k] = float_up(max(best, Fraction(0)))
+    return out, rows, exact
+
+
+def _overflowed(measure: Measure[Any]) -> DefinitionGuarantee:
+    """The guarantee of a ledger whose loads overflow the float range: infinite both ways."""
+    inf = measure.infinite()
+    return DefinitionGuarantee(
+        measure.name, inf, inf, math.inf, math.inf, None, False, "overflow", "sequential"
+    )
 
 
 def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:
