@@ -325,7 +325,9 @@ class DiscreteLaplace(_Atomic):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive(self.scale, "discrete Laplace scale"))
         object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
-        _finite_cost(_ratio_up(self.sensitivity, self.scale), f"epsilon = {self.sensitivity!r} / {self.scale!r}")
+        _finite_cost(
+            _ratio_up(self.sensitivity, self.scale), f"epsilon = {self.sensitivity!r} / {self.scale!r}"
+        )
 
     def pure(self) -> PureDP:
         return PureDP(_ratio_up(self.sensitivity, self.scale))

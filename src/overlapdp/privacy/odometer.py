@@ -18,7 +18,9 @@ Sequential accounting (what every peer library does) composes all charges regard
 
 Neighbouring relation (MATH.md 1.2): add/remove one row by default. ``"replace"`` moves one
 row from x to x'; the charges that see a difference are those covering exactly one of x, x' (a count
-moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
+moves by one, and symmetric noise gives the same loss for +1 and -1). When the schema drops rows
+outside its domain (``outside="drop"``) such a row is one more row value, covered by no query: a
+row moving out of the domain changes every count that covered it. The :class:`Odometer` computes the
 exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
 (additive loads over a symmetric difference are at most twice the largest per-row load; for GDP the
 factor is sqrt 2 on mu); the :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` always uses the
@@ -63,7 +65,7 @@ from overlapdp.privacy.measures import (
 )
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
 from overlapdp.privacy.optimal import compose_approx
-from overlapdp.privacy.patterns import maximal_patterns, row_patterns
+from overlapdp.privacy.patterns import maximal_patterns, neighbour_patterns, row_patterns
 from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -468,15 +470,15 @@ class Odometer:
         if self.neighbouring == "add_remove":
             ovl, exact, witness, method = self._overlap_route(mechs, queries, delta)
         else:
-            pats = row_patterns(queries, self.schema)
+            pats = neighbour_patterns(queries, self.schema)  # with the outside row (MATH.md 1.2)
             if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
-                ovl, best = 0.0, pats.rows[0]
+                ovl, best = 0.0, pats.domain_row(0, 0)
                 m = pats.members
                 for a, b in itertools.combinations_with_replacement(range(m.shape[0]), 2):
                     diff = np.flatnonzero(m[a] ^ m[b])
                     v = value(diff.tolist())
                     if v > ovl:
-                        ovl, best = v, pats.rows[a]
+                        ovl, best = v, pats.domain_row(a, b)
                 witness = _row_witness(self.schema, best)
                 method = "pld/pairs"
             else:
@@ -624,7 +626,7 @@ def _replace_pairs(
     they are within $\gamma_t=t\,2^{-53}$ (relative) of the exact sums of the float loads, so every
     pair within $3\gamma_t$ of $F$ is summed exactly and the largest, rounded up, is the value (past
     ``_PAIR_BAND`` such pairs: $F(1+2\gamma_t)$ rounded up, a safe bound, not exact)."""
-    pats = row_patterns(queries, schema)
+    pats = neighbour_patterns(queries, schema)
     if pats is None:
         return None
     m = pats.members
@@ -645,7 +647,7 @@ def _replace_pairs(
                     if len(band[k]) <= _PAIR_BAND:
                         band[k].append((a, b))
     out = np.zeros(kk)
-    rows: list[tuple[int, ...]] = [pats.rows[0]] * kk
+    rows: list[tuple[int, ...]] = [pats.domain_row(0, 0)] * kk
     exact = True
     for k in range(kk):
         if len(band[k]) > _PAIR_BAND:
@@ -660,7 +662,7 @@ def _replace_pairs(
         for a, b in band[k]:
             v = exact_total("sum", loads[np.flatnonzero(m[a] ^ m[b]), k].tolist())
             if v > best:
-                best, rows[k] = v, pats.rows[a]
+                best, rows[k] = v, pats.domain_row(a, b)
         out[k] = float_up(max(best, Fraction(0)))
     return out, rows, exact
 
