@@ -139,7 +139,9 @@ class FilterRule:
     is set the rule is a condition on each row's JOINT per-track loads, monotone in every load: holding
     at the per-track maxima (possibly at different rows) suffices, but failing there does not show that
     some row fails, so refusals are decided on actual rows (``row_verdict`` decides a row from its float
-    sums, or None when it must be summed exactly). ``optimal``: the non-adaptive (epsilon, delta) filter
+    sums, or None when it must be summed exactly). Valid for add/remove neighbours only: under
+    replace-one a pair of rows pays neither row's set of charges, and the rule is decided at the
+    per-track maxima (MATH.md 2.9). ``optimal``: the non-adaptive (epsilon, delta) filter
     that recomputes the optimal composition on each attempt instead."""
 
     tracks: tuple[TrackSpec, ...]
@@ -635,7 +637,13 @@ class ApproxMeasure(Measure[ApproxDP]):
             ),
             check=_advanced_check(factor, budget.epsilon, budget.delta - slack, slack),
             exact_ok=_exact_advanced(factor, budget.epsilon, budget.delta, slack),
-            row_verdict=_float_advanced(factor, budget.epsilon, budget.delta, slack),
+            # Add/remove: the rule per row, on the row's own loads (MATH.md 5.6). Replace-one: the rule
+            # at the doubled per-track MAXIMA only ("every row passes basic, or every row passes
+            # advanced"): a pair pays the charges covering exactly one of its rows, and row x passing
+            # by basic composition while x' passes by advanced says nothing of the pair (MATH.md 2.9).
+            row_verdict=None
+            if options.neighbouring == "replace"
+            else _float_advanced(factor, budget.epsilon, budget.delta, slack),
             optimal=optimal,
         )
 

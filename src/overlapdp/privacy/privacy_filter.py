@@ -5,8 +5,9 @@ A row only pays for the charges whose coverage holds it (MATH.md 1.8). The filte
 :class:`~overlapdp.privacy.measures.Measure` (its :class:`~overlapdp.privacy.measures.FilterRule`) and
 admits a charge iff the rule holds at every row with it; it names no definition itself. Every admitted
 charge is also recorded in an :class:`~overlapdp.privacy.odometer.Odometer` for reports under all
-definitions. Replace-one-row neighbours (MATH.md 1.2) use the doubling bound (additive loads over a
-symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu).
+definitions. Replace-one-row neighbours (MATH.md 1.2, 2.9) use the doubling bound (additive loads over a
+symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu);
+the (epsilon, delta) rule is then decided at the doubled per-track maxima, not row by row (MATH.md 2.9).
 
 Adaptivity. The ODOMETER reports the guarantee of the ledger as if its charges had been fixed in advance.
 The FILTER is what makes adaptive use safe; admitting a charge iff the overlap-aware guarantee with it
@@ -178,6 +179,9 @@ class PrivacyFilter:
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
         self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
         self._joint = rule.row_verdict is not None
+        # A rule on several tracks decided at their per-track MAXIMA (the (epsilon, delta) rule under
+        # replace-one, MATH.md 2.9) is no per-row condition: rows outside a charge's coverage enter it too.
+        self._at_maxima = len(rule.tracks) > 1 and not self._joint
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
         # Lazy admission (MATH.md 2.7.1): per track cheap upper bounds on the rows' loads; a charge they
@@ -364,12 +368,13 @@ class PrivacyFilter:
 
     def _lazy_fits(self, cover: Cover, exact: list[Any]) -> bool:
         """Whether the bounds show that every row stays within budget with the charge. Rows outside its
-        coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound."""
+        coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound
+        (always, for a rule decided at the per-track maxima: ``_at_maxima``)."""
         assert self._bounds is not None
         cand = self._exact_bounds([b.inside(cover) for b in self._bounds], exact)
         if cand is None:
             return False
-        if not self._within:
+        if not self._within or self._at_maxima:
             tops = self._exact_bounds([b.top() for b in self._bounds], None)
             if tops is None:
                 return False
