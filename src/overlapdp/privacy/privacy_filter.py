@@ -453,13 +453,23 @@ class PrivacyFilter:
         when a row is shown over budget; None (refuse) when neither is shown (:attr:`Admission.proven`).
 
         The peeks' witnesses are exact rows; when they clear the budget with a margin (``_NEAR``) far
-        above the index's float error the charge is admitted, when a witness alone exceeds it the
-        charge is refused, and in between every row pattern is summed with Fractions."""
+        above the index's float error the charge is admitted, as it is when EXACT results' values (each
+        the smallest float at or above the exact maximum, MATH.md 7.8) fit with no margin (a tie at the
+        budget); when a witness alone exceeds it the charge is refused, and in between every row
+        pattern is summed with Fractions."""
         assert q.id is not None
         # Fast path, O(1) per track: the index's float maximum is a sum of at most n float loads, off by
         # at most n * 2^-53 relative, far below _NEAR for any realistic ledger; widened by _NEAR it
         # bounds every row's exact cost, so a clear fit needs no exact sum over the witness's charges.
         if self._exact_ok([t.upper(r) for t, r in zip(self._tracks, peeks, strict=True)]):
+            return True
+        # An exact result's value is the smallest float >= the exact maximum (MATH.md 7.8; for l2
+        # compared squared): with no widening it bounds every row, so a tie at the budget (loads whose
+        # sum is exactly the budget) is admitted here, whatever the number of attributes, without
+        # enumerating rows (MATH.md 2.7).
+        if all(r.exact for r in peeks) and self._exact_ok(
+            [_exact_value(t, r) for t, r in zip(self._tracks, peeks, strict=True)]
+        ):
             return True
         uppers: list[Any] = []
         witnesses: list[Any] | None = []
@@ -849,6 +859,16 @@ def _fraction_upper(upper: Any) -> Any:
     if isinstance(upper, np.ndarray):
         return tuple(Fraction(float(x)) * (1 + _NEAR) for x in upper)
     return Fraction(float(upper)) * (1 + _NEAR)
+
+
+def _exact_value(t: _Track, r: OverlapResult) -> Any:
+    """An EXACT result's value as a Fraction bound of every row's exact load, in the units of ``exact``
+    (squared for the squared tracks, one per component for a vector): its value is the smallest float
+    at or above the exact maximum (MATH.md 7.8), so it needs no widening."""
+    if isinstance(r.value, np.ndarray):
+        return tuple(Fraction(float(x)) for x in r.value)
+    v = Fraction(float(r.value))
+    return v * v if t.squared else v
 
 
 def _witness_exact(t: _Track, r: OverlapResult, new_id: str, new: Any) -> Any:
