@@ -178,6 +178,9 @@ class PrivacyFilter:
         self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
         self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
+        # ids of recorded charges (never refused) that ``_refuse`` refuses: each took the rows it covers
+        # outside the budget (tCDP: omega below the budget's), so nothing more is admitted
+        self._outside: list[str] = []
         self._joint = rule.row_verdict is not None
         # A rule on several tracks decided at their per-track MAXIMA (the (epsilon, delta) rule under
         # replace-one, MATH.md 2.9) is no per-row condition: rows outside a charge's coverage enter it too.
@@ -223,7 +226,16 @@ class PrivacyFilter:
                 return self._try_optimal(charge)
             if self._refuse is not None:
                 why = self._refuse(mechanism, q)  # raises (as a load would) without such a guarantee
+                if why is None and self._outside:
+                    # the same rule for records: a recorded charge the rule refuses took the rows it
+                    # covers outside the budget, and a filter with a row outside it admits nothing
+                    # (every row must stay within budget, MATH.md 5.9)
+                    why = (
+                        f"the recorded charge {self._outside[0]!r} took rows outside the budget: "
+                        f"{self._refuse(*self._outside_charge())}; nothing more is admitted"
+                    )
                 if why is not None:
+                    self._flush()
                     value = self._check([t.index.value for t in self._tracks])[1] if self._ids else 0.0
                     return Admission(False, None, value, self.measure.budget_value(self.budget), None, why)
             loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
@@ -275,7 +287,7 @@ class PrivacyFilter:
             if self._optimal or self._bounds is None:
                 return None
             q = charge.query.with_id(charge.id)
-            if self._refuse is not None and self._refuse(mechanism, q) is not None:
+            if self._refuse is not None and (self._outside or self._refuse(mechanism, q) is not None):
                 return None  # try_charge refuses it, with its reason
             loads = [t.load(mechanism) for t in self._tracks]
             exact = [t.exact(mechanism) for t in self._tracks]
@@ -327,6 +339,11 @@ class PrivacyFilter:
         self._n += 1
         self.odometer.extend([charge])
         self._within = True
+
+    def _outside_charge(self) -> tuple[Mechanism, PredicateQuery]:
+        """The first recorded charge that took rows outside the budget (see ``_outside``)."""
+        c = next(c for c in self.odometer.charges if c.id == self._outside[0])
+        return c.mechanism, c.query
 
     def _drop_bounds(self) -> None:
         """Stop lazy admission (a load the float bounds cannot hold): the index decides from now on."""
@@ -650,6 +667,9 @@ class PrivacyFilter:
             self._ids.update(ids)
             self._n += times
             self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
+            if self._refuse is not None and self._refuse(mechanism, q) is not None:
+                self._outside.append(charge.id)
+                self._within = False
             return charge
 
     def savepoint(self) -> tuple[int, tuple[int, ...]]:
@@ -697,6 +717,8 @@ class PrivacyFilter:
                 for t in self._tracks:
                     t.loads.pop(c.id, None)
             self._n -= len(undone)
+            gone = {c.id for c in undone}
+            self._outside = [i for i in self._outside if i not in gone]
 
     def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
         """Close ``savepoint`` and keep what was added since."""
@@ -726,6 +748,12 @@ class PrivacyFilter:
         rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
+            refuse = rule.refuse
+            self._outside = (
+                []
+                if refuse is None
+                else [c.id for c in self.odometer.charges if refuse(c.mechanism, c.query) is not None]
+            )
             if rule.row_verdict is not None:
                 self._row_verdict = rule.row_verdict
             # Rows known within the old budget may not be within the new one (nor after a rollback to a
