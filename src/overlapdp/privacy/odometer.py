@@ -74,7 +74,7 @@ from overlapdp.schema import Schema
 _PAIR_WORK_LIMIT = 50_000_000
 _PAIR_PLD_LIMIT = 40
 # Pairs within the float sums' round-off of the maximum summed exactly; beyond, a safe bound.
-_PAIR_BAND = 4096
+_PAIR_BAND = 50_000
 
 
 def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
@@ -622,10 +622,11 @@ def _replace_pairs(
     exact; None when the pattern enumeration is too large.
 
     Each pair's load is summed over its symmetric difference (never as a difference of sums, which
-    cancels and gives inf - inf = nan past the float range). The float sums locate the maximum $F$;
-    they are within $\gamma_t=t\,2^{-53}$ (relative) of the exact sums of the float loads, so every
-    pair within $3\gamma_t$ of $F$ is summed exactly and the largest, rounded up, is the value (past
-    ``_PAIR_BAND`` such pairs: $F(1+2\gamma_t)$ rounded up, a safe bound, not exact)."""
+    cancels and gives inf - inf = nan past the float range). The float sums locate the maximum $F$,
+    which is exact when the loads' float sums are (:func:`_float_sums_exact`); otherwise they are within
+    $\gamma_t=t\,2^{-53}$ (relative) of the exact sums, so every pair within $3\gamma_t$ of $F$ is
+    summed exactly and the largest, rounded up, is the value (past ``_PAIR_BAND`` such pairs:
+    $F(1+2\gamma_t)$ rounded up, a safe bound, not exact)."""
     pats = neighbour_patterns(queries, schema)
     if pats is None:
         return None
@@ -634,28 +635,32 @@ def _replace_pairs(
     kk = loads.shape[1]
     if p * p * max(1, t) * kk > _PAIR_WORK_LIMIT:
         return None
+    exact_sums = [_float_sums_exact(loads[:, k].tolist()) for k in range(kk)]
+    gamma = t * 2.0**-53 * 1.01
     with np.errstate(over="ignore"):  # a sum past the float range is inf, summed exactly below
         top = np.zeros(kk)
-        for a in range(p):
-            top = np.maximum(top, ((m[a] ^ m).astype(float) @ loads).max(axis=0))
-        gamma = t * 2.0**-53 * 1.01
-        band: list[list[tuple[int, int]]] = [[] for _ in range(kk)]
+        arg: list[tuple[int, int]] = [(0, 0)] * kk
         for a in range(p):
             sym = (m[a] ^ m).astype(float) @ loads  # p x K
-            for k in range(kk):
-                for b in np.flatnonzero(sym[:, k] >= top[k] * (1 - 3 * gamma)).tolist():
-                    if len(band[k]) <= _PAIR_BAND:
-                        band[k].append((a, b))
+            for k in np.flatnonzero(sym.max(axis=0) > top).tolist():
+                b = int(np.argmax(sym[:, k]))
+                top[k], arg[k] = sym[b, k], (a, b)
+        band: list[list[tuple[int, int]]] = [[arg[k]] if exact_sums[k] else [] for k in range(kk)]
+        if not all(exact_sums):
+            for a in range(p):
+                sym = (m[a] ^ m).astype(float) @ loads
+                for k in range(kk):
+                    if exact_sums[k]:
+                        continue
+                    near = np.flatnonzero(sym[a:, k] >= top[k] * (1 - 3 * gamma)) + a  # (b, a) is (a, b)
+                    band[k].extend((a, int(b)) for b in near[: _PAIR_BAND + 1 - len(band[k])].tolist())
     out = np.zeros(kk)
     rows: list[tuple[int, ...]] = [pats.domain_row(0, 0)] * kk
     exact = True
     for k in range(kk):
         if len(band[k]) > _PAIR_BAND:
-            out[k] = (
-                float_up(Fraction(float(top[k])) * (1 + 2 * Fraction(gamma)))
-                if math.isfinite(top[k])
-                else math.inf
-            )
+            bound = Fraction(float(top[k])) * (1 + 2 * Fraction(gamma)) if math.isfinite(top[k]) else None
+            out[k] = math.inf if bound is None else float_up(bound)
             exact = False
             continue
         best = Fraction(-1)
@@ -665,6 +670,18 @@ def _replace_pairs(
                 best, rows[k] = v, pats.domain_row(a, b)
         out[k] = float_up(max(best, Fraction(0)))
     return out, rows, exact
+
+
+def _float_sums_exact(col: list[float]) -> bool:
+    """Whether every float sum of any of these non-negative floats is exact, in any order: all are
+    integer multiples of a common $2^{-k}$ and their total is below $2^{53}$ such units (MATH.md 7.8)."""
+    parts = [float(x).as_integer_ratio() for x in col if x != 0]
+    if not parts:
+        return True
+    if not all(math.isfinite(x) for x in col):
+        return False
+    k = max(d.bit_length() - 1 for _, d in parts)
+    return sum(n << (k - (d.bit_length() - 1)) for n, d in parts) < 2**53
 
 
 def _overflowed(measure: Measure[Any]) -> DefinitionGuarantee:
