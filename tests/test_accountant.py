@@ -43,6 +43,8 @@ MIXED_POOL: list[Mechanism] = [Laplace(2.0), Gaussian(3.0), Gaussian(8.0), Opaqu
 @st.composite
 def ledgers(draw: st.DrawFn, pool: list[Mechanism]) -> tuple[Schema, list[PredicateQuery], list[Mechanism]]:
     schema = draw(schemas(max_attributes=2))
+    if draw(st.booleans()):  # rows outside the domain kept and counted by no query
+        schema = Schema(schema.attributes, outside="drop")
     n = draw(st.integers(1, 5))
     queries = [parse_where(schema, draw(where_clauses(schema)), id=f"q{i}") for i in range(n)]
     mechs = [draw(st.sampled_from(pool)) for _ in range(n)]
@@ -61,6 +63,8 @@ def _check_report(
         loads = [covering(r, queries) for r in rows]
     else:  # charges covering exactly one of the two rows
         cov = [set(covering(r, queries)) for r in rows]
+        if schema.outside == "drop":
+            cov.append(set())  # a row outside the domain: in the data set, covered by no query
         loads = [sorted(a ^ b) for a, b in itertools.product(cov, cov)]
     truth = brute(loads, mechs)
     assert set(truth) == set(rep.definitions)
@@ -102,6 +106,25 @@ def test_replace_is_at_most_double_and_can_be_double() -> None:
         for q in qs:
             odo.charge(Laplace(2.0), q)
         assert odo.report(DELTA).definitions["pure"].overlap == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("where", [None, "a >= 0", "a = 0"])
+def test_replace_counts_the_row_outside_the_domain(where: str | None) -> None:
+    """Issue 26, finding 2: with ``outside="drop"`` a row may move out of the domain, which changes every
+    count covering it by one; the pair routes enumerated domain rows only and reported 0.0 for a
+    Laplace(1) count of every row, where such a pair loses exactly 1.0. With ``outside="error"`` such
+    data is refused: no such row, and the count of every row costs nothing under replace-one."""
+    for outside, want in (("drop", 1.0), ("error", 0.0 if where != "a = 0" else 1.0)):
+        schema = Schema((IntAttribute("a", 0, 1),), outside=outside)
+        odo = Odometer(schema, neighbouring="replace")
+        odo.charge(Laplace(1.0), None if where is None else parse_where(schema, where))
+        rep = odo.report(DELTA)
+        for name in ("pure", "zcdp", "rdp", "tcdp", "approx"):
+            assert rep.definitions[name].overlap <= rep.definitions[name].sequential
+        assert rep.definitions["pure"].overlap == want
+        assert rep.definitions["zcdp"].overlap == (want / 2 if want else 0.0)
+        approx = compose_approx([Laplace(1.0)]).epsilon_at(DELTA) if want else 0.0
+        assert rep.definitions["approx"].overlap == pytest.approx(approx)
 
 
 def test_whole_domain_charge_and_report_keys() -> None:

@@ -102,3 +102,29 @@ def test_bad_input_exits_2_with_one_line(
     assert "error" in err and "Traceback" not in err
     if not extra:
         assert "line 2" in err
+
+
+def test_replace_neighbours_count_the_row_outside_a_drop_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26, finding 2: ``--neighbouring replace`` on a schema that drops rows outside its domain: a
+    row moving out of the domain changes the count of every row (loss 1.0 for Laplace(1), not 0.0)."""
+    doc = {"attributes": [{"name": "a", "type": "int", "min": 0, "max": 1}], "outside": "drop"}
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(doc))
+    ledger = write(tmp_path, ['{"where": "a >= 0", "mechanism": "laplace", "scale": 1}'])
+    args = [
+        "account",
+        "--schema",
+        str(schema),
+        "--ledger",
+        str(ledger),
+        "--neighbouring",
+        "replace",
+        "--json",
+    ]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    js = json.loads(out)
+    assert js["overlap"]["pure_epsilon"] == 1.0
+    assert js["definitions"]["pure"]["overlap"] == 1.0

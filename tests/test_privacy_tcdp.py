@@ -38,7 +38,7 @@ from overlapdp.privacy import (
     concurrent_composition,
 )
 from overlapdp.privacy.odometer import _column_sums_up
-from overlapdp.query import PredicateQuery
+from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 
 DELTAS = (1e-3, 1e-6, 1e-10)
@@ -397,6 +397,30 @@ def test_filter_at_the_budget_and_refusal_reason() -> None:
     rep = PrivacyFilter(SCHEMA, TCDP(0.5, 2.0), neighbouring="replace")
     assert rep.try_charge(OpaqueTCDP(0.25, 2.0)).admitted
     assert not rep.try_charge(OpaqueTCDP(2.0**-60, 2.0)).admitted
+
+
+def test_a_recorded_charge_below_the_budgets_omega_admits_nothing_more() -> None:
+    """Issue 26, finding 6: one rule for refusals and records. A recorded charge (never refused) with
+    omega below the budget's takes the rows it covers outside (rho_B, omega_B); the filter went on
+    admitting charges on those very rows. Now, as after a record over the rho budget, nothing more is
+    admitted (every row must stay within budget), until the record is rolled back."""
+    flt = PrivacyFilter(SCHEMA, TCDP(0.5, 4.0))
+    assert flt.try_charge(OpaqueTCDP(0.1, 8.0), parse_where(SCHEMA, "a = 0")).admitted
+    mark = flt.savepoint()
+    flt.record(OpaqueTCDP(0.1, 2.0), parse_where(SCHEMA, "a = 0"), id="low")
+    for where in ("a = 0", "a = 1", "TRUE"):
+        r = flt.try_charge(OpaqueTCDP(0.01, 8.0), parse_where(SCHEMA, where))
+        assert not r.admitted and "'low'" in r.reason and "omega 2.0" in r.reason, (where, r.reason)
+        assert flt.try_on_bounds(Gaussian(10.0), parse_where(SCHEMA, where)) is None
+    # the pure-DP filter after a record over its budget behaves alike: one rule
+    pure = PrivacyFilter(SCHEMA, PureDP(1.0))
+    pure.record(Laplace(0.5), parse_where(SCHEMA, "a = 0"))
+    assert not pure.try_charge(Laplace(10.0), parse_where(SCHEMA, "a = 1")).admitted
+    flt.rollback(mark)
+    assert flt.try_charge(OpaqueTCDP(0.01, 8.0), parse_where(SCHEMA, "a = 1")).admitted
+    # a recorded charge that covers no row takes no row outside
+    flt.record(OpaqueTCDP(0.1, 2.0), parse_where(SCHEMA, "a = 0 AND a = 1"), id="empty")
+    assert flt.try_charge(OpaqueTCDP(0.01, 8.0), parse_where(SCHEMA, "a = 1")).admitted
 
 
 # -- the trade-off profiles' parameter (privacy/fdp.py) ----------------------------------------------------

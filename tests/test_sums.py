@@ -298,10 +298,19 @@ def sum_sampler(
     budget: PureDP,
     neighbouring: str = "add_remove",
     covers_all: bool = False,
+    schema: Schema | None = None,
 ):
     def sampler(which: int, n: int, src: RandomSource) -> list[int]:
         s = s0 if which == 0 else s1
-        out = add_sum_noise([s] * n, clip, budget, neighbouring=neighbouring, covers_all=covers_all, rng=src)  # type: ignore[arg-type]
+        out = add_sum_noise(
+            [s] * n,
+            clip,
+            budget,
+            neighbouring=neighbouring,
+            covers_all=covers_all,
+            schema=schema,
+            rng=src,  # type: ignore[arg-type]
+        )
         return [a.units for a in out]  # type: ignore[arg-type]
 
     return sampler
@@ -425,7 +434,47 @@ def test_replace_one_sensitivity_is_the_width_and_add_remove_the_larger_magnitud
     c2 = Clipping("x", 1.5, 4.5, 0.5)
     assert c2.units == (3, 9) and c2.sensitivity("add_remove") == 9
     # Replacing a row may take it out of the query's rows: the whole contribution 9, not H - L = 6.
-    assert c2.sensitivity("replace") == 9 and c2.sensitivity("replace", covers_all=True) == 6
+    assert c2.sensitivity("replace") == 9
+    # H - L only when every row the data may hold adds a value: the query covers the whole domain, the
+    # schema refuses rows outside it and the summed attribute has no missing value
+    complete = Schema((IntAttribute("x", 0, 10),))
+    assert c2.sensitivity("replace", covers_all=True, schema=complete) == 6
+    assert c2.sensitivity("replace", covers_all=True) == 9  # no schema: such rows are not ruled out
+    for other in (
+        Schema(complete.attributes, outside="drop"),
+        Schema((IntAttribute("x", 0, 10, missing=True),)),
+    ):
+        assert c2.sensitivity("replace", covers_all=True, schema=other) == 9
+
+
+@pytest.mark.parametrize("case", ["missing", "outside"])
+def test_replace_one_sum_covering_all_counts_rows_that_add_nothing(case: str) -> None:
+    """Issue 26, finding 3: a sum of every row, bounds [10, 20], under replace-one. A row whose summed
+    value is missing (or a row outside a "drop" schema's domain) adds 0; replaced by a row at 20 it
+    moves the sum by 20, twice H - L. covers_all used H - L whatever the schema: noise for 10, an exact
+    loss of 2.0 for a declared 1.0."""
+    if case == "missing":
+        schema = Schema((IntAttribute("x", 0, 99, missing=True),))
+        gone = {"x": [None]}
+    else:
+        schema = Schema((IntAttribute("x", 0, 99),), outside="drop")
+        gone = {"x": [500]}
+    clip, eps = Clipping("x", 10, 20), 1.0
+    d0 = pd.DataFrame({"x": [15, 99, 12]})
+    d1 = pd.concat([d0.iloc[[0, 2]], pd.DataFrame(gone)], ignore_index=True)  # the 99 row replaced
+    q = parse_where(schema, "TRUE")
+    sums = []
+    for d in (d0, d1):
+        with open_engine("duckdb", schema, d) as eng:
+            sums.append(eng.sums([q], clip)[0])
+    assert sums[0] - sums[1] == 20
+    for given_schema in (None, schema):
+        (noisy,) = add_sum_noise(
+            [sums[0]], clip, PureDP(eps), neighbouring="replace", covers_all=True, schema=given_schema
+        )
+        # discrete Laplace of scale t: the exact loss between the two sums is |s0 - s1| / t
+        loss = Fraction(abs(sums[0] - sums[1])) / noisy.noise.scale  # type: ignore[attr-defined]
+        assert noisy.sensitivity == 20 and loss <= Fraction(eps)
 
 
 @pytest.mark.parametrize(
@@ -519,7 +568,7 @@ def test_sum_audit_replace_one_row_leaving_the_query_with_positive_bounds(kind: 
     )
     assert not ok.flags(eps)
     wrong = audit_epsilon(
-        sum_sampler(sums[0], sums[1], clip, PureDP(eps), "replace", covers_all=True),
+        sum_sampler(sums[0], sums[1], clip, PureDP(eps), "replace", covers_all=True, schema=schema),
         runs=60_000,
         rng=source(kind, 26),
         confidence=confidence_for(kind),

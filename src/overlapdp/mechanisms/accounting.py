@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from overlapdp.mechanisms.calibration import PrivacyDefinition, check_sensitivit
 from overlapdp.mechanisms.errors import BudgetExceededError, MechanismError
 from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
 from overlapdp.mechanisms.rationals import float_down
+from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy import mechanisms as pm
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
@@ -49,7 +51,7 @@ class DeclaredZCDP(pm.Mechanism):
         return ZCDP(self.rho)
 
     def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
-        return RDP(tuple(orders), tuple(a * self.rho for a in orders))
+        return ZCDP(self.rho).to_rdp(orders)  # alpha rho, rounded up
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         return np.array([conv.zcdp_delta(self.rho, float(e)) if e > 0 else 1.0 for e in np.asarray(epsilons)])
@@ -88,7 +90,7 @@ def noise_mechanism(noise: Noise, sensitivity: int = 1) -> pm.Mechanism:
     assert isinstance(noise, DiscreteGaussianNoise)
     sigma = math.nextafter(math.sqrt(float_down(noise.sigma2)), 0.0)
     if sigma > 1e5:  # beyond the exact accountant's range: its zCDP declaration, rounded up
-        return DeclaredZCDP(math.nextafter(delta * delta / (2 * sigma * sigma), math.inf))
+        return DeclaredZCDP(float_up(Fraction(delta) ** 2 / (2 * Fraction(sigma) ** 2)))
     return pm.DiscreteGaussian(sigma, delta)
 
 

@@ -3,7 +3,8 @@
 A sum of attribute ``c`` over a query's rows, each value clipped to DECLARED bounds ``[lo, hi]`` and
 rounded to the declared resolution ``step`` (:class:`~overlapdp.query.aggregate.Clipping`), is an
 integer ``S`` in units of ``step``; one row moves it by at most ``Delta = max(|L|, |H|)`` (add/remove)
-or ``max(H - L, |L|, |H|)`` (replace-one-row; ``H - L`` if the query covers every row), ``L = lo/step``,
+or ``max(H - L, |L|, |H|)`` (replace-one-row; ``H - L`` if the query covers every row the data may
+hold, each adding a value: :meth:`~overlapdp.query.aggregate.Clipping.sensitivity`), ``L = lo/step``,
 ``H = hi/step`` (:meth:`~overlapdp.query.aggregate.Clipping.sensitivity`). The exact integer noise of
 :mod:`overlapdp.mechanisms.calibration` at sensitivity ``Delta`` makes the release ``step * (S + Z)``
 exactly as private as a count is at sensitivity 1 under the same budget: discrete Laplace of scale
@@ -36,6 +37,7 @@ from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import float_down, float_up
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query.aggregate import Clipping, Neighbouring
+from overlapdp.schema import Schema
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def add_sum_noise(
     *,
     neighbouring: Neighbouring = "add_remove",
     covers_all: bool = False,
+    schema: Schema | None = None,
     level: float = 0.95,
     ids: Sequence[str | None] | None = None,
     rng: RngLike = None,
@@ -151,9 +154,10 @@ def add_sum_noise(
 ) -> list[NoisySum]:
     """Noisy versions of exact clipped sums (in units of ``clipping.step``, as the engines' ``sums``
     return them), each ``budget``-private under ``neighbouring`` (module doc; ``covers_all``: the queries
-    cover every row, which lowers the replace-one sensitivity to ``H - L``)."""
+    cover the whole domain, which lowers the replace-one sensitivity to ``H - L`` only when ``schema``
+    keeps no row that adds nothing to a sum, see :meth:`Clipping.sensitivity`)."""
     lv = _check_level(level)
-    delta = clipping.sensitivity(neighbouring, covers_all=covers_all)
+    delta = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
     try:  # checked first so that the error names the sum
         noise_for(budget, delta)
     except BudgetError as exc:

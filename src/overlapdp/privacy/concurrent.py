@@ -19,7 +19,6 @@ adversary interleaving its queries arbitrarily and the analysts possibly colludi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,8 +68,9 @@ def concurrent_composition(members: Sequence[Member]) -> ConcurrentGuarantee:
     if all(isinstance(m, RDP) for m in ms):
         return ConcurrentGuarantee("rdp", RDP.compose(m for m in ms if isinstance(m, RDP)), "Lyu 2022 Thm. 2")
     if all(isinstance(m, ZCDP | PureDP | GDP) for m in ms):
-        rho = math.fsum(_rho(m) for m in ms if isinstance(m, ZCDP | PureDP | GDP))
-        return ConcurrentGuarantee("zcdp", ZCDP(rho), "Lyu 2022 Cor. 1")
+        # rhos add; ZCDP.compose rounds the exact sum up (fsum rounds to nearest)
+        zs = [m if isinstance(m, ZCDP) else m.to_zcdp() for m in ms if isinstance(m, ZCDP | PureDP | GDP)]
+        return ConcurrentGuarantee("zcdp", ZCDP.compose(zs), "Lyu 2022 Cor. 1")
     if any(isinstance(m, TCDP) for m in ms) and all(isinstance(m, TCDP | ZCDP | PureDP | GDP) for m in ms):
         ts = [
             m if isinstance(m, TCDP) else m.to_tcdp() for m in ms if isinstance(m, TCDP | ZCDP | PureDP | GDP)
@@ -83,12 +83,6 @@ def concurrent_composition(members: Sequence[Member]) -> ConcurrentGuarantee:
     raise BudgetError(
         f"cannot compose a mix of {', '.join(kinds)} concurrently; convert them to one definition"
     )
-
-
-def _rho(m: ZCDP | PureDP | GDP) -> float:
-    if isinstance(m, ZCDP):
-        return m.rho
-    return m.to_zcdp().rho
 
 
 def _tradeoff(m: TradeOff | Mechanism | GDP) -> TradeOff:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
+
+from overlapdp.overlap.magnitude import float_up
 
 #: A default grid of Rényi orders (dense where moderate budgets have their optimum, sparse beyond).
 DEFAULT_ORDERS: tuple[float, ...] = (
@@ -133,7 +136,8 @@ def zcdp_epsilon(rho: float, delta: float, max_order: float = math.inf) -> float
     ld = math.log(delta)
 
     def eps(a: np.ndarray) -> np.ndarray:
-        return np.asarray(a * rho + (-ld + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1))
+        with np.errstate(over="ignore"):  # a * rho past the float range is inf: that order bounds nothing
+            return np.asarray(a * rho + (-ld + (a - 1) * np.log1p(-1 / a) - np.log(a)) / (a - 1))
 
     return max(0.0, _refine_min(eps, _orders_up_to(max_order)) * (1 + _MARGIN))
 
@@ -178,7 +182,8 @@ def approx_delta(epsilon: float, delta: float, at: float) -> float:
     if at >= epsilon:
         return delta
     p_hi = (1 - delta) / (1 + math.exp(-epsilon))
-    p_lo = (1 - delta) / (1 + math.exp(epsilon))
+    # e^-eps / (1 + e^-eps) rather than 1 / (1 + e^eps): e^eps overflows past eps ~ 709
+    p_lo = (1 - delta) * math.exp(-epsilon) / (1 + math.exp(-epsilon))
     d = delta + p_hi * -math.expm1(at - epsilon)
     if at < -epsilon:
         d += p_lo * -math.expm1(at + epsilon)
@@ -188,4 +193,7 @@ def approx_delta(epsilon: float, delta: float, at: float) -> float:
 def pure_rdp(epsilon: float, orders: Sequence[float]) -> tuple[float, ...]:
     """RDP curve implied by epsilon-DP: $\\min(\\varepsilon, \\alpha\\varepsilon^2/2)$ (Bun-Steinke 2016 Prop. 3.3
     gives eps^2/2-zCDP; eps-DP is (alpha, eps)-RDP for every alpha, Mironov 2017 Prop. 3)."""
-    return tuple(min(epsilon, a * epsilon * epsilon / 2) for a in orders)
+    # alpha eps^2 / 2 rounded UP from the exact value (a float product rounds to nearest, and its
+    # square underflows below 1e-162); a declared cost is never below the exact one (MATH.md 7.8)
+    half = Fraction(epsilon) ** 2 / 2
+    return tuple(min(epsilon, float_up(Fraction(a) * half)) for a in orders)

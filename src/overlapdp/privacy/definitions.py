@@ -85,7 +85,7 @@ class PureDP:
 
     def to_zcdp(self) -> ZCDP:
         """epsilon-DP implies (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3; MATH.md 5.8)."""
-        return ZCDP(self.epsilon**2 / 2)
+        return ZCDP(_half_square_up(self.epsilon))
 
     def to_tcdp(self) -> TCDP:
         """epsilon-DP is (epsilon^2/2)-zCDP (Bun-Steinke 2016, Prop. 3.3), so (epsilon^2/2, inf)-tCDP;
@@ -155,7 +155,7 @@ class ZCDP:
 
     def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
         """rho-zCDP is (alpha, alpha rho)-RDP for every alpha > 1 (Bun-Steinke 2016, Def. 1.1)."""
-        return RDP(tuple(orders), tuple(a * self.rho for a in orders))
+        return RDP(tuple(orders), tuple(_sum_up((Fraction(a) * Fraction(self.rho),)) for a in orders))
 
     def to_tcdp(self) -> TCDP:
         """rho-zCDP is (rho, inf)-tCDP: the same Rényi bound at every order (Bun, Dwork, Rothblum,
@@ -191,7 +191,7 @@ class GDP:
         """mu-GDP implies (mu^2/2)-zCDP: a mu-GDP pair is a post-processing of N(0,1) vs N(mu,1), whose
         Rényi divergence of order alpha is alpha mu^2/2 (Dong-Roth-Su 2022, Prop. 2.10 with data
         processing for Rényi divergences)."""
-        return ZCDP(self.mu**2 / 2)
+        return ZCDP(_half_square_up(self.mu))
 
     def to_tcdp(self) -> TCDP:
         """mu-GDP is (mu^2/2)-zCDP (see :meth:`to_zcdp`), so (mu^2/2, inf)-tCDP; rho rounded up."""

@@ -139,7 +139,9 @@ class FilterRule:
     is set the rule is a condition on each row's JOINT per-track loads, monotone in every load: holding
     at the per-track maxima (possibly at different rows) suffices, but failing there does not show that
     some row fails, so refusals are decided on actual rows (``row_verdict`` decides a row from its float
-    sums, or None when it must be summed exactly). ``optimal``: the non-adaptive (epsilon, delta) filter
+    sums, or None when it must be summed exactly). Valid for add/remove neighbours only: under
+    replace-one a pair of rows pays neither row's set of charges, and the rule is decided at the
+    per-track maxima (MATH.md 2.9). ``optimal``: the non-adaptive (epsilon, delta) filter
     that recomputes the optimal composition on each attempt instead."""
 
     tracks: tuple[TrackSpec, ...]
@@ -208,6 +210,11 @@ class Measure(ABC, Generic[B]):
     @abstractmethod
     def to_epsilon(self, value: Value, delta: float) -> float:
         """The native ``value`` as epsilon at ``delta`` (safe: MATH.md 5.8)."""
+
+    def infinite(self) -> Value:
+        """The native value of a loss beyond the float range (what a report shows when the worst row's
+        load overflows, MATH.md 7.8): inf, per component where the value has several."""
+        return math.inf
 
     @abstractmethod
     def budget_value(self, budget: B) -> Value:
@@ -310,7 +317,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return PureDP(value).epsilon_at(delta)
+        return PureDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: PureDP) -> float:
         return budget.epsilon
@@ -332,7 +339,7 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return ZCDP(value).epsilon_at(delta)
+        return ZCDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: ZCDP) -> float:
         return budget.rho
@@ -360,7 +367,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
 
     def to_epsilon(self, value: Value, delta: float) -> float:
         assert isinstance(value, float)
-        return GDP(value).epsilon_at(delta)
+        return GDP(value).epsilon_at(delta) if math.isfinite(value) else math.inf
 
     def budget_value(self, budget: GDP) -> float:
         return budget.mu
@@ -416,11 +423,18 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
         return int(np.argmin(vals))
 
     def to_epsilon(self, value: Value, delta: float) -> float:
+        """The conversion minimised over the orders whose epsilon is finite (inf when none is)."""
         assert isinstance(value, tuple)
-        return RDP(self.orders, value).epsilon_at(delta)
+        kept = [(a, e) for a, e in zip(self.orders, value, strict=True) if math.isfinite(e)]
+        if not kept:
+            return math.inf
+        return RDP(tuple(a for a, _ in kept), tuple(e for _, e in kept)).epsilon_at(delta)
 
     def budget_value(self, budget: RDP) -> tuple[float, ...]:
         return budget.epsilons
+
+    def infinite(self) -> Value:
+        return tuple(math.inf for _ in self.orders)
 
     def check_reset(self, old: RDP, new: RDP) -> None:
         if new.orders != old.orders:
@@ -502,7 +516,10 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     def to_epsilon(self, value: Value, delta: float) -> float:
         """``value`` is the pair (rho, omega) (MATH.md 5.9)."""
         assert isinstance(value, tuple) and len(value) == 2
-        return TCDP(value[0], value[1]).epsilon_at(delta)
+        return TCDP(value[0], value[1]).epsilon_at(delta) if math.isfinite(value[0]) else math.inf
+
+    def infinite(self) -> Value:
+        return (math.inf, math.inf)
 
     def budget_value(self, budget: TCDP) -> float:
         """rho: what the filter's value (the worst row's sum of rho) is compared with; the budget's omega
@@ -620,7 +637,13 @@ class ApproxMeasure(Measure[ApproxDP]):
             ),
             check=_advanced_check(factor, budget.epsilon, budget.delta - slack, slack),
             exact_ok=_exact_advanced(factor, budget.epsilon, budget.delta, slack),
-            row_verdict=_float_advanced(factor, budget.epsilon, budget.delta, slack),
+            # Add/remove: the rule per row, on the row's own loads (MATH.md 5.6). Replace-one: the rule
+            # at the doubled per-track MAXIMA only ("every row passes basic, or every row passes
+            # advanced"): a pair pays the charges covering exactly one of its rows, and row x passing
+            # by basic composition while x' passes by advanced says nothing of the pair (MATH.md 2.9).
+            row_verdict=None
+            if options.neighbouring == "replace"
+            else _float_advanced(factor, budget.epsilon, budget.delta, slack),
             optimal=optimal,
         )
 

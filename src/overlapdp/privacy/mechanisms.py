@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff
@@ -29,14 +30,27 @@ def _half_square(x: float) -> ZCDP | None:
     """``ZCDP(x**2 / 2)`` with rho rounded UP from the exact value: in floats the square underflows to
     0 below about 1e-162 (a zero cost) and raises OverflowError above 1e154. None when rho exceeds the
     largest float (no finite zCDP guarantee: a zCDP filter then refuses the mechanism by name)."""
-    exact = Fraction(x) ** 2 / 2
-    try:
-        rho = float(exact)
-    except OverflowError:
-        rho = math.inf
-    if math.isfinite(rho) and Fraction(rho) < exact:
-        rho = math.nextafter(rho, math.inf)
+    rho = float_up(Fraction(x) ** 2 / 2)
     return ZCDP(rho) if math.isfinite(rho) else None
+
+
+def _ratio_up(num: float, den: float) -> float:
+    """``num / den`` rounded UP from the exact quotient of the two floats (a float division rounds to
+    nearest, one ulp below the cost of the described mechanism about half the time: 1/3 rounds below
+    1/Fraction(3.0)); inf beyond the float range. Every declared cost derived from a mechanism's
+    parameters is rounded up so (MATH.md 7.8)."""
+    return float_up(Fraction(num) / Fraction(den))
+
+
+def _times_up(a: float, x: float) -> float:
+    """``a * x`` rounded UP from the exact product (an RDP order times rho, MATH.md 7.8); inf for inf."""
+    return float_up(Fraction(a) * Fraction(x)) if math.isfinite(x) else math.inf
+
+
+def _finite_cost(value: float, what: str) -> None:
+    """A mechanism whose cost is beyond the largest float states no guarantee: refused when built."""
+    if not math.isfinite(value):
+        raise BudgetError(f"{what} exceeds the largest float: no finite privacy guarantee to state")
 
 
 def _pos_int(name: str, value: float) -> int:
@@ -81,7 +95,7 @@ class Mechanism(PrivacyProfile):
             return None
         eps = [math.inf] * len(orders)
         if z is not None:
-            eps = [min(e, a * z.rho) for e, a in zip(eps, orders, strict=True)]
+            eps = [min(e, _times_up(a, z.rho)) for e, a in zip(eps, orders, strict=True)]
         if p is not None:
             eps = [min(e, r) for e, r in zip(eps, conv.pure_rdp(p.epsilon, orders), strict=True)]
         return RDP(tuple(orders), tuple(eps))
@@ -107,6 +121,8 @@ class Mechanism(PrivacyProfile):
 
 # Absolute round-off margin (times 1 / (alpha - 1)) on the exact Laplace RDP formula's log-sum-exp.
 _LAPLACE_RDP_MARGIN = 1e-14
+# and a relative one (about 45 ulps)
+_LAPLACE_RDP_REL = 1e-14
 
 
 @dataclass(frozen=True)
@@ -120,16 +136,18 @@ class Laplace(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive(self.scale, "Laplace scale"))
         object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
+        _finite_cost(self.eps0, f"epsilon = sensitivity / scale = {self.sensitivity!r} / {self.scale!r}")
 
     @property
     def eps0(self) -> float:
-        return self.sensitivity / self.scale
+        """Delta / b, rounded up from the exact quotient (never below the mechanism's cost)."""
+        return _ratio_up(self.sensitivity, self.scale)
 
     def pure(self) -> PureDP:
         return PureDP(self.eps0)
 
     def zcdp(self) -> ZCDP | None:
-        return _half_square(self.eps0)
+        return _half_square(self.eps0)  # of the rounded-up epsilon: PureDP(eps0).to_zcdp() agrees
 
     def rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
         """Exact Laplace RDP (Mironov 2017, Table II):
@@ -146,7 +164,10 @@ class Laplace(Mechanism):
             lb = math.log((a - 1) / (2 * a - 1)) - a * e
             m = max(la, lb)
             exact = (m + math.log(math.exp(la - m) + math.exp(lb - m))) / (a - 1)
-            out.append(min(e, a * rho, exact + _LAPLACE_RDP_MARGIN / (a - 1)))
+            # la and lb are of size (alpha - 1) e: their round-off, divided by alpha - 1, is a few ulps of
+            # e, relative to the result; hence the relative margin beside the absolute one
+            up = exact + abs(exact) * _LAPLACE_RDP_REL + _LAPLACE_RDP_MARGIN / (a - 1)
+            out.append(min(e, _times_up(a, rho), up))
         return RDP(tuple(orders), tuple(out))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
@@ -173,16 +194,18 @@ class Gaussian(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", check_positive(self.sigma, "Gaussian sigma"))
         object.__setattr__(self, "sensitivity", check_positive(self.sensitivity, "sensitivity"))
+        _finite_cost(self.mu, f"mu = sensitivity / sigma = {self.sensitivity!r} / {self.sigma!r}")
 
     @property
     def mu(self) -> float:
-        return self.sensitivity / self.sigma
+        """Delta / sigma, rounded up from the exact quotient (never below the mechanism's cost)."""
+        return _ratio_up(self.sensitivity, self.sigma)
 
     def gdp(self) -> GDP:
         return GDP(self.mu)
 
     def zcdp(self) -> ZCDP | None:
-        return _half_square(self.mu)
+        return _half_square(self.mu)  # of the rounded-up mu: GDP(mu).to_zcdp() agrees
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         return gaussian_profile(self.mu, epsilons)
@@ -255,9 +278,11 @@ class RandomizedResponse(_Atomic):
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         e, k = self.epsilon, self.categories
-        z = math.exp(e) + k - 1
+        # divided through by e^eps, which overflows past eps ~ 709: e^eps / (e^eps + k - 1) etc.
+        r = math.exp(-e)
+        z = 1 + (k - 1) * r
         losses = [e, -e] + ([0.0] if k > 2 else [])
-        probs = [math.exp(e) / z, 1 / z] + ([(k - 2) / z] if k > 2 else [])
+        probs = [1 / z, r / z] + ([(k - 2) * r / z] if k > 2 else [])
         return np.array(losses), np.array(probs), 0.0
 
 
@@ -300,12 +325,15 @@ class DiscreteLaplace(_Atomic):
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", check_positive(self.scale, "discrete Laplace scale"))
         object.__setattr__(self, "sensitivity", _pos_int("sensitivity", self.sensitivity))
+        _finite_cost(
+            _ratio_up(self.sensitivity, self.scale), f"epsilon = {self.sensitivity!r} / {self.scale!r}"
+        )
 
     def pure(self) -> PureDP:
-        return PureDP(self.sensitivity / self.scale)
+        return PureDP(_ratio_up(self.sensitivity, self.scale))
 
     def zcdp(self) -> ZCDP | None:
-        return _half_square(self.sensitivity / self.scale)
+        return _half_square(self.pure().epsilon)
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         t, d = self.scale, self.sensitivity
@@ -336,7 +364,8 @@ class DiscreteGaussian(_Atomic):
             raise BudgetError("discrete Gaussian sigma above 1e5 is not supported by the exact accountant")
 
     def zcdp(self) -> ZCDP:
-        return ZCDP(self.sensitivity**2 / (2 * self.sigma**2))
+        """Delta^2 / (2 sigma^2), rounded up from the exact value (sigma <= 1e5 keeps it finite)."""
+        return ZCDP(float_up(Fraction(self.sensitivity) ** 2 / (2 * Fraction(self.sigma) ** 2)))
 
     def atoms(self) -> tuple[np.ndarray, np.ndarray, float]:
         s, d = self.sigma, self.sensitivity

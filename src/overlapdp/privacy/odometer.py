@@ -18,7 +18,9 @@ Sequential accounting (what every peer library does) composes all charges regard
 
 Neighbouring relation (MATH.md 1.2): add/remove one row by default. ``"replace"`` moves one
 row from x to x'; the charges that see a difference are those covering exactly one of x, x' (a count
-moves by one, and symmetric noise gives the same loss for +1 and -1). The :class:`Odometer` computes the
+moves by one, and symmetric noise gives the same loss for +1 and -1). When the schema drops rows
+outside its domain (``outside="drop"``) such a row is one more row value, covered by no query: a
+row moving out of the domain changes every count that covered it. The :class:`Odometer` computes the
 exact maximum over pairs of row patterns where that is cheap and otherwise the doubling bound
 (additive loads over a symmetric difference are at most twice the largest per-row load; for GDP the
 factor is sqrt 2 on mu); the :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` always uses the
@@ -39,14 +41,16 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from overlapdp.errors import MagnitudeError
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
-from overlapdp.overlap.magnitude import normalised_loads
+from overlapdp.overlap.magnitude import exact_total, exponent, float_up, scale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
@@ -61,7 +65,7 @@ from overlapdp.privacy.measures import (
 )
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
 from overlapdp.privacy.optimal import compose_approx
-from overlapdp.privacy.patterns import maximal_patterns, row_patterns
+from overlapdp.privacy.patterns import maximal_patterns, neighbour_patterns, row_patterns
 from overlapdp.privacy.pld import DEFAULT_H
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -69,6 +73,8 @@ from overlapdp.schema import Schema
 # Pairs of row patterns enumerated for the exact replace-one-row maximum (additive forms / PLDs).
 _PAIR_WORK_LIMIT = 50_000_000
 _PAIR_PLD_LIMIT = 40
+# Pairs within the float sums' round-off of the maximum summed exactly; beyond, a safe bound.
+_PAIR_BAND = 50_000
 
 
 def whole_domain(schema: Schema, id: str | None = None) -> PredicateQuery:
@@ -179,7 +185,12 @@ class Odometer:
         queries = [c.query for c in charges]
         defs: dict[str, DefinitionGuarantee] = {}
         for measure in self.measures:
-            g = measure.account(self, mechs, queries, d, defs)
+            try:
+                g = measure.account(self, mechs, queries, d, defs)
+            except MagnitudeError:
+                # a row's (or the ledger's) load beyond the largest float (MATH.md 7.8): inf is its
+                # value rounded up, reported rather than raised
+                g = _overflowed(measure)
             if g is not None:
                 defs[measure.name] = g
         if not defs:
@@ -221,8 +232,12 @@ class Odometer:
         comp = measure.comp
         shift = 0
         if comp == "l2":
-            squares, shift = normalised_loads("l2", np.ascontiguousarray(loads[:, 0], dtype=float))
-            loads = squares[:, None]
+            # mu / 2^E, squared and rounded UP from the exact square (a float square rounds to nearest,
+            # and the routes sum these squares exactly: MATH.md 7.8)
+            mus = np.ascontiguousarray(loads[:, 0], dtype=float)
+            shift = exponent(mus)
+            scaled = scale_up(mus, shift)
+            loads = np.array([[float_up(Fraction(float(x)) ** 2)] for x in scaled.tolist()]).reshape(-1, 1)
         seq_load = _column_sums_up(loads)
         exact = True
         witness: dict[str, Any] | None
@@ -239,7 +254,7 @@ class Odometer:
         else:
             pair = _replace_pairs(queries, self.schema, loads)
             if pair is not None:
-                ovl_load, rows = pair
+                ovl_load, rows, exact = pair
                 k = measure.best_component(ovl_load, delta)
                 witness = _row_witness(self.schema, rows[k])
                 method = "pairs"
@@ -414,10 +429,21 @@ class Odometer:
         return best, True, _row_witness(self.schema, best_row), "pld/counted-patterns"
 
     def _compose_eps(self, mechs: Sequence[Mechanism], delta: float) -> float:
+        """epsilon at ``delta`` of the composition of ``mechs``: PLD / KOV (:func:`compose_approx`), or,
+        for a mechanism whose privacy loss reaches beyond ``_PLD_MAX_LOSS`` (its PLD grid would hold
+        millions of points, and ``e^loss`` overflows past 709), the closed forms of
+        :func:`_cheap_upper` at no grid slack: basic composition or the zCDP conversion, each a valid
+        bound of the composition (MATH.md 5.3, 5.8), inf when none applies. At such losses either is
+        within a relative 1e-6 of the truth that matters (epsilon of hundreds)."""
         key = (delta, *sorted(repr(m.key) for m in mechs))
         hit = self._cache.get(key)
         if hit is None:
-            hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta) if mechs else 0.0
+            if not mechs:
+                hit = 0.0
+            elif any(_wide_loss(m) for m in mechs):
+                hit = _cheap_upper(mechs, delta, 0.0)
+            else:
+                hit = compose_approx(list(mechs), h=self.h).epsilon_at(delta)
             self._cache[key] = hit
         return hit
 
@@ -444,15 +470,15 @@ class Odometer:
         if self.neighbouring == "add_remove":
             ovl, exact, witness, method = self._overlap_route(mechs, queries, delta)
         else:
-            pats = row_patterns(queries, self.schema)
+            pats = neighbour_patterns(queries, self.schema)  # with the outside row (MATH.md 1.2)
             if pats is not None and pats.members.shape[0] <= _PAIR_PLD_LIMIT:
-                ovl, best = 0.0, pats.rows[0]
+                ovl, best = 0.0, pats.domain_row(0, 0)
                 m = pats.members
                 for a, b in itertools.combinations_with_replacement(range(m.shape[0]), 2):
                     diff = np.flatnonzero(m[a] ^ m[b])
                     v = value(diff.tolist())
                     if v > ovl:
-                        ovl, best = v, pats.rows[a]
+                        ovl, best = v, pats.domain_row(a, b)
                 witness = _row_witness(self.schema, best)
                 method = "pld/pairs"
             else:
@@ -469,6 +495,18 @@ class Odometer:
             if not exact:
                 bound = "sequential"
         return DefinitionGuarantee(ApproxMeasure.name, seq, ovl, seq, ovl, witness, exact, method, bound)
+
+
+#: Largest privacy loss (in absolute value) of one mechanism composed by PLD; beyond it, closed forms.
+_PLD_MAX_LOSS = 100.0
+
+
+def _wide_loss(m: Mechanism) -> bool:
+    """Whether ``m``'s privacy loss reaches beyond ``_PLD_MAX_LOSS`` (a PLD grid too long to build)."""
+    if isinstance(m, OpaqueApproxDP):
+        return m.epsilon > _PLD_MAX_LOSS
+    lo, hi = m.loss_range()
+    return not max(abs(lo), abs(hi)) <= _PLD_MAX_LOSS
 
 
 #: Most loads (charges x components) whose sequential sums are computed exactly rounded up.
@@ -508,6 +546,14 @@ def _column_sums_up(loads: np.ndarray) -> np.ndarray:
     return out
 
 
+def _fsum(values: Iterable[float]) -> float:
+    """``math.fsum``, inf where the exact sum leaves the float range (fsum raises OverflowError)."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return math.inf
+
+
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
     basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
@@ -534,14 +580,16 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
         best = eps_sum
     zs = [m.zcdp() for m in mechs]
     if all(z is not None for z in zs):
-        best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
+        rho = _fsum(z.rho for z in zs if z is not None)
+        if math.isfinite(rho):  # (a sum past the float range bounds nothing)
+            best = min(best, ZCDP(rho).epsilon_at(delta))
     elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
-        rho = math.fsum(z.rho for z in zs if z is not None)
+        rho = _fsum(z.rho for z in zs if z is not None)
         opaque = [m for z, m in zip(zs, mechs, strict=True) if z is None and isinstance(m, OpaqueApproxDP)]
-        d_opaque = math.fsum(m.delta for m in opaque) * (1 + 1e-12)
-        if d_opaque < delta:
+        d_opaque = _fsum(m.delta for m in opaque) * (1 + 1e-12)
+        if d_opaque < delta and math.isfinite(rho):
             e_z = ZCDP(rho).epsilon_at(delta - d_opaque) if rho > 0 else 0.0
-            best = min(best, e_z + math.fsum(m.epsilon for m in opaque))
+            best = min(best, e_z + _fsum(m.epsilon for m in opaque))
     return best * (1 + 1e-6) + h * len(mechs) + 1e-9
 
 
@@ -568,26 +616,80 @@ def _doubled_basic(
 
 def _replace_pairs(
     queries: list[PredicateQuery], schema: Schema, loads: np.ndarray
-) -> tuple[np.ndarray, list[tuple[int, ...]]] | None:
-    """Exact maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them,
-    per component; None when the pattern enumeration is too large."""
-    pats = row_patterns(queries, schema)
+) -> tuple[np.ndarray, list[tuple[int, ...]], bool] | None:
+    r"""Maximum over pairs of rows (x, x') of the load of the charges covering exactly one of them, per
+    component (MATH.md 1.2), with a row of the worst pair per component and whether the maximum is
+    exact; None when the pattern enumeration is too large.
+
+    Each pair's load is summed over its symmetric difference (never as a difference of sums, which
+    cancels and gives inf - inf = nan past the float range). The float sums locate the maximum $F$,
+    which is exact when the loads' float sums are (:func:`_float_sums_exact`); otherwise they are within
+    $\gamma_t=t\,2^{-53}$ (relative) of the exact sums, so every pair within $3\gamma_t$ of $F$ is
+    summed exactly and the largest, rounded up, is the value (past ``_PAIR_BAND`` such pairs:
+    $F(1+2\gamma_t)$ rounded up, a safe bound, not exact)."""
+    pats = neighbour_patterns(queries, schema)
     if pats is None:
         return None
-    m = pats.members.astype(float)
-    p = m.shape[0]
-    if p * p * max(1, m.shape[1]) * loads.shape[1] > _PAIR_WORK_LIMIT:
+    m = pats.members
+    p, t = m.shape
+    kk = loads.shape[1]
+    if p * p * max(1, t) * kk > _PAIR_WORK_LIMIT:
         return None
-    per_row = m @ loads  # P x K
-    out = np.zeros(loads.shape[1])
-    rows: list[tuple[int, ...]] = [pats.rows[0]] * loads.shape[1]
-    for k in range(loads.shape[1]):
-        both = m @ (loads[:, k : k + 1] * m.T)  # P x P: load of charges covering both rows
-        sym = per_row[:, k : k + 1] + per_row[:, k][None, :] - 2 * both
-        i = int(np.argmax(sym))
-        out[k] = max(0.0, float(sym.flat[i]))
-        rows[k] = pats.rows[i // p]
-    return out, rows
+    exact_sums = [_float_sums_exact(loads[:, k].tolist()) for k in range(kk)]
+    gamma = t * 2.0**-53 * 1.01
+    with np.errstate(over="ignore"):  # a sum past the float range is inf, summed exactly below
+        top = np.zeros(kk)
+        arg: list[tuple[int, int]] = [(0, 0)] * kk
+        for a in range(p):
+            sym = (m[a] ^ m).astype(float) @ loads  # p x K
+            for k in np.flatnonzero(sym.max(axis=0) > top).tolist():
+                b = int(np.argmax(sym[:, k]))
+                top[k], arg[k] = sym[b, k], (a, b)
+        band: list[list[tuple[int, int]]] = [[arg[k]] if exact_sums[k] else [] for k in range(kk)]
+        if not all(exact_sums):
+            for a in range(p):
+                sym = (m[a] ^ m).astype(float) @ loads
+                for k in range(kk):
+                    if exact_sums[k]:
+                        continue
+                    near = np.flatnonzero(sym[a:, k] >= top[k] * (1 - 3 * gamma)) + a  # (b, a) is (a, b)
+                    band[k].extend((a, int(b)) for b in near[: _PAIR_BAND + 1 - len(band[k])].tolist())
+    out = np.zeros(kk)
+    rows: list[tuple[int, ...]] = [pats.domain_row(0, 0)] * kk
+    exact = True
+    for k in range(kk):
+        if len(band[k]) > _PAIR_BAND:
+            bound = Fraction(float(top[k])) * (1 + 2 * Fraction(gamma)) if math.isfinite(top[k]) else None
+            out[k] = math.inf if bound is None else float_up(bound)
+            exact = False
+            continue
+        best = Fraction(-1)
+        for a, b in band[k]:
+            v = exact_total("sum", loads[np.flatnonzero(m[a] ^ m[b]), k].tolist())
+            if v > best:
+                best, rows[k] = v, pats.domain_row(a, b)
+        out[k] = float_up(max(best, Fraction(0)))
+    return out, rows, exact
+
+
+def _float_sums_exact(col: list[float]) -> bool:
+    """Whether every float sum of any of these non-negative floats is exact, in any order: all are
+    integer multiples of a common $2^{-k}$ and their total is below $2^{53}$ such units (MATH.md 7.8)."""
+    parts = [float(x).as_integer_ratio() for x in col if x != 0]
+    if not parts:
+        return True
+    if not all(math.isfinite(x) for x in col):
+        return False
+    k = max(d.bit_length() - 1 for _, d in parts)
+    return sum(n << (k - (d.bit_length() - 1)) for n, d in parts) < 2**53
+
+
+def _overflowed(measure: Measure[Any]) -> DefinitionGuarantee:
+    """The guarantee of a ledger whose loads overflow the float range: infinite both ways."""
+    inf = measure.infinite()
+    return DefinitionGuarantee(
+        measure.name, inf, inf, math.inf, math.inf, None, False, "overflow", "sequential"
+    )
 
 
 def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:

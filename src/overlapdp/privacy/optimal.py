@@ -130,7 +130,8 @@ def compose_approx(
     if not mechs:
         raise BudgetError("nothing to compose")
     pures = [m.pure() for m in mechs]
-    pure_eps = math.fsum(p.epsilon for p in pures if p is not None) if all(pures) else None
+    # basic composition's sum, rounded up (fsum rounds to nearest: ten 0.1 give 1.0 < 10 * Fraction(0.1))
+    pure_eps = PureDP.compose(p for p in pures if p is not None).epsilon if all(pures) else None
     groups = Counter(m.key for m in mechs)
     if len(groups) == 1 and isinstance(mechs[0], OpaqueApproxDP):
         o = mechs[0]

@@ -3,7 +3,8 @@
 Two rows covered by the same queries pay the same under every definition, so the guarantees of a ledger
 depend only on these patterns. They are enumerated over the atom grid (exact: atoms are cells every
 query treats alike), only when the grid is small; callers fall back to safe bounds otherwise. Used for
-replace-one-row neighbours (item 5: the exact maximum over PAIRS of rows) where it is cheap.
+replace-one-row neighbours (the exact maximum over PAIRS of rows, MATH.md 1.2, with the row outside the
+domain when the schema drops such rows: :func:`neighbour_patterns`) where it is cheap.
 """
 
 from __future__ import annotations
@@ -57,6 +58,39 @@ def row_patterns(
     uniq, first = np.unique(members, axis=0, return_index=True)
     rows = tuple(atoms.row(cells[int(f)]) if tables else tuple([0] * len(schema)) for f in first)
     return Patterns(uniq, rows)
+
+
+@dataclass(frozen=True)
+class NeighbourPatterns:
+    """The row patterns a replace-one-row neighbour moves between: ``members`` as in :class:`Patterns`,
+    ``rows[p]`` one row of pattern p, or None for a row outside the domain (covered by no query)."""
+
+    members: npt.NDArray[np.bool_]
+    rows: tuple[tuple[int, ...] | None, ...]
+
+    def domain_row(self, a: int, b: int) -> tuple[int, ...]:
+        """A domain row of the pair of patterns (a, b): a's, or b's when a is the outside row."""
+        row = self.rows[a] if self.rows[a] is not None else self.rows[b]
+        return row if row is not None else next(r for r in self.rows if r is not None)
+
+
+def neighbour_patterns(
+    queries: Sequence[PredicateQuery], schema: Schema, limit: int = PATTERN_LIMIT
+) -> NeighbourPatterns | None:
+    """The patterns of every row a data set may hold (MATH.md 1.2): each domain row's and, when the
+    schema drops rows outside its domain (``outside="drop"``), the empty pattern of such a row: it is
+    in the data set and no query counts it, so replacing a domain row by it (or it by a domain row)
+    changes every count covering the domain row. With ``outside="error"`` such data is refused, so no
+    such row exists. None when the grid is too large."""
+    pats = row_patterns(queries, schema, limit)
+    if pats is None:
+        return None
+    rows: tuple[tuple[int, ...] | None, ...] = pats.rows
+    members = pats.members
+    if schema.outside == "drop":
+        members = np.vstack([members, np.zeros((1, members.shape[1]), dtype=bool)])
+        rows = (*rows, None)
+    return NeighbourPatterns(members, rows)
 
 
 def maximal(patterns: Patterns) -> Patterns:

@@ -5,8 +5,9 @@ A row only pays for the charges whose coverage holds it (MATH.md 1.8). The filte
 :class:`~overlapdp.privacy.measures.Measure` (its :class:`~overlapdp.privacy.measures.FilterRule`) and
 admits a charge iff the rule holds at every row with it; it names no definition itself. Every admitted
 charge is also recorded in an :class:`~overlapdp.privacy.odometer.Odometer` for reports under all
-definitions. Replace-one-row neighbours (MATH.md 1.2) use the doubling bound (additive loads over a
-symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu).
+definitions. Replace-one-row neighbours (MATH.md 1.2, 2.9) use the doubling bound (additive loads over a
+symmetric difference are at most twice the largest per-row load; for GDP the factor is sqrt 2 on mu);
+the (epsilon, delta) rule is then decided at the doubled per-track maxima, not row by row (MATH.md 2.9).
 
 Adaptivity. The ODOMETER reports the guarantee of the ledger as if its charges had been fixed in advance.
 The FILTER is what makes adaptive use safe; admitting a charge iff the overlap-aware guarantee with it
@@ -177,7 +178,13 @@ class PrivacyFilter:
         self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
         self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
+        # ids of recorded charges (never refused) that ``_refuse`` refuses: each took the rows it covers
+        # outside the budget (tCDP: omega below the budget's), so nothing more is admitted
+        self._outside: list[str] = []
         self._joint = rule.row_verdict is not None
+        # A rule on several tracks decided at their per-track MAXIMA (the (epsilon, delta) rule under
+        # replace-one, MATH.md 2.9) is no per-row condition: rows outside a charge's coverage enter it too.
+        self._at_maxima = len(rule.tracks) > 1 and not self._joint
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
         # Lazy admission (MATH.md 2.7.1): per track cheap upper bounds on the rows' loads; a charge they
@@ -219,7 +226,16 @@ class PrivacyFilter:
                 return self._try_optimal(charge)
             if self._refuse is not None:
                 why = self._refuse(mechanism, q)  # raises (as a load would) without such a guarantee
+                if why is None and self._outside:
+                    # the same rule for records: a recorded charge the rule refuses took the rows it
+                    # covers outside the budget, and a filter with a row outside it admits nothing
+                    # (every row must stay within budget, MATH.md 5.9)
+                    why = (
+                        f"the recorded charge {self._outside[0]!r} took rows outside the budget: "
+                        f"{self._refuse(*self._outside_charge())}; nothing more is admitted"
+                    )
                 if why is not None:
+                    self._flush()
                     value = self._check([t.index.value for t in self._tracks])[1] if self._ids else 0.0
                     return Admission(False, None, value, self.measure.budget_value(self.budget), None, why)
             loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
@@ -271,7 +287,7 @@ class PrivacyFilter:
             if self._optimal or self._bounds is None:
                 return None
             q = charge.query.with_id(charge.id)
-            if self._refuse is not None and self._refuse(mechanism, q) is not None:
+            if self._refuse is not None and (self._outside or self._refuse(mechanism, q) is not None):
                 return None  # try_charge refuses it, with its reason
             loads = [t.load(mechanism) for t in self._tracks]
             exact = [t.exact(mechanism) for t in self._tracks]
@@ -324,6 +340,11 @@ class PrivacyFilter:
         self.odometer.extend([charge])
         self._within = True
 
+    def _outside_charge(self) -> tuple[Mechanism, PredicateQuery]:
+        """The first recorded charge that took rows outside the budget (see ``_outside``)."""
+        c = next(c for c in self.odometer.charges if c.id == self._outside[0])
+        return c.mechanism, c.query
+
     def _drop_bounds(self) -> None:
         """Stop lazy admission (a load the float bounds cannot hold): the index decides from now on."""
         self._flush()
@@ -364,12 +385,13 @@ class PrivacyFilter:
 
     def _lazy_fits(self, cover: Cover, exact: list[Any]) -> bool:
         """Whether the bounds show that every row stays within budget with the charge. Rows outside its
-        coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound."""
+        coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound
+        (always, for a rule decided at the per-track maxima: ``_at_maxima``)."""
         assert self._bounds is not None
         cand = self._exact_bounds([b.inside(cover) for b in self._bounds], exact)
         if cand is None:
             return False
-        if not self._within:
+        if not self._within or self._at_maxima:
             tops = self._exact_bounds([b.top() for b in self._bounds], None)
             if tops is None:
                 return False
@@ -445,13 +467,23 @@ class PrivacyFilter:
         when a row is shown over budget; None (refuse) when neither is shown (:attr:`Admission.proven`).
 
         The peeks' witnesses are exact rows; when they clear the budget with a margin (``_NEAR``) far
-        above the index's float error the charge is admitted, when a witness alone exceeds it the
-        charge is refused, and in between every row pattern is summed with Fractions."""
+        above the index's float error the charge is admitted, as it is when EXACT results' values (each
+        the smallest float at or above the exact maximum, MATH.md 7.8) fit with no margin (a tie at the
+        budget); when a witness alone exceeds it the charge is refused, and in between every row
+        pattern is summed with Fractions."""
         assert q.id is not None
         # Fast path, O(1) per track: the index's float maximum is a sum of at most n float loads, off by
         # at most n * 2^-53 relative, far below _NEAR for any realistic ledger; widened by _NEAR it
         # bounds every row's exact cost, so a clear fit needs no exact sum over the witness's charges.
         if self._exact_ok([t.upper(r) for t, r in zip(self._tracks, peeks, strict=True)]):
+            return True
+        # An exact result's value is the smallest float >= the exact maximum (MATH.md 7.8; for l2
+        # compared squared): with no widening it bounds every row, so a tie at the budget (loads whose
+        # sum is exactly the budget) is admitted here, whatever the number of attributes, without
+        # enumerating rows (MATH.md 2.7).
+        if all(r.exact for r in peeks) and self._exact_ok(
+            [_exact_value(t, r) for t, r in zip(self._tracks, peeks, strict=True)]
+        ):
             return True
         uppers: list[Any] = []
         witnesses: list[Any] | None = []
@@ -632,6 +664,9 @@ class PrivacyFilter:
             self._ids.update(ids)
             self._n += times
             self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
+            if self._refuse is not None and self._refuse(mechanism, q) is not None:
+                self._outside.append(charge.id)
+                self._within = False
             return charge
 
     def savepoint(self) -> tuple[int, tuple[int, ...]]:
@@ -679,6 +714,8 @@ class PrivacyFilter:
                 for t in self._tracks:
                     t.loads.pop(c.id, None)
             self._n -= len(undone)
+            gone = {c.id for c in undone}
+            self._outside = [i for i in self._outside if i not in gone]
 
     def release(self, savepoint: tuple[int, tuple[int, ...]]) -> None:
         """Close ``savepoint`` and keep what was added since."""
@@ -708,6 +745,12 @@ class PrivacyFilter:
         rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
+            refuse = rule.refuse
+            self._outside = (
+                []
+                if refuse is None
+                else [c.id for c in self.odometer.charges if refuse(c.mechanism, c.query) is not None]
+            )
             if rule.row_verdict is not None:
                 self._row_verdict = rule.row_verdict
             # Rows known within the old budget may not be within the new one (nor after a rollback to a
@@ -841,6 +884,16 @@ def _fraction_upper(upper: Any) -> Any:
     if isinstance(upper, np.ndarray):
         return tuple(Fraction(float(x)) * (1 + _NEAR) for x in upper)
     return Fraction(float(upper)) * (1 + _NEAR)
+
+
+def _exact_value(t: _Track, r: OverlapResult) -> Any:
+    """An EXACT result's value as a Fraction bound of every row's exact load, in the units of ``exact``
+    (squared for the squared tracks, one per component for a vector): its value is the smallest float
+    at or above the exact maximum (MATH.md 7.8), so it needs no widening."""
+    if isinstance(r.value, np.ndarray):
+        return tuple(Fraction(float(x)) for x in r.value)
+    v = Fraction(float(r.value))
+    return v * v if t.squared else v
 
 
 def _witness_exact(t: _Track, r: OverlapResult, new_id: str, new: Any) -> Any:

@@ -10,8 +10,9 @@ integer ``k(v) = min(max(floor(v/s + 1/2), L), H)`` in units of the declared res
 default 1), with ``L = lo/s`` and ``H = hi/s``, which must be integers (to a relative ``1e-9``; the
 nearest integers are used). The released sum is ``s`` times a noisy integer. ``|L|, |H| <= 2^40``.
 Sensitivity of the sum in units of ``s`` (MATH.md 2.8): ``max(|L|, |H|)`` when a row is added or removed;
-when one row is replaced, ``H - L`` for a query covering every row and ``max(H - L, |L|, |H|)`` otherwise
-(the row may leave or enter the query's rows).
+when one row is replaced, ``max(H - L, |L|, |H|)`` (the row may leave or enter the query's rows, or be a
+row that adds nothing: outside the domain of a ``"drop"`` schema, or missing the summed value), and
+``H - L`` only for a query covering every row of a schema under which every row adds a value.
 
 The clipping bounds come from the workload line or, when it has none, from ``declared`` (bounds the
 data owner declared per attribute, e.g. in the schema); a sum without bounds is an error naming the
@@ -85,21 +86,43 @@ class Clipping:
         s = Fraction(self.step)
         return round(Fraction(self.lo) / s), round(Fraction(self.hi) / s)
 
-    def sensitivity(self, neighbouring: Neighbouring = "add_remove", *, covers_all: bool = False) -> int:
+    def sensitivity(
+        self,
+        neighbouring: Neighbouring = "add_remove",
+        *,
+        covers_all: bool = False,
+        schema: Schema | None = None,
+    ) -> int:
         """The sum's sensitivity in units of ``step`` (MATH.md 2.8). Add/remove: ``max(|L|, |H|)`` (one row's
         contribution). Replace-one-row: ``max(H - L, |L|, |H|)``, because the replaced row may move into or
         out of the query's coverage, which changes the sum by a whole contribution (with ``0 < L``, e.g.
-        bounds ``[10, 20]``, that is 20, more than ``H - L = 10``); ``H - L`` only for a query that covers
-        every row (``covers_all``). At least 1 (never less noise than a count)."""
+        bounds ``[10, 20]``, that is 20, more than ``H - L = 10``).
+
+        ``H - L`` only when EVERY row a data set may hold adds a value in ``[L, H]``: the query covers the
+        whole domain (``covers_all``) AND ``schema`` (required for it) admits no row that adds 0 to every
+        sum, i.e. it refuses rows outside the domain (``outside="error"``; dropped rows stay in the data
+        set and add nothing, MATH.md 1.2) and allows no missing value of the summed attribute (a NULL adds
+        nothing, as in SQL). Otherwise replacing such a row by one at the far bound moves the sum by
+        ``max(|L|, |H|)``. At least 1 (never less noise than a count)."""
         lo, hi = self.units
         if neighbouring == "add_remove":
             return max(1, abs(lo), abs(hi))
         if neighbouring == "replace":
-            return max(1, hi - lo) if covers_all else max(1, hi - lo, abs(lo), abs(hi))
+            every_row_adds = covers_all and schema is not None and rows_all_add(schema, self.column)
+            return max(1, hi - lo) if every_row_adds else max(1, hi - lo, abs(lo), abs(hi))
         raise QueryError(f"unknown neighbouring relation {neighbouring!r}; use 'add_remove' or 'replace'")
 
     def to_json(self) -> dict[str, Any]:
         return {"of": self.column, "bounds": [self.lo, self.hi], "step": self.step}
+
+
+def rows_all_add(schema: Schema, column: str) -> bool:
+    """Whether every row a data set over ``schema`` may hold adds a value of ``column`` to a sum of the
+    rows it is in (MATH.md 1.2, 2.8): no row outside the domain is kept (``outside="error"``) and
+    ``column`` allows no missing value. Only then can a sum covering every domain row rely on it."""
+    if column not in schema.names:
+        raise QueryError(f"{column!r} is not an attribute of the schema")
+    return schema.outside == "error" and not schema.attribute(column).missing
 
 
 @dataclass(frozen=True)
