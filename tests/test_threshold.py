@@ -170,3 +170,22 @@ def test_maximum_matches_brute_force_and_its_cut_bound_is_safe(kind: str, seed: 
         assert cut.load <= truth <= cut.upper
         if cut.exact:
             assert cut.load == truth
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(min_value=0, max_value=1e300),
+    st.floats(min_value=1e-300, max_value=1e300),
+    st.one_of(st.none(), st.floats(min_value=-1e300, max_value=1e300)),
+)
+def test_the_largest_fitting_float_is_found_from_any_hint(
+    theta: float, hi: float, hint: float | None
+) -> None:
+    """The search's threshold (its float pre-check trusts that it fits) is the largest float that fits,
+    whatever the hint: exact, far off, negative or absent."""
+    limit = Fraction(theta)
+    got = threshold._largest_fitting(lambda x: x <= limit, hi, hint)
+    if theta >= hi:
+        assert got == hi
+    else:
+        assert got == theta  # floats: theta itself is the largest float <= theta

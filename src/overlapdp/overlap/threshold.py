@@ -44,6 +44,12 @@ FloatArray = np.ndarray
 # Float round-off of a bound computed from n loads and k attributes is far below this relative margin
 # per term (4 (n + k + 2) 2^-53, for n + k < 2^40); see _widened.
 _U = 2.0**-53
+# Float pre-checks of a bound: its float (already above the exact value) times _UP covers the roundings
+# of the check itself; only bounds within _BAND (relative) of the largest fitting float are settled
+# exactly.
+_UP = 1 + 2.0**-50
+_BAND = 1 + 1e-9
+_TINY_BAND = 2.0**-1000
 # Loads below this (relative to the heaviest, after scaling by a power of two) are raised to it for the
 # LP (an upper bound; keeps HiGHS away from subnormals).
 _FLOOR = 2.0**-900
@@ -82,6 +88,8 @@ class Problem:
     offsets: np.ndarray  # cell offset of each attribute, and the total at the end
     box: BoolArray  # cells
     unit: Fraction | None = None
+    #: a float near the largest load that fits (speeds up finding it; any value is safe)
+    hint: float | None = None
     stats: dict[str, int] = field(default_factory=dict)
 
 
@@ -313,6 +321,7 @@ class _Search:
         self.exact = [pb.exact[i] for i in idx.tolist()]
         self.atoms = _Atoms(cover[idx], offsets, box)
         self.unit = pb.unit
+        self.hint = None if pb.hint is None or not math.isfinite(pb.hint) else Fraction(pb.hint)
         self.k = k = len(self.atoms.tables)
         # Float work is in units of a power of two at or above the heaviest load (exact unless a quotient
         # is subnormal: such loads are raised to a floor, an upper bound), so no sum overflows or
@@ -324,13 +333,22 @@ class _Search:
         self.w = np.maximum(np.ldexp(raw, -shift), np.where(raw > 0, _FLOOR, 0.0)) if finite else raw
         self.widen_rel = Fraction(1 + 4 * (n + k + 2) * _U)
         self.wf = [t.astype(np.float64) for t in self.atoms.tables]
+        self.rel_f = math.nextafter(float(self.widen_rel), math.inf)
+        # the unit in scaled units when it is a float exactly (dyadic loads; None: no float rounding)
+        self.unit_s: float | None = None
+        if self.unit is not None:
+            u = self.unit / self.scale
+            uf = float(u) if u > Fraction(2) ** -1000 else 0.0
+            if uf > 0 and Fraction(uf) == u:
+                self.unit_s = uf
         self.theta = 0.0
         self.retheta()
 
     def retheta(self) -> None:
         """The largest float load (scaled) that fits: branching prefers values whose table exceeds it."""
         total = float(self.w.sum()) if self.finite else 0.0
-        self.theta = _largest_fitting(lambda t: self.fits(t * self.scale), total)
+        hint = None if self.hint is None else float(self.hint / self.scale)
+        self.theta = _largest_fitting(lambda t: self.fits(t * self.scale), total, hint)
 
     def any_row(self) -> tuple[int, ...]:
         return _first_row(self.box, self.offsets)
@@ -349,7 +367,19 @@ class _Search:
         return bound
 
     def clear(self, ub: float, extra: float = 0.0) -> bool:
-        """Whether a float bound ``ub`` (scaled) shows that every row of its box fits."""
+        """Whether a float bound ``ub`` (scaled, plus an absolute float error ``extra``) shows that every
+        row of its box fits. In floats first: a float above the exact bound (rounded down to the unit)
+        that is at most ``theta``, the largest float that fits, fits (``fits`` is monotone); one clearly
+        above it is not proved here (the search goes on); only the band between is settled exactly."""
+        if not self.finite or not math.isfinite(ub) or not math.isfinite(extra):
+            return False
+        b = (ub * self.rel_f + extra) * _UP
+        if self.unit_s is not None:
+            b = math.floor(math.nextafter(b / self.unit_s, math.inf)) * self.unit_s
+        if b <= self.theta:
+            return True
+        if b > self.theta * _BAND + _TINY_BAND:
+            return False
         bound = self.upper(ub, extra)
         return bound is not None and self.fits(bound)
 
@@ -373,7 +403,8 @@ class _Search:
             if not fits(load):
                 on_row(atoms.row([], nattrs), load)
             return None
-        lp = _LP(tables, w) if self.finite and _highs_available() else None
+        lp: _LP | None = None
+        use_lp = self.finite and _highs_available()
         nodes = 0
         masks0 = [np.ones(t.shape[1], dtype=bool) for t in tables]
         # each node carries its parent's multipliers: their bound is valid in the child too (MATH.md
@@ -420,6 +451,8 @@ class _Search:
                     if self.clear(bound, err):
                         stats["inherited"] = stats.get("inherited", 0) + 1
                         continue
+                if lp is None and use_lp:  # built when first needed: easy boxes never pay for it
+                    lp = _LP(tables, w)
                 if lp is not None:
                     got = lp.solve(alive, masks)
                     stats["lp"] = stats.get("lp", 0) + 1
@@ -517,21 +550,42 @@ def _lagrangian(
     return total, err
 
 
-def _largest_fitting(fits: Callable[[Fraction], bool], hi: float) -> float:
-    """The largest float ``t`` in [0, hi] with ``fits(t)`` (bisection on the floats' order), or -1.0
-    when 0 does not fit; a heuristic threshold for branching only."""
+def _largest_fitting(fits: Callable[[Fraction], bool], hi: float, hint: float | None = None) -> float:
+    """The largest float ``t`` in [0, hi] with ``fits(t)`` (bisection on the floats' order, from a
+    bracket found by galloping from ``hint`` when given), or -1.0 when 0 does not fit; branching reads
+    it as the threshold, and the float pre-check of a bound trusts it (it fits, exactly)."""
     if not fits(Fraction(0)):
         return -1.0
     if not math.isfinite(hi) or fits(Fraction(hi)):
         return hi
-    lo_i, hi_i = 0, int(np.float64(hi).view(np.int64))
+    hi_i = int(np.float64(hi).view(np.int64))
+    lo_i = 0
+    if hint is not None and 0 < hint < hi:
+        h = int(np.float64(hint).view(np.int64))
+        step = 1
+        if fits(Fraction(_bits(h))):
+            lo_i = h
+            while lo_i + step < hi_i and fits(Fraction(_bits(lo_i + step))):
+                lo_i += step
+                step *= 2
+            hi_i = min(hi_i, lo_i + step)
+        else:
+            hi_i = h
+            while hi_i - step > 0 and not fits(Fraction(_bits(hi_i - step))):
+                hi_i -= step
+                step *= 2
+            lo_i = max(0, hi_i - step)
     while hi_i - lo_i > 1:
         mid = (lo_i + hi_i) // 2
-        if fits(Fraction(float(np.int64(mid).view(np.float64)))):
+        if fits(Fraction(_bits(mid))):
             lo_i = mid
         else:
             hi_i = mid
-    return float(np.int64(lo_i).view(np.float64))
+    return _bits(lo_i)
+
+
+def _bits(i: int) -> float:
+    return float(np.int64(i).view(np.float64))
 
 
 def _first_row(box: BoolArray, offsets: np.ndarray) -> tuple[int, ...]:

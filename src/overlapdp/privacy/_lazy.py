@@ -260,11 +260,12 @@ class Members:
         fits: Callable[[Fraction], bool],
         max_nodes: int,
         deadline: float | None = None,
+        hint: float | None = None,
     ) -> tuple[int, ...] | None:
         """A row inside ``q``'s coverage whose exact load does not ``fits``, or None when every row there
         fits: the exact threshold decision of :mod:`overlapdp.overlap.threshold` (MATH.md 7.9) on the
         admitted charges' coverages, their loads and their common unit. Raises :class:`SearchGaveUp`
-        past ``max_nodes`` nodes or the ``deadline``."""
+        past ``max_nodes`` nodes or the ``deadline``. ``hint``: a float near the largest load that fits."""
         box = np.ones(int(self.offsets[-1]), dtype=bool)
         for p, cov in q.constraints:
             box[self._seg(p)] = cov.mask(self.sizes[p])
@@ -272,7 +273,7 @@ class Members:
             return None
         n = self.n
         loads = np.where(self.live[:n], self.loads[:n], 0.0)
-        pb = Problem(self.flat[:n], loads, self.exact, self.offsets, box, unit=self.unit)
+        pb = Problem(self.flat[:n], loads, self.exact, self.offsets, box, unit=self.unit, hint=hint)
         return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
 
 

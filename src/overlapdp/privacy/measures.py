@@ -149,6 +149,9 @@ class FilterRule:
     exact_ok: Callable[[list[Any]], bool]
     row_verdict: Callable[[np.ndarray], bool | None] | None = None
     optimal: bool = False
+    #: For a single scalar track tested as ``load <= limit`` (``exact_ok`` is exactly that): the limit,
+    #: already divided by the neighbouring factor, so that a search can compare loads with it directly.
+    limit: Fraction | None = None
     #: A charge's reason never to be admitted whatever the loads (tCDP: its omega is below the budget's
     #: and it covers some row), or None: the filter refuses it with that reason before any index changes.
     refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = None
@@ -298,6 +301,7 @@ class AdditiveMeasure(Measure[B], Generic[B, G]):
             ),
             check=_scalar_check(factor, b),
             exact_ok=_exact_scalar(factor, Fraction(b)),
+            limit=Fraction(b) / int(factor),
         )
 
 
@@ -386,6 +390,7 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
             ),
             check=_gdp_check(factor, budget.mu),
             exact_ok=_exact_scalar(factor, Fraction(budget.mu) ** 2),
+            limit=Fraction(budget.mu) ** 2 / int(factor),
         )
 
 
@@ -554,6 +559,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
             tracks=(TrackSpec("sum", rho, lambda m: Fraction(rho(m))),),
             check=_scalar_check(factor, budget.rho),
             exact_ok=_exact_scalar(factor, Fraction(budget.rho)),
+            limit=Fraction(budget.rho) / int(factor),
             refuse=refuse,
         )
 

@@ -177,6 +177,7 @@ class PrivacyFilter:
         # :class:`~overlapdp.privacy.measures.FilterRule`): refusals are decided on actual rows.
         self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
+        self._limit: Fraction | None = rule.limit
         self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
         # ids of recorded charges (never refused) that ``_refuse`` refuses: each took the rows it covers
         # outside the budget (tCDP: omega below the budget's), so nothing more is admitted
@@ -409,12 +410,22 @@ class PrivacyFilter:
                 self._hot.insert(0, self._hot.pop(j))
                 return row
 
-        def fits(load: Fraction) -> bool:
-            return bool(self._exact_ok([load + e]))
+        hint: float | None = None
+        if self._limit is not None:
+            theta = self._limit - e  # (the rule is exactly load + e <= limit: one comparison)
+
+            def fits(load: Fraction) -> bool:
+                return load <= theta
+
+            hint = float(theta)
+        else:
+
+            def fits(load: Fraction) -> bool:
+                return bool(self._exact_ok([load + e]))
 
         effort = self._tracks[0].index.effort
         deadline = None if effort is None else _clock.now() + effort
-        found = members.exceeds(q, fits, _SEARCH_NODES, deadline)
+        found = members.exceeds(q, fits, _SEARCH_NODES, deadline, hint)
         if found is not None:
             self._hot.insert(0, found)
             del self._hot[_HOT_ROWS:]
@@ -745,6 +756,7 @@ class PrivacyFilter:
         rule = self.measure.rule(budget, self._factor, self._options)
         with self._lock:
             self._check, self._exact_ok, self._refuse = rule.check, rule.exact_ok, rule.refuse
+            self._limit = rule.limit
             refuse = rule.refuse
             self._outside = (
                 []
