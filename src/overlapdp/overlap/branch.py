@@ -59,10 +59,14 @@ def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
     return [atom_table(c, a, dominance_budget) for a in c.attributes]
 
 
-def atom_table(c: Compiled, a: AttributeSegments, dominance_budget: float = 4e8) -> AtomTable:
+def atom_table(
+    c: Compiled, a: AttributeSegments, dominance_budget: float = 4e8, seg_member: BoolArray | None = None
+) -> AtomTable:
     """The atoms of one attribute ``a`` of ``c`` (one step of :func:`atom_tables`, so that a caller
-    with a deadline can check it between attributes)."""
-    seg_member = a.membership(c.live)
+    with a deadline can check it between attributes); ``seg_member``: ``a.membership(c.live)`` when
+    the caller has it already."""
+    if seg_member is None:
+        seg_member = a.membership(c.live)
     packed = np.packbits(seg_member, axis=1)
     _, first = np.unique(packed, axis=0, return_index=True)
     first = np.sort(first)

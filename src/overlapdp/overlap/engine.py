@@ -104,8 +104,11 @@ GRACE_SHARE = 0.02
 # Value sets: the LP branch and bound (overlap/threshold.py, MATH.md 7.9) gets this long before the
 # other solvers take over (a stage cap, the same with or without an effort limit).
 LPBRANCH_SECONDS = 5.0
-# Largest queries x atoms table it takes (bytes of booleans).
+# Largest queries x atoms table it takes (bytes of booleans), and most live queries: its root LP grows
+# superlinearly (3 000 mixed Adult queries: 1.6-3.3 s before the first branch), where toulbar2 and the
+# grid branch do better.
 LPBRANCH_TABLE_LIMIT = 50_000_000
+LPBRANCH_MAX_QUERIES = 1_500
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
@@ -381,18 +384,33 @@ def _search(
         # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
         return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
     tables = []
+    # The per-attribute table bound (MATH.md 2.7.1): a row's load is at most the heaviest atom of any one
+    # attribute; taken as each attribute's atoms are built, it is the bound returned if the limit runs
+    # out before any search (never the count of every query when one attribute is tabulated).
+    table_bound = total
+    members = []
     for a in c.attributes:
         if not _time_left(deadline):
-            # The limit ran out while the atoms were built: the trivial safe bound, at once.
-            return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
-        tables.append(atom_table(c, a))
+            # The limit ran out while the tables were built: the bounds so far, at once (queries that
+            # constrain only attributes not yet tabulated count in full there: still a bound).
+            bound = min(table_bound, _assignment_bound(members, loads))
+            return _finish(queries, c, None, lw, False, bound + err_sum, "table-bound")
+        m = a.membership(c.live)
+        members.append(m)
+        if m.size:
+            table_bound = min(table_bound, float((m.astype(np.float64) @ loads).max()))
+    table_bound = min(table_bound, _assignment_bound(members, loads))
+    for a, m in zip(c.attributes, members, strict=True):
+        if not _time_left(deadline):
+            return _finish(queries, c, None, lw, False, table_bound + err_sum, "table-bound")
+        tables.append(atom_table(c, a, seg_member=m))
     c2 = compress(c, tables)
     t2 = kept_tables(tables)
     if algorithm in ("auto", "grid") and grid_feasible(c2):
         return _grid(queries, c, c2, lw, "grid (atoms)")
     if algorithm == "grid":
         raise CompError("the dense grid does not fit the memory limit for this workload")
-    safe = [total]
+    safe = [table_bound]
     row: tuple[int, ...] | None = None
     best = -1.0
     used: list[str] = []
@@ -474,6 +492,7 @@ def _search(
         algorithm == "auto"
         and not c.single_interval
         and sum(t.size for t in t2) * c.live.size <= LPBRANCH_TABLE_LIMIT
+        and c.live.size <= LPBRANCH_MAX_QUERIES
         and _time_left(deadline)
     ):
         # Value sets: the LP branch and bound, exact on the normalised loads (MATH.md 7.9); its best row
@@ -608,6 +627,25 @@ def _search(
     # Every safe bound is a float sum of live loads (the grid-branch frontier: a grid's maximum).
     bound = min(safe) + err_sum + grid_err
     return _finish(queries, c, row, lw, False, bound, "+".join(used) or "bound")
+
+
+def _assignment_bound(members: Sequence[np.ndarray], loads: FloatArray) -> float:
+    """The assignment bound of MATH.md 2.7.1 on per-attribute membership tables (segments x live
+    queries): each query counts on ONE attribute it constrains (the one whose segments it holds the
+    smallest share of), so a row's load is at most the loads of the queries constraining nothing plus,
+    per attribute, the heaviest segment of the queries assigned to it. A float sum of live loads (its
+    error is the caller's ``err_sum``)."""
+    if not members:
+        return float(loads.sum())
+    share = np.stack([m.mean(axis=0) if m.size else np.ones(loads.shape[0]) for m in members])
+    pick = np.argmin(share, axis=0)
+    free = share[pick, np.arange(loads.shape[0])] >= 1.0  # holds every segment of every attribute
+    bound = float(loads[free].sum())
+    for a, m in enumerate(members):
+        mine = (pick == a) & ~free
+        if m.size and mine.any():
+            bound += float((m[:, mine].astype(np.float64) @ loads[mine]).max())
+    return bound
 
 
 def _lp_maximum(tables: Sequence[AtomTable], loads: FloatArray, until: float | None) -> Maximum:
