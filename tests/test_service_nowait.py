@@ -815,3 +815,36 @@ def test_single_queries_near_the_quota_search_off_the_lock(
     assert answered > 10 and refused > 5
     assert searches, "near the quota the bounds alone should not have decided every query"
     assert not any(searches), f"{sum(searches)} filter searches ran under the admission lock"
+
+
+def test_concurrent_trials_near_the_budget_wait_for_a_pooled_replica(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26, finding 10: requests racing for the last of a budget all need a trial on the global
+    filter, and each built a fresh replica from every charge when the pool was empty (0.5 s each with
+    265 approximate-DP charges: 7-14 of ~270 requests of benchmarks/race.py got 503). With _POOL
+    replicas lent out, a trial waits for one to come back instead (counted: no third replica is built)
+    and decides as before."""
+    rng = random.Random(3)
+    f = ServiceFilter(GRID, "approx", 5.0)
+    for _ in range(60):
+        f.try_all([(_query(rng), 0.05)])
+    built = [0]
+    original = ServiceFilter.__init__
+
+    def counted(self: ServiceFilter, *args: Any, **kwargs: Any) -> None:
+        built[0] += 1
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ServiceFilter, "__init__", counted)
+    batch = [(_query(rng), 0.05)]
+    held = [f.trial(f.snapshot(), batch) for _ in range(2)]  # two requests hold their replicas
+    assert built[0] == 2
+    out: dict[str, Any] = {}
+    third = threading.Thread(target=lambda: out.setdefault("t", f.trial(f.snapshot(), batch)))
+    third.start()
+    third.join(0.3)  # (it waits for a replica; the old code built one at once)
+    ServiceFilter.finish(held[0])
+    third.join(60)
+    assert built[0] == 2, "a third replica was rebuilt from every charge"
+    assert out["t"].admitted == held[1].admitted
+    for t in (held[1], out["t"]):
+        ServiceFilter.finish(t)

@@ -362,6 +362,8 @@ Savepoint = tuple[PrivacyFilter, tuple[int, tuple[int, ...]], int, float]
 
 #: Replicas kept per filter for the next snapshot (each holds a copy of the filter's charges).
 _POOL = 2
+#: Longest wait (seconds) for a pooled replica before building a new one while _POOL are lent out.
+_POOL_WAIT = 1.0
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -472,6 +474,8 @@ class ServiceFilter:
         # the generation and budget then: recycled into the pool once no savepoint can need them.
         self._retired: list[tuple[PrivacyFilter, int, int, float]] = []
         self._pool_lock = threading.Lock()  # guards the list only; a replica is used by one thread
+        self._pool_cond = threading.Condition(self._pool_lock)  # a replica was given back
+        self._lent = 0  # replicas handed out and neither given back nor adopted
         self._uid = next(_uids)  # a snapshot's owner (never reused, unlike id())
 
     @property
@@ -594,14 +598,28 @@ class ServiceFilter:
     def _replica(self, snap: FilterSnapshot, deadline: float | None) -> ServiceFilter:
         """A private filter holding exactly the snapshot's charges: one from the pool whose charges are
         a prefix of the snapshot's, caught up by recording the rest, or a new one."""
-        with self._pool_lock:
-            best = None
-            for r in self._pool:
-                fits = r._generation == snap.generation and len(r._log) <= len(snap.charges)
-                if fits and (best is None or len(r._log) > len(best._log)):
-                    best = r
+        best = None
+        with self._pool_cond:
+            # Many requests near one budget try at once (a race for the last of it): rebuilding a
+            # replica from every charge costs far more than waiting a moment for a pooled one to come
+            # back, so wait (up to _POOL_WAIT, within the deadline) before building a new one.
+            wait_until = time.monotonic() + _POOL_WAIT
+            if deadline is not None:
+                wait_until = min(wait_until, deadline)
+            while True:
+                for r in self._pool:
+                    fits = r._generation == snap.generation and len(r._log) <= len(snap.charges)
+                    if fits and (best is None or len(r._log) > len(best._log)):
+                        best = r
+                if best is not None or self._lent < _POOL:
+                    break
+                left = wait_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._pool_cond.wait(left)
             if best is not None:
                 self._pool.remove(best)
+            self._lent += 1
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
         replica._join(snap.generation, snap.budget)
         missing = snap.charges[len(replica._log) :]
@@ -628,7 +646,7 @@ class ServiceFilter:
                 continue
             replica = ServiceFilter.__new__(ServiceFilter)
             replica._become_replica(self, inner, n, budget)
-            self._give_back(replica)
+            self._give_back(replica, lent=False)
 
     def _join(self, generation: int, budget: float) -> None:
         """This replica now stands for a snapshot of ``generation`` with ``budget``."""
@@ -642,11 +660,15 @@ class ServiceFilter:
         self._filter, self._filter_budget, self._budget = inner, budget, budget
         self._log = owner._log[:n]
         self._retired, self._pool, self._pool_lock = [], [], threading.Lock()
+        self._pool_cond, self._lent = threading.Condition(self._pool_lock), 0
         self._pinned = 0
         self._uid = next(_uids)
 
-    def _give_back(self, replica: ServiceFilter) -> None:
-        with self._pool_lock:
+    def _give_back(self, replica: ServiceFilter, *, lent: bool = True) -> None:
+        with self._pool_cond:
+            if lent:
+                self._lent = max(0, self._lent - 1)
+            self._pool_cond.notify()
             # replicas of an older generation can never be caught up again
             self._pool = [r for r in self._pool if r._generation == replica._generation]
             self._pool.append(replica)
@@ -743,6 +765,9 @@ class ServiceFilter:
         self._sync_budget()
         self._log.extend((q, load, 1) for q, load in charges)
         trial.adopted = True
+        with self._pool_cond:  # (the replica became the filter: it is no longer lent)
+            self._lent = max(0, self._lent - 1)
+            self._pool_cond.notify()
         return True
 
     def advance(
