@@ -207,6 +207,83 @@ def test_bad_answers_are_refused() -> None:
         make_consistent(qs, [])
 
 
+# -- the solver -------------------------------------------------------------------------------------
+
+
+def _weighted_objective(a: Any, fitted: Any, y: Any, var: Any) -> float:
+    return float(np.sum((fitted - y) ** 2 / var))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_active_set_reaches_the_optimum_of_scipys_nnls(data: st.DataObject) -> None:
+    """The faster active-set method (:mod:`overlapdp._activeset`, forced at every size) against scipy's
+    ``nnls`` on random 0/1 designs (more cells than queries too, answers of every sign, unequal
+    variances): optimal (KKT), never a larger objective than nnls's, and the same answers."""
+    import scipy.optimize
+
+    import overlapdp._activeset as activeset
+
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    t = data.draw(st.integers(1, 40))
+    n = data.draw(st.integers(1, 120))
+    a = rng.random((t, n)) < data.draw(st.floats(0.05, 0.9))
+    a[rng.integers(0, t), ~a.any(axis=0)] = True  # every cell covered by some query
+    centre = data.draw(st.floats(-20, 200))
+    y = np.round(rng.normal(centre, data.draw(st.floats(0.1, 50)), t))
+    var = rng.uniform(0.5, 20, t) if data.draw(st.booleans()) else np.full(t, 2.0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(activeset, "SMALL", 0)
+        found = activeset.project_cells(a, y, var)
+    assert found.finished and found.solver == "active-set" and found.x is not None
+    assert found.fitted is not None and np.all(found.x >= 0)
+    assert np.allclose(a.astype(float) @ found.x, found.fitted, rtol=0, atol=1e-9)
+    neg, comp = _kkt_gap(a, found.x, y, var)
+    assert neg < 1e-9 and comp < 1e-9, (neg, comp)
+    w = 1 / np.sqrt(var)
+    ref, _ = scipy.optimize.nnls(a * w[:, None], y * w)
+    ours, theirs = _weighted_objective(a, found.fitted, y, var), _weighted_objective(a, a @ ref, y, var)
+    assert ours <= theirs * (1 + 1e-9) + 1e-9
+    # The fitted answers of a strictly convex problem in them are unique: the same as nnls's.
+    assert np.allclose(found.fitted, a @ ref, rtol=1e-7, atol=1e-6 * (np.abs(y).max() + 1))
+
+
+def test_active_set_hands_over_to_nnls_when_rounding_stops_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import overlapdp._activeset as activeset
+
+    qs = _small_workload()
+    design = workload_design(qs)
+    y = np.arange(len(qs), dtype=float)
+    var = np.ones(len(qs))
+    monkeypatch.setattr(activeset, "SMALL", 0)
+    direct = project(design, y, var)
+    monkeypatch.setattr(activeset, "solve", lambda *a, **k: activeset._TROUBLE)
+    handed = project(design, y, var)
+    assert direct.solver == "active-set" and handed.solver == "nnls"
+    assert np.allclose(direct.values, handed.values, atol=1e-7)
+
+
+def test_active_set_stops_at_its_deadline_on_a_driven_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    import overlapdp._activeset as activeset
+    from overlapdp._activeset import project_cells
+
+    monkeypatch.setattr(activeset, "SMALL", 0)
+    rng = np.random.default_rng(3)
+    a = rng.random((30, 80)) < 0.3
+    a[0, ~a.any(axis=0)] = True
+    y = rng.normal(50, 5, 30).round()
+    ticks = iter(range(10**6))
+
+    def clock() -> float:
+        return float(next(ticks))
+
+    assert project_cells(a, y, np.ones(30), deadline=1e9, clock=clock).finished
+    ticks = iter(range(10**6))
+    cut = project_cells(a, y, np.ones(30), deadline=3.0, clock=clock)  # the clock passes 3 at step 2
+    assert not cut.finished and cut.x is None and cut.fitted is None
+
+
 # -- answer_workload, the CLI -----------------------------------------------------------------------
 
 
