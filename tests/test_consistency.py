@@ -373,7 +373,7 @@ def http(tmp_path: Path) -> Iterator[dict[str, Any]]:
     service.register_dataset("adult", str(path), schema, "pandas", "pure", 10.0)
     token = service.create_analyst("alice", {"adult": 5.0}).token
     yield {"service": service, "client": TestClient(app), "token": token}
-    service.store.close()
+    service.close()
 
 
 HTTP_QUERIES = ["sex = 0", "sex = 1", "sex IN (0, 1)", "sex = 1 AND age < 40", "age < 40"]

@@ -76,6 +76,8 @@ def project_cells(
     cells; inputs already checked by :func:`overlapdp.consistency.project`). Zero variances are weighted
     as 1e12 times the largest positive variance's weight (every variance 0: all weighted equally).
     ``deadline`` is a ``clock()`` time; past it the result is not finished (nothing else is returned)."""
+    if deadline is not None and clock() > deadline:
+        return Solution(None, None, False, "active-set", 0)
     positive = variances[variances > 0]
     floor = float(positive.max()) * 1e-12 if positive.size else 1.0
     sqrt_w = 1.0 / np.sqrt(np.maximum(variances, floor))

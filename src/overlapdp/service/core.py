@@ -44,11 +44,12 @@ import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.consistency import NOTE, Design, project, workload_design
+from overlapdp.consistency import NOTE, workload_design
 from overlapdp.errors import Conflict as Conflict
 from overlapdp.errors import FieldRefused as FieldRefused
 from overlapdp.errors import (
@@ -68,6 +69,7 @@ from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
 from overlapdp.service import _runtime as runtime
+from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
 from overlapdp.service.ledger import (
@@ -129,6 +131,9 @@ class Limits:
     #: bounds alone (no search, about 0.1 ms per query and filter; most batches far from the budget end
     #: there, with no replica to bring up to date); larger ones go off the lock at once.
     bounds_max: int = 200
+    #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
+    #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
+    projection_workers: int = 2
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
@@ -172,6 +177,10 @@ class _Pending:
     #: A request first tried on the filters' bounds alone under the lock (:func:`_decide`), tried off
     #: the lock (``trials``) only on the filters whose bounds cannot admit it.
     on_bounds: bool = False
+    #: A consistent batch: the cells of its workload, and its projection running in a worker (none
+    #: for a request already recorded under its idempotency key: the replay has the recorded one).
+    cells: int = 0
+    projection: ProjectionJob | None = None
     #: Approximate DP: (the analyst's filter, its snapshot after the admission, the quota), for the
     #: answer's figures computed off the lock.
     account: tuple[runtime.ServiceFilter, runtime.FilterSnapshot, float] | None = None
@@ -281,8 +290,17 @@ class QueryService:
         self._states: dict[str, _DatasetState] = {}
         self._states_lock = threading.Lock()
         self._tokens = TokenCache()
+        #: Consistent answers are projected in these worker processes (none runs until one is asked).
+        self.projections = ProjectionPool(self.limits.projection_workers)
+        # A service dropped without close() stops its workers too (they also exit with the process).
+        weakref.finalize(self, self.projections.close)
         for record in store.list_datasets():
             self._install(record)
+
+    def close(self) -> None:
+        """Stop the projection workers and close the ledger."""
+        self.projections.close()
+        self.store.close()
 
     # -- data sets --------------------------------------------------------------------------------
     def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
@@ -636,23 +654,31 @@ class QueryService:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically.
 
         ``consistent``: also the counts projected onto a non-negative table's answers
-        (:mod:`overlapdp.consistency`, post-processing of the released counts, recomputed identically on
-        a replay). The workload's cells are enumerated before anything is charged, so a workload over
-        :data:`CONSISTENT_CELL_LIMIT` is refused (400) without spending.
+        (:mod:`overlapdp.consistency`, post-processing of the noisy counts). The workload's cells are
+        enumerated before anything is counted, so a workload over :data:`CONSISTENT_CELL_LIMIT` is
+        refused (400) without spending. The projection runs in a worker process
+        (:mod:`overlapdp.service._projection`) BEFORE admission, within the request's time budget:
+        one that cannot finish in time is a 503 with nothing charged, one that finishes is recorded
+        with the charges, so an idempotent replay returns it without computing it again.
         """
-        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, request_key)
-        if consistent and any(n.get("aggregate") for n in pending.noisy):
-            # Refused before anything is charged: the projection is defined for counts only.
-            raise QueryError("'consistent' applies to counts only, not to sums or means")
-        design = _consistency_design(pending) if consistent else None
-        out = self._submit(state, pending, BatchAnswer)
-        if design is None:
-            return out
-        counts = [float(a.count) for a in out.answers if a.count is not None]
-        stddevs = [float(a.stddev) for a in out.answers if a.stddev is not None]
-        fitted = project(design, counts, [s**2 for s in stddevs])
-        fit = ConsistentCounts(counts=fitted.values, cells=design.cells, solver=fitted.solver, note=NOTE)
-        return out.model_copy(update={"consistent": fit})
+        state, pending = self._query(
+            analyst, dataset, specs, parameter, parameter_name, request_key, consistent=consistent
+        )
+        job = pending.projection
+        try:
+            if job is not None:
+                projected = job.result()  # off every lock; 503 past the deadline, nothing charged
+                for answer, value in zip(pending.noisy, projected.counts, strict=True):
+                    # recorded with the charge (the ledger's answer), never released before its commit
+                    answer["consistent"] = {
+                        "count": value,
+                        "cells": pending.cells,
+                        "solver": projected.solver,
+                    }
+            return self._submit(state, pending, BatchAnswer)
+        finally:
+            if job is not None:
+                job.cancel()  # the request failed before its projection came: its worker is freed
 
     def cost(
         self,
@@ -666,9 +692,9 @@ class QueryService:
     ) -> CostEstimate:
         """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
         with ``consistent``, also whether consistent answers could be computed (400 if not)."""
-        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True)
-        if consistent:
-            _consistency_design(pending)
+        state, pending = self._query(
+            analyst, dataset, specs, parameter, parameter_name, None, dry_run=True, consistent=consistent
+        )
         return self._dry_run(state, pending)
 
     def _query(
@@ -681,6 +707,7 @@ class QueryService:
         request_key: str | None,
         *,
         dry_run: bool = False,
+        consistent: bool = False,
     ) -> tuple[_DatasetState, _Pending]:
         deadline = time.monotonic() + self.limits.request_seconds
         if dataset not in analyst.quotas:
@@ -689,6 +716,13 @@ class QueryService:
         loaded = self._loaded(state)
         queries, items, groups, aggregates = self._expand(state, specs)
         mech = self._mechanism(state, parameter, parameter_name)
+        design = None
+        if consistent:
+            # Refused before anything is counted or charged: the projection is defined for counts only,
+            # and a workload with too many cells is a 400 (numpy's enumeration releases the lock).
+            if any(a.clipping is not None for a in aggregates):
+                raise QueryError("'consistent' applies to counts only, not to sums or means")
+            design = workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
         load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
             analyst=analyst.name,
@@ -703,6 +737,9 @@ class QueryService:
                     for q, a in zip(queries, aggregates, strict=True)
                 ],
                 mech.parameter,
+                # a consistent batch is another request (its answers carry the projection); a plain
+                # batch's hash is unchanged
+                *(["consistent"] if consistent else []),
             ),
             queries=list(queries),
             query_json=[
@@ -726,11 +763,28 @@ class QueryService:
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
                     answer["group"] = g
                     answer["item"] = i
-            if len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
-                pending.needs = {0, 1}
-                self._advance(state, pending)
-            elif len(queries) >= self.limits.snapshot_min:
-                pending.on_bounds = True
+            if design is not None and not (
+                pending.request_key is not None and self.store.is_recorded(analyst.name, pending.request_key)
+            ):
+                # Started now, it runs in its worker while the trials below search (on two cores, in
+                # parallel); query() waits for it before admission.
+                pending.cells = design.cells
+                pending.projection = self.projections.start(
+                    design.matrix,
+                    [float(a["count"]) for a in pending.noisy],
+                    [float(a["stddev"]) ** 2 for a in pending.noisy],
+                    deadline,
+                )
+            try:
+                if len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
+                    pending.needs = {0, 1}
+                    self._advance(state, pending)
+                elif len(queries) >= self.limits.snapshot_min:
+                    pending.on_bounds = True
+            except BaseException:
+                if pending.projection is not None:
+                    pending.projection.cancel()
+                raise
         return state, pending
 
     def _snapshots(self, state: _DatasetState, analyst: str) -> tuple[float, _Snapshots]:
@@ -1034,7 +1088,7 @@ class QueryService:
             )
             if row is None:
                 raise Conflict("this idempotency key is being used by a concurrent request")
-            answers.append(Answer(charge=row.id, seq=row.seq, **answer))
+            answers.append(Answer(charge=row.id, seq=row.seq, **_released(answer)))
             seqs.append(row.seq)
         # an upper bound on the spend (no search under the lock): ``remaining`` is never more than
         # what is left; the exact spend is in the data set status and the ledger's reports
@@ -1047,6 +1101,7 @@ class QueryService:
             replayed=False,
             remaining=remaining,
             spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, spent)),
+            consistent=_consistent_counts(p.noisy),
         ), seqs
 
     def _session_open(
@@ -1168,9 +1223,14 @@ class QueryService:
             return SessionStep(
                 answer=SessionAnswer(**(r.answer or {})), charge=r.id, seq=r.seq, replayed=True
             )
-        answers = [Answer(charge=c.id, seq=c.seq, **(c.answer or {})) for c in recorded]
+        answers = [Answer(charge=c.id, seq=c.seq, **_released(c.answer or {})) for c in recorded]
         cost = {k: v for k, v in r.cost.items() if k not in ("load", "queries")}
-        return BatchAnswer(answers=answers, cost=Cost(**cost, queries=len(recorded)), replayed=True)
+        return BatchAnswer(
+            answers=answers,
+            cost=Cost(**cost, queries=len(recorded)),
+            replayed=True,
+            consistent=_consistent_counts([c.answer or {} for c in recorded]),
+        )
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -1205,9 +1265,24 @@ def _decide(
     return f.try_all(pairs, p.deadline)
 
 
-def _consistency_design(pending: _Pending) -> Design:
-    queries = [q for q in pending.queries if q is not None]
-    return workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+def _released(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded answer's own fields (its consistent count goes to the batch's ``consistent``)."""
+    return {k: v for k, v in answer.items() if k != "consistent"}
+
+
+def _consistent_counts(answers: Sequence[Mapping[str, Any]]) -> ConsistentCounts | None:
+    """The batch's consistent counts from its (recorded) answers; None for a batch without them."""
+    fits = [a.get("consistent") for a in answers]
+    if not fits or any(f is None for f in fits):
+        return None
+    first = fits[0]
+    assert first is not None
+    return ConsistentCounts(
+        counts=[float(f["count"]) for f in fits if f is not None],
+        cells=int(first["cells"]),
+        solver=str(first["solver"]),
+        note=NOTE,
+    )
 
 
 def _rows(state: _DatasetState) -> int | None:
