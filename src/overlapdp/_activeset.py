@@ -19,13 +19,20 @@ stop at a deadline:
 - The BLAS does the work (gradients as matrix-vector products over a cells x queries copy of ``A``),
   and the clock is read at every step: past ``deadline`` it returns with ``finished`` False.
 
-Small matrices (under :data:`SMALL` entries) go to ``nnls`` itself, whose compiled loop wins there; it
-does not read the clock, but takes milliseconds at that size.
+Every answer is checked against the optimality (KKT) conditions before it is returned, within
+:data:`CHECK` (relative): no cell's gradient positive, none nonzero where the cell's value is. Should
+rounding stop the method, ``scipy.optimize.nnls`` takes over, and its answer is checked the same way:
+it is not trusted unchecked, since SciPy's rewritten ``nnls`` (1.12 and later; scipy issue 25389) can
+return a non-optimal point silently (1.17.1, equal weights: 3 of the first 2 221 random 0/1 designs
+of up to 40 x 60 with integer answers; the one kept in the tests, 26 x 47, at objective 14.35 where
+the optimum is 2.25).
 
 Measured on 1 000 random age x hours boxes of Adult (7 414 cells, true counts plus discrete Laplace
 noise, one core, loaded 2-core machine): noise of scale 1 000, 0.7 s where ``nnls`` took 3.2 s; scale 10
 (610 cells in the answer, ~1 900 steps), 4.5 s where ``nnls`` took 22-42 s; the same optimum (objective
-equal to 1e-12, or lower than ``nnls``'s where it stopped early: fitted answers 0.05 apart).
+equal to 1e-12, or lower than ``nnls``'s where it stopped early: fitted answers 0.05 apart). Its
+matrix-vector products are small: OpenBLAS's threads only add overhead (the second case took 18.9 s
+with two threads on the loaded machine, 5.6 s with one), so the service's workers run with one.
 
 Stand-alone on purpose: it imports numpy and ``scipy.linalg.blas`` only, so that the service's worker
 process (``service/_projection_worker.py``) loads this file by its path without importing the package.
@@ -46,22 +53,23 @@ FloatArray = npt.NDArray[np.float64]
 BATCH = 256
 #: Relative tolerance of the optimality test (times queries x largest entry x largest answer).
 TOLERANCE = 1e-12
-#: Matrices of fewer entries (queries x cells) go to ``scipy.optimize.nnls``: its compiled loop is faster
-#: while each step is cheap (measured on boxes of Adult: 100 queries x 1 169 cells, 16 ms against 21 ms;
-#: 200 x 3 038, 0.22 s against 0.11 s).
-SMALL = 250_000
+#: Relative tolerance of the final optimality check (looser than :data:`TOLERANCE`: the refinement and
+#: the last solve move the gradients by rounding).
+CHECK = 1e-9
 
 
 @dataclass(frozen=True)
 class Solution:
     """``x`` (cells, all >= 0) and the answers ``A x``; both None when ``finished`` is False (cut by the
-    deadline). ``solver`` names the method that produced them; ``steps`` counts its columns entered."""
+    deadline) or ``failed`` (no method gave an answer that passed the optimality check). ``solver``
+    names the method that produced them; ``steps`` counts its columns entered."""
 
     x: FloatArray | None
     fitted: FloatArray | None
     finished: bool
     solver: str
     steps: int
+    failed: bool = False
 
 
 def project_cells(
@@ -86,22 +94,42 @@ def project_cells(
     # cells x queries, each column of A weighted: a row per cell, read contiguously when it enters.
     at = np.ascontiguousarray(matrix.T, dtype=np.float64)
     at *= sqrt_w[None, :]
-    if at.size < SMALL:
-        found: tuple[FloatArray, int] | _Trouble | None = _scipy_nnls(at, values * sqrt_w)
-        solver = "nnls"
-    else:
-        found = solve(at, values * sqrt_w, deadline=deadline, clock=clock)
-        solver = "active-set"
-    if found is _TROUBLE and solver == "active-set":
-        # Rounding broke the method's invariants (a column entering that the passive ones span, or no
-        # progress): Lawson and Hanson's reference code, which refactors from scratch, takes over.
-        found = _scipy_nnls(at, values * sqrt_w)
-        solver = "nnls"
-    if found is None or isinstance(found, _Trouble):
+    wy = values * sqrt_w
+    found = solve(at, wy, deadline=deadline, clock=clock)
+    solver = "active-set"
+    if found is None:
         return Solution(None, None, False, solver, 0)
+    if isinstance(found, _Trouble) or not _optimal(at, wy, found[0]):
+        # Rounding broke the method's invariants (a column entering that the passive ones span, no
+        # progress, or a final point off the optimality conditions): Lawson and Hanson's reference code,
+        # which refactors from scratch, takes over; its answer is checked too.
+        found = _scipy_nnls(at, wy)
+        solver = "nnls"
+        if isinstance(found, _Trouble) or not _optimal(at, wy, found[0]):
+            return Solution(None, None, True, solver, 0, failed=True)
     x, steps = found
     fitted = matrix.astype(np.float64) @ x
     return Solution(x, fitted, True, solver, steps)
+
+
+def _optimal(at: FloatArray, y: FloatArray, x: FloatArray) -> bool:
+    """Whether ``x`` meets the optimality conditions of ``min ||A x - y||, x >= 0`` within :data:`CHECK`:
+    ``x >= 0``; every gradient entry ``g_c = a_c . (y - A x) <= CHECK * s`` with ``s`` = queries x
+    largest entry x largest answer; and ``x_c |g_c| <= CHECK * s * largest answer / largest entry``
+    (complementarity, in the units of x times g)."""
+    if not np.all(x >= 0):
+        return False
+    t = at.shape[1]
+    amax = float(np.abs(at).max()) if at.size else 0.0
+    ymax = float(np.abs(y).max()) if t else 0.0
+    if amax == 0.0 or ymax == 0.0:
+        return True
+    scale = t * amax * ymax
+    g = at @ (y - at.T @ x)
+    return bool(
+        g.max(initial=-np.inf) <= CHECK * scale
+        and float(np.max(x * np.abs(g), initial=0.0)) <= CHECK * scale * ymax / amax
+    )
 
 
 class _Trouble:

@@ -143,7 +143,9 @@ class ProjectionPool:
         }
         with self._cond:
             if self._closed:
-                raise ServiceError("the service is shutting down")
+                err = ServiceError("the service is shutting down; nothing was charged")
+                err.status = 503
+                raise err
             self.started += 1
         out = ProjectionJob(self, job, deadline)
         threading.Thread(target=out._run, name="overlapdp-projection", daemon=True).start()
