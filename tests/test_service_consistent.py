@@ -86,9 +86,9 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
             os.kill(pid, 0)
 
 
-def _gated(service: Any, gate: Path, **kwargs: Any) -> ProjectionPool:
+def _gated(service: Any, gate: Path, *mode: str, **kwargs: Any) -> ProjectionPool:
     service.projections.close()
-    pool = ProjectionPool(1, command=[sys.executable, str(GATE), str(gate)], **kwargs)
+    pool = ProjectionPool(1, command=[sys.executable, str(GATE), str(gate), *mode], **kwargs)
     service.projections = pool
     return pool
 
@@ -247,3 +247,16 @@ def test_a_worker_past_the_deadline_keeps_its_grace_and_serves_the_next_batch(
     frame = alice.batch("adult", queries, epsilon=0.01, consistent=True)
     assert frame["consistent"].tolist() == pytest.approx(_library(queries, frame, served["solver_calls"]))
     assert pool.killed == 0 and pool.spawned == 1 and pool.finished == 2
+
+
+def test_a_projection_without_an_optimal_answer_is_a_500_and_charges_nothing(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    gate = tmp_path / "open"
+    gate.touch()
+    _gated(served["service"], gate, "fail")
+    alice = served["clients"]["alice"]
+    with pytest.raises(ServiceRefused) as refused:
+        alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"], epsilon=0.01, consistent=True)
+    assert refused.value.status == 500 and "optimum" in refused.value.body["detail"]
+    assert served["service"].store.charges(analyst="alice") == []

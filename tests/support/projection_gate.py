@@ -1,9 +1,10 @@
-"""A stand-in projection worker for tests: ``python projection_gate.py GATE``.
+"""A stand-in projection worker for tests: ``python projection_gate.py GATE [fail]``.
 
 It speaks the protocol of ``overlapdp/service/_projection_worker.py`` (whose functions it loads by path)
 and solves each job with the real solver, but only once the file ``GATE`` exists: a test holds a
 projection in flight as long as it needs (and a gate never opened makes a worker that never answers).
-It writes its process id to ``GATE.pid`` when it takes a job.
+It writes its process id to ``GATE.pid`` when it takes a job. With ``fail``, its solver finds no
+answer that passes the optimality check (the worker's reply for that case).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     solver = worker._load_solver()
+    if sys.argv[2:] == ["fail"]:
+        solver.project_cells = lambda *a, **k: solver.Solution(None, None, True, "nnls", 0, failed=True)
     worker._write(out, "ready")
     while True:
         job = worker._read(sys.stdin.buffer)

@@ -55,6 +55,8 @@ def _solve(solver: Any, job: dict[str, Any]) -> dict[str, Any]:
     t, n = job["shape"]
     matrix = np.unpackbits(job["matrix"], axis=1, count=n).astype(bool).reshape(t, n)
     found = solver.project_cells(matrix, job["values"], job["variances"], deadline=deadline)
+    if found.failed:  # no answer passed the optimality check: the service answers 500, charges nothing
+        return {"error": "the least-squares solver did not reach the optimum (rounding)"}
     return {
         "fitted": found.fitted,
         "solver": found.solver,
