@@ -251,8 +251,8 @@ def test_active_set_reaches_the_optimum_of_scipys_nnls(data: st.DataObject) -> N
 
 def _nnls_trap() -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
     """A 26 x 47 design and integer answers on which SciPy 1.17.1's ``nnls`` stops at a non-optimal
-    point (objective 14.35 where the optimum is 2.25; scipy issue 25389), drawn as a search of 2 000
-    seeds found it."""
+    point (objective 14.35 where the optimum is 2.25; scipy/scipy#25389), drawn as a search over seeds
+    found it (seed 315)."""
     r = np.random.default_rng(315)
     t, n = int(r.integers(2, 40)), int(r.integers(2, 60))
     a = r.random((t, n)) < r.uniform(0.03, 0.5)

@@ -22,7 +22,7 @@ stop at a deadline:
 Every answer is checked against the optimality (KKT) conditions before it is returned, within
 :data:`CHECK` (relative): no cell's gradient positive, none nonzero where the cell's value is. Should
 rounding stop the method, ``scipy.optimize.nnls`` takes over, and its answer is checked the same way:
-it is not trusted unchecked, since SciPy's rewritten ``nnls`` (1.12 and later; scipy issue 25389) can
+it is not trusted unchecked, since SciPy's rewritten ``nnls`` (1.12 and later; scipy/scipy#25389) can
 return a non-optimal point silently (1.17.1, equal weights: 3 of the first 2 221 random 0/1 designs
 of up to 40 x 60 with integer answers; the one kept in the tests, 26 x 47, at objective 14.35 where
 the optimum is 2.25).
