@@ -830,6 +830,17 @@ class PrivacyFilter:
                         return root
         return self.spent()
 
+    def track_bounds(self) -> list[Any] | None:
+        """Per track a safe upper bound on the worst row's EXACT load (a Fraction; a tuple of them per
+        Rényi order), each from the lazy tables (MATH.md 2.7.1) with no overlap search, widened past
+        float round-off; None when the filter keeps no tables (or a bound is infinite). The bounds of
+        different tracks may come from different rows. Before the neighbouring factor (the rule's tests
+        apply it). For a caller that must not search (the service under its admission lock)."""
+        with self._lock:
+            if self._bounds is None or self._optimal:
+                return None
+            return self._exact_bounds([b.top() for b in self._bounds], None)
+
     def spent(self) -> float:
         """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
         located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
