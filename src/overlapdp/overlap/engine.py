@@ -388,7 +388,7 @@ def _search(
     # attribute; taken as each attribute's atoms are built, it is the bound returned if the limit runs
     # out before any search (never the count of every query when one attribute is tabulated).
     table_bound = total
-    members = []
+    members: list[np.ndarray] = []
     for a in c.attributes:
         if not _time_left(deadline):
             # The limit ran out while the tables were built: the bounds so far, at once (queries that
