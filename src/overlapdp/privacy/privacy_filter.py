@@ -68,7 +68,7 @@ from overlapdp.privacy.definitions import check_neighbouring as _check_neighbour
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
 from overlapdp.privacy.mechanisms import Mechanism
-from overlapdp.privacy.odometer import Charge, Odometer, _make_charge
+from overlapdp.privacy.odometer import Charge, Odometer, _make_charge, whole_domain
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -248,7 +248,7 @@ class PrivacyFilter:
                 admitted = self._admit_on_bounds(charge, q, loads, exact, floats, cover)
                 if admitted is not None:
                     return admitted
-                searched = self._members is not None and self._within
+                searched = self._members is not None and (self._within or self._establish_within())
                 try:
                     found = self._search(q, exact[0]) if searched else None
                 except SearchGaveUp:
@@ -398,6 +398,23 @@ class PrivacyFilter:
                 return False
             cand = [emax(c, o) for c, o in zip(cand, tops, strict=True)]
         return bool(self._exact_ok(cand))
+
+    def _establish_within(self) -> bool:
+        """Whether every row is within budget, decided exactly when the bounds could not show it (after
+        records: a replica catching up, a restart replay): the threshold search over the whole domain
+        with no new load (MATH.md 7.9). Sets ``_within`` when it holds; a row found over budget joins
+        the known over-budget rows, so asking again is cheap."""
+        if self._within:
+            return True
+        if self._members is None or self._outside:
+            return False
+        try:
+            found = self._search(whole_domain(self.schema), Fraction(0))
+        except SearchGaveUp:
+            return False
+        if found is None:
+            self._within = True
+        return self._within
 
     def _search(self, q: PredicateQuery, e: Fraction) -> tuple[int, ...] | None:
         """The exact threshold decision (single scalar track, every row known within budget): None when
