@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from overlapdp.errors import QuotaExceeded, TimeBudgetExceeded
+from overlapdp.errors import QuotaExceeded, SearchGaveUp, TimeBudgetExceeded
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
@@ -642,6 +642,11 @@ def test_a_refusal_no_row_proves_from_a_cut_search_is_not_an_answer(monkeypatch:
         return real(*args, **{**kwargs, "effort": 0.0})  # every search cut: a safe bound, not exact
 
     monkeypatch.setattr(index_mod, "max_overlap", stops_at_once)
+
+    def gives_up(*args: Any, **kwargs: Any) -> Any:
+        raise SearchGaveUp  # the threshold search gives up too: the index decides, on a cut search
+
+    monkeypatch.setattr("overlapdp.privacy._lazy.exceeds", gives_up)
     refused: list[Any] = []
     original = PrivacyFilter.try_charge
 
