@@ -347,7 +347,7 @@ class _Search:
         self.unit_s: float | None = None
         if self.unit is not None:
             u = self.unit / self.scale
-            uf = float(u) if u > Fraction(2) ** -1000 else 0.0
+            uf = float(u) if self.finite and Fraction(2) ** -1000 < u < Fraction(2) ** 1000 else 0.0
             if uf > 0 and Fraction(uf) == u:
                 self.unit_s = uf
         self.theta = 0.0

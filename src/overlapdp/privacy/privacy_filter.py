@@ -49,6 +49,7 @@ concurrent composition; MATH.md 3.6).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -434,7 +435,8 @@ class PrivacyFilter:
             def fits(load: Fraction) -> bool:
                 return load <= theta
 
-            hint = float(theta)
+            with contextlib.suppress(OverflowError):  # (a limit beyond the floats gives no hint)
+                hint = float(theta)
         else:
 
             def fits(load: Fraction) -> bool:
