@@ -279,3 +279,44 @@ def test_paper_shapes_against_cpsat(d: int, t: int) -> None:
     assert r.exact
     assert r.value == truth
     assert math.isfinite(r.value)
+
+
+def test_compiling_many_attributes_at_once_matches_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranking every attribute's endpoints in one lexsort (wide schemas) gives the arrays ranking them
+    one by one does; covering() from the flat intervals matches PredicateQuery.covers on random rows
+    (value sets, contradictions and tautologies included)."""
+    from overlapdp.overlap import _compiled
+
+    rng = np.random.default_rng(7)
+    d, v = 40, 9
+    schema = Schema(tuple(IntAttribute(f"a{i}", 0, v - 1) for i in range(d)))
+    qs = []
+    for i in range(150):
+        covs = {}
+        for j in rng.choice(d, size=int(rng.integers(0, 4)), replace=False).tolist():
+            kind = int(rng.integers(0, 4))
+            if kind == 0:
+                covs[j] = IndexSet.from_indices(sorted(set(rng.integers(0, v, 3).tolist())))
+            elif kind == 1 and i % 7 == 0:
+                covs[j] = IndexSet.from_indices([])
+            else:
+                a, b = sorted(rng.integers(0, v, 2).tolist())
+                covs[j] = IndexSet.interval(a, b + 1)
+        qs.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    monkeypatch.setattr(_compiled, "_PER_ATTRIBUTE_RANKS", 10**9)
+    one = compile_workload(qs, schema)
+    monkeypatch.setattr(_compiled, "_PER_ATTRIBUTE_RANKS", 0)
+    alls = compile_workload(qs, schema)
+    assert one.live.tolist() == alls.live.tolist()
+    # No attributes x queries table is held: each constrained mask is built when read.
+    assert all(a.mask is None for a in alls.attributes)
+    assert len(one.attributes) == len(alls.attributes) > 30
+    for a, b in zip(one.attributes, alls.attributes, strict=True):
+        assert a.position == b.position
+        for name in ("cuts", "query", "lo", "hi", "constrained"):
+            assert getattr(a, name).tolist() == getattr(b, name).tolist()
+    for _ in range(200):
+        row = tuple(rng.integers(0, v, d).tolist())
+        assert alls.covering(row).tolist() == [
+            i for i, q in enumerate(qs) if q.covers(row) and not q.is_contradiction
+        ]

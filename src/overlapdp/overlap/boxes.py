@@ -365,8 +365,6 @@ class _Depth:
             np.unique(np.linspace(0, order.size - 1, min(ASCENT_STARTS, order.size // 16)).astype(int))
         ]
         for b in starts.tolist():
-            if deadline is not None and _clock.now() > deadline:
-                break  # each ascent is O(boxes x attributes) per sweep: none past the deadline
             value, point = self._ascend((self.lo[b] + self.hi[b] - 1) // 2)
             if value > best:
                 best, best_point = value, point

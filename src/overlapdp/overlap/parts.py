@@ -179,11 +179,10 @@ def _part(c: Compiled, queries: IntArray, members: list[int], renumber: IntArray
     for k, j in enumerate(members):
         a = c.attributes[j]
         q = renumber[a.query]
-        constrained = np.zeros(n, dtype=bool)
-        constrained[q] = True
         if single and q.shape[0] > 1 and bool(np.any(q[1:] == q[:-1])):
             single = False
-        attrs.append(AttributeSegments(k, a.cuts, q, a.lo, a.hi, constrained))
+        mask = None if a.mask is None else a.mask[queries]
+        attrs.append(AttributeSegments(k, a.cuts, q, a.lo, a.hi, mask, n))
     positions = np.array([c.attributes[j].position for j in members], dtype=np.int64)
     schema = Schema(tuple(c.schema.attributes[p] for p in positions.tolist()))
     sub = Compiled(schema, n, np.arange(n, dtype=np.int64), tuple(attrs), single)
