@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -250,21 +251,22 @@ def cpsat_maximum(boxes: list[Box], v: int) -> int:
     literal per box that forces the row into it."""
     cp_model = pytest.importorskip("ortools.sat.python.cp_model")
     m = cp_model.CpModel()
-    xs: dict[int, object] = {}
+    xs: dict[int, Any] = {}
     ys = []
     for i, box in enumerate(boxes):
-        y = m.NewBoolVar(f"y{i}")
+        y = m.new_bool_var(f"y{i}")
         ys.append(y)
         for j, (a, b) in box.items():
-            x = xs.setdefault(j, m.NewIntVar(0, v - 1, f"x{j}"))
-            m.Add(x >= a).OnlyEnforceIf(y)
-            m.Add(x <= b - 1).OnlyEnforceIf(y)
-    m.Maximize(sum(ys))
+            x = xs.setdefault(j, m.new_int_var(0, v - 1, f"x{j}"))
+            m.add(x >= a).only_enforce_if(y)
+            m.add(x <= b - 1).only_enforce_if(y)
+    m.maximize(sum(ys))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 300
     solver.parameters.num_workers = 2
-    assert solver.Solve(m) == cp_model.OPTIMAL
-    return round(solver.ObjectiveValue())
+    assert solver.solve(m) == cp_model.OPTIMAL
+    value: int = round(solver.objective_value)
+    return value
 
 
 @pytest.mark.slow

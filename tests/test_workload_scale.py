@@ -117,7 +117,8 @@ def test_each_distinct_condition_is_parsed_once(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr("overlapdp.query.workload.parse_conditions", counted)
     lines = [
-        json.dumps({"id": f"q{i}", "conditions": {"age": {"range": [i % 30, 40 + i % 30]}}}) for i in range(3000)
+        json.dumps({"id": f"q{i}", "conditions": {"age": {"range": [i % 30, 40 + i % 30]}}})
+        for i in range(3000)
     ]
     w = Workload.from_lines(SCHEMA, lines)
     assert len(w) == 3000
