@@ -69,14 +69,15 @@ def widen(v: float, n: int) -> Fraction | None:
 class Cover:
     """A query's coverage as numpy indices per constrained attribute (a slice for one interval)."""
 
-    __slots__ = ("empty", "free", "parts")
+    __slots__ = ("_d", "_free", "empty", "parts")
 
     def __init__(self, q: PredicateQuery) -> None:
         attrs = q.schema.attributes
         cons = q.constraints
+        self._d = len(attrs)
+        self._free: np.ndarray | None = None
         self.empty = any(not c.intervals for _, c in cons)  # a contradiction
         self.parts: list[tuple[int, slice | np.ndarray]] = []
-        free = np.ones(len(attrs), dtype=bool)
         if not self.empty:
             for p, cov in cons:
                 iv = cov.intervals
@@ -86,9 +87,16 @@ class Cover:
                     self.parts.append((p, slice(iv[0][0], iv[0][1])))
                 else:
                     self.parts.append((p, cov.to_array()))  # several disjoint intervals: never whole
+
+    @property
+    def free(self) -> np.ndarray:
+        """Per attribute, whether the query leaves it free (built on first use)."""
+        if self._free is None:
+            free = np.ones(self._d, dtype=bool)
             if self.parts:
                 free[[p for p, _ in self.parts]] = False
-        self.free = free
+            self._free = free
+        return self._free
 
 
 # One journal record: the base, peak, share peak and everywhere arrays before, and the cells and share
@@ -227,12 +235,16 @@ class Bounds:
         # Cells: per attribute, every (value, charge) pair in charge order (ranges expanded at once).
         spans: dict[int, tuple[list[int], list[int], list[int]]] = {p: ([], [], []) for p in touched}
         listed: dict[int, list[tuple[int, np.ndarray]]] = {p: [] for p in touched}
-        free = np.zeros((m, len(self.sizes)), dtype=bool)
+        free = np.ones((m, len(self.sizes)), dtype=bool)
+        fixed_rows: list[int] = []
+        fixed_cols: list[int] = []
         for i, cover in enumerate(covers):
             if cover.empty:
+                free[i] = False  # covers no row: no base changes
                 continue
-            free[i] = cover.free
             for p, idx in cover.parts:
+                fixed_rows.append(i)
+                fixed_cols.append(p)
                 if isinstance(idx, slice):
                     sp = spans[p]
                     sp[0].append(i)
@@ -240,6 +252,7 @@ class Bounds:
                     sp[2].append(idx.stop)
                 else:
                     listed[p].append((i, np.asarray(idx)))
+        free[fixed_rows, fixed_cols] = False
         for p in touched:
             owner = np.array(spans[p][0], dtype=np.int64)
             lo = np.array(spans[p][1], dtype=np.int64)
