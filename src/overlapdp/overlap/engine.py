@@ -315,8 +315,20 @@ def _scalar(
     if c.live.size == 0 or not c.attributes:
         return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
-    if algorithm in ("auto", "grid") and grid_feasible(c, GRID_LIMIT // PART_GRID_CELLS if part else 1):
-        return _grid(queries, c, c, lw, "sweep" if d == 1 else "grid")
+    name = "sweep" if d == 1 else "grid"
+    if algorithm == "grid" and grid_feasible(c):
+        return _grid(queries, c, c, lw, name)
+    if algorithm == "auto":
+        # A small dense grid first; else independent parts (MATH.md 7.9), each a workload of its own,
+        # before a large grid (a split is a few passes over the intervals, a grid of millions of cells
+        # a cumulative sum per axis); a part's large grid is left to its atoms (in _search).
+        if grid_feasible(c, GRID_LIMIT // PART_GRID_CELLS):
+            return _grid(queries, c, c, lw, name)
+        found = parts.split(c)
+        if found is not None:
+            return _by_parts(queries, c, found, lw, limit)
+        if not part and grid_feasible(c):
+            return _grid(queries, c, c, lw, name)
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
@@ -324,11 +336,6 @@ def _scalar(
         exact_floats = dyadic_exact(lw, float(lw.loads[c.live].sum()))
         _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
-    if algorithm == "auto":
-        # Independent parts (MATH.md 7.9): each solved as a workload of its own, the maxima added.
-        found = parts.split(c)
-        if found is not None:
-            return _by_parts(queries, c, found, lw, limit)
     # -- boxes route: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
     # Its float sums (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^g
     # times the total load, g <= GRID_AXES the axes of its largest grid, never 2^d on d attributes)
