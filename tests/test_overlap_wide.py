@@ -381,3 +381,40 @@ def test_filter_on_a_wide_schema_decides_exactly() -> None:
         [boxes[j] for j in admitted], [Fraction(Laplace(scales[j]).pure().epsilon) for j in admitted], "sum"
     )  # type: ignore[union-attr]
     assert flt.spent() == float_up(spent)
+
+
+def test_set_comp_searches_only_attributes_in_conflict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SetComp (any monotone set function: no split into parts) still drops the conflict-free
+    attributes before its branch and bound (MATH.md 7.9 (i)); the answer is brute force's."""
+    from overlapdp.overlap import SetComp, engine
+
+    rng = np.random.default_rng(21)
+    schema = Schema(tuple(IntAttribute(f"a{i}", 0, 2) for i in range(9)))
+    qs = []
+    for i in range(14):
+        covs = {}
+        for j in rng.choice(9, size=2, replace=False).tolist():
+            if j < 5:  # a0..a4: every interval holds 1, so they are conflict-free
+                covs[j] = IndexSet.interval(int(rng.integers(0, 2)), 2 + int(rng.integers(0, 2)))
+            else:
+                a = int(rng.integers(0, 3))
+                covs[j] = IndexSet.interval(a, a + 1)
+        qs.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    w = rng.random(len(qs)).tolist()
+
+    def value(idx: Any) -> float:
+        return math.sqrt(sum(w[i] for i in idx)) + 0.1 * max((w[i] for i in idx), default=0.0)
+
+    comp = SetComp(value=value, upper=value)
+    seen: list[int] = []
+    real = engine.branch_and_bound
+
+    def spy(c2: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(len(c2.attributes))
+        return real(c2, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "branch_and_bound", spy)
+    r = max_overlap(qs, comp=comp)
+    truth = brute_force_overlap(qs, comp=comp)
+    assert r.exact and r.value == pytest.approx(float(truth.value), rel=1e-12)
+    assert seen and max(seen) <= 4  # a5..a8 only

@@ -708,13 +708,26 @@ def _set_comp(
         exact, bound = True, 0.0
         algorithm = "trivial"
     else:
-        tables = atom_tables(c)
-        c2 = compress(c, tables)
-        out = branch_and_bound(
-            c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
-        )
-        exact, bound = out.exact, out.upper
-        row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
+        # Conflict-free attributes fixed first (MATH.md 7.9 (i), valid for any monotone comp): on a
+        # wide schema the search then runs over the few attributes where queries conflict.
+        reduced = parts.drop_conflict_free(c)
+        c1, fixed = (c, {}) if reduced is None else reduced
+        if c1.attributes:
+            tables = atom_tables(c1)
+            c2 = compress(c1, tables)
+            out = branch_and_bound(
+                c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
+            )
+            exact, bound = out.exact, out.upper
+            row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
+        else:  # every attribute conflict-free: the fixed row is covered by every live query
+            exact, bound = True, 0.0
+            row = c.row(tuple(0 for _ in c.attributes))
+        if fixed:
+            point = list(row)
+            for p, v in fixed.items():
+                point[p] = v
+            row = tuple(point)
         algorithm = "branch"
     covering = c.covering(row)
     lower = float(comp.value(covering.tolist()))

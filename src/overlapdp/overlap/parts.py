@@ -122,6 +122,21 @@ def split(c: Compiled) -> Parts | None:
     return Parts(tuple(out), free, fixed_positions, fixed_values)
 
 
+def drop_conflict_free(c: Compiled) -> tuple[Compiled, dict[int, int]] | None:
+    """``c`` without its conflict-free attributes (reduction (i) of MATH.md 7.9, valid for ANY
+    monotone comp: fixing such an attribute at its common value only adds covering queries) and the
+    fixed value index per dropped schema position; None when no attribute is conflict-free. The
+    workload keeps its schema and query numbering (a row of it leaves the dropped attributes at 0:
+    set them to the fixed values)."""
+    found = split(c)
+    if found is None or found.fixed_positions.size == 0:
+        return None
+    dropped = set(found.fixed_positions.tolist())
+    kept = tuple(a for a in c.attributes if a.position not in dropped)
+    fixed = dict(zip(found.fixed_positions.tolist(), found.fixed_values.tolist(), strict=True))
+    return Compiled(c.schema, c.t, c.live, kept, c.single_interval), fixed
+
+
 def _components(t: int, d: int, query: IntArray, attr: IntArray) -> tuple[IntArray, IntArray, int]:
     """Connected components of the graph with an edge between query ``query[k]`` and attribute
     ``attr[k]``: each query's and attribute's label, numbered ``0 .. groups-1`` over the nodes that

@@ -35,6 +35,7 @@ guarantee of the ledger as if its charges had been fixed in advance; the
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -48,7 +49,7 @@ import numpy as np
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
 from overlapdp.overlap.magnitude import normalised_loads
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
+from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import (
     MEASURES,
@@ -508,6 +509,33 @@ def _column_sums_up(loads: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _cached_pure(m: Mechanism) -> PureDP | None:
+    return m.pure()
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_zcdp(m: Mechanism) -> ZCDP | None:
+    return m.zcdp()
+
+
+def _pure_of(m: Mechanism) -> PureDP | None:
+    """``m.pure()``, computed once per distinct mechanism (a search bounds thousands of sets of the
+    same few mechanisms; the guarantee is exact Fraction arithmetic each time)."""
+    try:
+        return _cached_pure(m)
+    except TypeError:  # an unhashable mechanism
+        return m.pure()
+
+
+def _zcdp_of(m: Mechanism) -> ZCDP | None:
+    """``m.zcdp()``, computed once per distinct mechanism (see :func:`_pure_of`)."""
+    try:
+        return _cached_zcdp(m)
+    except TypeError:
+        return m.zcdp()
+
+
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
     basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
@@ -521,7 +549,7 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     eps_sum, delta_keep = 0.0, 1.0
     basic_ok = True
     for m in mechs:
-        p = m.pure()
+        p = _pure_of(m)
         if p is not None:
             eps_sum += p.epsilon
         elif isinstance(m, OpaqueApproxDP):
@@ -532,7 +560,7 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
             break
     if basic_ok and 1 - delta_keep <= delta:
         best = eps_sum
-    zs = [m.zcdp() for m in mechs]
+    zs = [_zcdp_of(m) for m in mechs]
     if all(z is not None for z in zs):
         best = min(best, ZCDP(math.fsum(z.rho for z in zs if z is not None)).epsilon_at(delta))
     elif all(z is not None or isinstance(m, OpaqueApproxDP) for z, m in zip(zs, mechs, strict=True)):
