@@ -306,6 +306,9 @@ class Odometer:
         grouped = self._grouped_overlap(mechs, queries, delta, value)
         if grouped is not None:
             return grouped
+        by_parts = self._parts_overlap(mechs, queries, value)
+        if by_parts is not None:
+            return by_parts
         pats = maximal_patterns(queries, self.schema, cap=_APPROX_MAX_PATTERNS)
         if pats is not None:
             best, best_row = 0.0, pats.rows[0]
@@ -356,6 +359,91 @@ class Odometer:
         if best >= upper:
             return upper, True, witness, "pld/grouped"
         return None
+
+    def _parts_overlap(
+        self,
+        mechs: Sequence[Mechanism],
+        queries: Sequence[PredicateQuery],
+        value: Callable[[Sequence[int]], float],
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """Exact on workloads that split into small independent parts (wide schemas, MATH.md 7.9).
+
+        The composed epsilon grows with each distinct mechanism's count in the set (see
+        :meth:`_grouped_overlap`). A row's count vector is the free charges' plus, per part, the count
+        vector of the part's charges covering the row's values there, each part's values chosen
+        independently: the achievable vectors are the Minkowski sum of the parts' sets, and a monotone
+        function is largest on a Pareto-maximal one, which is a sum of Pareto-maximal vectors of the
+        parts. So each part's undominated atom combinations give its Pareto set, the sets are added
+        with dominated sums dropped, and each vector left is composed (exactly as any set is). None when
+        there is no split, a part has too many atom combinations, or the sets grow too large."""
+        from overlapdp.overlap import parts as parts_mod
+        from overlapdp.overlap._compiled import compile_workload
+        from overlapdp.overlap.branch import atom_tables
+
+        groups: dict[str, int] = {}
+        label = np.array([groups.setdefault(repr(m.key), len(groups)) for m in mechs], dtype=np.int64)
+        k = len(groups)
+        if k > _APPROX_MAX_GROUPS or not queries:
+            return None
+        c = compile_workload(list(queries), self.schema)
+        found = parts_mod.split(c)
+        if found is None:
+            return None
+        base = np.bincount(label[found.free], minlength=k)
+        # Pareto set so far: vectors, and per part added the choice each vector came from.
+        vectors = base[None, :]
+        trail: list[tuple[np.ndarray, np.ndarray, list[list[tuple[int, int]]]]] = []
+        for part in found.parts:
+            pc = part.compiled
+            tables = atom_tables(pc)
+            n = pc.live.shape[0]
+            masks = np.ones((1, n), dtype=bool)
+            combos = np.zeros((1, 0), dtype=np.int64)
+            for t in tables:
+                if masks.shape[0] * t.size > _PART_COMBOS:
+                    return None
+                masks = (masks[:, None, :] & t.member[None, :, :]).reshape(-1, n)
+                combos = np.concatenate(
+                    [np.repeat(combos, t.size, axis=0), np.tile(np.arange(t.size), combos.shape[0])[:, None]],
+                    axis=1,
+                )
+            onehot = np.zeros((n, k), dtype=np.int64)
+            onehot[np.arange(n), label[part.queries]] = 1
+            counts = masks.astype(np.int64) @ onehot
+            keep = _pareto(counts)
+            counts, combos = counts[keep], combos[keep]
+            rows = [
+                [
+                    (int(part.positions[j]), int(pc.attributes[j].cuts[tables[j].segment[a]]))
+                    for j, a in enumerate(combo.tolist())
+                ]
+                for combo in combos
+            ]
+            summed = (vectors[:, None, :] + counts[None, :, :]).reshape(-1, k)
+            if summed.shape[0] > _PARETO_WORK:
+                return None
+            keep = _pareto(summed)
+            if keep.shape[0] > _PARETO_KEEP:
+                return None
+            trail.append((keep // counts.shape[0], keep % counts.shape[0], rows))
+            vectors = summed[keep]
+        # Compose each Pareto-maximal vector (charges picked by count from each mechanism's own).
+        members = [np.flatnonzero(label == g).tolist() for g in range(k)]
+        scores = [value([i for g in range(k) for i in members[g][: int(v[g])]]) for v in vectors]
+        at = int(np.argmax(scores))
+        point = [0] * len(self.schema)
+        for p, v in zip(found.fixed_positions.tolist(), found.fixed_values.tolist(), strict=True):
+            point[p] = v
+        for parent, choice, rows in reversed(trail):
+            for p, v in rows[int(choice[at])]:
+                point[p] = v
+            at = int(parent[at])
+        row = tuple(point)
+        covering = c.covering(row)
+        got = np.bincount(label[covering], minlength=k)
+        if not np.array_equal(got, vectors[int(np.argmax(scores))]):
+            return None  # (cannot happen: the row attains its vector; never report what it does not)
+        return value(covering.tolist()), True, self.schema.row(row), "pld/parts"
 
     def _counted_patterns(
         self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
@@ -478,6 +566,11 @@ _EXACT_SUM_LIMIT = 500_000
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
 _APPROX_MAX_GROUPS = 32
+# The exact route by parts (Odometer._parts_overlap): atom combinations of one part, sums compared when
+# adding a part's Pareto set, and Pareto-maximal vectors kept (each is composed at the end).
+_PART_COMBOS = 4096
+_PARETO_WORK = 1_000_000
+_PARETO_KEEP = 256
 #: Largest (atom cells x charges) matrix enumerated by the counted-patterns route, and most distinct
 #: count vectors it filters down to the Pareto-maximal ones.
 _APPROX_GRID_LIMIT = 2_000_000
@@ -622,6 +715,22 @@ def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:
     if res.components:
         return res.components[component].witness
     return res.witness
+
+
+def _pareto(vectors: np.ndarray) -> np.ndarray:
+    """Indices of the Pareto-maximal rows of an integer matrix (one of each set of equal rows): a row
+    is dropped when another is at least as large everywhere and larger somewhere, or equal and
+    earlier."""
+    order = np.lexsort(vectors.T[::-1])[::-1]  # decreasing, lexicographically: no later row dominates
+    kept: list[int] = []
+    front = np.zeros((0, vectors.shape[1]), dtype=vectors.dtype)
+    for i in order.tolist():
+        v = vectors[i]
+        if front.shape[0] and bool(np.any(np.all(front >= v, axis=1))):
+            continue
+        kept.append(i)
+        front = np.vstack([front, v])
+    return np.array(sorted(kept), dtype=np.int64)
 
 
 def _row_witness(schema: Schema, row: tuple[int, ...]) -> dict[str, Any]:
