@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from overlapdp.privacy import Gaussian, Laplace, Odometer
+from overlapdp.privacy.odometer import _cheap_upper
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 
@@ -60,7 +61,10 @@ def test_parts_route_is_the_maximum_over_rows(seed: int) -> None:
     def value(idx: list[int]) -> float:
         return odo._compose_eps([mechs[i] for i in idx], DELTA)
 
-    got = odo._parts_overlap(mechs, queries, value)  # type: ignore[arg-type]
+    def upper(idx: list[int]) -> float:
+        return _cheap_upper([mechs[i] for i in idx], DELTA, odo.h)
+
+    got = odo._parts_overlap(mechs, queries, value, upper)  # type: ignore[arg-type]
     assert got is not None
     eps, exact, witness, method = got
     assert exact and method == "pld/parts"

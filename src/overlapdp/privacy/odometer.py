@@ -306,7 +306,9 @@ class Odometer:
         grouped = self._grouped_overlap(mechs, queries, delta, value)
         if grouped is not None:
             return grouped
-        by_parts = self._parts_overlap(mechs, queries, value)
+        by_parts = self._parts_overlap(
+            mechs, queries, value, lambda idx: _cheap_upper([mechs[i] for i in idx], delta, self.h)
+        )
         if by_parts is not None:
             return by_parts
         pats = maximal_patterns(queries, self.schema, cap=_APPROX_MAX_PATTERNS)
@@ -365,6 +367,7 @@ class Odometer:
         mechs: Sequence[Mechanism],
         queries: Sequence[PredicateQuery],
         value: Callable[[Sequence[int]], float],
+        upper: Callable[[Sequence[int]], float],
     ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
         """Exact on workloads that split into small independent parts (wide schemas, MATH.md 7.9).
 
@@ -374,7 +377,8 @@ class Odometer:
         independently: the achievable vectors are the Minkowski sum of the parts' sets, and a monotone
         function is largest on a Pareto-maximal one, which is a sum of Pareto-maximal vectors of the
         parts. So each part's undominated atom combinations give its Pareto set, the sets are added
-        with dominated sums dropped, and each vector left is composed (exactly as any set is). None when
+        with dominated sums dropped, and the vectors left are composed (exactly as any set is) by
+        decreasing cheap bound ``upper``, until that bound is at most the best composed. None when
         there is no split, a part has too many atom combinations, or the sets grow too large."""
         from overlapdp.overlap import parts as parts_mod
         from overlapdp.overlap._compiled import compile_workload
@@ -429,8 +433,16 @@ class Odometer:
             vectors = summed[keep]
         # Compose each Pareto-maximal vector (charges picked by count from each mechanism's own).
         members = [np.flatnonzero(label == g).tolist() for g in range(k)]
-        scores = [value([i for g in range(k) for i in members[g][: int(v[g])]]) for v in vectors]
-        at = int(np.argmax(scores))
+        picks = [[i for g in range(k) for i in members[g][: int(v[g])]] for v in vectors]
+        bounds = [upper(idx) for idx in picks]
+        best, at = -1.0, 0
+        for j in sorted(range(len(picks)), key=lambda j: -bounds[j]):
+            if bounds[j] <= best:
+                break  # (a safe bound of every later vector's composition)
+            v = value(picks[j])
+            if v > best:
+                best, at = v, j
+        chosen = at
         point = [0] * len(self.schema)
         for p, v in zip(found.fixed_positions.tolist(), found.fixed_values.tolist(), strict=True):
             point[p] = v
@@ -441,7 +453,7 @@ class Odometer:
         row = tuple(point)
         covering = c.covering(row)
         got = np.bincount(label[covering], minlength=k)
-        if not np.array_equal(got, vectors[int(np.argmax(scores))]):
+        if not np.array_equal(got, vectors[chosen]):
             return None  # (cannot happen: the row attains its vector; never report what it does not)
         return value(covering.tolist()), True, self.schema.row(row), "pld/parts"
 
