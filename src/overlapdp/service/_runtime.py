@@ -562,6 +562,16 @@ class ServiceFilter:
         self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
         self._log.append((query, load, times))
 
+    def record_many(self, charges: Sequence[tuple[PredicateQuery | None, float, int]]) -> None:
+        """:meth:`record` of each ``(query, load, times)`` in order, in one pass (a ledger replay)."""
+        self._filter.record_many(
+            [
+                (self._charge(load), query or self._everything, f"c{next(_ids)}", times)
+                for query, load, times in charges
+            ]
+        )
+        self._log.extend(charges)
+
     def savepoint(self) -> Savepoint:
         return (self._filter, self._filter.savepoint(), len(self._log), self._filter_budget)
 

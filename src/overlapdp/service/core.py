@@ -272,10 +272,14 @@ class _DatasetState:
                 per_query[query, load] = per_query.get((query, load), 0) + 1
                 per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
-        for (query, load), k in per_query.items():
-            self.global_filter.record(self.parse_recorded(query), load, k)
+        self.global_filter.record_many(
+            [(self.parse_recorded(q), load, k) for (q, load), k in per_query.items()]
+        )
+        per_filter: dict[str, list[tuple[PredicateQuery | None, float, int]]] = {}
         for (analyst, query, load), k in per_analyst.items():
-            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
+            per_filter.setdefault(analyst, []).append((self.parse_recorded(query), load, k))
+        for analyst, charges in per_filter.items():
+            self.analyst_filter(analyst).record_many(charges)
 
 
 # -- the service ------------------------------------------------------------------------------------
