@@ -23,6 +23,7 @@ from overlapdp.cli import (
     count_cmd,  # noqa: F401
     demo_cmd,  # noqa: F401
     overlap_cmd,  # noqa: F401
+    plan_cmd,  # noqa: F401
     report_cmd,  # noqa: F401
     schema_cmd,  # noqa: F401
     serve_cmd,  # noqa: F401

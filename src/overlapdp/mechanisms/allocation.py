@@ -1,0 +1,490 @@
+"""Overlap-aware budget allocation: each query's share chosen so that every row affords its charges
+(MATH.md 2.10).
+
+Even shares give every query ``B / gamma``; but a row pays only for the queries covering it, so queries
+that share their rows with few others can take more. The optimal split minimises the weighted error
+
+    minimise  sum_q w_q Var_q(e_q)   subject to   sum_{q covers x} cost(e_q) <= B   for every row x,
+
+a convex problem (Var is ``c / e^2`` for Laplace noise at epsilon ``e``, ``c / rho`` for Gaussian noise
+at zCDP ``rho``, ``c / mu^2`` at GDP ``mu``; the per-row costs add: epsilon, rho, mu^2), whose
+constraints are the domain's rows: far too many to write down. It is solved by constraint generation:
+
+- the restricted problem on the rows found so far is solved through its dual, smooth and concave in the
+  rows' multipliers ``lambda >= 0``, by SciPy's L-BFGS-B (no extra dependency; each restricted problem
+  has at most a few thousand constraints, and the dual's value is a proven LOWER bound of the optimum,
+  reported beside the plan);
+- rows over the budget at the current shares are looked for first by a cheap climb (coordinate ascent
+  from many rows at once), then by the exact threshold decision of :mod:`overlapdp.overlap.threshold`
+  (MATH.md 7.9) on the workload's coverage tables, the engine's separation oracle;
+- once the decision proves that no row exceeds ``B (1 + tol)``, the shares are scaled by
+  ``1 / (1 + tol)`` (loads are linear in the shares, so every row is then within ``B`` exactly); if a
+  search gives up, the shares are scaled by the engine's certified upper bound of the worst row
+  instead (:func:`~overlapdp.overlap.max_overlap`, a safe bound). Either way the plan is within budget.
+
+``objective="relative"`` minimises the LARGEST weighted variance instead, in closed form (one overlap
+search). The shares are per-query budgets in the definition's unit (epsilon, rho, mu); the line weights
+are importance weights (for ``"relative"``, ``w_q = 1 / n_q^2`` with an expected count ``n_q`` makes it
+the largest relative variance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+
+from overlapdp.errors import AnswerError, SearchGaveUp
+from overlapdp.overlap.magnitude import float_up
+from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_positive
+
+Objective = Literal["variance", "relative"]
+#: How each definition's noise variance falls with its parameter, and how the parameter adds per row:
+#: ``(p, squared)``: Var ~ 1 / s^p with ``s`` the additive cost (epsilon; rho; mu^2) and ``squared``
+#: when the share is the square root of that cost (GDP's mu).
+_FORMS: dict[str, tuple[int, bool]] = {"pure": (2, False), "zcdp": (1, False), "gdp": (1, True)}
+#: Rounds of constraint generation at most (the plan is then scaled to the certified bound).
+MAX_ROUNDS = 200
+#: Largest (queries x values of the constrained attributes) coverage table built for the climb and
+#: the threshold decision; wider workloads use :func:`~overlapdp.overlap.max_overlap` alone.
+MAX_CELLS = 50_000_000
+#: The margins over the limit the final decision tries to prove in turn, and the share of the effort each
+#: gets: a wider margin is easier to prove and costs (1 + margin)^p in the objective.
+_MARGINS = (1e-3, 1e-2, 5e-2, 0.2)
+_EFFORT_SHARES = (0.1, 0.15, 0.2, 0.25, 0.3)
+#: A scaled share's float rounding is below 2^-53 relative: a factor this far below 1 absorbs it.
+_SHRINK = 1.0 - 2.0**-50
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A plan's per-query ``shares`` (epsilon, rho or mu) and its ``objective`` (the weighted sum of
+    variances, or the largest weighted variance, for unit sensitivity and unit noise constants, in the
+    caller's weights); ``lower``, a proven lower bound of the best objective any plan can reach (the
+    dual's value: ``objective / lower - 1`` is the largest possible loss to the true optimum); that of
+    even shares ``B / gamma`` at the same guarantee (``even_objective``); the certified bound of the
+    worst row's cost ``worst_row`` (<= the budget, in the additive unit: epsilon, rho, mu^2) and whether
+    it is that row's exact cost; how many rows and rounds the constraint generation used, and
+    ``method``."""
+
+    shares: tuple[float, ...]
+    objective: float
+    lower: float
+    even_objective: float
+    worst_row: float
+    exact: bool
+    rows: int
+    rounds: int
+    #: how the plan was certified: "optimal" (every row proven within budget at the optimum found,
+    #: shares scaled by the proven margin), "scaled to the certified bound", or even shares
+    method: str = "optimal"
+
+    @property
+    def gain(self) -> float:
+        """How many times lower the objective is than with even shares."""
+        return self.even_objective / self.objective if self.objective > 0 else math.inf
+
+    @property
+    def gap(self) -> float:
+        """The relative distance to the optimum at most (0 when proven optimal)."""
+        return max(0.0, self.objective / self.lower - 1.0) if self.lower > 0 else math.inf
+
+
+def allocate(
+    queries: Sequence[PredicateQuery],
+    budget: float,
+    definition: str,
+    *,
+    weights: Sequence[float] | None = None,
+    objective: Objective = "variance",
+    neighbouring: str = "add_remove",
+    effort: float | None = 10.0,
+    tol: float = 1e-4,
+) -> Allocation:
+    """The optimal per-query shares of ``budget`` (module docstring; MATH.md 2.10): within budget on
+    every row (proven), no worse than even shares. ``weights`` default to each query's ``.weight``;
+    replace-one neighbours halve the budget (a pair of rows pays at most both rows' charges: the
+    doubling bound of MATH.md 2.9). ``effort``: seconds each overlap search may take before it answers
+    with its safe bound."""
+    import scipy.optimize  # noqa: F401 - loaded before the limit: threadpoolctl limits loaded libraries
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: the restricted problems are small, and OpenBLAS's threads on small matrices cost
+    # more than they give (150x slower L-BFGS-B on a loaded 2-core machine)
+    with threadpool_limits(1, user_api="blas"):
+        return _Planner(queries, budget, definition, weights, objective, neighbouring, effort, tol).plan()
+
+
+class _Planner:
+    def __init__(
+        self,
+        queries: Sequence[PredicateQuery],
+        budget: float,
+        definition: str,
+        weights: Sequence[float] | None,
+        objective: Objective,
+        neighbouring: str,
+        effort: float | None,
+        tol: float,
+    ) -> None:
+        if definition not in _FORMS:
+            raise AnswerError(f"budget allocation supports {', '.join(_FORMS)}, got {definition!r}")
+        if objective not in ("variance", "relative"):
+            raise AnswerError(f"objective must be 'variance' or 'relative', got {objective!r}")
+        if neighbouring not in ("add_remove", "replace"):
+            raise AnswerError(f"neighbouring must be 'add_remove' or 'replace', got {neighbouring!r}")
+        b = check_positive(budget, "budget", error=AnswerError)
+        self.qs = list(queries)
+        if not self.qs:
+            raise AnswerError("the workload has no queries")
+        w = np.array([q.weight for q in self.qs] if weights is None else list(weights), dtype=float)
+        if w.shape != (len(self.qs),) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+            raise AnswerError("weights must be one positive finite number per query")
+        self.p, self.squared = _FORMS[definition]
+        # the additive budget of each row: epsilon, rho, or mu^2 (GDP), halved for replace-one neighbours
+        self.limit = (b * b if self.squared else b) / (2.0 if neighbouring == "replace" else 1.0)
+        # importance is relative: solve on weights scaled to at most 1, report in the caller's
+        self.scale = float(w.max())
+        self.w = w / self.scale
+        self.objective = objective
+        self.effort = effort
+        self.tol = tol
+        self.table = _Coverage.build(self.qs)
+
+    # -- the overlap engine -------------------------------------------------------------------------
+    def certified(self, costs: np.ndarray) -> tuple[float, bool, tuple[int, ...]]:
+        """A safe upper bound of the worst row's cost (its exact value when the flag says so) and the
+        queries covering the row found."""
+        from overlapdp.overlap import max_overlap
+
+        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.effort)
+        return float(res.value if res.exact else res.upper), bool(res.exact), tuple(res.query_indices)
+
+    def over_by_bound(self, costs: np.ndarray, limit: float) -> tuple[int, ...] | None:
+        """Without coverage tables: None when the engine's certified bound is within ``limit``, the row
+        it found when that is over, else :class:`SearchGaveUp` (the bound alone cannot say)."""
+        up, exact, members = self.certified(costs)
+        if up <= limit:
+            return None
+        if exact:
+            return members
+        raise SearchGaveUp("the engine's bound is over the limit")
+
+    def decide(self, costs: np.ndarray) -> tuple[tuple[int, ...] | None, float | None]:
+        """A row over ``limit (1 + margin)`` (its covering queries, margin None) or the proof that none
+        is (None, margin), for margins from ``tol`` up (each decision is harder the closer the
+        worst row is to its threshold, and an optimal plan has many rows at the limit: ``_MARGINS``);
+        (None, None)
+        when every search gave up. The margin proven is kept in ``self.margin``."""
+        margins = [self.tol] + [m for m in _MARGINS if m > self.tol]
+        shares = _EFFORT_SHARES[-len(margins) :]
+        for margin, share in zip(margins, shares, strict=True):
+            effort = None if self.effort is None else self.effort * share
+            try:
+                if self.table is None:
+                    found = self.over_by_bound(costs, self.limit * (1 + margin))
+                else:
+                    found = self.table.over(costs, self.limit * (1 + margin), effort)
+            except SearchGaveUp:
+                continue
+            if found is not None:
+                return found, None
+            self.margin = margin
+            return None, margin
+        return None, None
+
+    # -- the plan -------------------------------------------------------------------------------------
+    def plan(self) -> Allocation:
+        from overlapdp.overlap import max_overlap
+
+        qs, limit, p = self.qs, self.limit, self.p
+        gamma_res = max_overlap(qs, comp="count", effort=self.effort)
+        gamma = max(1, math.floor(float(gamma_res.value if gamma_res.exact else gamma_res.upper) + 1e-9))
+        self.gamma = gamma
+        self.even_obj = _objective(self.w, np.full(len(qs), limit / gamma * _SHRINK), p, self.objective)
+        if self.objective == "relative":
+            # equal weighted variances: s_q proportional to w_q^(1/p), scaled to the worst row (optimal:
+            # every plan with a smaller largest weighted variance costs more on that row)
+            shape = self.w ** (1.0 / p)
+            up, exact, _ = self.certified(shape)
+            return self.finish(
+                shape * (limit / up) * _SHRINK,
+                limit,
+                False,
+                rows=1,
+                rounds=1,
+                method="relative (closed form)",
+            )
+        held = _Held(len(qs))
+        # the even plan's worst row and one row inside each query (each query must be in a constraint,
+        # or its share would be unbounded)
+        held.add(gamma_res.query_indices)
+        for j, members in enumerate(_rows_inside(qs)):
+            held.add(members or (j,))
+        starts = self.table.random_rows() if self.table is not None else None
+        lam: np.ndarray | None = None
+        lower = 0.0
+        proven = False
+        self.margin = self.tol
+        costs = np.full(len(qs), limit / gamma)
+        rounds = 0
+        for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported
+            a = held.matrix()
+            costs, lam, dual = _restricted(a, self.w, p, limit, lam)
+            lower = max(lower, dual)
+            # feasible on the rows held (the dual solve is approximate), so every violated row is new
+            costs = costs * (limit / max(float((a @ costs).max()), 1e-300))
+            added = 0
+            if self.table is not None and starts is not None:
+                starts, loads, patterns = self.table.climb(starts, costs)
+                for i in np.flatnonzero(loads > limit * (1 + self.tol)):
+                    added += held.add(np.flatnonzero(patterns[i]).tolist())
+            if added == 0:
+                found, margin = self.decide(costs)
+                if found is None:
+                    proven = margin is not None
+                    break
+                if not held.add(found):  # pragma: no cover - a held row is within the limit
+                    break
+                if self.table is not None and starts is not None:
+                    starts = self.table.with_row(starts, found)
+            lam = np.concatenate([lam, np.full(held.size - lam.size, 0.0)])
+        if proven:
+            # every row <= limit (1 + margin): scaled by 1 / (1 + margin), every row <= limit (loads
+            # are linear; _SHRINK absorbs the floats' rounding)
+            f = _SHRINK / (1 + self.margin)
+            how = (
+                "optimal"
+                if self.margin <= self.tol
+                else f"optimal, scaled by a proven margin {self.margin:g}"
+            )
+            return self.finish(costs * f, limit, False, held.size, rounds, lower, how)
+        up, exact, _ = self.certified(costs)
+        if up <= limit:
+            return self.finish(costs, up, exact, held.size, rounds, lower, "optimal (engine's bound)")
+        f = (limit / up) * _SHRINK
+        return self.finish(costs * f, limit, False, held.size, rounds, lower, "scaled to the certified bound")
+
+    def finish(
+        self,
+        costs: np.ndarray,
+        worst: float,
+        exact: bool,
+        rows: int,
+        rounds: int,
+        lower: float | None = None,
+        method: str = "optimal",
+    ) -> Allocation:
+        # (GDP: mu rounded down so that its square, the additive cost, is at most the cost planned)
+        shares = np.array([_sqrt_down(float(c)) for c in costs]) if self.squared else costs
+        obj = _objective(self.w, shares**2 if self.squared else shares, self.p, self.objective)
+        if obj > self.even_obj:
+            # the certified bound was too loose for the plan to beat even shares: give even shares,
+            # B / gamma each (every row holds at most gamma queries), the promise "never worse"
+            even = np.full(len(self.qs), self.limit / self.gamma * _SHRINK)
+            shares = np.array([_sqrt_down(float(c)) for c in even]) if self.squared else even
+            obj, worst, exact, method = (
+                self.even_obj,
+                self.limit,
+                False,
+                "even shares (no better plan proven)",
+            )
+        return Allocation(
+            shares=tuple(float(x) for x in shares),
+            objective=obj * self.scale,
+            lower=(obj if lower is None else min(lower, obj)) * self.scale,
+            even_objective=self.even_obj * self.scale,
+            worst_row=float_up(Fraction(worst)),
+            exact=exact,
+            rows=rows,
+            rounds=rounds,
+            method=method,
+        )
+
+
+class _Held:
+    """The rows' constraints found so far, one per distinct set of covering queries."""
+
+    def __init__(self, t: int) -> None:
+        self.t = t
+        self.rows: list[np.ndarray] = []
+        self.seen: set[tuple[int, ...]] = set()
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def add(self, members: Sequence[int]) -> bool:
+        key = tuple(sorted(int(m) for m in members))
+        if not key or key in self.seen:
+            return False
+        self.seen.add(key)
+        row = np.zeros(self.t)
+        row[list(key)] = 1.0
+        self.rows.append(row)
+        return True
+
+    def matrix(self) -> np.ndarray:
+        return np.array(self.rows)
+
+
+class _Coverage:
+    """The workload's 0/1 coverage tables over the values of the attributes it constrains (queries x
+    values, one table per attribute): the climb's and the threshold decision's input."""
+
+    STARTS = 256
+
+    def __init__(self, sizes: list[int], tables: list[np.ndarray], seed: int = 0) -> None:
+        self.sizes = sizes
+        self.tables = tables  # bool
+        self.ftables = [t.astype(np.float32) for t in tables]
+        self.rng = np.random.default_rng(seed)
+
+    @classmethod
+    def build(cls, qs: Sequence[PredicateQuery]) -> _Coverage | None:
+        schema = qs[0].schema
+        attrs = sorted({pos for q in qs for pos, _ in q.constraints})
+        if not attrs:
+            return None
+        sizes = [schema.attributes[a].size for a in attrs]
+        if len(qs) * sum(sizes) > MAX_CELLS:
+            return None
+        col = {a: i for i, a in enumerate(attrs)}
+        tables = [np.ones((len(qs), n), dtype=bool) for n in sizes]
+        for j, q in enumerate(qs):
+            for pos, cov in q.constraints:
+                tables[col[pos]][j] = cov.mask(sizes[col[pos]])
+        return cls(sizes, tables)
+
+    def over(self, costs: np.ndarray, limit: float, effort: float | None) -> tuple[int, ...] | None:
+        """The threshold decision (MATH.md 7.9): the queries covering a row of cost above ``limit``
+        (exact sums of the float costs), or None when every row is within it."""
+        from overlapdp.overlap import _clock
+        from overlapdp.overlap.threshold import Problem, common_unit, exceeds
+
+        cover = np.concatenate(self.tables, axis=1)
+        offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        exact = [Fraction(float(c)) for c in costs]
+        bound = Fraction(limit)
+        box = np.ones(int(offsets[-1]), dtype=bool)
+        pb = Problem(cover, costs.astype(float), exact, offsets, box, unit=common_unit(exact))
+        deadline = None if effort is None else _clock.now() + effort
+        row = exceeds(pb, lambda load: load <= bound, max_nodes=10**9, deadline=deadline)
+        if row is None:
+            return None
+        return tuple(self.covering(np.array(row)[None, :])[0].nonzero()[0].tolist())
+
+    def covering(self, rows: np.ndarray) -> np.ndarray:
+        """(rows x queries) whether each query covers each row (value indices per table)."""
+        out = np.ones((rows.shape[0], self.tables[0].shape[0]), dtype=bool)
+        for i, t in enumerate(self.tables):
+            out &= t[:, rows[:, i]].T
+        return out
+
+    def random_rows(self) -> np.ndarray:
+        return np.stack([self.rng.integers(0, n, self.STARTS) for n in self.sizes], axis=1)
+
+    def with_row(self, starts: np.ndarray, members: Sequence[int]) -> np.ndarray:
+        """The starts and a row inside every query of ``members`` (where the next climb starts)."""
+        row = [int(np.argmax(t[list(members)].all(axis=0))) for t in self.tables]
+        return np.vstack([starts, np.array(row)[None, :]])
+
+    def climb(self, starts: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Coordinate ascent from the last ``STARTS`` rows of ``starts`` and as many fresh random rows:
+        each attribute in turn set to its value of largest load given the others. It only proposes
+        constraints (the threshold decision ends the search), so its misses cost rounds, never safety.
+        Returns the rows reached, their loads and the 0/1 patterns of the queries covering them."""
+        rows = np.vstack([starts[-self.STARTS :], self.random_rows()])
+        c = costs.astype(np.float32)
+        k = len(self.tables)
+        cov = np.stack([self.ftables[i][:, rows[:, i]].T for i in range(k)])  # (k, R, t)
+        sat = cov.sum(axis=0)
+        for _ in range(8):
+            moved = False
+            for i in range(k):
+                others = (sat - cov[i]) > k - 1.5  # every other attribute satisfied
+                best = np.argmax((others * c) @ self.ftables[i], axis=1)
+                if np.any(best != rows[:, i]):
+                    moved = True
+                    rows[:, i] = best
+                    sat -= cov[i]
+                    cov[i] = self.ftables[i][:, best].T
+                    sat += cov[i]
+            if not moved:
+                break
+        patterns = sat > k - 0.5
+        return rows, patterns.astype(np.float64) @ costs, patterns
+
+
+def _rows_inside(qs: Sequence[PredicateQuery]) -> list[tuple[int, ...]]:
+    """For each query, the queries covering one row inside it (its lowest value on each attribute)."""
+    schema = qs[0].schema
+    out: list[tuple[int, ...]] = []
+    for q in qs:
+        if q.is_contradiction:
+            out.append(())
+            continue
+        cons = dict(q.constraints)
+        row = tuple(cons[p].min() if p in cons else 0 for p in range(len(schema.attributes)))
+        out.append(tuple(j for j, o in enumerate(qs) if o.covers(row)))
+    return out
+
+
+def _restricted(
+    a: np.ndarray, w: np.ndarray, p: int, limit: float, lam0: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The optimum on the rows ``a`` (rows x queries, 0/1), by its dual: with ``s = a^T lambda``, the
+    inner minimum is at ``cost_q = (p w_q / s_q)^(1/(p+1))`` and the dual ``C sum_q (w_q s_q^p)^(1/(p+1))
+    - limit sum lambda`` is concave; maximised over ``lambda >= 0`` by L-BFGS-B (MATH.md 2.10). Returns
+    the costs, the multipliers and the dual's value at them (a lower bound of the full problem's
+    optimum: the restricted problem drops constraints)."""
+    from scipy.optimize import minimize
+
+    k = 1.0 / (p + 1)
+    const = p ** (-p * k) + p**k
+    # (a floor on s keeps a query whose rows all have lambda 0 at a large finite share, which its rows'
+    # gradients then pull back)
+    floor = 1e-12
+
+    def costs_of(lam: np.ndarray) -> np.ndarray:
+        return np.asarray((p * w / (a.T @ lam + floor)) ** k)
+
+    def neg_dual(lam: np.ndarray) -> tuple[float, np.ndarray]:
+        s = a.T @ lam + floor
+        value = const * float(np.sum((w * s**p) ** k)) - limit * float(lam.sum())
+        return -value, -(a @ costs_of(lam) - limit)
+
+    start = np.full(a.shape[0], 1.0) if lam0 is None else np.maximum(lam0, 0.0)
+    res = minimize(
+        neg_dual,
+        start,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0.0, None)] * a.shape[0],
+        options={"maxiter": 5000, "ftol": 1e-13, "gtol": 1e-9},
+    )
+    lam = np.asarray(res.x)
+    # the dual without the floor (s = 0 contributes 0: the inner minimum of w c^-p + 0 c is 0)
+    s = a.T @ lam
+    dual = const * float(np.sum((w * s**p) ** k)) - limit * float(lam.sum())
+    return costs_of(lam), lam, dual
+
+
+def _objective(w: np.ndarray, costs: np.ndarray, p: int, objective: Objective) -> float:
+    var = w / costs**p
+    return float(var.max() if objective == "relative" else var.sum())
+
+
+def _sqrt_down(x: float) -> float:
+    r = math.sqrt(x)
+    while r > 0 and Fraction(r) ** 2 > Fraction(x):
+        r = math.nextafter(r, 0.0)
+    return r
+
+
+__all__ = ["Allocation", "Objective", "allocate"]
