@@ -10,6 +10,7 @@ retry with the recorded answer.
 
 from __future__ import annotations
 
+import numbers
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -113,9 +114,18 @@ class _Base:
 def _parameter(
     epsilon: float | None, rho: float | None, mu: float | None = None, epsilon_alpha: float | None = None
 ) -> dict[str, float]:
-    """The per-query amount(s) given (the data set's definition says which one it takes)."""
+    """The per-query amount(s) given (the data set's definition says which one it takes). Real numbers
+    (Python's or numpy's) are sent as JSON numbers; anything else (``True``, ``"0.5"``) is sent as given,
+    so the service refuses it (422, nothing spent) by the same strict rule as a raw HTTP body: the client
+    never turns a boolean or a string into a charge."""
     given = {"epsilon": epsilon, "rho": rho, "mu": mu, "epsilon_alpha": epsilon_alpha}
-    return {k: float(v) for k, v in given.items() if v is not None}
+    return {k: _amount(v) for k, v in given.items() if v is not None}
+
+
+def _amount(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return float(value)
 
 
 def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
