@@ -131,7 +131,7 @@ def test_workload_report_files_and_numbers(tmp_path: Path) -> None:
     assert "25.00%" in cells  # U
     assert "4" in cells and "3" in cells  # t and gamma in the spend table
     assert "γ = 3" in html and "t = 4" in html
-    assert "1.73205" in cells  # gamma_l2
+    assert "1.73206" in cells  # gamma_l2 = sqrt(3) = 1.7320508..., rounded up
 
 
 def test_heat_map_dense_and_cells_agree_on_adult() -> None:
@@ -308,3 +308,20 @@ def test_all_pairs_of_small_schema_max_equals_overlap() -> None:
     value = float(max_overlap(qs, comp="sum").value)
     for x, y in itertools.permutations(schema.names, 2):
         assert heat_map(qs, x, y).maximum == value
+
+
+def test_printed_privacy_figures_round_up_and_shares_down() -> None:
+    """Issue 24 item 3: a computed 1.0811707 was printed "1.08117" (``.6g``, below the truth) by the
+    HTML report and ``overlapdp report``; every certified figure is rounded up, a share to use down."""
+    from fractions import Fraction
+
+    from overlapdp.cli.report_cmd import _f
+    from overlapdp.display import remaining
+    from overlapdp.report.html import fmt
+
+    for x in (1.0811707, 1.0119130, 0.30000000000000004, 2.5e-7 + 1e-22):
+        for shown in (fmt(x), _f(x)):
+            assert Fraction(shown) >= Fraction(x)
+            assert Fraction(shown) <= Fraction(x) * (1 + Fraction(1, 10**5))
+    assert fmt(1.0811707) == "1.08118" and _f(1.0119130) == "1.01192"
+    assert Fraction(remaining(0.49999999999998357)) <= Fraction(0.49999999999998357)

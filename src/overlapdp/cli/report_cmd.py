@@ -98,4 +98,7 @@ def _print(summary: ReportSummary) -> None:
 
 
 def _f(x: float | None) -> str:
-    return "inf" if x is None else f"{x:.6g}"
+    """A certified epsilon: rounded up (never shown below its value)."""
+    from overlapdp.display import spent
+
+    return "inf" if x is None else spent(x)

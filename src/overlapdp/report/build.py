@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from overlapdp.display import DEFINITION_NAMES, guarantee
+from overlapdp.display import DEFINITION_NAMES, guarantee, remaining, spent
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
 from overlapdp.privacy.utility import Definition, UtilityGain, utility_gain
@@ -228,8 +228,8 @@ def workload_report(
                         g.comp,
                         g.gamma,
                         f"{g.gain:.2%}",
-                        g.sequential_budget,
-                        g.overlap_budget,
+                        remaining(g.sequential_budget),  # a share to use: rounded down
+                        remaining(g.overlap_budget),
                         g.sequential_noise,
                         g.overlap_noise,
                         f"{g.noise_reduction:.2%}",
@@ -272,7 +272,7 @@ def _heat_section(heat: HeatMap, png: Path) -> tuple[str, str]:
         H.image(png, f"heat map of the per-row load over {heat.x} and {heat.y}")
         + H.paragraph(
             f"Each cell is the largest load ({heat.load}) of any row with those values of {heat.x} and "
-            f"{heat.y}, the other attributes free. Maximum {heat.maximum:.6g} at {heat.x} = {ax}, "
+            f"{heat.y}, the other attributes free. Maximum {spent(heat.maximum)} at {heat.x} = {ax}, "
             f"{heat.y} = {ay}" + ("." if heat.exact else " (cells are safe upper bounds).")
         ),
     )

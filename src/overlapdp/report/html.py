@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from collections.abc import Sequence
 from pathlib import Path
+
+from overlapdp.display import spent
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }
@@ -25,10 +28,15 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def fmt(x: object) -> str:
+    """A cell: floats are privacy figures (losses, guarantees, loads, noise), shown rounded UP to six
+    significant digits (``display.spent``: never less loss than there is); a room or a share to use is
+    passed in already formatted (``display.remaining``, rounded down)."""
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, float):
-        return "inf" if x == float("inf") else f"{x:.6g}"
+        if math.isnan(x):
+            return "n/a"
+        return "inf" if x == float("inf") else spent(x)
     return str(x)
 
 
