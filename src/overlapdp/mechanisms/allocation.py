@@ -57,6 +57,8 @@ MAX_CELLS = 50_000_000
 #: gets: a wider margin is easier to prove and costs (1 + margin)^p in the objective.
 _MARGINS = (1e-3, 1e-2, 5e-2, 0.2)
 _EFFORT_SHARES = (0.1, 0.15, 0.2, 0.25, 0.3)
+#: The share of the effort the constraint generation may use before the plan is certified.
+_LOOP = 0.6
 #: A scaled share's float rounding is below 2^-53 relative: a factor this far below 1 absorbs it.
 _SHRINK = 1.0 - 2.0**-50
 
@@ -109,8 +111,9 @@ def allocate(
     """The optimal per-query shares of ``budget`` (module docstring; MATH.md 2.10): within budget on
     every row (proven), no worse than even shares. ``weights`` default to each query's ``.weight``;
     replace-one neighbours halve the budget (a pair of rows pays at most both rows' charges: the
-    doubling bound of MATH.md 2.9). ``effort``: seconds each overlap search may take before it answers
-    with its safe bound."""
+    doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, up to
+    60% generates constraints, the rest certifies; a search out of time answers with its safe bound, so
+    the plan is within budget either way); None: no limit."""
     import scipy.optimize  # noqa: F401 - loaded before the limit: threadpoolctl limits loaded libraries
     from threadpoolctl import threadpool_limits
 
@@ -153,6 +156,7 @@ class _Planner:
         self.w = w / self.scale
         self.objective = objective
         self.effort = effort
+        self.start = 0.0  # the plan's start on the overlap clock (set by plan())
         self.tol = tol
         self.table = _Coverage.build(self.qs)
 
@@ -162,8 +166,16 @@ class _Planner:
         queries covering the row found."""
         from overlapdp.overlap import max_overlap
 
-        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.effort)
+        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.1))
         return float(res.value if res.exact else res.upper), bool(res.exact), tuple(res.query_indices)
+
+    def left(self, floor: float = 0.0, until: float = 1.0) -> float | None:
+        """Seconds left until ``until`` of the effort (at least ``floor`` of it); None: no limit."""
+        if self.effort is None:
+            return None
+        from overlapdp.overlap import _clock
+
+        return max(self.effort * floor, self.start + self.effort * until - _clock.now())
 
     def over_by_bound(self, costs: np.ndarray, limit: float) -> tuple[int, ...] | None:
         """Without coverage tables: None when the engine's certified bound is within ``limit``, the row
@@ -175,16 +187,16 @@ class _Planner:
             return members
         raise SearchGaveUp("the engine's bound is over the limit")
 
-    def decide(self, costs: np.ndarray) -> tuple[tuple[int, ...] | None, float | None]:
+    def decide(self, costs: np.ndarray, seconds: float | None) -> tuple[tuple[int, ...] | None, float | None]:
         """A row over ``limit (1 + margin)`` (its covering queries, margin None) or the proof that none
         is (None, margin), for margins from ``tol`` up (each decision is harder the closer the
         worst row is to its threshold, and an optimal plan has many rows at the limit: ``_MARGINS``);
         (None, None)
-        when every search gave up. The margin proven is kept in ``self.margin``."""
+        when every search gave up (in ``seconds`` in all). The margin proven is kept in ``self.margin``."""
         margins = [self.tol] + [m for m in _MARGINS if m > self.tol]
         shares = _EFFORT_SHARES[-len(margins) :]
         for margin, share in zip(margins, shares, strict=True):
-            effort = None if self.effort is None else self.effort * share
+            effort = None if seconds is None else seconds * share
             try:
                 if self.table is None:
                     found = self.over_by_bound(costs, self.limit * (1 + margin))
@@ -200,10 +212,11 @@ class _Planner:
 
     # -- the plan -------------------------------------------------------------------------------------
     def plan(self) -> Allocation:
-        from overlapdp.overlap import max_overlap
+        from overlapdp.overlap import _clock, max_overlap
 
         qs, limit, p = self.qs, self.limit, self.p
-        gamma_res = max_overlap(qs, comp="count", effort=self.effort)
+        self.start = _clock.now()
+        gamma_res = max_overlap(qs, comp="count", effort=None if self.effort is None else self.effort * 0.1)
         gamma = max(1, math.floor(float(gamma_res.value if gamma_res.exact else gamma_res.upper) + 1e-9))
         self.gamma = gamma
         self.even_obj = _objective(self.w, np.full(len(qs), limit / gamma * _SHRINK), p, self.objective)
@@ -234,6 +247,8 @@ class _Planner:
         costs = np.full(len(qs), limit / gamma)
         rounds = 0
         for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported
+            if self.effort is not None and (self.left(until=_LOOP) or 0.0) <= 0:
+                break  # out of time: certify what there is
             a = held.matrix()
             costs, lam, dual = _restricted(a, self.w, p, limit, lam)
             lower = max(lower, dual)
@@ -245,7 +260,7 @@ class _Planner:
                 for i in np.flatnonzero(loads > limit * (1 + self.tol)):
                     added += held.add(np.flatnonzero(patterns[i]).tolist())
             if added == 0:
-                found, margin = self.decide(costs)
+                found, margin = self.decide(costs, self.left(0.05, until=_LOOP))
                 if found is None:
                     proven = margin is not None
                     break
@@ -254,6 +269,10 @@ class _Planner:
                 if self.table is not None and starts is not None:
                     starts = self.table.with_row(starts, found)
             lam = np.concatenate([lam, np.full(held.size - lam.size, 0.0)])
+        if not proven:
+            # the loop ended early (time, rounds, or a search that gave up): one more try to prove a margin
+            found, margin = self.decide(costs, self.left(0.1, until=0.9))
+            proven = found is None and margin is not None
         if proven:
             # every row <= limit (1 + margin): scaled by 1 / (1 + margin), every row <= limit (loads
             # are linear; _SHRINK absorbs the floats' rounding)
