@@ -23,11 +23,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from overlapdp.exact import float_down, float_up
 from overlapdp.mechanisms.calibration import PrivacyDefinition, check_sensitivity
 from overlapdp.mechanisms.errors import BudgetExceededError, MechanismError
 from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
-from overlapdp.mechanisms.rationals import float_down
-from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy import mechanisms as pm
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP

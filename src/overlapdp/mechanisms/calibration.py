@@ -27,9 +27,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import TypeAlias
 
+from overlapdp.exact import float_up
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
-from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
+from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, round_up
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.validation import check_int, check_positive
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from overlapdp.exact import float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
@@ -37,7 +38,7 @@ from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
 from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
+from overlapdp.mechanisms.rationals import RationalLike, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from overlapdp.exact import float_down, float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noise import Noise, _check_level
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import float_down, float_up
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query.aggregate import Clipping, Neighbouring
 from overlapdp.schema import Schema

@@ -52,6 +52,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from overlapdp.exact import float_up, sqrt_up
 from overlapdp.overlap import _clock, parts, wcsp
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import Compiled, IntArray, QueryIds, check_schema, compile_workload
@@ -83,14 +84,7 @@ from overlapdp.overlap.exactness import (
     sum_error,
 )
 from overlapdp.overlap.grid import GRID_LIMIT, GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.magnitude import (
-    Loads,
-    MagnitudeError,
-    check_finite,
-    exact_total,
-    float_up,
-    sqrt_up,
-)
+from overlapdp.overlap.magnitude import Loads, MagnitudeError, check_finite, exact_total
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,

@@ -35,12 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.errors import MagnitudeError as MagnitudeError
+from overlapdp.exact import MAX_FLOAT, float_up, sqrt_up
 from overlapdp.overlap.result import FloatArray
 
-MAX_FLOAT = sys.float_info.max
 MIN_NORMAL = sys.float_info.min
-# Extra bits carried by the integer square root of an exact sum of squares before rounding up.
-_SQRT_GUARD_BITS = 64
 
 
 def exponent(weights: FloatArray) -> int:
@@ -112,31 +110,6 @@ def exact_total(name: str, weights: Sequence[float]) -> Fraction:
         return Fraction(0)
     top = max(exps)
     return Fraction(sum(n << (top - k) for n, k in zip(nums, exps, strict=True)), 1 << top)
-
-
-def float_up(x: Fraction) -> float:
-    """The smallest float >= ``x`` (inf when ``x`` exceeds the largest float)."""
-    try:
-        f = float(x)
-    except OverflowError:
-        return math.inf
-    if Fraction(f) < x:
-        f = math.nextafter(f, math.inf)
-    return f
-
-
-def sqrt_up(x: Fraction) -> float:
-    """The smallest float >= sqrt(``x``), from an integer square root with guard bits."""
-    if x <= 0:
-        return 0.0
-    num, den = x.numerator, x.denominator  # den is a power of two here, but any works
-    g = _SQRT_GUARD_BITS
-    # sqrt(num / den) = sqrt(num * den * 4**g) / (den * 2**g); the ceiling of the integer root is >= it.
-    radicand = num * den << (2 * g)
-    r = math.isqrt(radicand)
-    if r * r < radicand:
-        r += 1
-    return float_up(Fraction(r, den << g))
 
 
 def compose_up(name: str, weights: Sequence[float]) -> float:

@@ -31,7 +31,8 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from overlapdp.errors import AdaptivityError as AdaptivityError
-from overlapdp.overlap.magnitude import float_up, sqrt_up, unscale_up
+from overlapdp.exact import float_up, sqrt_up
+from overlapdp.overlap.magnitude import unscale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP

@@ -50,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import MagnitudeError
+from overlapdp.exact import float_up
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
-from overlapdp.overlap.magnitude import exact_total, exponent, float_up, scale_up
+from overlapdp.overlap.magnitude import exact_total, exponent, scale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring

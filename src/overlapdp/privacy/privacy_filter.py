@@ -61,9 +61,9 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
+from overlapdp.exact import exact_sum, float_up, sqrt_up
 from overlapdp.overlap import OverlapIndex, OverlapResult, _clock
-from overlapdp.overlap.magnitude import float_up, sqrt_up
-from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, exact_sum, up_float, widen
+from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import float_up, sqrt_up
+from overlapdp.exact import float_up, sqrt_up
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema

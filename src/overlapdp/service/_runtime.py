@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import NeedsTrial, TimeBudgetExceeded
+from overlapdp.exact import float_down, float_up, sqrt_down
 from overlapdp.mechanisms import (
     GuessAndCheck,
     MechanismError,
@@ -53,7 +54,6 @@ from overlapdp.mechanisms import (
     add_noise,
     noise_for,
 )
-from overlapdp.overlap.magnitude import sqrt_up
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta
 from overlapdp.privacy.measures import MEASURES, ApproxMeasure, FilterOptions, Measure
@@ -187,7 +187,7 @@ def _epsilon_at(definition: str, key: tuple[tuple[str, Any], ...], amount: float
     if definition in ("pure", "approx"):
         return amount
     if definition == "gdp":
-        return float(ZCDP(_float_up(Fraction(amount) ** 2 / 2)).epsilon_at(delta))
+        return float(ZCDP(float_up(Fraction(amount) ** 2 / 2)).epsilon_at(delta))
     return float(budget_of(definition, amount, params).epsilon_at(delta))
 
 
@@ -235,7 +235,7 @@ class ServedMechanism:
         if self.definition == "gdp":
             return GDP(self.parameter)
         if self.definition == "rdp":
-            return ZCDP(_float_down(Fraction(self.parameter) / Fraction(self.alpha)))
+            return ZCDP(float_down(Fraction(self.parameter) / Fraction(self.alpha)))
         return ZCDP(self.parameter)
 
     def to_json(self) -> dict[str, Any]:
@@ -289,8 +289,8 @@ def pure_to_definition(definition: str, epsilon: float, params: Mapping[str, Any
     half = Fraction(epsilon) ** 2 / 2
     if definition == "rdp":
         alpha = Fraction((params or {})["alpha"])
-        return _float_up(min(Fraction(epsilon), alpha * half))
-    return _float_up(half)
+        return float_up(min(Fraction(epsilon), alpha * half))
+    return float_up(half)
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -937,7 +937,7 @@ class ServiceFilter:
         if tracks is not None and self.definition == "approx":
             return _approx.bound_figures(tracks[2], tracks[0], quota, float(self.params["delta"]))
         if tracks is not None:  # RDP at its one order: a plain sum per row
-            spent = _float_up(tracks[0][0])
+            spent = float_up(tracks[0][0])
         elif self.definition == "rdp":
             spent = self.max_load()
         else:
@@ -1052,7 +1052,7 @@ def batch_cost(
         total = sum((Fraction(x) ** 2 for _, x in charges), Fraction(0))
         sequential = GDP.compose([GDP(x) for _, x in charges]).mu if total > 0 else 0.0
     else:
-        sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
+        sequential = float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
     overlap, exact = alone.spend_within(deadline, _BATCH_SHARE)
     return {"overlap": overlap, "sequential": sequential, "exact": exact}
 
@@ -1068,16 +1068,6 @@ def _defaults(definition: str) -> dict[str, Any]:
     return {"omega": math.inf, "alpha": 2.0} if definition in ("tcdp", "rdp") else {}
 
 
-def _float_up(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
-
-
-def _float_down(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
-
-
 def remaining(definition: str, quota: float, spent: float, params: Mapping[str, Any] | None = None) -> float:
     """What is left of ``quota`` once ``spent`` (an upper bound of the worst row's spend) is paid, in the
     data set's amount, rounded DOWN (never more than what is truly left): a load one more charge on the
@@ -1090,12 +1080,8 @@ def remaining(definition: str, quota: float, spent: float, params: Mapping[str, 
     if not spent < quota:
         return 0.0
     if definition == "gdp":
-        room = Fraction(quota) ** 2 - Fraction(spent) ** 2
-        root = sqrt_up(room)
-        while root > 0 and Fraction(root) ** 2 > room:
-            root = math.nextafter(root, 0.0)
-        return root
-    basic = _float_down(Fraction(quota) - Fraction(spent))
+        return sqrt_down(Fraction(quota) ** 2 - Fraction(spent) ** 2)
+    basic = float_down(Fraction(quota) - Fraction(spent))
     if definition == "approx" and (params or {}).get("composition", "advanced") == "advanced":
         delta = float((params or {})["delta"])
         log_term = 2 * math.log(2 / delta)  # the service's slack delta' = delta / 2 (measures.py)
@@ -1299,7 +1285,7 @@ def global_guarantee(
     elif definition == "gdp":
         composed = GDP.compose([GDP(s) for s in spent]).mu
     else:
-        composed = _float_up(sum((Fraction(s) for s in spent), Fraction(0)))
+        composed = float_up(sum((Fraction(s) for s in spent), Fraction(0)))
     value = global_spent if composed is None else min(global_spent, composed)
     return {
         "definition": definition,
