@@ -81,11 +81,6 @@ def check_budget(value: Any) -> float:
     return check_positive(value, "the budget")
 
 
-def check_level(value: Any) -> float:
-    """A confidence level in (0, 1) (:class:`AnswerError` naming it otherwise)."""
-    return validation.check_level(value, "the confidence level", error=AnswerError)
-
-
 def _declared_value(definition: Definition, per_query: float) -> Fraction:
     """The per-query loss that is charged, as an exact rational (epsilon, or rho for zCDP and GDP)."""
     g = declared_guarantee(_budget_object(definition, per_query))
@@ -344,7 +339,7 @@ def plan_answers(
     b = check_budget(budget) if budget is not None else calibrate_budget(definition, epsilon, dl)
     if accounting not in ACCOUNTINGS:
         raise AnswerError(f"unknown accounting {accounting!r}; choose one of {', '.join(ACCOUNTINGS)}")
-    lv = check_level(level)
+    lv = validation.check_level(level)
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")

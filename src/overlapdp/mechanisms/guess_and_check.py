@@ -36,13 +36,13 @@ from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_level, check_positive
 
 GuessOutcome = Literal["confirmed", "estimate", "exhausted"]
 
@@ -90,7 +90,7 @@ class GuessAndCheck:
         self.query_noise = DiscreteLaplaceNoise(round_up(query_scale, name="query_scale"))
         self.estimate_noise = DiscreteLaplaceNoise(round_up(estimate_scale, name="estimate_scale"))
         self._coverage = check_coverage(coverage)
-        self._level = _check_level(level)
+        self._level = check_level(level)
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)
         self._guarantee = PureDP(float_up(self.epsilon_exact))

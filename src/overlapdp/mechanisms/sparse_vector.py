@@ -43,13 +43,13 @@ from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.rationals import RationalLike, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_level, check_positive
 
 Outcome = Literal["above", "below", "exhausted"]
 
@@ -109,7 +109,7 @@ class SparseVector:
         self._eps3 = None if release_epsilon is None else check_positive(release_epsilon, "release_epsilon")
         self._threshold = None if threshold is None else exact_finite("threshold", threshold)
         self._coverage = check_coverage(coverage)
-        self._level = _check_level(level)
+        self._level = check_level(level)
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)
         self.monotonic = monotonic

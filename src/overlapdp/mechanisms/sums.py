@@ -33,11 +33,12 @@ from typing import Any
 from overlapdp.exact import float_down, float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
-from overlapdp.mechanisms.noise import Noise, _check_level
+from overlapdp.mechanisms.noise import Noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query.aggregate import Clipping, Neighbouring
 from overlapdp.schema import Schema
+from overlapdp.validation import check_level
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def add_sum_noise(
     return them), each ``budget``-private under ``neighbouring`` (module doc; ``covers_all``: the queries
     cover the whole domain, which lowers the replace-one sensitivity to ``H - L`` only when ``schema``
     keeps no row that adds nothing to a sum, see :meth:`Clipping.sensitivity`)."""
-    lv = _check_level(level)
+    lv = check_level(level)
     delta = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
     try:  # checked first so that the error names the sum
         noise_for(budget, delta)
@@ -240,7 +241,7 @@ def add_mean_noise(
 ) -> list[NoisyMean]:
     """Noisy means: per query a noisy sum and a noisy count, each at :func:`split_budget` of ``budget``
     and error-bar level ``1 - (1 - level)/2``, then :func:`mean_of` (module doc)."""
-    lv = _check_level(level)
+    lv = check_level(level)
     if len(true_units) != len(true_counts):
         raise ValueError("one sum and one count per query")
     half = split_budget(budget)

@@ -42,6 +42,7 @@ from overlapdp.overlap.result import (
     comp_name,
 )
 from overlapdp.schema import IntAttribute, Schema
+from overlapdp.validation import check_int
 
 # The raw-value sweep of one attribute runs on up to this many values, or 16 per box (up to the grid's
 # memory limit); larger attributes go through the segments.
@@ -175,8 +176,11 @@ def _schema(domain: Schema | Sequence[int]) -> Schema:
     if not sizes:
         raise OverlapInputError("domain: at least one attribute size is needed")
     for j, n in enumerate(sizes):
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise OverlapInputError(f"domain: size of attribute {j} must be a positive integer, got {n!r}")
+        check_int(
+            int(n) if isinstance(n, np.integer) else n,
+            f"domain: size of attribute {j}",
+            error=OverlapInputError,
+        )
     return Schema(tuple(IntAttribute(f"x{j}", 0, int(n) - 1) for j, n in enumerate(sizes)))
 
 

@@ -84,7 +84,7 @@ from overlapdp.overlap.exactness import (
     sum_error,
 )
 from overlapdp.overlap.grid import GRID_LIMIT, GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.magnitude import Loads, MagnitudeError, check_finite, exact_total
+from overlapdp.overlap.magnitude import Loads, MagnitudeError, check_representable, exact_total
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -425,7 +425,7 @@ def _parts_bound(lw: Loads, uppers: Sequence[float], free: Sequence[float]) -> f
         value = sqrt_up(sum((Fraction(u) ** 2 for u in uppers), Fraction(0)) + exact_total("l2", free))
     else:
         value = float_up(sum((Fraction(u) for u in uppers), Fraction(0)) + exact_total("sum", free))
-    return check_finite(value, lw._heaviest(None))
+    return check_representable(value, lw._heaviest(None))
 
 
 def _grid(

@@ -190,8 +190,9 @@ def _l2_up_fast(w: FloatArray) -> float | None:
     return out
 
 
-def check_finite(value: float, what: str) -> float:
-    """``value`` when finite, else :class:`MagnitudeError` naming ``what``."""
+def check_representable(value: float, what: str) -> float:
+    """``value`` when a computed maximum is a float (finite), else :class:`MagnitudeError` naming ``what``
+    (a result beyond the float range; an input is checked by :mod:`overlapdp.validation`)."""
     if not math.isfinite(value):
         raise MagnitudeError(f"{what}: the maximum overlap exceeds the largest float ({MAX_FLOAT:g})")
     return value
@@ -229,7 +230,7 @@ class Loads:
             return float(len(indices))
         idx = np.asarray(indices, dtype=np.int64)
         value = compose_up(self.name, self.weights[idx].tolist())
-        return check_finite(value, self._heaviest(idx))
+        return check_representable(value, self._heaviest(idx))
 
     @cached_property
     def units(self) -> tuple[list[int], int]:

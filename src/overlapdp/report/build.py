@@ -45,6 +45,7 @@ from overlapdp.report.loads import (
 )
 from overlapdp.report.plots import plot_budget, plot_heat, plot_spend, plot_utility
 from overlapdp.schema import Schema
+from overlapdp.validation import check_positive
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,7 @@ def _witness_table(witness: dict[str, Any] | None) -> str:
 def _budget(budget: float | None, default: float | None) -> float | None:
     if budget is None:
         return default
-    if isinstance(budget, bool) or not math.isfinite(budget) or budget <= 0:
-        raise ReportInputError(f"--budget {budget!r}: give a positive finite number")
-    return float(budget)
+    return check_positive(budget, "--budget", error=ReportInputError)
 
 
 def workload_report(

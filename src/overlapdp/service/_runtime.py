@@ -64,7 +64,7 @@ from overlapdp.query import PredicateQuery
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
 from overlapdp.service import _approx, _heap
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_finite, check_positive
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,13 @@ def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, 
                 f"a {definition} data set has no parameter {str(k)[:40]!r}; its parameters are "
                 + ", ".join(repr(a) for a in sorted(allowed))
             )
-    out: dict[str, Any] = {"delta": check_delta(_number("delta", given.get("delta", DEFAULT_DELTA)))}
+    out: dict[str, Any] = {"delta": check_delta(check_finite(given.get("delta", DEFAULT_DELTA), "delta"))}
     if out["delta"] == 0:
         raise BudgetError("delta must be greater than 0 (the delta of the data set's (epsilon, delta) lines)")
     for name in served.fixed:
         if name not in given:
             raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
-        v = _number(name, given[name])
+        v = check_finite(given[name], name)
         if not (1 < v <= MAX_AMOUNT):
             raise BudgetError(
                 f"{name} must be a number > 1 and at most {MAX_AMOUNT:.0e}, got {given[name]!r}"
@@ -140,12 +140,6 @@ def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, 
         ApproxMeasure().rule(ApproxDP(1.0, out["delta"]), 1.0, FilterOptions(composition=composition))
         out["composition"] = composition
     return out
-
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise BudgetError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def budget_of(definition: str, amount: float, params: Mapping[str, Any]) -> Any:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -105,6 +104,7 @@ from overlapdp.service.responses import (
     SessionOpened,
     SessionStep,
 )
+from overlapdp.validation import check_finite, check_int, check_positive
 
 log = logging.getLogger("overlapdp.service")
 
@@ -885,8 +885,7 @@ class QueryService:
         expected = _STEP_ARGUMENT.get(session.kind)
         if arg_name is not None and arg_name != expected:
             raise FieldRefused(arg_name, f"a {session.kind} session takes '{expected}', not '{arg_name}'")
-        if not isinstance(arg, int | float) or isinstance(arg, bool) or not math.isfinite(arg):
-            raise QueryError("the threshold or guess must be a finite number")
+        arg = check_finite(arg, "the threshold or guess", error=QueryError)
         state = self._state(session.dataset)
         self._loaded(state)
         (query,) = self._parse(state, [spec])
@@ -1364,17 +1363,17 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "sparse_vector":
         return {
             "epsilon": eps,
-            "max_positives": _positive_int("max_positives", params.get("max_positives", 1)),
+            "max_positives": check_int(
+                params.get("max_positives", 1), "max_positives", maximum=1_000_000, error=QueryError
+            ),
             "monotonic": bool(params.get("monotonic", False)),
         }
-    tol = params.get("tolerance")
-    if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
-        raise QueryError("tolerance must be a positive finite number")
+    tol = check_positive(params.get("tolerance"), "tolerance", error=QueryError)
     eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
-    failures = _positive_int("max_failures", params.get("max_failures", 1))
+    failures = check_int(params.get("max_failures", 1), "max_failures", maximum=1_000_000, error=QueryError)
     # Each failed guess releases a count with Laplace scale max_failures / epsilon_estimates.
     laplace_scale(eps_est, failures, name="epsilon_estimates")
-    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": float(tol), "max_failures": failures}
+    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": tol, "max_failures": failures}
 
 
 def _check_key(key: str | None) -> str | None:
@@ -1392,9 +1391,3 @@ def _check_name(what: str, name: str) -> None:
         or not all(c.isalnum() or c in "-_." for c in name)
     ):
         raise QueryError(f"{what} must be 1-100 letters, digits, '-', '_' or '.'")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1_000_000:
-        raise QueryError(f"{name} must be an integer from 1 to 1000000")
-    return value
