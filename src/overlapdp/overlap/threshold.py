@@ -442,7 +442,10 @@ class _Search:
                 wa = np.where(alive, w, 0.0)
                 if self.clear(float(wa.sum())):
                     continue
-                counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
+                # weights near the float range make inf/nan sums here; clear() refuses a non-finite
+                # bound, so they only send the search on to the exact loads
+                with np.errstate(invalid="ignore", over="ignore"):
+                    counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
                 tops = [float(c.max()) for c in counts]
                 if self.clear(min(tops)):
                     continue
