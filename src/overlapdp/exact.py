@@ -86,4 +86,19 @@ def sum_up(values: Iterable[float | Fraction]) -> float:
     return float_up(sum((Fraction(v) for v in values), Fraction(0)))
 
 
-__all__ = ["MAX_FLOAT", "exact_sum", "float_down", "float_up", "sqrt_down", "sqrt_up", "sum_up"]
+def fsum_up(values: Sequence[float]) -> float:
+    """The exact sum of floats rounded UP, quickly: ``math.fsum`` is correctly rounded, and the sign of
+    the correctly rounded ``exact - fsum`` says whether it was rounded down (then one float up). When
+    fsum overflows the sum is taken exactly (:func:`sum_up`; inf beyond the float range)."""
+    try:
+        total = math.fsum(values)
+        if math.isfinite(total):
+            if math.fsum([*values, -total]) > 0:
+                total = math.nextafter(total, math.inf)
+            return total
+    except OverflowError:
+        pass
+    return sum_up(values)
+
+
+__all__ = ["MAX_FLOAT", "exact_sum", "float_down", "float_up", "fsum_up", "sqrt_down", "sqrt_up", "sum_up"]

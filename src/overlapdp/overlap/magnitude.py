@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.errors import MagnitudeError as MagnitudeError
-from overlapdp.exact import MAX_FLOAT, float_up, sqrt_up
+from overlapdp.exact import MAX_FLOAT, fsum_up, sqrt_up
 from overlapdp.overlap.result import FloatArray
 
 MIN_NORMAL = sys.float_info.min
@@ -80,8 +80,7 @@ def unscale_up(name: str, total: float, shift: int, what: str) -> float:
     """A safe bound in scaled units (sum of loads) back in the units of the weights, rounded up."""
     total = max(float(total), 0.0)
     if name == "l2":
-        root = math.sqrt(total)
-        total = math.nextafter(root, math.inf) if Fraction(root) ** 2 < Fraction(total) else root
+        total = sqrt_up(Fraction(total))
     try:
         out = math.ldexp(total, shift)
     except OverflowError:
@@ -123,15 +122,7 @@ def compose_up(name: str, weights: Sequence[float]) -> float:
     if not weights:
         return 0.0
     if name == "sum":
-        try:
-            r = math.fsum(weights)
-            if math.isfinite(r):
-                if math.fsum([*weights, -r]) > 0:
-                    r = math.nextafter(r, math.inf)
-                return r
-        except OverflowError:
-            pass
-        return float_up(exact_total("sum", weights))
+        return fsum_up(weights)
     fast = _l2_up_fast(np.asarray(weights, dtype=np.float64))
     return fast if fast is not None else sqrt_up(exact_total("l2", weights))
 
