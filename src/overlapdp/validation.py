@@ -63,6 +63,14 @@ def check_finite(value: Any, field: str, *, error: ErrorType = BudgetError) -> f
     return v
 
 
+def check_seconds(value: Any, field: str, *, error: ErrorType = MechanismError) -> float:
+    """A time allowance in seconds: a non-negative number, infinity allowed (no limit), NaN refused."""
+    v = check_number(value, field, error=error)
+    if not v >= 0:
+        raise error(f"{field} must be a non-negative number of seconds or None, got {shown(value)}")
+    return v
+
+
 def check_weight(value: Any, field: str, *, error: ErrorType = WeightError) -> float:
     """A weight: a finite non-negative float (:class:`~overlapdp.errors.WeightError` by default)."""
     v = check_number(value, field, error=error)
@@ -172,6 +180,7 @@ __all__ = [
     "check_number",
     "check_positive",
     "check_probability",
+    "check_seconds",
     "check_weight",
     "check_weights",
     "shown",

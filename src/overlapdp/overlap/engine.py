@@ -103,6 +103,7 @@ from overlapdp.overlap.threshold import Maximum, Problem, common_unit
 from overlapdp.overlap.threshold import maximum as lp_maximum
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
+from overlapdp.validation import check_seconds
 
 Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "lpbranch", "milp", "wcsp"]
 
@@ -170,10 +171,8 @@ def max_overlap(
     name = comp_name(comp)
     queries = list(queries)
     sch = check_schema(queries, schema)
-    if effort is not None and (
-        isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
-    ):
-        raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
+    if effort is not None:
+        effort = check_seconds(effort, "effort", error=CompError)
     if algorithm not in get_args(Algorithm):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = QueryIds(queries)
