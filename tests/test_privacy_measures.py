@@ -28,13 +28,14 @@ from overlapdp.privacy import (
     PrivacyFilter,
     PureDP,
 )
-from overlapdp.privacy.measures import DEFINITIONS, RDPMeasure, measure_for
+from overlapdp.privacy.measures import RDPMeasure, measure_for
 from overlapdp.schema import IntAttribute, Schema
 
 SCHEMA = Schema((IntAttribute("a", 0, 3),))
 ORDERS = (1.5, 2.0, 8.0)
 # Parameters whose floats do not add exactly (0.1, 0.3, 1/3 ...): sums land on both sides of the budget.
 SCALES = [10.0, 10 / 3, 3.0, 5.0, 1 / 0.3, 7.0, 1.1]
+DEFINITIONS = tuple(m.name for m in MEASURES)
 
 
 def test_one_measure_per_definition_in_report_order() -> None:

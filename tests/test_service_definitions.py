@@ -165,7 +165,7 @@ def _until_refused(w: World, token: str, amount_name: str, amount: float) -> int
 @pytest.mark.parametrize("definition", list(CASES))
 def test_each_definition_is_served_end_to_end(world: World, definition: str) -> None:
     params, amount, quota, most = CASES[definition]
-    name = runtime.DEFINITIONS[definition]
+    name = runtime.served(definition).amount
     info = _register(world, definition, params, 100 * quota)
     assert info["definition"] == definition and info["parameter"] == name
     assert info["parameters"]["delta"] == params.get("delta", DELTA)

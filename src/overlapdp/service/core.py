@@ -393,7 +393,7 @@ class QueryService:
         return {
             "name": rec.name,
             "definition": rec.definition,
-            "parameter": runtime.DEFINITIONS[rec.definition],
+            "parameter": runtime.served(rec.definition).amount,
             "parameters": dict(state.params),
             "schema": rec.schema,
             "available": state.loaded is not None,
@@ -630,7 +630,7 @@ class QueryService:
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
     ) -> runtime.ServedMechanism:
-        name = runtime.DEFINITIONS[state.record.definition]
+        name = runtime.served(state.record.definition).amount
         if parameter is None or (given is not None and given != name):
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
@@ -1030,7 +1030,7 @@ class QueryService:
         definition = state.record.definition
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
+            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
         )
         # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
         # overlap search here: a filter is decided on its lazy bounds or by settling its trial; one that
@@ -1079,7 +1079,7 @@ class QueryService:
                     mechanism=p.mechanism.to_json(),
                     cost={
                         "definition": definition,
-                        runtime.DEFINITIONS[definition]: p.loads[i],
+                        runtime.served(definition).amount: p.loads[i],
                         "load": p.loads[i],
                     },
                     answer=answer,
@@ -1096,7 +1096,7 @@ class QueryService:
         # an upper bound on the spend (no search under the lock): ``remaining`` is never more than
         # what is left; the exact spend is in the data set status and the ledger's reports
         spent, remaining = mine.figures_bound(quota)
-        if definition == "approx":  # the rows' own figures are computed off the lock (_submit)
+        if mine.measure.joint:  # the rows' own figures are computed off the lock (_submit)
             p.account = (mine, mine.snapshot(), quota)
         return BatchAnswer(
             answers=answers,
@@ -1133,7 +1133,7 @@ class QueryService:
                 session=p.session_id,
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
-                cost={"definition": definition, runtime.DEFINITIONS[definition]: load, "load": load},
+                cost={"definition": definition, runtime.served(definition).amount: load, "load": load},
                 answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,
@@ -1200,7 +1200,7 @@ class QueryService:
         runtime.check_deadline(p.deadline)
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
+            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
         )
         after = mine_run.after
         return CostEstimate(
