@@ -259,6 +259,13 @@ class Measure(ABC, Generic[B]):
     #: Whether the served spend and room come from the filter's per-track bounds
     #: (:meth:`track_figures`): RDP at one order, approximate DP's two tracks.
     tracked: ClassVar[bool] = False
+    #: Whether one count's noise is calibrated to a budget of it (:data:`overlapdp.mechanisms.calibration
+    #: .CountBudget`): the definitions the workload planner and the utility gain take.
+    counts: ClassVar[bool] = False
+    #: Whether the native value is a pair (tCDP's (rho, omega)), shown as such (not as a curve).
+    native_pair: ClassVar[bool] = False
+    #: Whether the native value is already epsilon at the report's delta (approximate DP).
+    native_is_epsilon: ClassVar[bool] = False
     #: Whether a row's room depends on two tracks jointly (approximate DP: sum eps and sum eps^2), so
     #: that a trial is settled on per-track bounds and reports take every row pattern
     #: (:meth:`joint_figures`).
@@ -324,6 +331,21 @@ class Measure(ABC, Generic[B]):
         """The served spend of a :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` (its worst
         row's amount, rounded up: :meth:`PrivacyFilter.spent`)."""
         return float(filt.spent())
+
+    def declared_total(self, amount: float) -> Fraction:
+        """A total budget of ``amount`` in the units its charges are declared in (the planner's limit):
+        the amount itself; GDP mu ``B`` is ``B^2/2``-zCDP (the discrete Gaussian's declaration)."""
+        return Fraction(amount)
+
+    def equal_share(self, amount: float, payers: int) -> float:
+        """The float start of an equal share of ``amount`` among ``payers`` charges that compose on one
+        row: ``B/n`` for additive amounts, ``B/sqrt(n)`` for GDP (MATH.md 2.4)."""
+        return amount / payers
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """E|noise| of the continuous mechanism a ``share`` of this definition calibrates for one query of
+        ``sensitivity`` (the utility gain's figure, MATH.md 2.6): count definitions only."""
+        raise BudgetError(f"no count noise is calibrated to a {self.label} budget here")
 
     def served_bound(self, filt: Any, search: Callable[[], float]) -> float:
         """A safe bound on the served spend when the filter keeps no per-track tables: its lazy bound
@@ -431,6 +453,11 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
     needs_delta = False
     noise = "discrete_laplace"
     bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Laplace of scale sensitivity / epsilon: E|Y| is the scale."""
+        return sensitivity / share
 
     def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
         return max(float(amount), 0.0)
@@ -469,6 +496,11 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
 
     amount = "rho"
     bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Gaussian of sigma = sensitivity / sqrt(2 rho): E|Y| = sigma sqrt(2/pi)."""
+        return sensitivity / math.sqrt(2 * share) * math.sqrt(2 / math.pi)
 
 
 class GDPMeasure(AdditiveMeasure[GDP, GDP]):
@@ -500,6 +532,11 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
 
     amount = "mu"
     bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Gaussian of sigma = sensitivity / mu: E|Y| = sigma sqrt(2/pi)."""
+        return sensitivity / share * math.sqrt(2 / math.pi)
 
     def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
         """As the ``mu^2/2``-zCDP the discrete Gaussian is declared as (GDP's own profile is not claimed:
@@ -518,6 +555,12 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
     def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
         """mu = epsilon, whose declared mu^2/2-zCDP is the eps^2/2 of an epsilon-DP mechanism."""
         return epsilon
+
+    def declared_total(self, amount: float) -> Fraction:
+        return Fraction(amount) ** 2 / 2
+
+    def equal_share(self, amount: float, payers: int) -> float:
+        return amount / math.sqrt(payers)
 
     def remaining(self, quota: float, spent: float, params: Mapping[str, Any]) -> float:
         """sqrt(quota^2 - spent^2), rounded down: rows compose as sqrt(sum mu^2) (MATH.md 2.4), so a
@@ -681,6 +724,7 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     parameters = ("rho", "omega")
     amount = "rho"
     fixed = ("omega",)
+    native_pair = True
 
     def budget(self, amount: float, params: Mapping[str, Any]) -> TCDP:
         return TCDP(amount, params["omega"])
@@ -806,6 +850,7 @@ class ApproxMeasure(Measure[ApproxDP]):
 
     amount = "epsilon"
     options = (("composition", "advanced"),)
+    native_is_epsilon = True
     noise = "discrete_laplace"
     tracked = True
     joint = True
@@ -1050,6 +1095,16 @@ MEASURES: tuple[Measure[Any], ...] = (
 DEFAULT_DELTA = 1e-6
 
 
+def count_measure(name: str, kind: type[Exception] = BudgetError) -> AdditiveMeasure[Any, Any]:
+    """The measure of a definition one count's noise is calibrated to (:attr:`Measure.counts`: pure DP,
+    zCDP, GDP), or ``kind`` listing them."""
+    for m in MEASURES:
+        if m.counts and m.name == name and isinstance(m, AdditiveMeasure):
+            return m
+    names = ", ".join(m.name for m in MEASURES if m.counts)
+    raise kind(f"unknown definition {str(name)[:40]!r}; choose one of {names}")
+
+
 def measure_named(name: str, kind: type[Exception] = BudgetError) -> Measure[Any]:
     """The measure of the definition called ``name`` (a report's key, a data set's definition), or
     ``kind`` listing the names."""
@@ -1085,6 +1140,7 @@ __all__ = [
     "TCDPMeasure",
     "TrackSpec",
     "ZCDPMeasure",
+    "count_measure",
     "measure_for",
     "measure_named",
 ]

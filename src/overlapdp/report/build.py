@@ -20,6 +20,7 @@ from typing import Any, Literal
 from overlapdp.display import DEFINITION_NAMES, guarantee
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
+from overlapdp.privacy.measures import measure_named
 from overlapdp.privacy.utility import Definition, UtilityGain, utility_gain
 from overlapdp.query import PredicateQuery, Workload
 from overlapdp.report import html as H
@@ -349,8 +350,9 @@ def ledger_report(
     names = DEFINITION_NAMES
     defs_rows = []
     for key, g in final.definitions.items():
-        seq = g.sequential if isinstance(g.sequential, float) else guarantee(key, g.sequential)
-        ovl = g.overlap if isinstance(g.overlap, float) else guarantee(key, g.overlap)
+        pair = measure_named(key).native_pair
+        seq = g.sequential if isinstance(g.sequential, float) else guarantee(g.sequential, pair=pair)
+        ovl = g.overlap if isinstance(g.overlap, float) else guarantee(g.overlap, pair=pair)
         defs_rows.append([names.get(key, key), seq, ovl, g.sequential_epsilon, g.overlap_epsilon, g.exact])
     sections = [
         (
