@@ -46,6 +46,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from overlapdp import validation
+from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
@@ -55,14 +56,14 @@ from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_
 from overlapdp.privacy.measures import DEFAULT_DELTA as DEFAULT_DELTA
 from overlapdp.privacy.measures import Measure, count_measure
 from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
-from overlapdp.tables import data_kind, open_table
+from overlapdp.tables import data_kind
 from overlapdp.validation import check_positive
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
 
-    from overlapdp.consistency import ConsistentAnswers
     from overlapdp.engine.base import Engine
+    from overlapdp.mechanisms.consistency import ConsistentAnswers
     from overlapdp.query import PredicateQuery
     from overlapdp.query.groupby import GroupLabels
 
@@ -374,7 +375,7 @@ def plan_answers(
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
     outside the domain is the data owner's, from ``overlapdp schema check``); ``consistent``: their
-    projection onto a non-negative table's answers, when asked for (:mod:`overlapdp.consistency`;
+    projection onto a non-negative table's answers, when asked for (:mod:`overlapdp.mechanisms.consistency`;
     post-processing, the raw answers are kept as they are).
 
     ``groups`` maps the id of each GROUP BY cell to its family's id and its group labels
@@ -469,9 +470,9 @@ def answer_workload(
     (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's add/remove sensitivity.
 
     ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
-    table (:func:`overlapdp.consistency.make_consistent`: post-processing, no privacy cost, total squared
+    table (:func:`overlapdp.mechanisms.consistency.make_consistent`: post-processing, no privacy cost, total squared
     error never increased; MATH.md 6.5). Its cells are enumerated before any counting, so a workload beyond
-    the cell limit fails (:class:`~overlapdp.consistency.ConsistencyError`) before noise is drawn.
+    the cell limit fails (:class:`~overlapdp.mechanisms.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
     :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
@@ -490,7 +491,7 @@ def answer_workload(
             engine, qs, list(aggregates), plan, rng=rng, served=served, groups=_groups(queries)
         )
     if consistent:
-        from overlapdp.consistency import workload_design
+        from overlapdp.mechanisms.consistency import workload_design
 
         design = workload_design(qs)
     if data_kind(engine) == "engine":  # an open Engine (overlapdp.engine.base)
@@ -510,7 +511,7 @@ def answer_workload(
     )
     fitted = None
     if consistent:
-        from overlapdp.consistency import project
+        from overlapdp.mechanisms.consistency import project
 
         fitted = project(
             design, [a.value for a in noisy], [a.noise.variance for a in noisy], ids=[q.id for q in qs]

@@ -1,4 +1,4 @@
-"""``build_report``: the HTML report and PNG plots of a workload or a ledger (DESIGN.md step 8).
+"""``build_report``: the HTML report and PNG plots of a workload or a ledger (DESIGN.md step 7).
 
 Workload: sequential vs overlap-aware spend per comp family (t vs gamma, sum vs gamma_sum, l2 vs
 gamma_l2), the utility gain $U=1-\\gamma_w(Q)/\\mathrm{comp}(Q)$ with per-query noise for a total budget

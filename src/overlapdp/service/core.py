@@ -48,7 +48,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.consistency import NOTE, workload_design
 from overlapdp.errors import Conflict as Conflict
 from overlapdp.errors import FieldRefused as FieldRefused
 from overlapdp.errors import (
@@ -64,6 +63,7 @@ from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
 from overlapdp.errors import TooLarge as TooLarge
 from overlapdp.errors import Unavailable as Unavailable
 from overlapdp.mechanisms.calibration import laplace_scale
+from overlapdp.mechanisms.consistency import NOTE, workload_design
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
@@ -658,7 +658,7 @@ class QueryService:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically.
 
         ``consistent``: also the counts projected onto a non-negative table's answers
-        (:mod:`overlapdp.consistency`, post-processing of the noisy counts). The workload's cells are
+        (:mod:`overlapdp.mechanisms.consistency`, post-processing of the noisy counts). The workload's cells are
         enumerated before anything is counted, so a workload over :data:`CONSISTENT_CELL_LIMIT` is
         refused (400) without spending. The projection runs in a worker process
         (:mod:`overlapdp.service._projection`) BEFORE admission, within the request's time budget:
