@@ -535,15 +535,15 @@ def check_aggregates(plan: AnswerPlan, aggregates: Sequence[Aggregate]) -> None:
     for a in dict.fromkeys(aggregates):
         if a.clipping is None:
             continue
-        delta = a.clipping.sensitivity("add_remove")
+        sensitivity = a.clipping.sensitivity("add_remove")
         part = budget if a.kind == "sum" else split_budget(budget)
         try:
-            noise_for(part, delta)
+            noise_for(part, sensitivity)
             if a.kind == "mean":
                 noise_for(part, 1)
         except BudgetError as exc:
             raise BudgetError(
-                f"{a.kind} of {a.clipping.column!r} (sensitivity {delta} steps of {a.clipping.step!r}): {exc}"
+                f"{a.kind} of {a.clipping.column!r} (sensitivity {sensitivity} steps of {a.clipping.step!r}): {exc}"
             ) from None
 
 

@@ -118,7 +118,7 @@ class GuessAndCheck:
         eps = check_positive(epsilon, "epsilon")
         if not 0 < estimate_fraction < 1:
             raise MechanismError(f"estimate_fraction must lie in (0, 1), got {estimate_fraction!r}")
-        delta = check_sensitivity(sensitivity)
+        sensitivity = check_sensitivity(sensitivity)
         cc = check_c(max_failures, "max_failures")
         eps_est = eps * estimate_fraction
         eps1, eps2 = optimal_split(eps - eps_est, cc)
@@ -126,10 +126,10 @@ class GuessAndCheck:
             data,
             tolerance=tolerance,
             max_failures=cc,
-            threshold_scale=Fraction(delta) / Fraction(eps1),
-            query_scale=Fraction(2 * cc * delta) / Fraction(eps2),
-            estimate_scale=Fraction(cc * delta) / Fraction(eps_est),
-            sensitivity=delta,
+            threshold_scale=Fraction(sensitivity) / Fraction(eps1),
+            query_scale=Fraction(2 * cc * sensitivity) / Fraction(eps2),
+            estimate_scale=Fraction(cc * sensitivity) / Fraction(eps_est),
+            sensitivity=sensitivity,
             coverage=coverage,
             level=level,
             rng=rng,

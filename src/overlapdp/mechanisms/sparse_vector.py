@@ -98,7 +98,7 @@ class SparseVector:
     ) -> None:
         self._c = check_c(max_positives)
         eps = check_positive(epsilon, "epsilon")
-        delta = check_sensitivity(sensitivity)
+        sensitivity = check_sensitivity(sensitivity)
         if threshold_epsilon is None:
             eps1, eps2 = optimal_split(eps, self._c, monotonic=monotonic)
         else:
@@ -113,7 +113,7 @@ class SparseVector:
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)
         self.monotonic = monotonic
-        scales = _svt_noise(eps1, eps2, self._c, monotonic, delta, self._eps3, eps)
+        scales = _svt_noise(eps1, eps2, self._c, monotonic, sensitivity, self._eps3, eps)
         self.threshold_noise, self.query_noise, self.release_noise, self._guarantee = scales
         self._rho = self.threshold_noise.sample(self._source)
         self._positives = 0
@@ -213,20 +213,20 @@ class SparseVector:
 
 @lru_cache(maxsize=256)
 def _svt_noise(
-    eps1: float, eps2: float, c: int, monotonic: bool, delta: int, eps3: float | None, eps: float
+    eps1: float, eps2: float, c: int, monotonic: bool, sensitivity: int, eps3: float | None, eps: float
 ) -> tuple[DiscreteLaplaceNoise, DiscreteLaplaceNoise, DiscreteLaplaceNoise | None, PureDP]:
     """Noise scales (rounded up) and the declared guarantee; cached, mechanisms are spawned often."""
     spread = c if monotonic else 2 * c
-    threshold_noise = DiscreteLaplaceNoise(round_up(Fraction(delta) / Fraction(eps1)))
-    query_noise = DiscreteLaplaceNoise(round_up(Fraction(spread * delta) / Fraction(eps2)))
+    threshold_noise = DiscreteLaplaceNoise(round_up(Fraction(sensitivity) / Fraction(eps1)))
+    query_noise = DiscreteLaplaceNoise(round_up(Fraction(spread * sensitivity) / Fraction(eps2)))
     release_noise = (
-        None if eps3 is None else DiscreteLaplaceNoise(round_up(Fraction(c * delta) / Fraction(eps3)))
+        None if eps3 is None else DiscreteLaplaceNoise(round_up(Fraction(c * sensitivity) / Fraction(eps3)))
     )
     requested = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
     # eps2 = eps - eps1 in floats can round UP, so the noise may be worth more than the requested eps:
     # declare the larger of the request and the exact epsilon of the scales used (MATH.md 4.1).
-    used = Fraction(delta) / threshold_noise.scale + Fraction(spread * delta) / query_noise.scale
+    used = Fraction(sensitivity) / threshold_noise.scale + Fraction(spread * sensitivity) / query_noise.scale
     if release_noise is not None:
-        used += Fraction(c * delta) / release_noise.scale
+        used += Fraction(c * sensitivity) / release_noise.scale
     total = max(requested, used)
     return threshold_noise, query_noise, release_noise, PureDP(float_up(total))

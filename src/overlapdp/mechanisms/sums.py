@@ -158,13 +158,13 @@ def add_sum_noise(
     cover the whole domain, which lowers the replace-one sensitivity to ``H - L`` only when ``schema``
     keeps no row that adds nothing to a sum, see :meth:`Clipping.sensitivity`)."""
     lv = check_level(level)
-    delta = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
+    sensitivity = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
     try:  # checked first so that the error names the sum
-        noise_for(budget, delta)
+        noise_for(budget, sensitivity)
     except BudgetError as exc:
-        raise BudgetError(f"sum of {clipping.column!r} (sensitivity {delta} steps): {exc}") from None
+        raise BudgetError(f"sum of {clipping.column!r} (sensitivity {sensitivity} steps): {exc}") from None
     source = resolve_source(rng, served=served)
-    counts = add_noise(list(true_units), budget, sensitivity=delta, level=lv, ids=ids, rng=source)
+    counts = add_noise(list(true_units), budget, sensitivity=sensitivity, level=lv, ids=ids, rng=source)
     step = Fraction(clipping.step)
     return [
         NoisySum(
@@ -176,7 +176,7 @@ def add_sum_noise(
             units_low=c.low,
             units_high=c.high,
             clipping=clipping,
-            sensitivity=delta,
+            sensitivity=sensitivity,
             noise=c.noise,  # the noise actually drawn
             guarantee=c.guarantee,
             query_id=c.query_id,
