@@ -530,7 +530,7 @@ class ServiceFilter:
         self._pinned = max(self._pinned, len(self._log))
         return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget)
 
-    def delta(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
+    def charges_since(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
         """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
         this filter's)."""
         if snap.owner != self._uid or snap.generation != self._generation:
@@ -658,12 +658,12 @@ class ServiceFilter:
         the trial was refused (loads only grow), or nothing landed since, or what landed fits with the
         replica's worst-row bound (:func:`_fits_with`). Otherwise the trial is brought up to date off
         the lock (:meth:`advance`) and comes back."""
-        delta = self.delta(trial.snapshot)
-        if delta is None or trial.snapshot.budget != self._budget:
+        added = self.charges_since(trial.snapshot)
+        if added is None or trial.snapshot.budget != self._budget:
             return False
-        if not trial.admitted or not delta:
+        if not trial.admitted or not added:
             return True
-        return self.measure.fits_with(trial.upper, delta, self._budget, self.params)
+        return self.measure.fits_with(trial.upper, added, self._budget, self.params)
 
     def settle(
         self,
@@ -690,12 +690,12 @@ class ServiceFilter:
             raise NeedsTrial
         if not trial.admitted:
             return False
-        delta = self.delta(trial.snapshot)
-        assert trial.replica is not None and trial.mark is not None and delta is not None
+        added = self.charges_since(trial.snapshot)
+        assert trial.replica is not None and trial.mark is not None and added is not None
         replica = trial.replica
         replica.release(trial.mark)
         trial.mark = None
-        for q, load, times in delta:
+        for q, load, times in added:
             with replica._effort(
                 deadline
             ):  # (pending in the lazy tables: a record searches only without them)
