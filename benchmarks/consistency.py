@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from overlapdp.consistency import make_consistent
 from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import SeededRandomSource
 from overlapdp.mechanisms.answering import answer_workload, plan_answers
+from overlapdp.mechanisms.consistency import make_consistent
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema, synthetic_adult
 from overlapdp.schema import Schema

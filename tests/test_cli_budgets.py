@@ -413,7 +413,7 @@ def test_tcdp_pair_is_shown_as_rho_and_omega_on_the_safe_sides() -> None:
     from overlapdp.display import guarantee
 
     # rho is a loss (rounded up), omega a lower limit on the orders (rounded down); RDP stays a curve.
-    assert guarantee("tcdp", (0.30000000000000004, 3.0)) == "ρ = 0.300001, ω = 3"
-    assert guarantee("tcdp", (0.125, math.inf)) == "ρ = 0.125, ω = inf"
-    assert guarantee("rdp", (0.1, 0.2, 0.3)) == "curve (3 orders)"
-    assert guarantee("zcdp", 1 / 3) == "0.333334"
+    assert guarantee((0.30000000000000004, 3.0), pair=True) == "ρ = 0.300001, ω = 3"
+    assert guarantee((0.125, math.inf), pair=True) == "ρ = 0.125, ω = inf"
+    assert guarantee((0.1, 0.2, 0.3)) == "curve (3 orders)"
+    assert guarantee(1 / 3) == "0.333334"

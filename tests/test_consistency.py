@@ -1,4 +1,4 @@
-"""Consistent answers (:mod:`overlapdp.consistency`): the cells against brute force, the projection
+"""Consistent answers (:mod:`overlapdp.mechanisms.consistency`): the cells against brute force, the projection
 against its optimality conditions, the error never increasing (the projection theorem, per draw), the
 answers consistent afterwards, off by default, and the same through the CLI and HTTP."""
 
@@ -18,11 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run
-from overlapdp.consistency import ConsistencyError, Design, make_consistent, project, workload_design
 from overlapdp.engine import PandasEngine
 from overlapdp.mechanisms import SeededRandomSource
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.answering import answer_workload, plan_answers
+from overlapdp.mechanisms.consistency import (
+    ConsistencyError,
+    Design,
+    make_consistent,
+    project,
+    workload_design,
+)
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
@@ -61,7 +67,7 @@ def test_cell_limit_is_a_clear_error() -> None:
 
 
 def test_matrix_limit_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import overlapdp.consistency as consistency
+    import overlapdp.mechanisms.consistency as consistency
 
     schema = adult_schema()
     qs = [parse_where(schema, w) for w in ["age < 40", "sex = 1", "race = 1"]]  # 3 x 7 entries
@@ -349,8 +355,8 @@ def test_off_by_default_and_raw_answers_identical_with_the_flag() -> None:
 
 
 def test_cell_limit_fails_before_counting_or_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    import overlapdp.consistency as consistency
     import overlapdp.mechanisms.answering as answering
+    import overlapdp.mechanisms.consistency as consistency
 
     schema = adult_schema()
     qs = [parse_where(schema, w, id=f"q{i}") for i, w in enumerate(ADULT_TEXTS)]

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from overlapdp.cli.demo import GLOBAL_BUDGET, DemoSummary, run_demo
 from overlapdp.cli.main import main
-from overlapdp.demo import GLOBAL_BUDGET, DemoSummary, run_demo
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.query.sql import parse_where
 from overlapdp.report import build_report

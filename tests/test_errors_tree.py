@@ -230,13 +230,13 @@ def test_validation_returns_good_values_unchanged(x: float, field: str) -> None:
 
 
 def test_validation_keeps_each_areas_error_type() -> None:
-    from overlapdp.mechanisms.answering import check_level as answering_level
     from overlapdp.mechanisms.calibration import check_sensitivity
     from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
     from overlapdp.privacy.definitions import PureDP, check_delta
 
+    # one level check, whose error is each area's: workloads catch AnswerError, mechanisms MechanismError
     with pytest.raises(errors.AnswerError, match="confidence level"):
-        answering_level(1.5)
+        validation.check_level(1.5)
     with pytest.raises(errors.MechanismError, match="confidence level"):
         DiscreteLaplaceNoise(Fraction(1)).half_width(0)
     with pytest.raises(errors.MechanismError, match="sensitivity"):
@@ -253,3 +253,41 @@ def test_validation_keeps_each_areas_error_type() -> None:
     with pytest.raises(errors.BudgetError, match="sensitivity"):
         Laplace(scale=1.0, sensitivity=True)  # type: ignore[arg-type]
     assert validation.check_int(3, "c") == 3 and validation.check_int(0, "c", minimum=0) == 0
+
+
+def test_an_integer_beyond_the_float_range_is_a_named_error() -> None:
+    # float(10**400) raises a bare OverflowError: max_overlap and OverlapIndex.add let it through while
+    # parse_where named it; every weight, bound and parameter now goes through overlapdp.validation.
+    from overlapdp import OverlapIndex, Schema, max_overlap
+    from overlapdp.privacy.definitions import PureDP
+    from overlapdp.query import parse_where
+    from overlapdp.query.aggregate import Clipping
+
+    schema = Schema.from_json({"attributes": [{"name": "a", "type": "int", "min": 0, "max": 9}]})
+    qs = [parse_where(schema, "a < 5", id="x"), parse_where(schema, "a > 2", id="y")]
+    huge = 10**400
+    cases: list[tuple[Callable[[], Any], type[OverlapDPError]]] = [
+        (lambda: max_overlap(qs, comp="sum", weights=[huge, 1]), errors.WeightError),
+        (lambda: max_overlap(qs, comp="vector", weights=[[huge], [1]]), errors.WeightError),
+        (lambda: OverlapIndex(schema, comp="sum").add(qs[0], weight=huge), errors.WeightError),
+        (lambda: OverlapIndex(schema, comp="vector").add(qs[0], weight=[huge]), errors.WeightError),
+        (lambda: parse_where(schema, "a < 5", weight=huge), errors.QueryError),
+        (lambda: Clipping("a", 0, huge), errors.QueryError),
+        (lambda: PureDP(huge), errors.BudgetError),  # type: ignore[arg-type]
+    ]
+    for call, kind in cases:
+        with pytest.raises(kind, match="401 digits"):
+            call()
+    # a weight is part of a query: the engine's refusal is a QueryError as parse_where's is
+    for call, _ in cases[:5]:
+        with pytest.raises(errors.QueryError, match="401 digits"):
+            call()
+
+
+def test_one_level_check_for_workloads_and_mechanisms() -> None:
+    # answering and the noise each had a level check, raising AnswerError and MechanismError; the one
+    # check's LevelError is both, so either area's callers still catch it
+    assert issubclass(errors.LevelError, errors.AnswerError)
+    assert issubclass(errors.LevelError, errors.MechanismError)
+    with pytest.raises(errors.LevelError, match="confidence level"):
+        validation.check_level(0)

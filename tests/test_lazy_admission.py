@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up
 from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, PrivacyFilter, PureDP
 from overlapdp.privacy._lazy import Bounds, Cover, up_float, widen
 from overlapdp.privacy.mechanisms import Mechanism

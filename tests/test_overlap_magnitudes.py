@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run
+from overlapdp.exact import sqrt_up
 from overlapdp.overlap import (
     CompError,
     OverlapIndex,
@@ -31,7 +32,7 @@ from overlapdp.overlap import (
     graph_overlap,
     max_overlap,
 )
-from overlapdp.overlap.magnitude import MagnitudeError, compose_up, sqrt_up
+from overlapdp.overlap.magnitude import MagnitudeError, compose_up
 from overlapdp.overlap.wcsp import available as wcsp_available
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Gaussian, Laplace, OpaqueApproxDP

@@ -19,10 +19,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from overlapdp.exact import float_up, sqrt_up
 from overlapdp.overlap import brute_force_overlap, max_overlap
 from overlapdp.overlap import parts as parts_mod
 from overlapdp.overlap._compiled import compile_workload
-from overlapdp.overlap.magnitude import float_up, sqrt_up
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 

@@ -12,7 +12,7 @@ import mpmath
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up
 from overlapdp.privacy import (
     GDP,
     ZCDP,

@@ -28,13 +28,14 @@ from overlapdp.privacy import (
     PrivacyFilter,
     PureDP,
 )
-from overlapdp.privacy.measures import DEFINITIONS, RDPMeasure, measure_for
+from overlapdp.privacy.measures import RDPMeasure, measure_for
 from overlapdp.schema import IntAttribute, Schema
 
 SCHEMA = Schema((IntAttribute("a", 0, 3),))
 ORDERS = (1.5, 2.0, 8.0)
 # Parameters whose floats do not add exactly (0.1, 0.3, 1/3 ...): sums land on both sides of the budget.
 SCALES = [10.0, 10 / 3, 3.0, 5.0, 1 / 0.3, 7.0, 1.1]
+DEFINITIONS = tuple(m.name for m in MEASURES)
 
 
 def test_one_measure_per_definition_in_report_order() -> None:
@@ -141,3 +142,42 @@ def test_the_odometer_and_the_filter_name_no_definition(module: str) -> None:
         and _GUARANTEES & {x.id for x in ast.walk(n.args[1]) if isinstance(x, ast.Name)}
     ]
     assert strings == [] and tests == []
+
+
+# Comparisons with a definition's name string that are not about a privacy definition, with the reason.
+_NOT_DEFINITIONS = {
+    ("privacy/ledger_lines.py", "key in ('approx', 'opaque')"): "a ledger line's mechanism kind",
+    ("report/build.py", "basis == 'pure'"): "a report's basis option ('delta' or 'pure')",
+}
+
+
+def _name_comparisons(root: Path) -> list[tuple[str, str]]:
+    """Every comparison (``==``, ``!=``, ``in``, a ``match`` case) of a string that is a definition's name
+    (a constant, or a tuple / list / set of them) in the package outside ``privacy/measures.py``."""
+
+    def names_in(node: ast.AST) -> bool:
+        items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return any(isinstance(i, ast.Constant) and i.value in _NAMES for i in items)
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "privacy/measures.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                compared = any(names_in(x) for x in (node.left, *node.comparators))
+            else:
+                compared = isinstance(node, ast.MatchValue) and names_in(node.value)
+            if compared:
+                found.append((rel, ast.unparse(node)))
+    return found
+
+
+def test_no_definition_is_named_outside_the_measures() -> None:
+    """Issue 23: the service, the planner, the utility gain and the displays dispatched on a definition's
+    name 49 times in 6 modules; each operation is now a method or attribute of its Measure, so a new
+    definition is one class in privacy/measures.py."""
+    root = Path(overlapdp.privacy.__file__).parent.parent
+    found = [f for f in _name_comparisons(root) if f not in _NOT_DEFINITIONS]
+    assert found == []

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up
 from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, PrivacyFilter, PureDP, _lazy
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery

@@ -135,7 +135,7 @@ def test_workload_report_files_and_numbers(tmp_path: Path) -> None:
 
 
 def test_heat_map_dense_and_cells_agree_on_adult() -> None:
-    from overlapdp.demo import marginal_workload, range_workload
+    from overlapdp.cli.demo import marginal_workload, range_workload
     from overlapdp.samples import adult_schema
 
     schema = adult_schema()

@@ -9,7 +9,7 @@ Through the Python client over HTTP (uvicorn in a thread of this process), with 
 - a projection that cannot finish within the budget is a 503 with nothing charged: the worker stops
   itself at the deadline (driven clock), or is killed when it does not answer (a gate never opened);
 - an idempotent replay returns the recorded answers and projection, with no second projection;
-- the projected counts are the library's :func:`overlapdp.consistency.project` of the same noisy counts.
+- the projected counts are the library's :func:`overlapdp.mechanisms.consistency.project` of the same noisy counts.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 import overlapdp._activeset as activeset
-from overlapdp.consistency import project, workload_design
 from overlapdp.errors import ServiceRefused
+from overlapdp.mechanisms.consistency import project, workload_design
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.service import Limits

@@ -165,7 +165,7 @@ def _until_refused(w: World, token: str, amount_name: str, amount: float) -> int
 @pytest.mark.parametrize("definition", list(CASES))
 def test_each_definition_is_served_end_to_end(world: World, definition: str) -> None:
     params, amount, quota, most = CASES[definition]
-    name = runtime.DEFINITIONS[definition]
+    name = runtime.served(definition).amount
     info = _register(world, definition, params, 100 * quota)
     assert info["definition"] == definition and info["parameter"] == name
     assert info["parameters"]["delta"] == params.get("delta", DELTA)
@@ -500,3 +500,14 @@ def test_remaining_is_the_largest_load_one_more_charge_on_the_worst_row_may_carr
     assert Fraction(over.json()["remaining"]) <= left
     ok = world.http.post("/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: remaining})
     assert ok.status_code == 200, ok.text
+
+
+def test_the_api_literals_list_the_measures() -> None:
+    # the OpenAPI schema's Literal types are the one copy of the names outside the measures: kept equal
+    from typing import get_args
+
+    from overlapdp.privacy.measures import MEASURES
+    from overlapdp.service.responses import AmountName, DefinitionName
+
+    assert get_args(DefinitionName) == tuple(m.name for m in MEASURES)
+    assert set(get_args(AmountName)) == {m.amount for m in MEASURES} == set(runtime.AMOUNTS)

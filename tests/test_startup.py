@@ -378,43 +378,9 @@ def test_serve_writes_its_ledger_in_the_current_directory(
     assert "overlapdp-ledger.sqlite in the current directory" in " ".join(out.split())
 
 
-def _runtime_imports(tree: ast.Module) -> list[str]:
-    """Modules imported by a module when it runs (imports under ``if TYPE_CHECKING:`` are for types)."""
-    out: list[str] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            out.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.append(node.module)
-            out.extend(f"{node.module}.{alias.name}" for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return out
-
-
-def test_mechanisms_do_not_import_the_engine_layer() -> None:
-    """The mechanisms (DESIGN.md step 5) sit below the engines (step 6): they count tables through
-    overlapdp.tables, where overlapdp.engine registers its opener (issue 16 item 3)."""
-    offending = {
-        path.name: found
-        for path in sorted((SRC / "overlapdp" / "mechanisms").glob("*.py"))
-        if (
-            found := [
-                m
-                for m in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
-                if m == "overlapdp.engine" or m.startswith("overlapdp.engine.")
-            ]
-        )
-    }
-    assert offending == {}
-    # The registration happens on `import overlapdp`, and a table is counted through it.
+def test_the_mechanisms_count_a_table_through_the_engine() -> None:
+    """The engine (data) sits below the mechanisms (noise) in the package order (issue 23 item 3,
+    tests/test_package_order.py): a mechanism opens a table with the engine's own opener, no registry."""
     done = python(
         "import overlapdp.mechanisms.counting as c, sys\n"
         "import pandas as pd\n"

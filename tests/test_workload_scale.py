@@ -63,7 +63,7 @@ def test_shared_conditions_give_the_queries_of_line_by_line_reading() -> None:
         assert got.text == want.text
         assert w.aggregate(i) == agg
     # The flat form shared between lines is the one each query would compute for itself.
-    from overlapdp.overlap._compiled import _flat
+    from overlapdp.query.flat import flat_form as _flat
 
     for q in w.queries:
         blob = q._overlap_flat

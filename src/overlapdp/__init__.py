@@ -1,7 +1,7 @@
 """overlapdp: differentially private queries on tabular data, charged by maximum (weighted) overlap.
 
-The data flow (DESIGN.md): ``schema`` -> ``query`` -> ``overlap`` -> ``privacy`` -> ``mechanisms`` ->
-``engine`` -> ``service`` -> ``report`` / ``cli``.
+The data flow (DESIGN.md, the package order): ``schema`` -> ``query`` -> ``overlap`` -> ``privacy`` ->
+``engine`` -> ``mechanisms`` -> ``report`` -> ``service`` -> ``cli``.
 
 The names a user reaches for are here, each imported from its package on first use (so that
 ``import overlapdp`` loads neither pandas, DuckDB nor SciPy): the schema and queries, the overlap
@@ -13,7 +13,6 @@ Everything else stays in its package (``overlapdp.engine``, ``overlapdp.service`
 
 from typing import TYPE_CHECKING
 
-import overlapdp.engine  # noqa: F401  (light: registers how the mechanisms open and count tables)
 from overlapdp._lazy import lazy_exports
 from overlapdp.errors import (
     DataError,

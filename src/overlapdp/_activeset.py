@@ -1,7 +1,7 @@
 """Non-negative least squares for consistent answers (MATH.md 6.5): Lawson and Hanson's active-set method.
 
 Solves ``min ||A x - y||_2`` subject to ``x >= 0`` for the weighted 0/1 matrices of
-:mod:`overlapdp.consistency` (queries x cells, often many more cells than queries). The method is the
+:mod:`overlapdp.mechanisms.consistency` (queries x cells, often many more cells than queries). The method is the
 one of ``scipy.optimize.nnls`` (Lawson and Hanson 1974, ch. 23: a passive set grown one column at a
 time, each least-squares subproblem solved exactly, a step back to the boundary when a passive
 variable would turn negative), with three changes that make it several times faster here and let it
@@ -81,7 +81,7 @@ def project_cells(
     clock: Callable[[], float] = time.monotonic,
 ) -> Solution:
     """``A x`` for the ``x >= 0`` minimising ``sum_i (A x - y)_i^2 / var_i`` (``matrix`` is ``A``, queries x
-    cells; inputs already checked by :func:`overlapdp.consistency.project`). Zero variances are weighted
+    cells; inputs already checked by :func:`overlapdp.mechanisms.consistency.project`). Zero variances are weighted
     as 1e12 times the largest positive variance's weight (every variance 0: all weighted equally).
     ``deadline`` is a ``clock()`` time; past it the result is not finished (nothing else is returned)."""
     if deadline is not None and clock() > deadline:

@@ -69,11 +69,12 @@ DEFINITION_NAMES = {
 }
 
 
-def guarantee(definition: str, value: float | tuple[float, ...]) -> str:
-    """A definition's native value for people, rounded up: a number; tCDP's pair ``ρ = …, ω = …`` (ω is a
-    lower limit: rounded down); an RDP curve by its number of orders (the JSON lists them)."""
+def guarantee(value: float | tuple[float, ...], *, pair: bool = False) -> str:
+    """A definition's native value for people, rounded up: a number; with ``pair`` (tCDP, the measure's
+    :attr:`~overlapdp.privacy.measures.Measure.native_pair`) the pair ``ρ = …, ω = …`` (ω is a lower
+    limit: rounded down); an RDP curve by its number of orders (the JSON lists them)."""
     if isinstance(value, tuple):
-        if definition == "tcdp" and len(value) == 2:
+        if pair and len(value) == 2:
             return f"ρ = {spent(value[0])}, ω = {remaining(value[1])}"
         return f"curve ({len(value)} orders)"
     return spent(value)

@@ -162,8 +162,10 @@ class OverlapInputError(OverlapDPError):
     """Bad input to the overlap engine (base class of the errors below)."""
 
 
-class WeightError(OverlapInputError, WorkloadError):
-    """A weight is negative, NaN, infinite, not a number, or vectors differ in length."""
+class WeightError(OverlapInputError, WorkloadError, QueryError):
+    """A weight is negative, NaN, infinite, not a number (an integer beyond the float range included), or
+    vectors differ in length. A weight is part of a query, so this is also a :class:`QueryError`: the
+    engine's ``max_overlap`` / ``OverlapIndex.add`` and ``parse_where`` refuse a bad weight alike."""
 
 
 class CompError(OverlapInputError):
@@ -206,6 +208,12 @@ class MagnitudeError(WeightError):
 # -- answering, consistency and reports --------------------------------------------------------------------
 class AnswerError(OverlapDPError):
     """A bad request to answer a workload (definition, accounting, level, empty workload)."""
+
+
+class LevelError(AnswerError, MechanismError):
+    """A confidence level outside (0, 1). The one level check (:func:`overlapdp.validation.check_level`)
+    serves workloads (which raise :class:`AnswerError`) and mechanisms (:class:`MechanismError`) alike,
+    so its error is both."""
 
 
 class ConsistencyError(OverlapDPError):

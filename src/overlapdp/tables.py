@@ -7,54 +7,15 @@ raises for anything else. Engines are opened on tables by :func:`overlapdp.engin
 :func:`overlapdp.schema.infer_schema` reads column names, types and (where allowed) the values present
 through :func:`column_names`, :func:`numeric_columns` and :func:`present_values`.
 
-The mechanisms (DESIGN.md step 5) count tables without importing the engine layer above them (step 6):
-:func:`overlapdp.engine` registers how a table is opened and counted here (:func:`register_counting`)
-when that package is imported, which ``import overlapdp`` does (the package is light: its engines are
-lazy exports), and the mechanisms call :func:`open_table` and :func:`exact_table_counts`.
+It imports nothing of the package but its errors, so it sits at the bottom of the package order with
+:mod:`overlapdp.errors` (the schema's inference and the engines both use it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from overlapdp.errors import UnsupportedDataError
-
-if TYPE_CHECKING:
-    from overlapdp.query import PredicateQuery
-    from overlapdp.schema import Schema
-
-#: ``open_data(data, schema) -> Engine`` and ``exact_counts(queries, data) -> list[int]`` of the engine
-#: layer (overlapdp.engine.inputs / .exact), registered by :func:`register_counting`.
-Opener = Callable[[Any, "Schema"], Any]
-ExactCounter = Callable[[Sequence["PredicateQuery"], Any], list[int]]
-_counting: dict[str, Any] = {}
-
-
-def register_counting(open_data: Opener, exact_counts: ExactCounter) -> None:
-    """Install the engine layer's table opener and exact counter (overlapdp/engine/__init__.py does)."""
-    _counting["open"] = open_data
-    _counting["exact"] = exact_counts
-
-
-def _registered(key: str) -> Any:
-    if key not in _counting:
-        # Importing overlapdp imports overlapdp.engine, which registers: only a broken install gets here.
-        raise RuntimeError("no table opener registered: import overlapdp.engine first")
-    return _counting[key]
-
-
-def open_table(data: Any, schema: Schema) -> Any:
-    """An :class:`~overlapdp.engine.Engine` over ``data`` on ``schema`` (``overlapdp.engine.inputs.open_data``);
-    the caller owns and closes it."""
-    return _registered("open")(data, schema)
-
-
-def exact_table_counts(queries: Sequence[PredicateQuery], data: Any) -> list[int]:
-    """Exact counts of ``queries`` on ``data`` (``overlapdp.engine.exact.exact_counts``)."""
-    counts: list[int] = _registered("exact")(queries, data)
-    return counts
-
 
 DataKind = Literal[
     "pandas", "polars", "polars-lazy", "arrow", "arrow-batch", "duckdb", "spark", "encoded", "engine"

@@ -1,1 +1,1 @@
-"""The ``overlapdp`` command line (DESIGN.md data flow, step 8)."""
+"""The ``overlapdp`` command line (DESIGN.md data flow, step 9)."""

@@ -146,10 +146,12 @@ _NAMES = DEFINITION_NAMES
 
 def _fmt(x: Any) -> str:
     """A guarantee for people: rounded up (never shown below its value)."""
-    return guarantee("", x)
+    return guarantee(x)
 
 
 def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
+    from overlapdp.privacy.measures import measure_named  # (numpy: not at --help)
+
     out = Table(
         "definition",
         "sequential",
@@ -167,11 +169,12 @@ def _print(report: OdometerReport, reasons: dict[str, str]) -> None:
             exactness = "bound (sequential)"
         else:
             exactness = "upper bound"
-        approx = key == "approx"  # its native value is the epsilon at delta of the next columns
+        m = measure_named(key)
+        approx = m.native_is_epsilon  # its native value is the epsilon at delta of the next columns
         out.add_row(
             _NAMES.get(key, key),
-            "—" if approx else guarantee(key, g.sequential),
-            "—" if approx else guarantee(key, g.overlap),
+            "—" if approx else guarantee(g.sequential, pair=m.native_pair),
+            "—" if approx else guarantee(g.overlap, pair=m.native_pair),
             _fmt(g.sequential_epsilon),
             _fmt(g.overlap_epsilon),
             exactness,

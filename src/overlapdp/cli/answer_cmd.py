@@ -117,7 +117,7 @@ def answer(
         out.add_row(escape(str(q.id)), value, escape(f"[{low}, {high}]"), *extra, escape(what))
     console.print(out)
     if fitted:
-        from overlapdp.consistency import NOTE
+        from overlapdp.mechanisms.consistency import NOTE
 
         console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
     console.print(_privacy_table(plan))

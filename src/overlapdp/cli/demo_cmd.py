@@ -31,7 +31,7 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Serve a table to three analysts on loopback and compare sequential with overlap-aware accounting."""
-    from overlapdp.demo import describe_row, run_demo
+    from overlapdp.cli.demo import describe_row, run_demo
 
     with Progress(
         SpinnerColumn(),

@@ -1,4 +1,4 @@
-"""Where the data lives and how counts are computed (DESIGN.md data flow, step 6).
+"""Where the data lives and how counts are computed (DESIGN.md data flow, step 5).
 
 :class:`Engine` is the interface; :class:`DuckDBEngine` (the embedded default), :class:`PandasEngine`,
 :class:`PolarsEngine` and ``SparkEngine`` (:mod:`overlapdp.engine.spark_engine`, imported on demand)
@@ -8,10 +8,6 @@ implement it. :func:`open_engine` picks one by name.
 from typing import TYPE_CHECKING
 
 from overlapdp._lazy import lazy_exports
-
-# Registers how tables are opened and counted (overlapdp/tables.py) for the mechanisms, one layer down,
-# which never import this package; light (no engine is imported). overlapdp/__init__.py imports us.
-from overlapdp.engine import inputs as _inputs  # noqa: F401
 
 if TYPE_CHECKING:
     from overlapdp.engine.base import DomainReport, Engine

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from overlapdp.errors import DataError
-from overlapdp.tables import ACCEPTED, DataKind, column_names, data_kind, register_counting, unsupported
+from overlapdp.tables import ACCEPTED, DataKind, column_names, data_kind, unsupported
 
 __all__ = ["ACCEPTED", "DataKind", "data_kind", "open_data", "unsupported"]
 
@@ -198,11 +198,9 @@ def open_data(data: object, schema: Schema, *, engine: str | None = None, **opti
     raise DataError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
 
 
-def _exact_counts(queries: Sequence[PredicateQuery], data: object) -> list[int]:
-    from overlapdp.engine.exact import exact_counts  # pandas: imported when an encoded table is counted
+def table_counts(queries: Sequence[PredicateQuery], data: object) -> list[int]:
+    """Exact counts of ``queries`` on ``data`` (:func:`overlapdp.engine.exact.exact_counts`, imported
+    here so that pandas is loaded only when an encoded table is counted)."""
+    from overlapdp.engine.exact import exact_counts
 
     return exact_counts(queries, data)
-
-
-# The engine layer plugs into the mechanisms' counting here (overlapdp/tables.py, DESIGN.md layers).
-register_counting(open_data, _exact_counts)

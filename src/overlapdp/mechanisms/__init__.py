@@ -1,4 +1,4 @@
-"""Mechanisms that spend the budget (DESIGN.md data flow, step 5; MATH.md 3, 4, 6).
+"""Mechanisms that spend the budget (DESIGN.md data flow, step 6; MATH.md 3, 4, 6).
 
 Exact integer noise (:mod:`.samplers`, :mod:`.noise`) from the operating system's CSPRNG
 (:mod:`.randomness`), noisy counts with error bars (:func:`noisy_counts`; a whole workload planned and

@@ -18,10 +18,11 @@ import numpy.typing as npt
 
 from overlapdp.mechanisms.calibration import CountBudget, check_sensitivity, declared_guarantee, noise_for
 from overlapdp.mechanisms.counting import Counter, DataLike
-from overlapdp.mechanisms.noise import Noise, _check_level
+from overlapdp.mechanisms.noise import Noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_level
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def add_noise(
     whole batch costs the composition of per-query budgets over the rows (the accountant's job).
     """
     check_sensitivity(sensitivity)
-    lv = _check_level(level)
+    lv = check_level(level)
     noise = noise_for(budget, sensitivity)
     declared = declared_guarantee(budget)
     source = resolve_source(rng, served=served)

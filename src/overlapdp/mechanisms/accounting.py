@@ -23,11 +23,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from overlapdp.exact import float_down, float_up
 from overlapdp.mechanisms.calibration import PrivacyDefinition, check_sensitivity
 from overlapdp.mechanisms.errors import BudgetExceededError, MechanismError
 from overlapdp.mechanisms.noise import DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
-from overlapdp.mechanisms.rationals import float_down
-from overlapdp.overlap.magnitude import float_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy import mechanisms as pm
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
@@ -84,14 +83,14 @@ def declared_mechanism(guarantee: PrivacyDefinition) -> pm.Mechanism:
 
 def noise_mechanism(noise: Noise, sensitivity: int = 1) -> pm.Mechanism:
     """The accountant's description of one noisy count with this noise (scale rounded down: safe)."""
-    delta = check_sensitivity(sensitivity)
+    sensitivity = check_sensitivity(sensitivity)
     if isinstance(noise, DiscreteLaplaceNoise):
-        return pm.DiscreteLaplace(float_down(noise.scale), delta)
+        return pm.DiscreteLaplace(float_down(noise.scale), sensitivity)
     assert isinstance(noise, DiscreteGaussianNoise)
     sigma = math.nextafter(math.sqrt(float_down(noise.sigma2)), 0.0)
     if sigma > 1e5:  # beyond the exact accountant's range: its zCDP declaration, rounded up
-        return DeclaredZCDP(float_up(Fraction(delta) ** 2 / (2 * Fraction(sigma) ** 2)))
-    return pm.DiscreteGaussian(sigma, delta)
+        return DeclaredZCDP(float_up(Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2)))
+    return pm.DiscreteGaussian(sigma, sensitivity)
 
 
 def float_down_ratio(a: float, b: float) -> float:

@@ -43,37 +43,42 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from overlapdp import validation
+from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.measures import DEFAULT_DELTA as DEFAULT_DELTA
+from overlapdp.privacy.measures import Measure, count_measure
 from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
-from overlapdp.tables import data_kind, open_table
+from overlapdp.tables import data_kind
 from overlapdp.validation import check_positive
 
 if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the search and engines out
     import pandas as pd
 
-    from overlapdp.consistency import ConsistentAnswers
     from overlapdp.engine.base import Engine
+    from overlapdp.mechanisms.consistency import ConsistentAnswers
     from overlapdp.query import PredicateQuery
     from overlapdp.query.groupby import GroupLabels
 
 Definition = Literal["pure", "zcdp", "gdp"]
 Accounting = Literal["overlap", "sequential"]
-DEFINITIONS: tuple[Definition, ...] = ("pure", "zcdp", "gdp")
 ACCOUNTINGS: tuple[Accounting, ...] = ("overlap", "sequential")
 #: Default time limit (seconds) of the maximum-overlap search; past it its safe upper bound is used.
 DEFAULT_EFFORT = 30.0
-#: delta of the (epsilon, delta) statement of zCDP and GDP guarantees when none is given.
-DEFAULT_DELTA = 1e-6
-#: The unit of each definition's budget and guarantee.
-UNITS: dict[str, str] = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}
+
+
+def _measure(definition: str) -> Measure[Any]:
+    """The measure of a workload's ``definition``: one whose budget one count's noise is calibrated to
+    (:func:`overlapdp.privacy.measures.count_measure`: pure DP, zCDP, GDP; :class:`AnswerError` listing
+    them otherwise)."""
+    return count_measure(definition, AnswerError)
 
 
 def check_budget(value: Any) -> float:
@@ -81,29 +86,15 @@ def check_budget(value: Any) -> float:
     return check_positive(value, "the budget")
 
 
-def check_level(value: Any) -> float:
-    """A confidence level in (0, 1) (:class:`AnswerError` naming it otherwise)."""
-    return validation.check_level(value, "the confidence level", error=AnswerError)
-
-
 def _declared_value(definition: Definition, per_query: float) -> Fraction:
     """The per-query loss that is charged, as an exact rational (epsilon, or rho for zCDP and GDP)."""
-    g = declared_guarantee(_budget_object(definition, per_query))
+    g = declared_guarantee(count_budget(definition, per_query))
     return Fraction(g.epsilon if isinstance(g, PureDP) else g.rho)
 
 
-def _total_limit(definition: Definition, budget: float) -> Fraction:
-    """The total budget in the units that are charged (GDP mu ``B`` is ``B^2/2``-zCDP)."""
-    b = Fraction(budget)
-    return b * b / 2 if definition == "gdp" else b
-
-
-def _budget_object(definition: Definition, value: float) -> CountBudget:
-    if definition == "pure":
-        return PureDP(value)
-    if definition == "zcdp":
-        return ZCDP(value)
-    return GDP(value)
+def count_budget(definition: Definition, value: float) -> CountBudget:
+    """The budget ``value`` of ``definition`` (in its unit) as one count's noise takes it."""
+    return cast(CountBudget, _measure(definition).budget(value, {}))
 
 
 def even_share(definition: Definition, budget: float, payers: int) -> float:
@@ -114,8 +105,9 @@ def even_share(definition: Definition, budget: float, payers: int) -> float:
     """
     if payers < 1:
         raise AnswerError("a budget is shared among at least one query")
-    share = budget / payers if definition != "gdp" else budget / math.sqrt(payers)
-    limit = _total_limit(definition, budget)
+    m = _measure(definition)
+    share = m.equal_share(budget, payers)
+    limit = m.declared_total(budget)
     for _ in range(10_000):
         if payers * _declared_value(definition, share) <= limit:
             return share
@@ -126,7 +118,7 @@ def even_share(definition: Definition, budget: float, payers: int) -> float:
 def budget_guarantee(definition: Definition, budget: float) -> PureDP | ZCDP:
     """What a total budget is declared as: epsilon-DP, rho-zCDP, or for GDP ``mu`` the ``mu^2/2``-zCDP of
     the discrete Gaussian (rounded up; module doc). Every plan's guarantee is within it (:func:`even_share`)."""
-    return declared_guarantee(_budget_object(definition, budget))
+    return declared_guarantee(count_budget(definition, budget))
 
 
 def resolve_delta(definition: str, delta: float | None) -> float | None:
@@ -134,7 +126,7 @@ def resolve_delta(definition: str, delta: float | None) -> float | None:
     DP, which is (epsilon, 0)-DP and needs none (None)."""
     if delta is not None:
         return check_delta(delta)
-    return None if definition == "pure" else DEFAULT_DELTA
+    return DEFAULT_DELTA if _measure(definition).needs_delta else None
 
 
 def _value(g: PureDP | ZCDP) -> float:
@@ -162,10 +154,9 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
     (epsilon, delta) never exceeds ``epsilon``; :class:`BudgetError` when even the smallest budget does.
     """
     target = check_positive(epsilon, "epsilon")
-    if definition not in DEFINITIONS:
-        raise AnswerError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")
-    d: Definition = definition
-    if d == "pure":
+    m = _measure(definition)
+    d = cast(Definition, definition)
+    if not m.needs_delta:  # an epsilon-DP budget is (epsilon, delta)-DP at every delta
         return target
     dl = resolve_delta(d, delta)
 
@@ -191,7 +182,7 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
     if not lo > 0:
         raise BudgetError(
             f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
-            f"{UNITS[d]} > 0; ask for a larger epsilon or delta"
+            f"{m.amount} > 0; ask for a larger epsilon or delta"
         )
     return lo
 
@@ -221,7 +212,7 @@ class AnswerPlan:
 
     @property
     def per_query_budget(self) -> CountBudget:
-        return _budget_object(self.definition, self.per_query)
+        return count_budget(self.definition, self.per_query)
 
     def guarantees(self) -> dict[str, dict[str, float]]:
         """The guarantee of releasing every query with the chosen per-query budget: composed over all
@@ -232,7 +223,7 @@ class AnswerPlan:
         for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
             if isinstance(g, PureDP):
                 out[name] = {"epsilon": PureDP.compose([g] * n).epsilon}
-            elif self.definition == "gdp":
+            elif isinstance(self.per_query_budget, GDP):
                 # In GDP's own unit (mu composes in l2, MATH.md 2.4), and the declared zCDP it stands for.
                 out[name] = {
                     "mu": GDP.compose([GDP(self.per_query)] * n).mu,
@@ -262,7 +253,7 @@ class AnswerPlan:
         return out
 
     def noise_std(self, share: float) -> float:
-        return math.sqrt(noise_for(_budget_object(self.definition, share)).variance)
+        return math.sqrt(noise_for(count_budget(self.definition, share)).variance)
 
     @property
     def noise_reduction(self) -> float:
@@ -276,14 +267,16 @@ class AnswerPlan:
             # No noise either way (huge budgets), or too much to calibrate sequentially: the ratio of
             # the continuous scales, gamma/t (Laplace) or sqrt(gamma/t) (Gaussian).
             ratio = self.gamma / self.queries
-            return 0.0 if seq == 0 else 1 - (ratio if self.definition == "pure" else math.sqrt(ratio))
+            laplace = isinstance(self.per_query_budget, PureDP)
+            return 0.0 if seq == 0 else 1 - (ratio if laplace else math.sqrt(ratio))
         return 1 - self.noise_std(self.overlap_share) / seq
 
     def to_json(self) -> dict[str, Any]:
-        unit = {"pure": "epsilon", "zcdp": "rho", "gdp": "mu"}[self.definition]
+        unit = _measure(self.definition).amount
         per_query: dict[str, Any] = {unit: self.per_query}
         declared = declared_guarantee(self.per_query_budget)
-        if self.definition == "gdp":
+        gdp = isinstance(self.per_query_budget, GDP)
+        if gdp:
             assert isinstance(declared, ZCDP)
             per_query["declared_zcdp_rho"] = declared.rho
         out: dict[str, Any] = {
@@ -306,8 +299,8 @@ class AnswerPlan:
             "noise_reduction": self.noise_reduction,
             "level": self.level,
         }
-        if self.definition == "gdp":
-            out["budget"]["declared_zcdp_rho"] = float(_total_limit("gdp", self.budget))
+        if gdp:
+            out["budget"]["declared_zcdp_rho"] = float(_measure(self.definition).declared_total(self.budget))
             out["note"] = (
                 "the discrete Gaussian is declared and accounted as zCDP with ρ = μ²/2 (CKS 2020); "
                 "(ε, δ) is converted from that ρ"
@@ -338,17 +331,16 @@ def plan_answers(
             "give the budget either as --budget (epsilon, rho or mu, in the definition's unit) "
             "or as --epsilon (with --delta), not both and not neither"
         )
-    if definition not in DEFINITIONS:
-        raise AnswerError(f"unknown definition {definition!r}; choose one of {', '.join(DEFINITIONS)}")
+    _measure(definition)
     dl = resolve_delta(definition, delta)
     b = check_budget(budget) if budget is not None else calibrate_budget(definition, epsilon, dl)
     if accounting not in ACCOUNTINGS:
         raise AnswerError(f"unknown accounting {accounting!r}; choose one of {', '.join(ACCOUNTINGS)}")
-    lv = check_level(level)
+    lv = validation.check_level(level)
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
-    d: Definition = definition
+    d = cast(Definition, definition)
     from overlapdp.overlap import max_overlap
 
     res = max_overlap(qs, comp="count", effort=effort)
@@ -358,7 +350,7 @@ def plan_answers(
     ovl = even_share(d, b, gamma)
     used = ovl if accounting == "overlap" else seq
     try:  # every calibrated noise scale must be finite and representable (mechanisms.calibration)
-        noise_for(_budget_object(d, used))
+        noise_for(count_budget(d, used))
     except BudgetError as exc:
         raise BudgetError(f"budget = {b!r} is too small: its per-query share {exc}") from None
     return AnswerPlan(
@@ -383,7 +375,7 @@ def plan_answers(
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
     outside the domain is the data owner's, from ``overlapdp schema check``); ``consistent``: their
-    projection onto a non-negative table's answers, when asked for (:mod:`overlapdp.consistency`;
+    projection onto a non-negative table's answers, when asked for (:mod:`overlapdp.mechanisms.consistency`;
     post-processing, the raw answers are kept as they are).
 
     ``groups`` maps the id of each GROUP BY cell to its family's id and its group labels
@@ -478,9 +470,9 @@ def answer_workload(
     (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's add/remove sensitivity.
 
     ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
-    table (:func:`overlapdp.consistency.make_consistent`: post-processing, no privacy cost, total squared
+    table (:func:`overlapdp.mechanisms.consistency.make_consistent`: post-processing, no privacy cost, total squared
     error never increased; MATH.md 6.5). Its cells are enumerated before any counting, so a workload beyond
-    the cell limit fails (:class:`~overlapdp.consistency.ConsistencyError`) before noise is drawn.
+    the cell limit fails (:class:`~overlapdp.mechanisms.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
     :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation), which
@@ -499,7 +491,7 @@ def answer_workload(
             engine, qs, list(aggregates), plan, rng=rng, served=served, groups=_groups(queries)
         )
     if consistent:
-        from overlapdp.consistency import workload_design
+        from overlapdp.mechanisms.consistency import workload_design
 
         design = workload_design(qs)
     if data_kind(engine) == "engine":  # an open Engine (overlapdp.engine.base)
@@ -519,7 +511,7 @@ def answer_workload(
     )
     fitted = None
     if consistent:
-        from overlapdp.consistency import project
+        from overlapdp.mechanisms.consistency import project
 
         fitted = project(
             design, [a.value for a in noisy], [a.noise.variance for a in noisy], ids=[q.id for q in qs]
@@ -543,15 +535,15 @@ def check_aggregates(plan: AnswerPlan, aggregates: Sequence[Aggregate]) -> None:
     for a in dict.fromkeys(aggregates):
         if a.clipping is None:
             continue
-        delta = a.clipping.sensitivity("add_remove")
+        sensitivity = a.clipping.sensitivity("add_remove")
         part = budget if a.kind == "sum" else split_budget(budget)
         try:
-            noise_for(part, delta)
+            noise_for(part, sensitivity)
             if a.kind == "mean":
                 noise_for(part, 1)
         except BudgetError as exc:
             raise BudgetError(
-                f"{a.kind} of {a.clipping.column!r} (sensitivity {delta} steps of {a.clipping.step!r}): {exc}"
+                f"{a.kind} of {a.clipping.column!r} (sensitivity {sensitivity} steps of {a.clipping.step!r}): {exc}"
             ) from None
 
 

@@ -27,9 +27,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import TypeAlias
 
+from overlapdp.exact import float_up
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.mechanisms.noise import MAX_SCALE, DiscreteGaussianNoise, DiscreteLaplaceNoise, Noise
-from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, float_up, round_up
+from overlapdp.mechanisms.rationals import MAX_DENOMINATOR, round_up
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.validation import check_int, check_positive
 
@@ -58,10 +59,10 @@ def laplace_scale(epsilon: float, sensitivity: int = 1, *, name: str = "epsilon"
     """``t >= Delta/epsilon`` as a short rational (rounded up); :class:`BudgetError` naming ``name``
     when ``t`` would exceed :data:`MAX_SCALE` (``epsilon < Delta 2^-40``)."""
     eps = check_positive(epsilon, name)
-    delta = Fraction(check_sensitivity(sensitivity))
-    if delta / Fraction(eps) > MAX_SCALE:
-        raise _too_small(name, epsilon, delta / MAX_SCALE)
-    return round_up(delta / Fraction(eps))
+    exact_sensitivity = Fraction(check_sensitivity(sensitivity))
+    if exact_sensitivity / Fraction(eps) > MAX_SCALE:
+        raise _too_small(name, epsilon, exact_sensitivity / MAX_SCALE)
+    return round_up(exact_sensitivity / Fraction(eps))
 
 
 def gaussian_sigma2(sigma2: Fraction) -> Fraction:
@@ -89,10 +90,10 @@ def gaussian_for_rho(rho: float, sensitivity: int = 1, *, name: str = "rho") -> 
     """Discrete Gaussian noise that makes a sensitivity-``Delta`` count ``rho``-zCDP; :class:`BudgetError`
     naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE` (``rho < Delta^2 2^-81``)."""
     r = check_positive(rho, name)
-    delta = check_sensitivity(sensitivity)
-    sigma2 = Fraction(delta * delta) / (2 * Fraction(r))
+    sensitivity = check_sensitivity(sensitivity)
+    sigma2 = Fraction(sensitivity * sensitivity) / (2 * Fraction(r))
     if sigma2 > MAX_SCALE * MAX_SCALE:
-        raise _too_small(name, rho, Fraction(delta * delta) / (2 * MAX_SCALE * MAX_SCALE))
+        raise _too_small(name, rho, Fraction(sensitivity * sensitivity) / (2 * MAX_SCALE * MAX_SCALE))
     return DiscreteGaussianNoise(gaussian_sigma2(sigma2))
 
 
@@ -100,10 +101,10 @@ def gaussian_for_mu(mu: float, sensitivity: int = 1, *, name: str = "mu") -> Dis
     """Discrete Gaussian noise with ``sigma = Delta/mu`` (declared as ``mu^2/2``-zCDP, see module doc);
     :class:`BudgetError` naming ``name`` when ``sigma`` would exceed :data:`MAX_SCALE`."""
     m = _declarable_mu(name, mu)
-    delta = check_sensitivity(sensitivity)
-    sigma2 = Fraction(delta * delta) / (Fraction(m) * Fraction(m))
+    sensitivity = check_sensitivity(sensitivity)
+    sigma2 = Fraction(sensitivity * sensitivity) / (Fraction(m) * Fraction(m))
     if sigma2 > MAX_SCALE * MAX_SCALE:
-        raise _too_small(name, mu, Fraction(delta) / MAX_SCALE)
+        raise _too_small(name, mu, Fraction(sensitivity) / MAX_SCALE)
     return DiscreteGaussianNoise(gaussian_sigma2(sigma2))
 
 
@@ -148,10 +149,10 @@ def guarantee_of(noise: Noise, sensitivity: int = 1) -> PureDP | ZCDP:
     Discrete Laplace of scale ``t``: ``(Delta/t)``-DP; discrete Gaussian: ``Delta^2/(2 sigma^2)``-zCDP
     (MATH.md 6.2).
     """
-    delta = check_sensitivity(sensitivity)
+    sensitivity = check_sensitivity(sensitivity)
     if isinstance(noise, DiscreteLaplaceNoise):
-        return PureDP(float_up(delta / noise.scale))
-    return ZCDP(float_up(Fraction(delta * delta) / (2 * noise.sigma2)))
+        return PureDP(float_up(sensitivity / noise.scale))
+    return ZCDP(float_up(Fraction(sensitivity * sensitivity) / (2 * noise.sigma2)))
 
 
 def declared_guarantee(budget: CountBudget) -> PureDP | ZCDP:

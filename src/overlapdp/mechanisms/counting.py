@@ -7,8 +7,9 @@ A :class:`Counter` answers ``q(D)`` for predicate queries. It is built from a pl
 RecordBatch), a DuckDB relation, a Spark DataFrame, each counted by its natural engine, many queries in
 one pass. Nothing here adds noise.
 
-Tables are opened and counted through :mod:`overlapdp.tables`, where the engine layer registers its
-``open_data`` and ``exact_counts`` (DESIGN.md, layers): the mechanisms never import ``overlapdp.engine``.
+Tables are opened and counted by the engine layer, one step down the data flow (DESIGN.md):
+:func:`overlapdp.engine.inputs.open_data` and :func:`overlapdp.engine.inputs.table_counts` (light: no
+engine or data-frame library is imported until a table is read).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from overlapdp.engine.inputs import open_data as open_table
+from overlapdp.engine.inputs import table_counts as exact_table_counts
 from overlapdp.mechanisms.errors import MechanismError
 from overlapdp.query import PredicateQuery
-from overlapdp.tables import data_kind, exact_table_counts, open_table, unsupported
+from overlapdp.tables import data_kind, unsupported
 
 if TYPE_CHECKING:  # pandas and the engines are imported when a table is counted
     from overlapdp.engine.base import Engine, Method

@@ -30,18 +30,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from overlapdp.exact import float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
+from overlapdp.mechanisms.rationals import RationalLike, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_level, check_positive
 
 GuessOutcome = Literal["confirmed", "estimate", "exhausted"]
 
@@ -89,7 +90,7 @@ class GuessAndCheck:
         self.query_noise = DiscreteLaplaceNoise(round_up(query_scale, name="query_scale"))
         self.estimate_noise = DiscreteLaplaceNoise(round_up(estimate_scale, name="estimate_scale"))
         self._coverage = check_coverage(coverage)
-        self._level = _check_level(level)
+        self._level = check_level(level)
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)
         self._guarantee = PureDP(float_up(self.epsilon_exact))
@@ -117,7 +118,7 @@ class GuessAndCheck:
         eps = check_positive(epsilon, "epsilon")
         if not 0 < estimate_fraction < 1:
             raise MechanismError(f"estimate_fraction must lie in (0, 1), got {estimate_fraction!r}")
-        delta = check_sensitivity(sensitivity)
+        sensitivity = check_sensitivity(sensitivity)
         cc = check_c(max_failures, "max_failures")
         eps_est = eps * estimate_fraction
         eps1, eps2 = optimal_split(eps - eps_est, cc)
@@ -125,10 +126,10 @@ class GuessAndCheck:
             data,
             tolerance=tolerance,
             max_failures=cc,
-            threshold_scale=Fraction(delta) / Fraction(eps1),
-            query_scale=Fraction(2 * cc * delta) / Fraction(eps2),
-            estimate_scale=Fraction(cc * delta) / Fraction(eps_est),
-            sensitivity=delta,
+            threshold_scale=Fraction(sensitivity) / Fraction(eps1),
+            query_scale=Fraction(2 * cc * sensitivity) / Fraction(eps2),
+            estimate_scale=Fraction(cc * sensitivity) / Fraction(eps_est),
+            sensitivity=sensitivity,
             coverage=coverage,
             level=level,
             rng=rng,

@@ -48,11 +48,6 @@ MAX_SCALE = 2**40
 _POOLED_LIMIT = 1 << 31
 
 
-def _check_level(level: float) -> float:
-    """A confidence level in (0, 1) (:class:`MechanismError` naming it otherwise)."""
-    return check_level(level, "confidence level", error=MechanismError)
-
-
 @dataclass(frozen=True)
 class DiscreteLaplaceNoise:
     """The discrete Laplace distribution of rational scale ``t`` (exact)."""
@@ -106,7 +101,7 @@ class DiscreteLaplaceNoise:
 
     def half_width(self, level: float) -> int:
         """The smallest ``w`` with ``P(|Y| <= w) >= level``."""
-        return _laplace_half_width(self, _check_level(level))
+        return _laplace_half_width(self, check_level(level))
 
     def _half_width(self, level: float) -> int:
         alpha = 1 - level
@@ -204,7 +199,7 @@ class DiscreteGaussianNoise:
     def half_width(self, level: float) -> int:
         """The smallest ``w`` with ``P(|Y| <= w) >= level`` (memoised by ``(sigma^2, level)``: a noisy count
         per call would otherwise sum the pmf again for every answer)."""
-        return _gaussian_half_width(self.sigma2, _check_level(level))
+        return _gaussian_half_width(self.sigma2, check_level(level))
 
     def _half_width(self, level: float) -> int:
         alpha = 1 - level

@@ -21,11 +21,11 @@ from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import CoverageError, MechanismError
 from overlapdp.mechanisms.filters import SequentialFilter
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import _check_level
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.privacy.definitions import ZCDP, PureDP
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
+from overlapdp.validation import check_level
 
 
 class NoisyCounts:
@@ -54,7 +54,7 @@ class NoisyCounts:
         self._sensitivity = check_sensitivity(sensitivity)
         self.noise = noise_for(per_query, self._sensitivity)
         self._coverage = check_coverage(coverage)
-        self._level = _check_level(level)
+        self._level = check_level(level)
         self._half_width = self.noise.half_width(self._level)
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)

@@ -47,15 +47,3 @@ def round_up(value: RationalLike, *, max_denominator: int = MAX_DENOMINATOR, nam
     if close >= exact:
         return close
     return Fraction(math.ceil(exact * max_denominator), max_denominator)
-
-
-def float_up(value: Fraction) -> float:
-    """The smallest float ``>= value`` (a privacy parameter reported as a float is never rounded down)."""
-    f = float(value)
-    return f if Fraction(f) >= value else math.nextafter(f, math.inf)
-
-
-def float_down(value: Fraction) -> float:
-    """The largest float ``<= value``."""
-    f = float(value)
-    return f if Fraction(f) <= value else math.nextafter(f, -math.inf)

@@ -37,18 +37,19 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
+from overlapdp.exact import float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.calibration import check_sensitivity
 from overlapdp.mechanisms.counting import Counter, DataLike
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
 from overlapdp.mechanisms.interactive import WHOLE_DOMAIN, Coverage, check_coverage, require_within
-from overlapdp.mechanisms.noise import DiscreteLaplaceNoise, _check_level
+from overlapdp.mechanisms.noise import DiscreteLaplaceNoise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import RationalLike, float_up, round_up
+from overlapdp.mechanisms.rationals import RationalLike, round_up
 from overlapdp.mechanisms.svt_core import ThresholdState, check_c, crosses, exact_finite, optimal_split
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import PredicateQuery
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_level, check_positive
 
 Outcome = Literal["above", "below", "exhausted"]
 
@@ -97,7 +98,7 @@ class SparseVector:
     ) -> None:
         self._c = check_c(max_positives)
         eps = check_positive(epsilon, "epsilon")
-        delta = check_sensitivity(sensitivity)
+        sensitivity = check_sensitivity(sensitivity)
         if threshold_epsilon is None:
             eps1, eps2 = optimal_split(eps, self._c, monotonic=monotonic)
         else:
@@ -108,11 +109,11 @@ class SparseVector:
         self._eps3 = None if release_epsilon is None else check_positive(release_epsilon, "release_epsilon")
         self._threshold = None if threshold is None else exact_finite("threshold", threshold)
         self._coverage = check_coverage(coverage)
-        self._level = _check_level(level)
+        self._level = check_level(level)
         self._source = resolve_source(rng, served=served)
         self._counter = Counter.of(data)
         self.monotonic = monotonic
-        scales = _svt_noise(eps1, eps2, self._c, monotonic, delta, self._eps3, eps)
+        scales = _svt_noise(eps1, eps2, self._c, monotonic, sensitivity, self._eps3, eps)
         self.threshold_noise, self.query_noise, self.release_noise, self._guarantee = scales
         self._rho = self.threshold_noise.sample(self._source)
         self._positives = 0
@@ -212,20 +213,20 @@ class SparseVector:
 
 @lru_cache(maxsize=256)
 def _svt_noise(
-    eps1: float, eps2: float, c: int, monotonic: bool, delta: int, eps3: float | None, eps: float
+    eps1: float, eps2: float, c: int, monotonic: bool, sensitivity: int, eps3: float | None, eps: float
 ) -> tuple[DiscreteLaplaceNoise, DiscreteLaplaceNoise, DiscreteLaplaceNoise | None, PureDP]:
     """Noise scales (rounded up) and the declared guarantee; cached, mechanisms are spawned often."""
     spread = c if monotonic else 2 * c
-    threshold_noise = DiscreteLaplaceNoise(round_up(Fraction(delta) / Fraction(eps1)))
-    query_noise = DiscreteLaplaceNoise(round_up(Fraction(spread * delta) / Fraction(eps2)))
+    threshold_noise = DiscreteLaplaceNoise(round_up(Fraction(sensitivity) / Fraction(eps1)))
+    query_noise = DiscreteLaplaceNoise(round_up(Fraction(spread * sensitivity) / Fraction(eps2)))
     release_noise = (
-        None if eps3 is None else DiscreteLaplaceNoise(round_up(Fraction(c * delta) / Fraction(eps3)))
+        None if eps3 is None else DiscreteLaplaceNoise(round_up(Fraction(c * sensitivity) / Fraction(eps3)))
     )
     requested = Fraction(eps) + (Fraction(eps3) if eps3 is not None else 0)
     # eps2 = eps - eps1 in floats can round UP, so the noise may be worth more than the requested eps:
     # declare the larger of the request and the exact epsilon of the scales used (MATH.md 4.1).
-    used = Fraction(delta) / threshold_noise.scale + Fraction(spread * delta) / query_noise.scale
+    used = Fraction(sensitivity) / threshold_noise.scale + Fraction(spread * sensitivity) / query_noise.scale
     if release_noise is not None:
-        used += Fraction(c * delta) / release_noise.scale
+        used += Fraction(c * sensitivity) / release_noise.scale
     total = max(requested, used)
     return threshold_noise, query_noise, release_noise, PureDP(float_up(total))

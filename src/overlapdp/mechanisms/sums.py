@@ -30,14 +30,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from overlapdp.exact import float_down, float_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
-from overlapdp.mechanisms.noise import Noise, _check_level
+from overlapdp.mechanisms.noise import Noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
-from overlapdp.mechanisms.rationals import float_down, float_up
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query.aggregate import Clipping, Neighbouring
 from overlapdp.schema import Schema
+from overlapdp.validation import check_level
 
 
 @dataclass(frozen=True)
@@ -156,14 +157,14 @@ def add_sum_noise(
     return them), each ``budget``-private under ``neighbouring`` (module doc; ``covers_all``: the queries
     cover the whole domain, which lowers the replace-one sensitivity to ``H - L`` only when ``schema``
     keeps no row that adds nothing to a sum, see :meth:`Clipping.sensitivity`)."""
-    lv = _check_level(level)
-    delta = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
+    lv = check_level(level)
+    sensitivity = clipping.sensitivity(neighbouring, covers_all=covers_all, schema=schema)
     try:  # checked first so that the error names the sum
-        noise_for(budget, delta)
+        noise_for(budget, sensitivity)
     except BudgetError as exc:
-        raise BudgetError(f"sum of {clipping.column!r} (sensitivity {delta} steps): {exc}") from None
+        raise BudgetError(f"sum of {clipping.column!r} (sensitivity {sensitivity} steps): {exc}") from None
     source = resolve_source(rng, served=served)
-    counts = add_noise(list(true_units), budget, sensitivity=delta, level=lv, ids=ids, rng=source)
+    counts = add_noise(list(true_units), budget, sensitivity=sensitivity, level=lv, ids=ids, rng=source)
     step = Fraction(clipping.step)
     return [
         NoisySum(
@@ -175,7 +176,7 @@ def add_sum_noise(
             units_low=c.low,
             units_high=c.high,
             clipping=clipping,
-            sensitivity=delta,
+            sensitivity=sensitivity,
             noise=c.noise,  # the noise actually drawn
             guarantee=c.guarantee,
             query_id=c.query_id,
@@ -240,7 +241,7 @@ def add_mean_noise(
 ) -> list[NoisyMean]:
     """Noisy means: per query a noisy sum and a noisy count, each at :func:`split_budget` of ``budget``
     and error-bar level ``1 - (1 - level)/2``, then :func:`mean_of` (module doc)."""
-    lv = _check_level(level)
+    lv = check_level(level)
     if len(true_units) != len(true_counts):
         raise ValueError("one sum and one count per query")
     half = split_budget(budget)

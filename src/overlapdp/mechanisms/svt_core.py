@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any, Literal, cast, get_args
 
 from overlapdp.mechanisms.errors import MechanismError, SnapshotError
-from overlapdp.validation import check_positive
+from overlapdp.validation import check_int, check_positive
 
 MechanismKind = Literal["sparse_vector", "guess_and_check"]
 _KINDS: tuple[str, ...] = get_args(MechanismKind)
@@ -39,10 +39,8 @@ _KINDS: tuple[str, ...] = get_args(MechanismKind)
 def check_c(c: int, name: str = "max_positives") -> int:
     """``c`` of the papers, the number of crossings before the mechanism stops: the most "above"
     answers (``max_positives``) or failed guesses (``max_failures``, Guess-and-Check); ``name`` is the
-    parameter named in the error."""
-    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-        raise MechanismError(f"{name} (c, the number of positive answers) must be an integer >= 1, got {c!r}")
-    return c
+    parameter named in the error (:func:`overlapdp.validation.check_int`)."""
+    return check_int(c, name, what=" (c, the number of positive answers)")
 
 
 def optimal_split(epsilon: float, c: int, *, monotonic: bool = False) -> tuple[float, float]:

@@ -9,13 +9,11 @@ query constrains are dropped too (every query covers all of them).
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
 from operator import attrgetter, is_
-from struct import Struct
 from typing import overload
 
 import numpy as np
@@ -23,6 +21,9 @@ import numpy.typing as npt
 
 from overlapdp.overlap.result import SchemaMismatchError
 from overlapdp.query import PredicateQuery
+from overlapdp.query.flat import CACHED as _CACHED
+from overlapdp.query.flat import RECORD as _RECORD
+from overlapdp.query.flat import flat_form as _flat
 from overlapdp.schema import Schema
 
 IntArray = npt.NDArray[np.int64]
@@ -375,39 +376,4 @@ def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compi
     return from_intervals(schema, t, void, per_attribute, single)
 
 
-# The flat form of a query: one (position, lo, hi) int64 record per interval of each constraint, a
-# (position, 0, 0) record for an empty coverage (a contradiction), and for a query with no constraint
-# (a tautology) one (-1, 0, 1) record, which constrains nothing: every query has at least one record.
-_RECORD = 3 * 8
-_KEY = "_overlap_flat"
-_CACHED = attrgetter(_KEY)
-_PACK3 = Struct("3q").pack
-_TAUTOLOGY = _PACK3(-1, 0, 1)
 _SCHEMA = attrgetter("schema")
-
-
-def _flat(q: PredicateQuery) -> bytes:
-    """The flat form of ``q`` (see above), computed once and cached on the (frozen) query object."""
-    blob: bytes | None = getattr(q, _KEY, None)
-    if blob is not None:
-        return blob
-    cons = q.constraints
-    if not cons:
-        blob = _TAUTOLOGY
-    elif len(cons) == 1 and len(cons[0][1].intervals) == 1:
-        # The common case (one range), packed without building a list.
-        pos, cov = cons[0]
-        blob = _PACK3(pos, *cov.intervals[0])
-    else:
-        out: list[int] = []
-        for pos, cov in cons:
-            ivs = cov.intervals
-            if not ivs:
-                out += (pos, 0, 0)
-            for lo, hi in ivs:
-                out += (pos, lo, hi)
-        blob = array("q", out).tobytes()
-    # A declared field of the frozen dataclass (no part in equality, hashing or repr; replace() and
-    # new queries start without it), so the write goes around the frozen __setattr__.
-    object.__setattr__(q, _KEY, blob)
-    return blob

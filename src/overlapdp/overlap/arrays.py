@@ -42,6 +42,7 @@ from overlapdp.overlap.result import (
     comp_name,
 )
 from overlapdp.schema import IntAttribute, Schema
+from overlapdp.validation import check_int, check_seconds
 
 # The raw-value sweep of one attribute runs on up to this many values, or 16 per box (up to the grid's
 # memory limit); larger attributes go through the segments.
@@ -75,10 +76,8 @@ def max_overlap_boxes(
     name = comp_name(comp)
     if name == "vector":
         raise CompError("comp: the vector comp is not supported with arrays; call once per component")
-    if effort is not None and (
-        isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
-    ):
-        raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
+    if effort is not None:
+        effort = check_seconds(effort, "effort", error=CompError)
     if algorithm not in _ALGORITHMS:
         raise CompError(f"unknown algorithm {algorithm!r}")
     schema = _schema(domain)
@@ -175,8 +174,11 @@ def _schema(domain: Schema | Sequence[int]) -> Schema:
     if not sizes:
         raise OverlapInputError("domain: at least one attribute size is needed")
     for j, n in enumerate(sizes):
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise OverlapInputError(f"domain: size of attribute {j} must be a positive integer, got {n!r}")
+        check_int(
+            int(n) if isinstance(n, np.integer) else n,
+            f"domain: size of attribute {j}",
+            error=OverlapInputError,
+        )
     return Schema(tuple(IntAttribute(f"x{j}", 0, int(n) - 1) for j, n in enumerate(sizes)))
 
 

@@ -52,6 +52,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from overlapdp.exact import float_up, sqrt_up
 from overlapdp.overlap import _clock, parts, wcsp
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import Compiled, IntArray, QueryIds, check_schema, compile_workload
@@ -83,14 +84,7 @@ from overlapdp.overlap.exactness import (
     sum_error,
 )
 from overlapdp.overlap.grid import GRID_LIMIT, GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.magnitude import (
-    Loads,
-    MagnitudeError,
-    check_finite,
-    exact_total,
-    float_up,
-    sqrt_up,
-)
+from overlapdp.overlap.magnitude import Loads, MagnitudeError, check_representable, exact_total
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -109,6 +103,7 @@ from overlapdp.overlap.threshold import Maximum, Problem, common_unit
 from overlapdp.overlap.threshold import maximum as lp_maximum
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
+from overlapdp.validation import check_seconds
 
 Algorithm = Literal["auto", "grid", "sweep2d", "boxes", "gridbranch", "branch", "lpbranch", "milp", "wcsp"]
 
@@ -176,10 +171,8 @@ def max_overlap(
     name = comp_name(comp)
     queries = list(queries)
     sch = check_schema(queries, schema)
-    if effort is not None and (
-        isinstance(effort, bool) or not isinstance(effort, int | float) or not effort >= 0
-    ):
-        raise CompError(f"effort must be a non-negative number of seconds or None, got {effort!r}")
+    if effort is not None:
+        effort = check_seconds(effort, "effort", error=CompError)
     if algorithm not in get_args(Algorithm):
         raise CompError(f"unknown algorithm {algorithm!r}")
     ids = QueryIds(queries)
@@ -431,7 +424,7 @@ def _parts_bound(lw: Loads, uppers: Sequence[float], free: Sequence[float]) -> f
         value = sqrt_up(sum((Fraction(u) ** 2 for u in uppers), Fraction(0)) + exact_total("l2", free))
     else:
         value = float_up(sum((Fraction(u) for u in uppers), Fraction(0)) + exact_total("sum", free))
-    return check_finite(value, lw._heaviest(None))
+    return check_representable(value, lw._heaviest(None))
 
 
 def _grid(

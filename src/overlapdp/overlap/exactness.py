@@ -29,11 +29,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from overlapdp.exact import MAX_FLOAT, float_up, sqrt_up
 from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.grid import GridPlan
-from overlapdp.overlap.magnitude import MAX_FLOAT, Loads, MagnitudeError, float_up, sqrt_up
+from overlapdp.overlap.magnitude import Loads, MagnitudeError
 from overlapdp.overlap.result import FloatArray
 
 # Unit roundoff of binary64 (round to nearest).

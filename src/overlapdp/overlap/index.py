@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp import validation
 from overlapdp.overlap import _clock
 from overlapdp.overlap.engine import max_overlap
 from overlapdp.overlap.magnitude import (
-    check_finite,
+    check_representable,
     compose_up,
     exact_total,
     exponent,
@@ -329,7 +330,9 @@ class OverlapIndex:
                 raise CompError(f"{what}: the vector comp needs a weight vector")
             try:
                 vec = np.asarray(weight, dtype=np.float64)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
+                for k, v in enumerate(weight):  # name the first component that is not a weight
+                    validation.check_weight(v, f"{what}: component {k} of the weight")
                 raise WeightError(f"{what}: a vector weight must hold numbers") from None
             if vec.ndim != 1 or vec.size == 0:
                 raise WeightError(f"{what}: a vector weight must be a non-empty list of numbers")
@@ -762,7 +765,7 @@ class OverlapIndex:
         value = compose_up(name, weights)
         if not math.isfinite(value):
             heavy = max(range(len(weights)), key=weights.__getitem__)
-            check_finite(value, f"query {ids[heavy]!r} (weight {weights[heavy]!r})")
+            check_representable(value, f"query {ids[heavy]!r} (weight {weights[heavy]!r})")
         algorithm = "index" if self._dense else "index-generic"
         return OverlapResult(
             value=value,

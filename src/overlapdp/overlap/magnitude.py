@@ -35,12 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from overlapdp.errors import MagnitudeError as MagnitudeError
+from overlapdp.exact import MAX_FLOAT, fsum_up, sqrt_up
 from overlapdp.overlap.result import FloatArray
 
-MAX_FLOAT = sys.float_info.max
 MIN_NORMAL = sys.float_info.min
-# Extra bits carried by the integer square root of an exact sum of squares before rounding up.
-_SQRT_GUARD_BITS = 64
 
 
 def exponent(weights: FloatArray) -> int:
@@ -82,8 +80,7 @@ def unscale_up(name: str, total: float, shift: int, what: str) -> float:
     """A safe bound in scaled units (sum of loads) back in the units of the weights, rounded up."""
     total = max(float(total), 0.0)
     if name == "l2":
-        root = math.sqrt(total)
-        total = math.nextafter(root, math.inf) if Fraction(root) ** 2 < Fraction(total) else root
+        total = sqrt_up(Fraction(total))
     try:
         out = math.ldexp(total, shift)
     except OverflowError:
@@ -114,31 +111,6 @@ def exact_total(name: str, weights: Sequence[float]) -> Fraction:
     return Fraction(sum(n << (top - k) for n, k in zip(nums, exps, strict=True)), 1 << top)
 
 
-def float_up(x: Fraction) -> float:
-    """The smallest float >= ``x`` (inf when ``x`` exceeds the largest float)."""
-    try:
-        f = float(x)
-    except OverflowError:
-        return math.inf
-    if Fraction(f) < x:
-        f = math.nextafter(f, math.inf)
-    return f
-
-
-def sqrt_up(x: Fraction) -> float:
-    """The smallest float >= sqrt(``x``), from an integer square root with guard bits."""
-    if x <= 0:
-        return 0.0
-    num, den = x.numerator, x.denominator  # den is a power of two here, but any works
-    g = _SQRT_GUARD_BITS
-    # sqrt(num / den) = sqrt(num * den * 4**g) / (den * 2**g); the ceiling of the integer root is >= it.
-    radicand = num * den << (2 * g)
-    r = math.isqrt(radicand)
-    if r * r < radicand:
-        r += 1
-    return float_up(Fraction(r, den << g))
-
-
 def compose_up(name: str, weights: Sequence[float]) -> float:
     """``comp`` of explicit weights, exactly, rounded UP to a float (``inf`` when it exceeds the range).
 
@@ -150,15 +122,7 @@ def compose_up(name: str, weights: Sequence[float]) -> float:
     if not weights:
         return 0.0
     if name == "sum":
-        try:
-            r = math.fsum(weights)
-            if math.isfinite(r):
-                if math.fsum([*weights, -r]) > 0:
-                    r = math.nextafter(r, math.inf)
-                return r
-        except OverflowError:
-            pass
-        return float_up(exact_total("sum", weights))
+        return fsum_up(weights)
     fast = _l2_up_fast(np.asarray(weights, dtype=np.float64))
     return fast if fast is not None else sqrt_up(exact_total("l2", weights))
 
@@ -217,8 +181,9 @@ def _l2_up_fast(w: FloatArray) -> float | None:
     return out
 
 
-def check_finite(value: float, what: str) -> float:
-    """``value`` when finite, else :class:`MagnitudeError` naming ``what``."""
+def check_representable(value: float, what: str) -> float:
+    """``value`` when a computed maximum is a float (finite), else :class:`MagnitudeError` naming ``what``
+    (a result beyond the float range; an input is checked by :mod:`overlapdp.validation`)."""
     if not math.isfinite(value):
         raise MagnitudeError(f"{what}: the maximum overlap exceeds the largest float ({MAX_FLOAT:g})")
     return value
@@ -256,7 +221,7 @@ class Loads:
             return float(len(indices))
         idx = np.asarray(indices, dtype=np.int64)
         value = compose_up(self.name, self.weights[idx].tolist())
-        return check_finite(value, self._heaviest(idx))
+        return check_representable(value, self._heaviest(idx))
 
     @cached_property
     def units(self) -> tuple[list[int], int]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import check_finite, compose_up, normalised_loads, unscale_up
+from overlapdp.overlap.magnitude import check_representable, compose_up, normalised_loads, unscale_up
 from overlapdp.overlap.result import (
     Comp,
     DomainTooLargeError,
@@ -56,7 +56,7 @@ def _compose(indices: Sequence[int], w: Sequence[Any], comp: Comp) -> Any:
         return sum((w[i] for i in indices), np.zeros(k))
     # Exact, rounded up (MATH.md 7.8): no float square underflows, no sum overflows to inf.
     value = compose_up("l2" if comp == "l2" else "sum", [w[i] for i in indices])
-    return check_finite(value, f"the row covered by {len(indices)} queries")
+    return check_representable(value, f"the row covered by {len(indices)} queries")
 
 
 def _ids(queries: Sequence[PredicateQuery], indices: Sequence[int]) -> tuple[str, ...]:

@@ -13,7 +13,6 @@ increasing $g$, so they reduce to a maximum weighted depth with per-query loads 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
@@ -21,6 +20,7 @@ from typing import Any, Literal, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
+from overlapdp import validation
 from overlapdp.errors import CompError as CompError
 from overlapdp.errors import DomainTooLargeError as DomainTooLargeError
 from overlapdp.errors import DuplicateQueryError as DuplicateQueryError
@@ -186,36 +186,19 @@ def load_of(name: str, weight: float) -> float:
 
 
 def check_weight(weight: Any, what: str) -> float:
-    """A finite non-negative float, or :class:`WeightError` naming ``what``."""
-    if isinstance(weight, bool | str):
-        raise WeightError(f"{what}: weight must be a number, got {weight!r}")
-    try:
-        w = float(weight)
-    except (TypeError, ValueError):
-        raise WeightError(f"{what}: weight must be a number, got {type(weight).__name__}") from None
-    if not math.isfinite(w) or w < 0:
-        raise WeightError(f"{what}: weight must be a finite non-negative number, got {w!r}")
-    return w
+    """A finite non-negative float, or :class:`WeightError` naming ``what``
+    (:func:`overlapdp.validation.check_weight`)."""
+    return validation.check_weight(weight, f"{what}: weight")
 
 
 def check_weights(values: Any, t: int, ids: Sequence[str | None]) -> FloatArray:
-    """``t`` finite non-negative weights as an array; the first bad one is named by its query."""
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        items = list(values)
-        for i, v in enumerate(items):
-            check_weight(v, f"query {ids[i] if i < len(ids) else None!r} (#{i})")
-        raise WeightError("weights must be numbers") from None
-    if arr.ndim != 1 or arr.shape[0] != t:
-        raise WeightError(f"expected one weight per query ({t}), got shape {arr.shape}")
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
-    if bad.size:
-        i = int(bad[0])
-        raise WeightError(
-            f"query {ids[i]!r} (#{i}): weight must be a finite non-negative number, got {float(arr[i])!r}"
-        )
-    return arr
+    """``t`` finite non-negative weights as an array; the first bad one is named by its query
+    (:func:`overlapdp.validation.check_weights`)."""
+
+    def field(i: int) -> str:
+        return f"query {ids[i] if i < len(ids) else None!r} (#{i}): weight"
+
+    return validation.check_weights(values, t, field)
 
 
 def check_vectors(values: Any, t: int, ids: Sequence[str | None]) -> FloatArray:
@@ -242,7 +225,10 @@ def check_vectors(values: Any, t: int, ids: Sequence[str | None]) -> FloatArray:
         raise WeightError("weight vectors must have at least one component")
     try:
         arr = np.asarray(rows, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        for i, r in enumerate(rows):  # name the first component that is not a weight
+            for k, v in enumerate(r):
+                validation.check_weight(v, f"query {ids[i]!r} (#{i}): component {k} of the weight")
         raise WeightError("weight vectors must hold numbers") from None
     bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
     if bad.size:

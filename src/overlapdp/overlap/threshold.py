@@ -36,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
+from overlapdp.exact import exact_sum
 from overlapdp.overlap import _clock
 
 BoolArray = np.ndarray
@@ -363,7 +364,7 @@ class _Search:
         return _first_row(self.box, self.offsets)
 
     def exact_load(self, alive: BoolArray) -> Fraction:
-        return _exact_sum([self.exact[i] for i in np.flatnonzero(alive).tolist()])
+        return exact_sum([self.exact[i] for i in np.flatnonzero(alive).tolist()])
 
     def upper(self, ub: float, extra: float = 0.0) -> Fraction | None:
         """An exact bound from a float bound ``ub`` in scaled units plus an absolute float error
@@ -522,7 +523,7 @@ class _Search:
         """An exact bound on every row of the open boxes: per box the smaller of its tables' bound and
         its parent's Lagrangian bound (MATH.md 7.9), the largest over the boxes (the total load when a
         float bound is not finite)."""
-        total = _exact_sum(self.exact)
+        total = exact_sum(self.exact)
         out = Fraction(0)
         for alive, masks, inherited in stack:
             for j in range(self.k):
@@ -602,15 +603,6 @@ def _bits(i: int) -> float:
 
 def _first_row(box: BoolArray, offsets: np.ndarray) -> tuple[int, ...]:
     return tuple(int(np.flatnonzero(box[offsets[p] : offsets[p + 1]])[0]) for p in range(len(offsets) - 1))
-
-
-def _exact_sum(values: Sequence[Fraction]) -> Fraction:
-    if not values:
-        return Fraction(0)
-    den = max(v.denominator for v in values)
-    if any(den % v.denominator for v in values):
-        return sum(values, Fraction(0))
-    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
 __all__ = ["Maximum", "Problem", "common_unit", "exceeds", "maximum", "unit_gcd"]

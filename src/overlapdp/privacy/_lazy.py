@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from overlapdp.exact import exact_sum
 from overlapdp.overlap.threshold import Problem, exceeds, unit_gcd
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -415,16 +416,6 @@ class Members:
         loads = np.where(self.live[:n], self.loads[:n], 0.0)
         pb = Problem(self.flat[:n], loads, self.exact, self.offsets, box, unit=self.unit, hint=hint)
         return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
-
-
-def exact_sum(values: Sequence[Fraction]) -> Fraction:
-    """The exact sum of Fractions (on integers when the denominators are powers of two, as exact floats)."""
-    if not values:
-        return Fraction(0)
-    den = max(v.denominator for v in values)
-    if any(den % v.denominator for v in values):
-        return sum(values, Fraction(0))
-    return Fraction(sum(v.numerator * (den // v.denominator) for v in values), den)
 
 
 def emax(a: Any, b: Any) -> Any:

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up
 
 #: A default grid of Rényi orders (dense where moderate budgets have their optimum, sparse beyond).
 DEFAULT_ORDERS: tuple[float, ...] = (

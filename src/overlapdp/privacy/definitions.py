@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from overlapdp.errors import BudgetError as BudgetError
+from overlapdp.exact import float_up, sum_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.validation import check_positive, check_probability
 
@@ -31,17 +32,9 @@ def check_neighbouring(value: str) -> Neighbouring:
     return "replace" if value == "replace" else "add_remove"
 
 
-def _sum_up(values: Iterable[float | Fraction]) -> float:
-    """The exact sum of ``values`` rounded UP to a float (fsum rounds to nearest, which can be below:
-    ten 0.1 sum to 1.0 < 10 * Fraction(0.1)); a composed guarantee is never under-reported."""
-    exact = sum((Fraction(v) for v in values), Fraction(0))
-    f = float(exact)
-    return f if Fraction(f) >= exact else math.nextafter(f, math.inf)
-
-
 def _half_square_up(x: float) -> float:
     """x^2 / 2 rounded UP from the exact value (a float square can round down or underflow to 0)."""
-    return _sum_up((Fraction(x) ** 2 / 2,))
+    return float_up(Fraction(x) ** 2 / 2)
 
 
 @runtime_checkable
@@ -70,7 +63,7 @@ class PureDP:
     @staticmethod
     def compose(items: Iterable[PureDP]) -> PureDP:
         """Basic composition: epsilons add (Dwork et al. 2006; MATH.md 2.4)."""
-        return PureDP(_sum_up(p.epsilon for p in items))
+        return PureDP(sum_up(p.epsilon for p in items))
 
     def __add__(self, other: PureDP) -> PureDP:
         return PureDP.compose((self, other))
@@ -113,7 +106,7 @@ class ApproxDP:
         """Basic composition (epsilons and deltas add). For the tight optimal composition use
         :func:`overlapdp.privacy.optimal.compose_approx` (MATH.md 5)."""
         xs = list(items)
-        return ApproxDP(_sum_up(p.epsilon for p in xs), _sum_up(p.delta for p in xs))
+        return ApproxDP(sum_up(p.epsilon for p in xs), sum_up(p.delta for p in xs))
 
     def __add__(self, other: ApproxDP) -> ApproxDP:
         return ApproxDP.compose((self, other))
@@ -141,7 +134,7 @@ class ZCDP:
     @staticmethod
     def compose(items: Iterable[ZCDP]) -> ZCDP:
         """rho adds (Bun-Steinke 2016 Lemma 2.3; concurrently too, Lyu 2022 Cor. 1; MATH.md 2.4, 3.4)."""
-        return ZCDP(_sum_up(p.rho for p in items))
+        return ZCDP(sum_up(p.rho for p in items))
 
     def __add__(self, other: ZCDP) -> ZCDP:
         return ZCDP.compose((self, other))
@@ -155,7 +148,7 @@ class ZCDP:
 
     def to_rdp(self, orders: Sequence[float] = conv.DEFAULT_ORDERS) -> RDP:
         """rho-zCDP is (alpha, alpha rho)-RDP for every alpha > 1 (Bun-Steinke 2016, Def. 1.1)."""
-        return RDP(tuple(orders), tuple(_sum_up((Fraction(a) * Fraction(self.rho),)) for a in orders))
+        return RDP(tuple(orders), tuple(sum_up((Fraction(a) * Fraction(self.rho),)) for a in orders))
 
     def to_tcdp(self) -> TCDP:
         """rho-zCDP is (rho, inf)-tCDP: the same Rényi bound at every order (Bun, Dwork, Rothblum,
@@ -175,7 +168,7 @@ class GDP:
     @staticmethod
     def compose(items: Iterable[GDP]) -> GDP:
         r"""mu composes in l2: $\sqrt{\sum\mu_i^2}$ (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2.4)."""
-        return GDP(math.nextafter(math.sqrt(_sum_up(Fraction(p.mu) ** 2 for p in items)), math.inf))
+        return GDP(math.nextafter(math.sqrt(sum_up(Fraction(p.mu) ** 2 for p in items)), math.inf))
 
     def __add__(self, other: GDP) -> GDP:
         return GDP.compose((self, other))
@@ -227,7 +220,7 @@ class RDP:
         orders = xs[0].orders
         if any(x.orders != orders for x in xs):
             raise BudgetError("RDP guarantees on different order grids cannot be composed")
-        return RDP(orders, tuple(_sum_up(col) for col in zip(*(x.epsilons for x in xs), strict=True)))
+        return RDP(orders, tuple(sum_up(col) for col in zip(*(x.epsilons for x in xs), strict=True)))
 
     def __add__(self, other: RDP) -> RDP:
         return RDP.compose((self, other))
@@ -279,7 +272,7 @@ class TCDP:
         xs = list(items)
         if not xs:
             raise BudgetError("cannot compose an empty list of tCDP guarantees")
-        return TCDP(_sum_up(p.rho for p in xs), min(p.omega for p in xs))
+        return TCDP(sum_up(p.rho for p in xs), min(p.omega for p in xs))
 
     def __add__(self, other: TCDP) -> TCDP:
         return TCDP.compose((self, other))
@@ -300,4 +293,4 @@ class TCDP:
         kept = tuple(a for a in orders if a <= self.omega)
         if not kept:
             raise BudgetError(f"no RDP order of the grid is <= omega = {self.omega!r}")
-        return RDP(kept, tuple(_sum_up((Fraction(a) * Fraction(self.rho),)) for a in kept))
+        return RDP(kept, tuple(sum_up((Fraction(a) * Fraction(self.rho),)) for a in kept))

@@ -31,7 +31,9 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from overlapdp.errors import AdaptivityError as AdaptivityError
-from overlapdp.overlap.magnitude import float_up, sqrt_up, unscale_up
+from overlapdp.exact import float_down, float_up, sqrt_down, sqrt_up
+from overlapdp.overlap.magnitude import unscale_up
+from overlapdp.privacy import approx_rooms
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
@@ -239,6 +241,127 @@ class Measure(ABC, Generic[B]):
         (add/remove neighbours; MATH.md 2.7)."""
         return self.rule(budget, 1.0, FilterOptions()).exact_ok(list(loads))
 
+    # -- served: one number per budget, quota and charge (the service; the workload planner) ----------
+    #: The one number a served budget, quota and per-query charge are given in (its unit in messages).
+    amount: ClassVar[str]
+    #: A served data set's parameters fixed at registration, beyond its ``delta``.
+    fixed: ClassVar[tuple[str, ...]] = ()
+    #: Its options beyond those, with their defaults (approximate DP: the filter's ``composition`` rule,
+    #: :class:`FilterOptions`).
+    options: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Whether an (epsilon, delta) statement needs a delta (pure DP is (epsilon, 0): none).
+    needs_delta: ClassVar[bool] = True
+    #: The noise a served count is answered with (:attr:`calibrated` gives its guarantee).
+    noise: ClassVar[str] = "discrete_gaussian"
+    #: Whether the filter's lazy tables bound the worst row's served amount with no search
+    #: (:meth:`PrivacyFilter.spent_bound`): a plain sum per row, or GDP's sum of squares.
+    bounded: ClassVar[bool] = False
+    #: Whether the served spend and room come from the filter's per-track bounds
+    #: (:meth:`track_figures`): RDP at one order, approximate DP's two tracks.
+    tracked: ClassVar[bool] = False
+    #: Whether one count's noise is calibrated to a budget of it (:data:`overlapdp.mechanisms.calibration
+    #: .CountBudget`): the definitions the workload planner and the utility gain take.
+    counts: ClassVar[bool] = False
+    #: Whether the native value is a pair (tCDP's (rho, omega)), shown as such (not as a curve).
+    native_pair: ClassVar[bool] = False
+    #: Whether the native value is already epsilon at the report's delta (approximate DP).
+    native_is_epsilon: ClassVar[bool] = False
+    #: Whether a row's room depends on two tracks jointly (approximate DP: sum eps and sum eps^2), so
+    #: that a trial is settled on per-track bounds and reports take every row pattern
+    #: (:meth:`joint_figures`).
+    joint: ClassVar[bool] = False
+
+    def budget(self, amount: float, params: Mapping[str, Any]) -> B:
+        """The library budget of a served ``amount`` under the data set's fixed ``params``."""
+        return cast(B, self.budget_type(amount))
+
+    def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
+        """A served ``amount`` as epsilon at the data set's delta (MATH.md 5.8, 5.9; safe)."""
+        if amount <= 0:
+            return 0.0
+        return float(self.budget(amount, params).epsilon_at(float(params["delta"])))
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> PureDP | ZCDP | GDP:
+        """What the noise of a served count charged ``parameter`` is calibrated to (MATH.md 6.2): the
+        discrete Gaussian of rho (zCDP, tCDP: rho-zCDP is (rho, inf)-tCDP, MATH.md 5.9)."""
+        return ZCDP(parameter)
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> PureDP | ZCDP | GDP | RDP:
+        """The guarantee a served charge of ``load`` is declared with (the float the ledger holds)."""
+        return ZCDP(load)
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        """An epsilon-DP mechanism's cost in the served amount, rounded UP from the exact value: rho =
+        eps^2/2 (Bun and Steinke 2016 Prop. 3.3; omega = inf for tCDP; MATH.md 5.9)."""
+        return float_up(Fraction(epsilon) ** 2 / 2)
+
+    def remaining(self, quota: float, spent: float, params: Mapping[str, Any]) -> float:
+        """What is left of ``quota`` once ``spent`` (an upper bound of the worst row's) is paid, rounded
+        DOWN: a load one more charge on the worst row may carry. Additive amounts: the difference."""
+        if not spent < quota:
+            return 0.0
+        return float_down(Fraction(quota) - Fraction(spent))
+
+    def fits_with(
+        self,
+        upper: float | tuple[Fraction, Fraction] | None,
+        added: Sequence[tuple[Any, float, int]],
+        budget: float,
+        params: Mapping[str, Any],
+    ) -> bool:
+        """Whether ``upper`` (a safe bound on the worst row's served amount) plus every ``(query, load,
+        times)`` in ``added`` stays within ``budget``, exactly: then no row exceeds it, whichever rows
+        they cover (a row's sum, MATH.md 1.8, 5.9; the service's charges all have omega = inf)."""
+        if upper is None or isinstance(upper, tuple):
+            return False
+        total = Fraction(upper) + sum((Fraction(load) * times for _, load, times in added), Fraction(0))
+        return total <= Fraction(budget)
+
+    def sequential(self, loads: Sequence[float]) -> float:
+        """Served charges of ``loads`` composed sequentially, rounded up (the sum)."""
+        return float_up(sum((Fraction(x) for x in loads), Fraction(0)))
+
+    def concurrent(self, spends: Sequence[float]) -> float | None:
+        """The analysts' spends composed concurrently (MATH.md 3), rounded up: sums (pure DP, Vadhan and
+        Wang 2021; zCDP and tCDP, Lyu 2022 Cor. 1; RDP at its order, Lyu 2022 Thm. 2); None when the
+        definition has no such rule here."""
+        return self.sequential(spends) if spends else 0.0
+
+    def served_spent(self, filt: Any) -> float:
+        """The served spend of a :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` (its worst
+        row's amount, rounded up: :meth:`PrivacyFilter.spent`)."""
+        return float(filt.spent())
+
+    def declared_total(self, amount: float) -> Fraction:
+        """A total budget of ``amount`` in the units its charges are declared in (the planner's limit):
+        the amount itself; GDP mu ``B`` is ``B^2/2``-zCDP (the discrete Gaussian's declaration)."""
+        return Fraction(amount)
+
+    def equal_share(self, amount: float, payers: int) -> float:
+        """The float start of an equal share of ``amount`` among ``payers`` charges that compose on one
+        row: ``B/n`` for additive amounts, ``B/sqrt(n)`` for GDP (MATH.md 2.4)."""
+        return amount / payers
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """E|noise| of the continuous mechanism a ``share`` of this definition calibrates for one query of
+        ``sensitivity`` (the utility gain's figure, MATH.md 2.6): count definitions only."""
+        raise BudgetError(f"no count noise is calibrated to a {self.label} budget here")
+
+    def served_bound(self, filt: Any, search: Callable[[], float]) -> float:
+        """A safe bound on the served spend when the filter keeps no per-track tables: its lazy bound
+        (:meth:`PrivacyFilter.spent_bound`; RDP: ``search``, the index's own spend)."""
+        return float(filt.spent_bound())
+
+    def track_figures(self, tracks: Any, quota: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        """(spend, room) from a filter's per-track bounds (:attr:`tracked` definitions only)."""
+        raise BudgetError(f"{self.label} figures are not taken from per-track bounds")
+
+    def joint_figures(
+        self, schema: Any, charges: Sequence[tuple[Any, float, int]], quota: float, params: Mapping[str, Any]
+    ) -> tuple[float, float] | None:
+        """(spend, room) over every row pattern of ``charges`` (:attr:`joint` definitions), or None."""
+        return None
+
 
 def _need(g: G | None, m: Mechanism, what: str) -> G:
     if g is None:
@@ -326,6 +449,29 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
     def budget_value(self, budget: PureDP) -> float:
         return budget.epsilon
 
+    amount = "epsilon"
+    needs_delta = False
+    noise = "discrete_laplace"
+    bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Laplace of scale sensitivity / epsilon: E|Y| is the scale."""
+        return sensitivity / share
+
+    def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
+        return max(float(amount), 0.0)
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> PureDP:
+        """The discrete Laplace of epsilon (MATH.md 6.2)."""
+        return PureDP(parameter)
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> PureDP:
+        return PureDP(load)
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        return epsilon
+
 
 class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
     """rho-zCDP: per-row sum of rho (Bun-Steinke 2016 Lemma 2.3; MATH.md 2.4)."""
@@ -347,6 +493,14 @@ class ZCDPMeasure(AdditiveMeasure[ZCDP, ZCDP]):
 
     def budget_value(self, budget: ZCDP) -> float:
         return budget.rho
+
+    amount = "rho"
+    bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Gaussian of sigma = sensitivity / sqrt(2 rho): E|Y| = sigma sqrt(2/pi)."""
+        return sensitivity / math.sqrt(2 * share) * math.sqrt(2 / math.pi)
 
 
 class GDPMeasure(AdditiveMeasure[GDP, GDP]):
@@ -375,6 +529,65 @@ class GDPMeasure(AdditiveMeasure[GDP, GDP]):
 
     def budget_value(self, budget: GDP) -> float:
         return budget.mu
+
+    amount = "mu"
+    bounded = True
+    counts = True
+
+    def expected_abs_noise(self, share: float, sensitivity: float) -> float:
+        """Gaussian of sigma = sensitivity / mu: E|Y| = sigma sqrt(2/pi)."""
+        return sensitivity / share * math.sqrt(2 / math.pi)
+
+    def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
+        """As the ``mu^2/2``-zCDP the discrete Gaussian is declared as (GDP's own profile is not claimed:
+        :mod:`overlapdp.mechanisms.calibration`)."""
+        if amount <= 0:
+            return 0.0
+        return float(ZCDP(float_up(Fraction(amount) ** 2 / 2)).epsilon_at(float(params["delta"])))
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> GDP:
+        """The discrete Gaussian of sigma = 1/mu, declared as mu^2/2-zCDP (MATH.md 6.2)."""
+        return GDP(parameter)
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> GDP:
+        return GDP(load)
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        """mu = epsilon, whose declared mu^2/2-zCDP is the eps^2/2 of an epsilon-DP mechanism."""
+        return epsilon
+
+    def declared_total(self, amount: float) -> Fraction:
+        return Fraction(amount) ** 2 / 2
+
+    def equal_share(self, amount: float, payers: int) -> float:
+        return amount / math.sqrt(payers)
+
+    def remaining(self, quota: float, spent: float, params: Mapping[str, Any]) -> float:
+        """sqrt(quota^2 - spent^2), rounded down: rows compose as sqrt(sum mu^2) (MATH.md 2.4), so a
+        quota of 1 with 0.6 spent leaves 0.8, not 0.4."""
+        if not spent < quota:
+            return 0.0
+        return sqrt_down(Fraction(quota) ** 2 - Fraction(spent) ** 2)
+
+    def fits_with(
+        self,
+        upper: float | tuple[Fraction, Fraction] | None,
+        added: Sequence[tuple[Any, float, int]],
+        budget: float,
+        params: Mapping[str, Any],
+    ) -> bool:
+        """A row's sum of mu^2 (the service's filters: add/remove neighbours) within the budget's square."""
+        if upper is None or isinstance(upper, tuple):
+            return False
+        squares = Fraction(upper) ** 2 + sum(
+            (Fraction(load) ** 2 * times for _, load, times in added), Fraction(0)
+        )
+        return squares <= Fraction(budget) ** 2
+
+    def sequential(self, loads: Sequence[float]) -> float:
+        """mu composes in l2 (Dong-Roth-Su 2022 Cor. 3.3; MATH.md 2.4)."""
+        total = sum((Fraction(x) ** 2 for x in loads), Fraction(0))
+        return GDP.compose([GDP(x) for x in loads]).mu if total > 0 else 0.0
 
     def rule(self, budget: GDP, factor: float, options: FilterOptions) -> FilterRule:
         """Per-row $\\sum\\mu^2\\le B^2$ (Smith and Thakurta 2022, fully adaptive GDP; MATH.md 2.7), the exact
@@ -405,6 +618,12 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
     budget_type: ClassVar[type] = RDP
     parameters: ClassVar[tuple[str, ...]] = ("orders", "epsilons")
     comp: ClassVar[Comp] = "vector"
+    # Served: the library's RDP budget is a curve on an order grid; the service keeps one number per
+    # budget, quota and charge, so it serves Renyi DP of ONE order alpha fixed by the data set (Mironov
+    # 2017, (alpha, epsilon)-RDP): the curve of that one order.
+    amount: ClassVar[str] = "epsilon_alpha"
+    fixed: ClassVar[tuple[str, ...]] = ("alpha",)
+    tracked: ClassVar[bool] = True
 
     def for_orders(self, orders: Sequence[float]) -> RDPMeasure:
         return RDPMeasure(tuple(orders))
@@ -437,6 +656,34 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
 
     def budget_value(self, budget: RDP) -> tuple[float, ...]:
         return budget.epsilons
+
+    def budget(self, amount: float, params: Mapping[str, Any]) -> RDP:
+        return RDP((params["alpha"],), (amount,))
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> ZCDP:
+        """The discrete Gaussian of rho = epsilon_alpha / alpha rounded DOWN, whose (alpha, alpha rho)-RDP
+        is within the declared epsilon_alpha."""
+        return ZCDP(float_down(Fraction(parameter) / Fraction(params["alpha"])))
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> RDP:
+        return RDP((params["alpha"],), (load,))
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        """min(eps, alpha eps^2/2) at the order alpha (Mironov 2017 Prop. 3; Bun and Steinke 2016)."""
+        alpha = Fraction(params["alpha"])
+        return float_up(min(Fraction(epsilon), alpha * Fraction(epsilon) ** 2 / 2))
+
+    def served_spent(self, filt: Any) -> float:
+        v = filt.value()
+        return float(v[0] if isinstance(v, tuple) else v)
+
+    def served_bound(self, filt: Any, search: Callable[[], float]) -> float:
+        return search()
+
+    def track_figures(self, tracks: Any, quota: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        """A plain sum per row at the one order."""
+        spent = float_up(tracks[0][0])
+        return spent, self.remaining(quota, spent, params)
 
     def infinite(self) -> Value:
         return tuple(math.inf for _ in self.orders)
@@ -475,6 +722,12 @@ class TCDPMeasure(AdditiveMeasure[TCDP, TCDP]):
     label = "truncated CDP"
     budget_type = TCDP
     parameters = ("rho", "omega")
+    amount = "rho"
+    fixed = ("omega",)
+    native_pair = True
+
+    def budget(self, amount: float, params: Mapping[str, Any]) -> TCDP:
+        return TCDP(amount, params["omega"])
 
     def guarantee_of(self, m: Mechanism) -> TCDP | None:
         return m.tcdp()
@@ -594,6 +847,74 @@ class ApproxMeasure(Measure[ApproxDP]):
 
     def budget_value(self, budget: ApproxDP) -> float:
         return budget.epsilon
+
+    amount = "epsilon"
+    options = (("composition", "advanced"),)
+    native_is_epsilon = True
+    noise = "discrete_laplace"
+    tracked = True
+    joint = True
+
+    def budget(self, amount: float, params: Mapping[str, Any]) -> ApproxDP:
+        return ApproxDP(amount, params["delta"])
+
+    def epsilon_line(self, amount: float, params: Mapping[str, Any]) -> float:
+        """The filter's epsilon already holds at the budget's delta."""
+        return max(float(amount), 0.0)
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> PureDP:
+        """The discrete Laplace of epsilon: an (epsilon, 0) charge."""
+        return PureDP(parameter)
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> PureDP:
+        return PureDP(load)
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        return epsilon
+
+    def remaining(self, quota: float, spent: float, params: Mapping[str, Any]) -> float:
+        """The filter's value is the smaller of the basic and the advanced rule's epsilon (MATH.md 5.6):
+        not knowing which rule gave ``spent``, the smaller of the two rooms, quota - spent (basic) and
+        the advanced rule's room for a sum of squares whose value is ``spent``; a charge of that size
+        passes whichever rule gave it."""
+        basic = super().remaining(quota, spent, params)
+        if basic == 0.0 or params.get("composition", "advanced") != "advanced":
+            return basic
+        log_term = 2 * math.log(2 / float(params["delta"]))  # the service's slack delta' = delta / 2
+
+        def root_of(e: float) -> float:  # u with sqrt(log_term) u + u^2 / 2 = e, stably
+            return 2 * e / (math.sqrt(log_term + 2 * e) + math.sqrt(log_term))
+
+        u_max, u_now = root_of(quota), root_of(spent)
+        advanced = math.sqrt(max(0.0, (u_max - u_now) * (u_max + u_now))) * (1 - 1e-9)  # (float margin)
+        return max(0.0, min(basic, advanced))
+
+    def fits_with(
+        self,
+        upper: float | tuple[Fraction, Fraction] | None,
+        added: Sequence[tuple[Any, float, int]],
+        budget: float,
+        params: Mapping[str, Any],
+    ) -> bool:
+        """Per-track bounds (sum of epsilons, sum of squares): every row within basic or every row within
+        advanced composition (MATH.md 5.6)."""
+        if isinstance(upper, tuple):
+            return approx_rooms.fits(upper[0], upper[1], added, budget, float(params["delta"]))
+        return super().fits_with(upper, added, budget, params)
+
+    def concurrent(self, spends: Sequence[float]) -> float | None:
+        """None: the analysts' deltas would add; only the global filter bounds approximate DP."""
+        return None
+
+    def track_figures(self, tracks: Any, quota: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        """The smaller of the basic and the advanced rule at the per-track bounds (MATH.md 5.6)."""
+        return approx_rooms.bound_figures(tracks[2], tracks[0], quota, float(params["delta"]))
+
+    def joint_figures(
+        self, schema: Any, charges: Sequence[tuple[Any, float, int]], quota: float, params: Mapping[str, Any]
+    ) -> tuple[float, float] | None:
+        """Every row pattern of the charges (:func:`overlapdp.privacy.approx_rooms.joint_figures`)."""
+        return approx_rooms.joint_figures(schema, charges, quota, float(params["delta"]))
 
     def rule(self, budget: ApproxDP, factor: float, options: FilterOptions) -> FilterRule:
         """Three tracks per row, ``[sum eps^2, sum delta, sum eps]``, and the combined rule on them (the
@@ -769,8 +1090,29 @@ MEASURES: tuple[Measure[Any], ...] = (
     TCDPMeasure(),
     ApproxMeasure(),
 )
-#: Their names, the keys of an odometer report's ``definitions``.
-DEFINITIONS: tuple[str, ...] = tuple(m.name for m in MEASURES)
+#: The delta of an (epsilon, delta) statement when none is given (the service's data sets, the
+#: workload planner).
+DEFAULT_DELTA = 1e-6
+
+
+def count_measure(name: str, kind: type[Exception] = BudgetError) -> AdditiveMeasure[Any, Any]:
+    """The measure of a definition one count's noise is calibrated to (:attr:`Measure.counts`: pure DP,
+    zCDP, GDP), or ``kind`` listing them."""
+    for m in MEASURES:
+        if m.counts and m.name == name and isinstance(m, AdditiveMeasure):
+            return m
+    names = ", ".join(m.name for m in MEASURES if m.counts)
+    raise kind(f"unknown definition {str(name)[:40]!r}; choose one of {names}")
+
+
+def measure_named(name: str, kind: type[Exception] = BudgetError) -> Measure[Any]:
+    """The measure of the definition called ``name`` (a report's key, a data set's definition), or
+    ``kind`` listing the names."""
+    for m in MEASURES:
+        if m.name == name:
+            return m
+    names = ", ".join(m.name for m in MEASURES)
+    raise kind(f"privacy definition {str(name)[:40]!r} is not supported; use one of {names}")
 
 
 def measure_for(budget: object) -> Measure[Any]:
@@ -782,7 +1124,7 @@ def measure_for(budget: object) -> Measure[Any]:
 
 
 __all__ = [
-    "DEFINITIONS",
+    "DEFAULT_DELTA",
     "MEASURES",
     "AccountingContext",
     "AdaptivityError",
@@ -798,5 +1140,7 @@ __all__ = [
     "TCDPMeasure",
     "TrackSpec",
     "ZCDPMeasure",
+    "count_measure",
     "measure_for",
+    "measure_named",
 ]

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.fdp import GaussianTradeOff, LaplaceTradeOff, ProfileTradeOff, TradeOff

@@ -50,8 +50,9 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import MagnitudeError
+from overlapdp.exact import float_up, fsum_up
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
-from overlapdp.overlap.magnitude import exact_total, exponent, float_up, scale_up
+from overlapdp.overlap.magnitude import exact_total, exponent, scale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
@@ -641,14 +642,7 @@ def _column_sums_up(loads: np.ndarray) -> np.ndarray:
         return np.asarray(np.nextafter(loads.sum(axis=0) * (1 + n * 2.0**-52), np.inf))
     out = np.empty(loads.shape[1])
     for k in range(loads.shape[1]):
-        col = loads[:, k].tolist()
-        try:
-            total = math.fsum(col)
-            if math.fsum([*col, -total]) > 0:
-                total = math.nextafter(total, math.inf)
-        except OverflowError:
-            total = math.inf
-        out[k] = total
+        out[k] = fsum_up(loads[:, k].tolist())
     return out
 
 

@@ -61,9 +61,9 @@ from typing import Any
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
+from overlapdp.exact import exact_sum, float_up, sqrt_up
 from overlapdp.overlap import OverlapIndex, OverlapResult, _clock
-from overlapdp.overlap.magnitude import float_up, sqrt_up
-from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, exact_sum, up_float, widen
+from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
@@ -73,6 +73,7 @@ from overlapdp.privacy.odometer import Charge, Odometer, _make_charge, whole_dom
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
+from overlapdp.validation import check_int
 
 # (row patterns x charges) summed with Fractions in that recomputation; beyond it the charge is refused.
 _EXACT_WORK_LIMIT = 2_000_000
@@ -647,8 +648,7 @@ class PrivacyFilter:
         entry carrying ``times`` x the load, exactly (a row's load is the sum over the charges covering
         it, MATH.md 1.8), so replaying a long ledger keeps the index small; on a squared track (GDP, the
         (epsilon, delta) rule) one entry per copy, since sqrt(times) x mu is not exact in floats."""
-        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
-            raise BudgetError(f"times must be a positive integer, got {times!r}")
+        check_int(times, "times", error=BudgetError)
         if times > 1 and any(t.squared for t in self._tracks):
             # k copies of a charge on a squared track (GDP mu, the advanced rule's epsilon) compose to
             # sqrt(k) times its parameter, which no float states exactly (k times it would count k^2
@@ -1051,8 +1051,7 @@ def _record_item(item: Sequence[Any]) -> tuple[Mechanism, PredicateQuery | None,
     mech, query = item[0], item[1]
     cid = item[2] if len(item) > 2 else None
     times = item[3] if len(item) > 3 else 1
-    if isinstance(times, bool) or not isinstance(times, int) or times < 1:
-        raise BudgetError(f"times must be a positive integer, got {times!r}")
+    check_int(times, "times", error=BudgetError)
     return mech, query, cid, times
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from overlapdp.privacy.definitions import BudgetError
+from overlapdp.privacy.measures import count_measure
 from overlapdp.validation import check_positive
 
 Definition = Literal["pure", "zcdp", "gdp"]
@@ -89,26 +90,15 @@ def utility_gain(
     w = [float(x) for x in weights] if weights is not None else [float(getattr(q, "weight", 1.0)) for q in qs]
     if len(w) != len(qs) or any(not math.isfinite(x) or x <= 0 for x in w):
         raise BudgetError("utility gain needs one positive finite weight per query")
-    if definition == "gdp":
-        comp_q = math.sqrt(math.fsum(x * x for x in w))
-        res = max_overlap(qs, weights=w, comp="l2", effort=effort)
-    elif definition in ("pure", "zcdp"):
-        comp_q = math.fsum(w)
-        res = max_overlap(qs, weights=w, comp="sum", effort=effort)
-    else:
-        raise BudgetError(f"unknown definition {definition!r} (use pure, zcdp or gdp)")
+    m = count_measure(definition)
+    # the weights composed as a row covered by every query would compose them (sum, or l2 for GDP)
+    comp_q = math.sqrt(math.fsum(x * x for x in w)) if m.comp == "l2" else math.fsum(w)
+    res = max_overlap(qs, weights=w, comp=m.comp, effort=effort)
     gamma = float(res.value if res.exact else res.upper)
     seq = [b * x / comp_q for x in w]
     ovl = [b * x / gamma for x in w]
-    if definition == "pure":
-        noise_seq = [sensitivity / e for e in seq]
-        noise_ovl = [sensitivity / e for e in ovl]
-    elif definition == "zcdp":
-        noise_seq = [sensitivity / math.sqrt(2 * r) * math.sqrt(2 / math.pi) for r in seq]
-        noise_ovl = [sensitivity / math.sqrt(2 * r) * math.sqrt(2 / math.pi) for r in ovl]
-    else:
-        noise_seq = [sensitivity / m * math.sqrt(2 / math.pi) for m in seq]
-        noise_ovl = [sensitivity / m * math.sqrt(2 / math.pi) for m in ovl]
+    noise_seq = [m.expected_abs_noise(share, sensitivity) for share in seq]
+    noise_ovl = [m.expected_abs_noise(share, sensitivity) for share in ovl]
     n = len(qs)
     return UtilityGain(
         definition=definition,

@@ -23,7 +23,6 @@ attribute's value is its integer, a binned attribute's value is the row's raw nu
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -32,6 +31,7 @@ from typing import Any, Literal
 
 from overlapdp.errors import QueryError, SchemaError
 from overlapdp.schema import BinnedAttribute, IntAttribute, Schema
+from overlapdp.validation import check_finite
 
 AggregateKind = Literal["count", "sum", "mean"]
 AGGREGATES: tuple[AggregateKind, ...] = ("count", "sum", "mean")
@@ -40,15 +40,6 @@ Neighbouring = Literal["add_remove", "replace"]
 AGGREGATE_KEYS = ("aggregate", "of", "bounds", "step")
 #: Largest clipping bound in units of the step (keeps sums of many rows and noise scales in range).
 MAX_UNITS = 2**40
-
-
-def _number(field: str, value: Any, label: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise QueryError(f"{label}{field!r} must be a number, got {type(value).__name__}")
-    x = float(value)
-    if not math.isfinite(x):
-        raise QueryError(f"{label}{field!r} must be a finite number, got {value!r}")
-    return x
 
 
 @dataclass(frozen=True)
@@ -62,9 +53,9 @@ class Clipping:
 
     def __post_init__(self) -> None:
         label = f"sum of {self.column!r}: "
-        lo = _number("bounds", self.lo, label)
-        hi = _number("bounds", self.hi, label)
-        step = _number("step", self.step, label)
+        lo = check_finite(self.lo, f"{label}'bounds'", error=QueryError)
+        hi = check_finite(self.hi, f"{label}'bounds'", error=QueryError)
+        step = check_finite(self.step, f"{label}'step'", error=QueryError)
         if not step > 0:
             raise QueryError(f"{label}'step' must be positive, got {self.step!r}")
         if not lo < hi:
@@ -196,9 +187,9 @@ def parse_aggregate(
             step = decl[2]
     if not isinstance(bounds, list | tuple) or len(bounds) != 2:
         raise QueryError(f"{label}'bounds' must be a list [lo, hi] of two numbers")
-    lo = _number("bounds", bounds[0], label)
-    hi = _number("bounds", bounds[1], label)
-    st = 1.0 if step is None else _number("step", step, label)
+    lo = check_finite(bounds[0], f"{label}'bounds'", error=QueryError)
+    hi = check_finite(bounds[1], f"{label}'bounds'", error=QueryError)
+    st = 1.0 if step is None else check_finite(step, f"{label}'step'", error=QueryError)
     try:
         clip = Clipping(column, lo, hi, st)
     except QueryError as exc:

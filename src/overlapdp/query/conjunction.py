@@ -5,11 +5,11 @@ predicates are)."""
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from overlapdp import validation
 from overlapdp.errors import QueryError
 from overlapdp.query.predicates import Predicate
 from overlapdp.schema import IndexSet, Schema
@@ -189,15 +189,7 @@ def joint_coverage(queries: Iterable[PredicateQuery]) -> tuple[IndexSet, ...] | 
 
 def _check_weight(weight: float, id: str | None) -> float:
     # Strict: a string ("2") or a boolean (true) is refused, not converted (JSON types are checked).
-    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-        raise QueryError(f"{query_label(id)}weight must be a number, got {type(weight).__name__}")
-    try:
-        w = float(weight)
-    except OverflowError:
-        raise QueryError(f"{query_label(id)}weight must be a finite non-negative number") from None
-    if not math.isfinite(w) or w < 0:
-        raise QueryError(f"{query_label(id)}weight must be a finite non-negative number, got {weight!r}")
-    return w
+    return validation.check_weight(weight, f"{query_label(id)}weight", error=QueryError)
 
 
 def query_label(id: str | None) -> str:

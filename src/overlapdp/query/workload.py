@@ -36,6 +36,7 @@ from typing import Any, overload
 from overlapdp.errors import OverlapDPError, QueryError, WorkloadError, with_prefix
 from overlapdp.query.aggregate import AGGREGATE_KEYS, COUNT, Aggregate, AggregateKind, parse_aggregate
 from overlapdp.query.conjunction import PredicateQuery, query_label
+from overlapdp.query.flat import flat_form
 from overlapdp.query.groupby import GroupLabels, QueryFamily, group_by, is_select, parse_select_aggregate
 from overlapdp.query.jsonform import parse_conditions
 from overlapdp.query.limits import MAX_GROUP_CELLS
@@ -317,9 +318,7 @@ class Workload(Sequence[PredicateQuery]):
                 if key is not None:
                     # The engine's flat form (overlap/_compiled.py) depends on the constraints alone:
                     # computed once here, shared by every later line with this condition.
-                    from overlapdp.overlap._compiled import _flat
-
-                    seen[key] = (q.constraints, q.text, _flat(q))
+                    seen[key] = (q.constraints, q.text, flat_form(q))
             else:
                 plain = False
             queries.append(q)

@@ -1,4 +1,4 @@
-"""Reports of a workload or a ledger: numbers, PNG plots and one HTML file (DESIGN.md step 8).
+"""Reports of a workload or a ledger: numbers, PNG plots and one HTML file (DESIGN.md step 7).
 
 - :func:`build_report` (and :func:`workload_report`, :func:`ledger_report`) write ``report.html`` and
   the PNGs into a folder and return a :class:`ReportSummary`;

@@ -1,4 +1,4 @@
-"""``build_report``: the HTML report and PNG plots of a workload or a ledger (DESIGN.md step 8).
+"""``build_report``: the HTML report and PNG plots of a workload or a ledger (DESIGN.md step 7).
 
 Workload: sequential vs overlap-aware spend per comp family (t vs gamma, sum vs gamma_sum, l2 vs
 gamma_l2), the utility gain $U=1-\\gamma_w(Q)/\\mathrm{comp}(Q)$ with per-query noise for a total budget
@@ -20,6 +20,7 @@ from typing import Any, Literal
 from overlapdp.display import DEFINITION_NAMES, guarantee, remaining, spent
 from overlapdp.overlap import max_overlap
 from overlapdp.privacy.definitions import check_delta
+from overlapdp.privacy.measures import measure_named
 from overlapdp.privacy.utility import Definition, UtilityGain, utility_gain
 from overlapdp.query import PredicateQuery, Workload
 from overlapdp.report import html as H
@@ -45,6 +46,7 @@ from overlapdp.report.loads import (
 )
 from overlapdp.report.plots import plot_budget, plot_heat, plot_spend, plot_utility
 from overlapdp.schema import Schema
+from overlapdp.validation import check_positive
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,7 @@ def _witness_table(witness: dict[str, Any] | None) -> str:
 def _budget(budget: float | None, default: float | None) -> float | None:
     if budget is None:
         return default
-    if isinstance(budget, bool) or not math.isfinite(budget) or budget <= 0:
-        raise ReportInputError(f"--budget {budget!r}: give a positive finite number")
-    return float(budget)
+    return check_positive(budget, "--budget", error=ReportInputError)
 
 
 def workload_report(
@@ -350,8 +350,9 @@ def ledger_report(
     names = DEFINITION_NAMES
     defs_rows = []
     for key, g in final.definitions.items():
-        seq = g.sequential if isinstance(g.sequential, float) else guarantee(key, g.sequential)
-        ovl = g.overlap if isinstance(g.overlap, float) else guarantee(key, g.overlap)
+        pair = measure_named(key).native_pair
+        seq = g.sequential if isinstance(g.sequential, float) else guarantee(g.sequential, pair=pair)
+        ovl = g.overlap if isinstance(g.overlap, float) else guarantee(g.overlap, pair=pair)
         defs_rows.append([names.get(key, key), seq, ovl, g.sequential_epsilon, g.overlap_epsilon, g.exact])
     sections = [
         (

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from overlapdp import validation
 from overlapdp.errors import ReportInputError as ReportInputError
 from overlapdp.errors import WorkloadError
 from overlapdp.overlap import compute_atoms, max_overlap
@@ -66,12 +67,13 @@ class HeatMap:
 
 
 def check_weights(queries: Sequence[PredicateQuery], weights: Sequence[float] | None) -> FloatArray:
-    w = np.asarray([q.weight for q in queries] if weights is None else list(weights), dtype=np.float64)
-    if w.shape != (len(queries),):
-        raise ReportInputError(f"expected one weight per query ({len(queries)}), got {w.shape[0]}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ReportInputError("weights must be finite non-negative numbers")
-    return w
+    """One finite non-negative weight per query (the queries' own by default)."""
+    values = [q.weight for q in queries] if weights is None else list(weights)
+
+    def field(i: int) -> str:
+        return f"the weight of query #{i}"
+
+    return validation.check_weights(values, len(queries), field, error=ReportInputError)
 
 
 def choose_axes(

@@ -1,4 +1,4 @@
-"""The multi-analyst query service (DESIGN.md data flow, step 7): HTTP API, tokens, quotas, a durable ledger.
+"""The multi-analyst query service (DESIGN.md data flow, step 8): HTTP API, tokens, quotas, a durable ledger.
 
 ``create_app(QueryService(open_ledger(url)), AdminKey(...))`` builds the FastAPI application;
 ``overlapdp serve`` runs it on uvicorn; :mod:`overlapdp.service.client` talks to it.

@@ -1,6 +1,6 @@
 """Consistent answers of a batch projected in worker processes, within the request's time budget.
 
-The projection (MATH.md 6.5, :mod:`overlapdp.consistency`) is seconds of numerical work for a large
+The projection (MATH.md 6.5, :mod:`overlapdp.mechanisms.consistency`) is seconds of numerical work for a large
 batch that holds the interpreter lock when run in the server's process: every analyst and every
 endpoint waited for it. The service therefore hands it to a small pool of worker processes it owns
 (:class:`ProjectionPool`, started when the first projection is asked for; each worker runs

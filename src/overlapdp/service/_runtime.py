@@ -3,7 +3,7 @@
 Everything the service needs from ``overlapdp.overlap``, ``overlapdp.privacy``, ``overlapdp.mechanisms``
 and ``overlapdp.engine`` goes through this module:
 
-- :data:`SERVED` / :data:`DEFINITIONS`: the definitions a data set can be served under, derived from the
+- :data:`SERVED`: the definitions a data set can be served under, derived from the
   library's measures (:data:`overlapdp.privacy.measures.MEASURES`): pure DP, zCDP, GDP, RDP at one order,
   tCDP and approximate DP, each with its amount and fixed parameters (:func:`check_params`), and
   :func:`epsilon_delta`, the (epsilon, delta) line of an amount (MATH.md 5.8);
@@ -53,124 +53,84 @@ from overlapdp.mechanisms import (
     add_noise,
     noise_for,
 )
-from overlapdp.overlap.magnitude import sqrt_up
 from overlapdp.privacy import BudgetError
-from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, PureDP, check_delta
-from overlapdp.privacy.measures import MEASURES, ApproxMeasure, FilterOptions, Measure
+from overlapdp.privacy.definitions import GDP, RDP, ZCDP, PureDP, check_delta
+from overlapdp.privacy.measures import DEFAULT_DELTA, MEASURES, AdditiveMeasure, FilterOptions, Measure
 from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
 from overlapdp.privacy.odometer import whole_domain
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
-from overlapdp.service import _approx, _heap
-from overlapdp.validation import check_positive
+from overlapdp.service import _heap
+from overlapdp.validation import check_finite, check_positive
+
+#: The definitions a data set can be served under: the library's measures (one source of truth), each
+#: carrying its served amount, fixed parameters and operations (:mod:`overlapdp.privacy.measures`).
+SERVED: dict[str, Measure[Any]] = {m.name: m for m in MEASURES}
+#: Every per-query parameter name a request may carry (each measure's :attr:`Measure.amount`).
+AMOUNTS: tuple[str, ...] = tuple(dict.fromkeys(m.amount for m in MEASURES))
 
 
-@dataclass(frozen=True)
-class Served:
-    """How the service serves one privacy definition (one :class:`~overlapdp.privacy.measures.Measure`).
-
-    ``amount``: the one number a data set's budget, an analyst's quota and a query's charge are given in
-    (the measure's first parameter); ``fixed``: the data set's other parameters, fixed at registration
-    (tCDP's ``omega``; RDP's order ``alpha``). Every data set also has a ``delta``, the delta of its
-    (epsilon, delta) lines (approximate DP: its budget's delta, also each quota's).
-    """
-
-    name: str
-    amount: str
-    fixed: tuple[str, ...] = ()
-
-
-def _served(m: Measure[Any]) -> Served:
-    if m.name == "rdp":
-        # The library's RDP budget is a curve on an order grid; the service keeps one number per budget,
-        # quota and charge, so it serves Renyi DP of ONE order alpha fixed by the data set (Mironov 2017,
-        # (alpha, epsilon)-RDP): the curve of that one order.
-        return Served(m.name, "epsilon_alpha", ("alpha",))
-    return Served(m.name, m.parameters[0], tuple(p for p in m.parameters[1:] if p != "delta"))
-
-
-#: The definitions a data set can be served under, from the library's measures (one source of truth).
-SERVED: dict[str, Served] = {m.name: _served(m) for m in MEASURES}
-#: Each definition's amount: the parameter of its budgets, quotas and per-query charges.
-DEFINITIONS: dict[str, str] = {name: d.amount for name, d in SERVED.items()}
-#: Every per-query parameter name a request may carry.
-AMOUNTS: tuple[str, ...] = tuple(dict.fromkeys(DEFINITIONS.values()))
-#: The delta of a data set's (epsilon, delta) lines when none is given.
-DEFAULT_DELTA = 1e-6
+def served(definition: str) -> Measure[Any]:
+    """The measure a data set of ``definition`` is served under (:class:`BudgetError` naming the served
+    definitions otherwise)."""
+    m = SERVED.get(definition) if isinstance(definition, str) else None
+    if m is None:
+        raise BudgetError(f"privacy definition {definition!r} is not served; use one of {', '.join(SERVED)}")
+    return m
 
 
 def check_definition(definition: str) -> str:
-    if definition not in DEFINITIONS:
-        raise BudgetError(
-            f"privacy definition {definition!r} is not served; use one of {', '.join(DEFINITIONS)}"
-        )
+    served(definition)
     return definition
 
 
 def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """A data set's fixed parameters, validated, with their defaults: ``delta`` (every definition,
-    default :data:`DEFAULT_DELTA`), ``omega`` (tCDP, required, > 1), ``alpha`` (RDP, required, > 1) and
-    ``composition`` (approximate DP: only ``"advanced"``, the filter valid under adaptive choice;
-    ``"optimal"`` is refused with :class:`AdaptivityError`, MATH.md 2.7)."""
-    served = SERVED[check_definition(definition)]
+    default :data:`DEFAULT_DELTA`), the measure's :attr:`~Measure.fixed` ones (tCDP ``omega``, RDP
+    ``alpha``: required, > 1) and its :attr:`~Measure.options` (approximate DP ``composition``: only
+    ``"advanced"``, the filter valid under adaptive choice; ``"optimal"`` is refused with
+    :class:`AdaptivityError`, MATH.md 2.7)."""
+    m = served(definition)
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    allowed = {"delta", *served.fixed} | ({"composition"} if definition == "approx" else set())
+    allowed = {"delta", *m.fixed, *(name for name, _ in m.options)}
     for k in given:
         if k not in allowed:
             raise BudgetError(
                 f"a {definition} data set has no parameter {str(k)[:40]!r}; its parameters are "
                 + ", ".join(repr(a) for a in sorted(allowed))
             )
-    out: dict[str, Any] = {"delta": check_delta(_number("delta", given.get("delta", DEFAULT_DELTA)))}
+    out: dict[str, Any] = {"delta": check_delta(check_finite(given.get("delta", DEFAULT_DELTA), "delta"))}
     if out["delta"] == 0:
         raise BudgetError("delta must be greater than 0 (the delta of the data set's (epsilon, delta) lines)")
-    for name in served.fixed:
+    for name in m.fixed:
         if name not in given:
             raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
-        v = _number(name, given[name])
+        v = check_finite(given[name], name)
         if not (1 < v <= MAX_AMOUNT):
             raise BudgetError(
                 f"{name} must be a number > 1 and at most {MAX_AMOUNT:.0e}, got {given[name]!r}"
             )
         out[name] = v
-    if definition == "approx":
-        composition = given.get("composition", "advanced")
-        ApproxMeasure().rule(ApproxDP(1.0, out["delta"]), 1.0, FilterOptions(composition=composition))
-        out["composition"] = composition
+    for name, default in m.options:  # checked by building the filter's rule once (raises on a bad one)
+        value = given.get(name, default)
+        m.rule(m.budget(1.0, out), 1.0, FilterOptions(**{name: value}))
+        out[name] = value
     return out
-
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise BudgetError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def budget_of(definition: str, amount: float, params: Mapping[str, Any]) -> Any:
     """The library budget of ``amount`` under the data set's definition and parameters."""
-    if definition == "pure":
-        return PureDP(amount)
-    if definition == "zcdp":
-        return ZCDP(amount)
-    if definition == "gdp":
-        return GDP(amount)
-    if definition == "rdp":
-        return RDP((params["alpha"],), (amount,))
-    if definition == "tcdp":
-        return TCDP(amount, params["omega"])
-    if definition == "approx":
-        return ApproxDP(amount, params["delta"])
-    raise BudgetError(f"privacy definition {definition!r} is not served")
+    return served(definition).budget(amount, params)
 
 
 def epsilon_delta(definition: str, params: Mapping[str, Any], amount: float) -> dict[str, float]:
     """``amount`` of the data set's definition as (epsilon, delta)-DP at the data set's delta (MATH.md 5.8,
-    5.9, the library's conversions, each safe): pure DP is epsilon itself; zCDP, tCDP (orders up to omega)
-    and one-order RDP by the RDP conversion (Balle et al. 2020 Thm. 21); GDP as the ``mu^2/2``-zCDP the
-    discrete Gaussian is declared as (:mod:`overlapdp.mechanisms.calibration`: GDP's own profile is not
-    claimed); approximate DP: the filter's epsilon already holds at the budget's delta."""
+    5.9, :meth:`Measure.epsilon_line`, each safe): pure DP is epsilon itself; zCDP, tCDP (orders up to
+    omega) and one-order RDP by the RDP conversion (Balle et al. 2020 Thm. 21); GDP as the
+    ``mu^2/2``-zCDP the discrete Gaussian is declared as; approximate DP: the filter's epsilon already
+    holds at the budget's delta."""
     return {"epsilon": _epsilon_at(definition, _key(params), float(amount)), "delta": float(params["delta"])}
 
 
@@ -180,15 +140,7 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 @functools.lru_cache(maxsize=4096)
 def _epsilon_at(definition: str, key: tuple[tuple[str, Any], ...], amount: float) -> float:
-    params = dict(key)
-    delta = params["delta"]
-    if amount <= 0:
-        return 0.0
-    if definition in ("pure", "approx"):
-        return amount
-    if definition == "gdp":
-        return float(ZCDP(_float_up(Fraction(amount) ** 2 / 2)).epsilon_at(delta))
-    return float(budget_of(definition, amount, params).epsilon_at(delta))
+    return served(definition).epsilon_line(amount, dict(key))
 
 
 #: Largest budget, quota or per-query parameter the service takes. It keeps every sum of loads the
@@ -210,8 +162,8 @@ class ServedMechanism:
     """The mechanism answering one count (sensitivity 1 under add/remove) and what it is charged.
 
     ``parameter`` is the query's amount in the data set's definition, which is also its per-row load
-    (MATH.md 2.4). The noise (MATH.md 6.2; calibration by ``overlapdp.mechanisms``,
-    which rounds scales up so that the declared guarantee holds):
+    (MATH.md 2.4). The noise (MATH.md 6.2; calibration by ``overlapdp.mechanisms``, which rounds scales
+    up so that the declared guarantee holds) is the measure's :meth:`~Measure.calibrated`:
 
     - pure DP and approximate DP: the discrete Laplace of ``epsilon`` (an (epsilon, 0) charge);
     - zCDP and tCDP: the discrete Gaussian of ``rho`` (Canonne, Kamath, Steinke 2020), rho-zCDP, which is
@@ -230,22 +182,12 @@ class ServedMechanism:
     @property
     def guarantee(self) -> PureDP | ZCDP | GDP:
         """What the noise is calibrated to."""
-        if self.definition in ("pure", "approx"):
-            return PureDP(self.parameter)
-        if self.definition == "gdp":
-            return GDP(self.parameter)
-        if self.definition == "rdp":
-            return ZCDP(_float_down(Fraction(self.parameter) / Fraction(self.alpha)))
-        return ZCDP(self.parameter)
+        return served(self.definition).calibrated(self.parameter, {"alpha": self.alpha})
 
     def to_json(self) -> dict[str, Any]:
-        name = "discrete_laplace" if self.definition in ("pure", "approx") else "discrete_gaussian"
-        out: dict[str, Any] = {
-            "name": name,
-            "definition": self.definition,
-            DEFINITIONS[self.definition]: self.parameter,
-        }
-        if self.definition == "rdp":
+        m = served(self.definition)
+        out: dict[str, Any] = {"name": m.noise, "definition": self.definition, m.amount: self.parameter}
+        if "alpha" in m.fixed:
             out["alpha"] = self.alpha
             out["rho"] = self.guarantee.rho  # type: ignore[union-attr]
         return out
@@ -257,15 +199,15 @@ def mechanism_for(
     """The mechanism for a per-query parameter, refused (:class:`BudgetError` naming the parameter)
     unless it lies in the service's range and its noise scale is representable
     (:func:`overlapdp.mechanisms.noise_for`: epsilon >= 2^-40, rho >= 2^-81)."""
-    check_definition(definition)
-    alpha = float((params or {}).get("alpha", 0.0)) if definition == "rdp" else 0.0
-    mech = ServedMechanism(definition, check_amount(DEFINITIONS[definition], parameter), alpha)
+    m = served(definition)
+    alpha = float((params or {}).get("alpha", 0.0)) if "alpha" in m.fixed else 0.0
+    mech = ServedMechanism(definition, check_amount(m.amount, parameter), alpha)
     try:
         noise_for(mech.guarantee)  # raises before anything is counted or drawn
     except BudgetError as exc:
-        if definition == "rdp":  # the message names rho: say which amount it came from
+        if "alpha" in m.fixed:  # the message names rho: say which amount it came from
             raise BudgetError(
-                f"epsilon_alpha = {parameter!r} is too small at alpha = {alpha!r} ({exc})"
+                f"{m.amount} = {parameter!r} is too small at alpha = {alpha!r} ({exc})"
             ) from None
         raise
     return mech
@@ -274,23 +216,16 @@ def mechanism_for(
 def load_of(definition: str, parameter: float) -> float:
     """The additive per-row load of one charge: the query's amount itself (epsilon, rho, mu or
     epsilon_alpha: each definition's per-row loads compose by its ``comp``, MATH.md 2.4)."""
-    check_definition(definition)
+    served(definition)
     return float(parameter)
 
 
 def pure_to_definition(definition: str, epsilon: float, params: Mapping[str, Any] | None = None) -> float:
     """An epsilon-DP mechanism's (a session's) cost in the data set's amount, rounded UP from the exact
-    value (MATH.md 5.8, 5.9): pure and approximate DP: epsilon; zCDP and tCDP: rho = eps^2/2 (Bun and Steinke
-    2016 Prop. 3.3; omega = inf); GDP: mu = epsilon, whose declared mu^2/2-zCDP is that same rho; RDP of
-    order alpha: min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3; Bun and Steinke 2016)."""
-    check_definition(definition)
-    if definition in ("pure", "approx", "gdp"):
-        return epsilon
-    half = Fraction(epsilon) ** 2 / 2
-    if definition == "rdp":
-        alpha = Fraction((params or {})["alpha"])
-        return _float_up(min(Fraction(epsilon), alpha * half))
-    return _float_up(half)
+    value (:meth:`Measure.from_pure`, MATH.md 5.8, 5.9): pure and approximate DP: epsilon; zCDP and tCDP:
+    rho = eps^2/2 (Bun and Steinke 2016 Prop. 3.3; omega = inf); GDP: mu = epsilon, whose declared
+    mu^2/2-zCDP is that same rho; RDP of order alpha: min(eps, alpha eps^2/2) (Mironov 2017 Prop. 3)."""
+    return served(definition).from_pure(epsilon, params or {})
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -311,15 +246,9 @@ class Charged(PrivacyMechanism):
     alpha: float = 0.0
     name = "charge"
 
-    @property
+    @functools.cached_property
     def guarantee(self) -> PureDP | ZCDP | GDP | RDP:
-        if self.definition in ("pure", "approx"):
-            return PureDP(self.load)
-        if self.definition == "gdp":
-            return GDP(self.load)
-        if self.definition == "rdp":
-            return RDP((self.alpha,), (self.load,))
-        return ZCDP(self.load)
+        return served(self.definition).charged(self.load, {"alpha": self.alpha})
 
     def pure(self) -> PureDP | None:
         g = self.guarantee
@@ -460,7 +389,10 @@ class ServiceFilter:
     ) -> None:
         self.schema = schema
         self.definition = check_definition(definition)
-        self.params = dict(params) if params is not None else check_params(definition, _defaults(definition))
+        self.measure = served(definition)
+        self.params = (
+            dict(params) if params is not None else check_params(definition, _defaults(self.measure))
+        )
         self._alpha = float(self.params.get("alpha", 0.0))
         self._budget = float(budget)
         self._filter = PrivacyFilter(schema, budget_of(definition, budget, self.params))
@@ -490,7 +422,7 @@ class ServiceFilter:
 
     def _sync_budget(self) -> None:
         if self._filter_budget != self._budget:
-            self._filter.set_budget(budget_of(self.definition, self._budget, self.params))
+            self._filter.set_budget(self.measure.budget(self._budget, self.params))
             self._filter_budget = self._budget
 
     def _charge(self, load: float) -> Charged:
@@ -598,7 +530,7 @@ class ServiceFilter:
         self._pinned = max(self._pinned, len(self._log))
         return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget)
 
-    def delta(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
+    def charges_since(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
         """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
         this filter's)."""
         if snap.owner != self._uid or snap.generation != self._generation:
@@ -726,12 +658,12 @@ class ServiceFilter:
         the trial was refused (loads only grow), or nothing landed since, or what landed fits with the
         replica's worst-row bound (:func:`_fits_with`). Otherwise the trial is brought up to date off
         the lock (:meth:`advance`) and comes back."""
-        delta = self.delta(trial.snapshot)
-        if delta is None or trial.snapshot.budget != self._budget:
+        added = self.charges_since(trial.snapshot)
+        if added is None or trial.snapshot.budget != self._budget:
             return False
-        if not trial.admitted or not delta:
+        if not trial.admitted or not added:
             return True
-        return _fits_with(self.definition, trial.upper, delta, self._budget, self.params)
+        return self.measure.fits_with(trial.upper, added, self._budget, self.params)
 
     def settle(
         self,
@@ -758,12 +690,12 @@ class ServiceFilter:
             raise NeedsTrial
         if not trial.admitted:
             return False
-        delta = self.delta(trial.snapshot)
-        assert trial.replica is not None and trial.mark is not None and delta is not None
+        added = self.charges_since(trial.snapshot)
+        assert trial.replica is not None and trial.mark is not None and added is not None
         replica = trial.replica
         replica.release(trial.mark)
         trial.mark = None
-        for q, load, times in delta:
+        for q, load, times in added:
             with replica._effort(
                 deadline
             ):  # (pending in the lazy tables: a record searches only without them)
@@ -896,10 +828,7 @@ class ServiceFilter:
         return out
 
     def _spent(self) -> float:
-        if self.definition == "rdp":
-            v = self._filter.value()
-            return float(v[0] if isinstance(v, tuple) else v)
-        return self._filter.spent()
+        return self.measure.served_spent(self._filter)
 
     def spend_within(self, deadline: float | None, share: float = 1.0) -> tuple[float, bool]:
         """(:meth:`max_load`, True) when its search ends within ``share`` of the time left before
@@ -913,7 +842,7 @@ class ServiceFilter:
         with self._filter.search_effort(seconds):
             # the lazy tables' bound first: the exact search brings the pending charges into the index,
             # after which spent_bound() is that search's own result
-            bound = self._filter.spent_bound() if self.definition in _BOUNDED else math.inf
+            bound = self._filter.spent_bound() if self.measure.bounded else math.inf
             out = self._spent()
             exact = self._filter.value_is_exact()
         return (out, True) if exact else (min(out, bound), False)
@@ -931,98 +860,57 @@ class ServiceFilter:
         """(:meth:`max_load_bound`, the room left under ``quota`` after it): safe (a spend never below
         the worst row's, a room never above what one more charge on every row may carry) and with no
         overlap search while the lazy tables are kept (what an answer reports, under the lock)."""
+        m = self.measure
         if len(self._filter) == 0:
-            return 0.0, remaining(self.definition, quota, 0.0, self.params)
-        tracks = self._filter.track_bounds() if self.definition in ("rdp", "approx") else None
-        if tracks is not None and self.definition == "approx":
-            return _approx.bound_figures(tracks[2], tracks[0], quota, float(self.params["delta"]))
-        if tracks is not None:  # RDP at its one order: a plain sum per row
-            spent = _float_up(tracks[0][0])
-        elif self.definition == "rdp":
-            spent = self.max_load()
-        else:
-            spent = self._filter.spent_bound()
-        return spent, remaining(self.definition, quota, spent, self.params)
+            return 0.0, m.remaining(quota, 0.0, self.params)
+        tracks = self._filter.track_bounds() if m.tracked else None
+        if tracks is not None:
+            return m.track_figures(tracks, quota, self.params)
+        spent = m.served_bound(self._filter, self.max_load)
+        return spent, m.remaining(quota, spent, self.params)
 
     def _settle_bound(self) -> float | tuple[Fraction, Fraction] | None:
         """What :func:`_fits_with` settles a trial with (no search while the tables are kept): a bound
         on the worst row's sum (GDP: its root), or for approximate DP the per-track bounds (sum of
         epsilons, sum of squares); None when there is none."""
-        if self.definition == "approx":
+        if self.measure.joint:
             tracks = self._filter.track_bounds()
             return None if tracks is None else (tracks[2], tracks[0])
         return self.max_load_bound()
 
     def joint_figures(self, snap: FilterSnapshot, quota: float) -> tuple[float, float] | None:
         """Approximate DP: the worst row's own spend and the smallest room over the rows of ``snap``'s
-        charges (every row pattern, :func:`overlapdp.service._approx.joint_figures`; off the lock),
+        charges (every row pattern, :func:`overlapdp.privacy.approx_rooms.joint_figures`; off the lock),
         or None when their grid is too large (or another definition)."""
-        if self.definition != "approx":
-            return None
         charges = [(q or self._everything, load, times) for q, load, times in snap.charges]
-        return _approx.joint_figures(self.schema, charges, quota, float(self.params["delta"]))
+        return self.measure.joint_figures(self.schema, charges, quota, self.params)
 
     def account(self, snap: FilterSnapshot, quota: float) -> tuple[float, float]:
         """The spend of ``snap``'s charges and the room left under ``quota`` (off the lock, for
         reports). Approximate DP: the worst row's own combined figure and the smallest room over the
-        rows (:func:`overlapdp.service._approx.joint_figures`, every row pattern) when the charges' grid
+        rows (:func:`overlapdp.privacy.approx_rooms.joint_figures`, every row pattern) when the charges' grid
         is small enough, else the filter's value (the rules at the per-track maxima, a safe bound) and
         the larger of the rooms the two safe bounds give. Others: :meth:`spend` and :func:`remaining`."""
-        if self.definition == "approx":
-            delta = float(self.params["delta"])
+        m = self.measure
+        if m.joint:
             joint = self.joint_figures(snap, quota)
             if joint is not None:
                 return joint
             spent = self.spend(snap)
-            room = remaining(self.definition, quota, spent, self.params)
+            room = m.remaining(quota, spent, self.params)
             replica = self._replica(snap, None)
             try:
                 tracks = replica._filter.track_bounds()
             finally:
                 self._give_back(replica)
             if tracks is not None:
-                room = max(room, _approx.bound_figures(tracks[2], tracks[0], quota, delta)[1])
+                room = max(room, m.track_figures(tracks, quota, self.params)[1])
             return spent, room
         spent = self.spend(snap)
-        return spent, remaining(self.definition, quota, spent, self.params)
+        return spent, m.remaining(quota, spent, self.params)
 
     def __len__(self) -> int:
         return len(self._filter)
-
-
-#: Definitions whose per-row test is a plain sum of the loads against the budget and whose
-#: :meth:`PrivacyFilter.spent` is a safe upper bound of the worst row (its exact value rounded up).
-_SUMS = ("pure", "zcdp")
-#: Those, and GDP (a sum of mu^2 against the budget's square), whose worst row the lazy tables bound
-#: without a search (:meth:`PrivacyFilter.spent_bound`).
-_BOUNDED = (*_SUMS, "gdp")
-
-
-def _fits_with(
-    definition: str,
-    upper: float | tuple[Fraction, Fraction] | None,
-    added: Sequence[tuple[PredicateQuery | None, float, int]],
-    budget: float,
-    params: Mapping[str, Any],
-) -> bool:
-    """Whether ``upper`` (a safe bound on the worst row after the batch) plus every load in ``added``
-    stays within ``budget``, exactly (Fractions): then no row can exceed it, whichever rows they cover.
-    Pure DP, zCDP, tCDP and one-order RDP: a row's sum (MATH.md 1.8, 5.9; the service's charges all
-    have omega = infinity); GDP: squares; approximate DP: per-track bounds (sum of epsilons, sum of
-    squares), every row within basic or every row within advanced composition (MATH.md 5.6)."""
-    if upper is None:
-        return False
-    if isinstance(upper, tuple):
-        return definition == "approx" and _approx.fits(
-            upper[0], upper[1], added, budget, float(params["delta"])
-        )
-    if definition == "gdp":  # a row's sum of mu^2 (the service's filters: add/remove neighbours)
-        squares = Fraction(upper) ** 2 + sum(
-            (Fraction(load) ** 2 * times for _, load, times in added), Fraction(0)
-        )
-        return squares <= Fraction(budget) ** 2
-    total = Fraction(upper) + sum((Fraction(load) * times for _, load, times in added), Fraction(0))
-    return total <= Fraction(budget)
 
 
 QuotaFilter = ServiceFilter
@@ -1043,16 +931,14 @@ def batch_cost(
     GDP (sqrt of the sum of mu^2). Approximate DP: basic composition (the sum of epsilons, a safe bound).
     ``exact`` False: the overlap search did not end within a quarter of the time left before ``deadline``, and
     ``overlap`` is a safe upper bound."""
-    l2 = check_definition(definition) == "gdp"
-    alone = ServiceFilter(schema, "gdp" if l2 else "pure", 1.0)  # record() never refuses
+    m = served(definition)
+    # a row's composition: GDP's l2 on its own filter, every other amount a plain sum (pure DP's)
+    l2 = isinstance(m, AdditiveMeasure) and m.comp == "l2"
+    alone = ServiceFilter(schema, m.name if l2 else "pure", 1.0)  # record() never refuses
     for query, load in charges:
         check_deadline(deadline)  # (TimeBudgetExceeded past it)
         alone.record(query, load)
-    if l2:
-        total = sum((Fraction(x) ** 2 for _, x in charges), Fraction(0))
-        sequential = GDP.compose([GDP(x) for _, x in charges]).mu if total > 0 else 0.0
-    else:
-        sequential = _float_up(sum((Fraction(x) for _, x in charges), Fraction(0)))
+    sequential = alone.measure.sequential([x for _, x in charges])
     overlap, exact = alone.spend_within(deadline, _BATCH_SHARE)
     return {"overlap": overlap, "sequential": sequential, "exact": exact}
 
@@ -1063,50 +949,16 @@ def make_filter(
     return ServiceFilter(schema, definition, budget, params)
 
 
-def _defaults(definition: str) -> dict[str, Any]:
+def _defaults(m: Measure[Any]) -> dict[str, Any]:
     """Parameters for a filter built without a data set's (tests, :func:`batch_cost`)."""
-    return {"omega": math.inf, "alpha": 2.0} if definition in ("tcdp", "rdp") else {}
-
-
-def _float_up(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
-
-
-def _float_down(x: Fraction) -> float:
-    f = float(x)
-    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
+    return {"omega": math.inf, "alpha": 2.0} if m.fixed else {}
 
 
 def remaining(definition: str, quota: float, spent: float, params: Mapping[str, Any] | None = None) -> float:
     """What is left of ``quota`` once ``spent`` (an upper bound of the worst row's spend) is paid, in the
-    data set's amount, rounded DOWN (never more than what is truly left): a load one more charge on the
-    worst row may carry. Additive amounts (epsilon, rho, epsilon_alpha): the difference; GDP, whose rows
-    compose as sqrt(sum mu^2) (MATH.md 2.4): sqrt(quota^2 - spent^2), so a quota of 1 with 0.6 spent
-    leaves 0.8, not 0.4. Approximate DP (``params``' delta; the filter's value is the smaller of the
-    basic and the advanced rule's epsilon, MATH.md 5.6): not knowing which rule gave ``spent``, the
-    smaller of the two rooms, quota - spent (basic) and the advanced rule's room for a sum of squares
-    whose value is ``spent``; a charge of that size passes whichever rule gave it."""
-    if not spent < quota:
-        return 0.0
-    if definition == "gdp":
-        room = Fraction(quota) ** 2 - Fraction(spent) ** 2
-        root = sqrt_up(room)
-        while root > 0 and Fraction(root) ** 2 > room:
-            root = math.nextafter(root, 0.0)
-        return root
-    basic = _float_down(Fraction(quota) - Fraction(spent))
-    if definition == "approx" and (params or {}).get("composition", "advanced") == "advanced":
-        delta = float((params or {})["delta"])
-        log_term = 2 * math.log(2 / delta)  # the service's slack delta' = delta / 2 (measures.py)
-
-        def root_of(e: float) -> float:  # u with sqrt(log_term) u + u^2 / 2 = e, stably
-            return 2 * e / (math.sqrt(log_term + 2 * e) + math.sqrt(log_term))
-
-        u_max, u_now = root_of(quota), root_of(spent)
-        advanced = math.sqrt(max(0.0, (u_max - u_now) * (u_max + u_now))) * (1 - 1e-9)  # (float margin)
-        return max(0.0, min(basic, advanced))
-    return basic
+    data set's amount, rounded DOWN (never more than what is truly left): :meth:`Measure.remaining`
+    (GDP: sqrt(quota^2 - spent^2); approximate DP: the smaller of the basic and advanced rooms)."""
+    return served(definition).remaining(quota, spent, params or {})
 
 
 # -- noise ----------------------------------------------------------------------------------------
@@ -1287,23 +1139,13 @@ def global_guarantee(
     Approximate DP: only the global filter (the analysts' deltas would add), ``by_concurrent_composition``
     is left out.
     """
-    check_definition(definition)
-    p = dict(params) if params is not None else _defaults(definition)
-    name = DEFINITIONS[definition]
-    spent = [s for s in analyst_spent if s > 0]
-    composed: float | None
-    if definition == "approx":
-        composed = None
-    elif not spent:
-        composed = 0.0
-    elif definition == "gdp":
-        composed = GDP.compose([GDP(s) for s in spent]).mu
-    else:
-        composed = _float_up(sum((Fraction(s) for s in spent), Fraction(0)))
+    m = served(definition)
+    p = dict(params) if params is not None else _defaults(m)
+    composed = m.concurrent([s for s in analyst_spent if s > 0])
     value = global_spent if composed is None else min(global_spent, composed)
     return {
         "definition": definition,
-        name: value,
+        m.amount: value,
         "by_global_filter": global_spent,
         "by_concurrent_composition": composed,
         "epsilon_delta": epsilon_delta(definition, p, value),

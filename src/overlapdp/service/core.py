@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -49,7 +48,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.consistency import NOTE, workload_design
 from overlapdp.errors import Conflict as Conflict
 from overlapdp.errors import FieldRefused as FieldRefused
 from overlapdp.errors import (
@@ -65,6 +63,7 @@ from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
 from overlapdp.errors import TooLarge as TooLarge
 from overlapdp.errors import Unavailable as Unavailable
 from overlapdp.mechanisms.calibration import laplace_scale
+from overlapdp.mechanisms.consistency import NOTE, workload_design
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
@@ -105,6 +104,7 @@ from overlapdp.service.responses import (
     SessionOpened,
     SessionStep,
 )
+from overlapdp.validation import check_finite, check_int, check_positive
 
 log = logging.getLogger("overlapdp.service")
 
@@ -393,7 +393,7 @@ class QueryService:
         return {
             "name": rec.name,
             "definition": rec.definition,
-            "parameter": runtime.DEFINITIONS[rec.definition],
+            "parameter": runtime.served(rec.definition).amount,
             "parameters": dict(state.params),
             "schema": rec.schema,
             "available": state.loaded is not None,
@@ -630,7 +630,7 @@ class QueryService:
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
     ) -> runtime.ServedMechanism:
-        name = runtime.DEFINITIONS[state.record.definition]
+        name = runtime.served(state.record.definition).amount
         if parameter is None or (given is not None and given != name):
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
@@ -658,7 +658,7 @@ class QueryService:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically.
 
         ``consistent``: also the counts projected onto a non-negative table's answers
-        (:mod:`overlapdp.consistency`, post-processing of the noisy counts). The workload's cells are
+        (:mod:`overlapdp.mechanisms.consistency`, post-processing of the noisy counts). The workload's cells are
         enumerated before anything is counted, so a workload over :data:`CONSISTENT_CELL_LIMIT` is
         refused (400) without spending. The projection runs in a worker process
         (:mod:`overlapdp.service._projection`) BEFORE admission, within the request's time budget:
@@ -885,8 +885,7 @@ class QueryService:
         expected = _STEP_ARGUMENT.get(session.kind)
         if arg_name is not None and arg_name != expected:
             raise FieldRefused(arg_name, f"a {session.kind} session takes '{expected}', not '{arg_name}'")
-        if not isinstance(arg, int | float) or isinstance(arg, bool) or not math.isfinite(arg):
-            raise QueryError("the threshold or guess must be a finite number")
+        arg = check_finite(arg, "the threshold or guess", error=QueryError)
         state = self._state(session.dataset)
         self._loaded(state)
         (query,) = self._parse(state, [spec])
@@ -1031,7 +1030,7 @@ class QueryService:
         definition = state.record.definition
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
+            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
         )
         # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
         # overlap search here: a filter is decided on its lazy bounds or by settling its trial; one that
@@ -1080,7 +1079,7 @@ class QueryService:
                     mechanism=p.mechanism.to_json(),
                     cost={
                         "definition": definition,
-                        runtime.DEFINITIONS[definition]: p.loads[i],
+                        runtime.served(definition).amount: p.loads[i],
                         "load": p.loads[i],
                     },
                     answer=answer,
@@ -1097,7 +1096,7 @@ class QueryService:
         # an upper bound on the spend (no search under the lock): ``remaining`` is never more than
         # what is left; the exact spend is in the data set status and the ledger's reports
         spent, remaining = mine.figures_bound(quota)
-        if definition == "approx":  # the rows' own figures are computed off the lock (_submit)
+        if mine.measure.joint:  # the rows' own figures are computed off the lock (_submit)
             p.account = (mine, mine.snapshot(), quota)
         return BatchAnswer(
             answers=answers,
@@ -1134,7 +1133,7 @@ class QueryService:
                 session=p.session_id,
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
-                cost={"definition": definition, runtime.DEFINITIONS[definition]: load, "load": load},
+                cost={"definition": definition, runtime.served(definition).amount: load, "load": load},
                 answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,
@@ -1201,7 +1200,7 @@ class QueryService:
         runtime.check_deadline(p.deadline)
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
+            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
         )
         after = mine_run.after
         return CostEstimate(
@@ -1364,17 +1363,17 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "sparse_vector":
         return {
             "epsilon": eps,
-            "max_positives": _positive_int("max_positives", params.get("max_positives", 1)),
+            "max_positives": check_int(
+                params.get("max_positives", 1), "max_positives", maximum=1_000_000, error=QueryError
+            ),
             "monotonic": bool(params.get("monotonic", False)),
         }
-    tol = params.get("tolerance")
-    if not isinstance(tol, int | float) or isinstance(tol, bool) or not math.isfinite(tol) or tol <= 0:
-        raise QueryError("tolerance must be a positive finite number")
+    tol = check_positive(params.get("tolerance"), "tolerance", error=QueryError)
     eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
-    failures = _positive_int("max_failures", params.get("max_failures", 1))
+    failures = check_int(params.get("max_failures", 1), "max_failures", maximum=1_000_000, error=QueryError)
     # Each failed guess releases a count with Laplace scale max_failures / epsilon_estimates.
     laplace_scale(eps_est, failures, name="epsilon_estimates")
-    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": float(tol), "max_failures": failures}
+    return {"epsilon": eps, "epsilon_estimates": eps_est, "tolerance": tol, "max_failures": failures}
 
 
 def _check_key(key: str | None) -> str | None:
@@ -1392,9 +1391,3 @@ def _check_name(what: str, name: str) -> None:
         or not all(c.isalnum() or c in "-_." for c in name)
     ):
         raise QueryError(f"{what} must be 1-100 letters, digits, '-', '_' or '.'")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1_000_000:
-        raise QueryError(f"{name} must be an integer from 1 to 1000000")
-    return value

@@ -34,6 +34,7 @@ from overlapdp.schema import Schema, read_table
 from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.embedded import embedded_service
 from overlapdp.service.recorded import recorded_query
+from overlapdp.validation import check_int
 
 DATASET = "adult"
 GLOBAL_BUDGET = 6.0  # pure-DP epsilon for the whole table, all analysts together
@@ -185,8 +186,7 @@ def run_demo(
     progress: Progress | None = None,
 ) -> DemoSummary:
     """Run the whole story and write the ledger, data, summary and report under ``out``."""
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise DataError(f"rows (--rows) must be a whole number of at least 1, got {rows!r}")
+    check_int(rows, "rows (--rows)", error=DataError)
     step = progress or (lambda _msg, _n: None)
     out.mkdir(parents=True, exist_ok=True)
     step("preparing data", 0)

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import float_up, sqrt_up
+from overlapdp.exact import float_down, float_up, sqrt_up
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -62,9 +62,7 @@ def row_figures(s1: Fraction, s2: Fraction, quota: float, delta: float) -> tuple
     epsilons and ``s2`` of its sum of squares (both figures stay safe with upper bounds)."""
     spent = min(float_up(s1), advanced_up(s2, delta))
     basic = Fraction(quota) - s1
-    basic_room = float(basic) if basic > 0 else 0.0
-    if basic_room > 0 and Fraction(basic_room) > basic:
-        basic_room = math.nextafter(basic_room, 0.0)
+    basic_room = float_down(basic) if basic > 0 else 0.0
     return spent, max(basic_room, advanced_room(quota, s2, delta))
 
 
