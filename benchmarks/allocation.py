@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from overlapdp.demo import marginal_workload, range_workload  # noqa: E402
+from overlapdp.cli.demo import marginal_workload, range_workload  # noqa: E402
 from overlapdp.mechanisms.allocation import allocate  # noqa: E402
 from overlapdp.overlap import max_overlap  # noqa: E402
 from overlapdp.privacy import Laplace, Odometer  # noqa: E402

@@ -95,7 +95,7 @@ def test_bad_plans_are_refused_by_name() -> None:
         plan_release(workload(), 1.0, "pure", allocation="greedy")  # type: ignore[arg-type]
     with pytest.raises(AnswerError, match="error target"):
         budget_for_error(workload(), -1, "pure")
-    with pytest.raises(AnswerError, match="planning supports"):
+    with pytest.raises(AnswerError, match="unknown definition"):
         plan_release(workload(), 1.0, "rdp")
 
 

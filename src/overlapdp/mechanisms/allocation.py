@@ -39,15 +39,11 @@ from typing import Literal
 import numpy as np
 
 from overlapdp.errors import AnswerError, SearchGaveUp
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.exact import float_up, sqrt_down
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_positive
 
 Objective = Literal["variance", "relative"]
-#: How each definition's noise variance falls with its parameter, and how the parameter adds per row:
-#: ``(p, squared)``: Var ~ 1 / s^p with ``s`` the additive cost (epsilon; rho; mu^2) and ``squared``
-#: when the share is the square root of that cost (GDP's mu).
-_FORMS: dict[str, tuple[int, bool]] = {"pure": (2, False), "zcdp": (1, False), "gdp": (1, True)}
 #: Rounds of constraint generation at most (the plan is then scaled to the certified bound).
 MAX_ROUNDS = 200
 #: Largest (queries x values of the constrained attributes) coverage table built for the climb and
@@ -135,8 +131,11 @@ class _Planner:
         effort: float | None,
         tol: float,
     ) -> None:
-        if definition not in _FORMS:
-            raise AnswerError(f"budget allocation supports {', '.join(_FORMS)}, got {definition!r}")
+        from overlapdp.privacy.measures import count_measure
+
+        # the definitions a count's noise is calibrated to; Var ~ 1 / s^p with s the additive cost
+        # (epsilon; rho; mu^2, the share being its square root when the measure composes in l2)
+        measure = count_measure(definition, AnswerError)
         if objective not in ("variance", "relative"):
             raise AnswerError(f"objective must be 'variance' or 'relative', got {objective!r}")
         if neighbouring not in ("add_remove", "replace"):
@@ -148,7 +147,7 @@ class _Planner:
         w = np.array([q.weight for q in self.qs] if weights is None else list(weights), dtype=float)
         if w.shape != (len(self.qs),) or not np.all(np.isfinite(w)) or np.any(w <= 0):
             raise AnswerError("weights must be one positive finite number per query")
-        self.p, self.squared = _FORMS[definition]
+        self.p, self.squared = measure.noise_power, measure.comp == "l2"
         # the additive budget of each row: epsilon, rho, or mu^2 (GDP), halved for replace-one neighbours
         self.limit = (b * b if self.squared else b) / (2.0 if neighbouring == "replace" else 1.0)
         # importance is relative: solve on weights scaled to at most 1, report in the caller's
@@ -300,13 +299,13 @@ class _Planner:
         method: str = "optimal",
     ) -> Allocation:
         # (GDP: mu rounded down so that its square, the additive cost, is at most the cost planned)
-        shares = np.array([_sqrt_down(float(c)) for c in costs]) if self.squared else costs
+        shares = np.array([sqrt_down(Fraction(float(c))) for c in costs]) if self.squared else costs
         obj = _objective(self.w, shares**2 if self.squared else shares, self.p, self.objective)
         if obj > self.even_obj:
             # the certified bound was too loose for the plan to beat even shares: give even shares,
             # B / gamma each (every row holds at most gamma queries), the promise "never worse"
             even = np.full(len(self.qs), self.limit / self.gamma * _SHRINK)
-            shares = np.array([_sqrt_down(float(c)) for c in even]) if self.squared else even
+            shares = np.array([sqrt_down(Fraction(float(c))) for c in even]) if self.squared else even
             obj, worst, exact, method = (
                 self.even_obj,
                 self.limit,
@@ -497,13 +496,6 @@ def _restricted(
 def _objective(w: np.ndarray, costs: np.ndarray, p: int, objective: Objective) -> float:
     var = w / costs**p
     return float(var.max() if objective == "relative" else var.sum())
-
-
-def _sqrt_down(x: float) -> float:
-    r = math.sqrt(x)
-    while r > 0 and Fraction(r) ** 2 > Fraction(x):
-        r = math.nextafter(r, 0.0)
-    return r
 
 
 __all__ = ["Allocation", "Objective", "allocate"]

@@ -24,13 +24,11 @@ from typing import Any, Literal
 from overlapdp.errors import AnswerError, BudgetError
 from overlapdp.mechanisms.allocation import Allocation, Objective, allocate
 from overlapdp.mechanisms.calibration import CountBudget, noise_for
-from overlapdp.privacy.definitions import GDP, ZCDP, PureDP
+from overlapdp.privacy.measures import AdditiveMeasure, count_measure
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_level, check_positive
 
 AllocationKind = Literal["even", "optimal"]
-#: Each definition's per-query budget object (the share is epsilon, rho or mu).
-_BUDGETS: dict[str, type[PureDP] | type[ZCDP] | type[GDP]] = {"pure": PureDP, "zcdp": ZCDP, "gdp": GDP}
 
 
 @dataclass(frozen=True)
@@ -93,8 +91,13 @@ def partition_families(queries: Sequence[PredicateQuery]) -> int:
     return len(colours)
 
 
+def _measure(definition: str) -> AdditiveMeasure[Any, Any]:
+    return count_measure(definition, AnswerError)
+
+
 def _budget(definition: str, share: float) -> CountBudget:
-    return _BUDGETS[definition](share)
+    budget: CountBudget = _measure(definition).budget(share, {})
+    return budget
 
 
 def _even(definition: str, budget: float, payers: int) -> float:
@@ -118,12 +121,11 @@ def plan_release(
     accountings at the same guarantee. Draws no noise and reads no data."""
     from overlapdp.overlap import max_overlap
 
-    if definition not in _BUDGETS:
-        raise AnswerError(f"planning supports {', '.join(_BUDGETS)}, got {definition!r}")
+    measure = _measure(definition)
     if allocation not in ("even", "optimal"):
         raise AnswerError(f"allocation must be 'even' or 'optimal', got {allocation!r}")
     b = check_positive(budget, "budget", error=AnswerError)
-    lv = check_level(level, "the confidence level", error=AnswerError)
+    lv = check_level(level)
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
@@ -131,7 +133,7 @@ def plan_release(
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
     fam = partition_families(qs)
     # replace-one neighbours: a pair of rows pays both rows' charges (MATH.md 2.9), half the additive budget
-    half = 1.0 if neighbouring != "replace" else (math.sqrt(2.0) if definition == "gdp" else 2.0)
+    half = 1.0 if neighbouring != "replace" else (math.sqrt(2.0) if measure.comp == "l2" else 2.0)
 
     def total(shares: Sequence[float]) -> float:
         return sum(noise_for(_budget(definition, s)).variance for s in shares)
@@ -188,11 +190,10 @@ def budget_for_error(
     noise distributions), and the budget composes ``gamma`` of them."""
     from overlapdp.overlap import max_overlap
 
-    if definition not in _BUDGETS:
-        raise AnswerError(f"planning supports {', '.join(_BUDGETS)}, got {definition!r}")
+    measure = _measure(definition)
     if isinstance(half_width, bool) or not isinstance(half_width, int) or half_width < 0:
         raise AnswerError(f"the error target must be a whole number of rows >= 0, got {half_width!r}")
-    lv = check_level(level, "the confidence level", error=AnswerError)
+    lv = check_level(level)
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
@@ -219,7 +220,7 @@ def budget_for_error(
         else:
             lo = mid
     share = hi
-    total = share * (math.sqrt(gamma) if definition == "gdp" else gamma)
+    total = share * (math.sqrt(gamma) if measure.comp == "l2" else gamma)
     # the total rounded up until its even share is at least the share found (even_share rounds down)
     while _even(definition, total, gamma) < share:
         total = math.nextafter(total, math.inf)

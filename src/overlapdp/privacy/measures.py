@@ -262,6 +262,10 @@ class Measure(ABC, Generic[B]):
     #: Whether one count's noise is calibrated to a budget of it (:data:`overlapdp.mechanisms.calibration
     #: .CountBudget`): the definitions the workload planner and the utility gain take.
     counts: ClassVar[bool] = False
+    #: For a count measure: how a count's noise variance falls with the additive cost it is charged
+    #: (variance proportional to cost^-noise_power: Laplace epsilon^-2; Gaussian rho^-1, and mu^-2 =
+    #: (mu^2)^-1 for GDP), the budget allocation's objective (MATH.md 2.10).
+    noise_power: ClassVar[int] = 1
     #: Whether the native value is a pair (tCDP's (rho, omega)), shown as such (not as a curve).
     native_pair: ClassVar[bool] = False
     #: Whether the native value is already epsilon at the report's delta (approximate DP).
@@ -432,6 +436,7 @@ class PureMeasure(AdditiveMeasure[PureDP, PureDP]):
     """Pure epsilon-DP: per-row sum of epsilons (MATH.md 2.4)."""
 
     name = "pure"
+    noise_power = 2
     label = "pure DP"
     budget_type = PureDP
     parameters = ("epsilon",)
