@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from cli_helpers import run
@@ -148,3 +149,78 @@ def test_optimal_beats_even_on_skewed_workloads() -> None:
     rp = plan_release(qs, 2.0, "zcdp")
     assert rp.totals["optimal overlap"] < rp.totals["even overlap"]
     assert rp.allocation is not None and rp.allocation.worst_row <= 2.0
+
+
+def _rows() -> list[tuple[int, int]]:
+    return [(a, h) for a in range(SCHEMA.attributes[0].size) for h in range(SCHEMA.attributes[1].size)]
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp"])
+def test_answers_at_the_optimal_allocation_stay_within_budget_on_every_row(definition: str) -> None:
+    """plan_answers(allocation="optimal"): each query's noise is calibrated to its own share, and the
+    DECLARED guarantees of the queries covering any row (brute force over all 1 000 rows, exact
+    Fractions; GDP's declared zCDP rho = mu^2/2 rounded up) compose within the budget's."""
+    from fractions import Fraction
+
+    from overlapdp.mechanisms import answer_workload, plan_answers
+    from overlapdp.mechanisms.calibration import declared_guarantee, noise_for
+    from overlapdp.privacy.definitions import PureDP
+
+    qs = workload()
+    plan = plan_answers(qs, 1.0, definition, allocation="optimal")
+    assert plan.shares is not None and len(set(plan.shares)) > 1
+    declared = [declared_guarantee(plan.budget_of(i)) for i in range(len(qs))]
+    cost = [Fraction(g.epsilon) if isinstance(g, PureDP) else Fraction(g.rho) for g in declared]
+    limit = Fraction(1) if definition != "gdp" else Fraction(1, 2)  # GDP mu 1 is declared rho 1/2
+    worst = max(sum((c for c, q in zip(cost, qs, strict=True) if q.covers(r)), Fraction(0)) for r in _rows())
+    assert worst <= limit
+    g = plan.guarantees()["overlap"]
+    assert Fraction(next(iter(g.values()))) <= 1  # the printed overlap-aware guarantee is the budget's
+    data = pd.DataFrame({"age": np.arange(100).repeat(3) % 100, "hours": np.arange(300) % 10})
+    answers = answer_workload(data, qs, plan).answers
+    for i, a in enumerate(answers):
+        assert a.noise == noise_for(plan.budget_of(i))  # each query at its own share
+
+
+def test_optimal_allocation_needs_overlap_accounting() -> None:
+    from overlapdp.mechanisms import plan_answers
+
+    with pytest.raises(AnswerError, match="overlap"):
+        plan_answers(workload(), 1.0, "pure", "sequential", allocation="optimal")
+    with pytest.raises(AnswerError, match="allocation"):
+        plan_answers(workload(), 1.0, "pure", allocation="clever")
+
+
+def test_answer_command_with_the_optimal_allocation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    SCHEMA.save(tmp_path / "s.json")
+    lines = ['{"id": "all", "where": "TRUE"}'] + [
+        json.dumps({"id": f"a{i}", "where": f"age BETWEEN {10 * i} AND {10 * i + 9}"}) for i in range(10)
+    ]
+    (tmp_path / "q.jsonl").write_text("\n".join(lines) + "\n")
+    pd.DataFrame({"age": np.arange(200) % 100, "hours": np.arange(200) % 10}).to_csv(
+        tmp_path / "d.csv", index=False
+    )
+    args = ["answer", "--schema", str(tmp_path / "s.json"), "--queries", str(tmp_path / "q.jsonl")]
+    args += [
+        "--data",
+        str(tmp_path / "d.csv"),
+        "--definition",
+        "pure",
+        "--budget",
+        "1",
+        "--allocation",
+        "optimal",
+    ]
+    code, out, err = run([*args, "--json"], capsys)
+    assert code == 0, err
+    js = json.loads(out)
+    shares = js["privacy"]["allocation"]["shares"]
+    assert shares[0] == pytest.approx(1 / (1 + 10 ** (1 / 3)), rel=1e-3)
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    assert "optimal allocation" in out
+    guarantee = next(ln for ln in out.splitlines() if "guarantee, overlap-aware" in ln)
+    assert guarantee.split("│")[2].split()[:3] == ["ε", "=", "1"]

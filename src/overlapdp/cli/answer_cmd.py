@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -56,6 +56,20 @@ def answer(
             "--accounting", help="How the budget is shared: by maximum overlap, or every query pays."
         ),
     ] = "overlap",
+    allocation: Annotated[
+        Literal["even", "optimal"],
+        typer.Option(
+            "--allocation",
+            help="even: every query B / gamma; optimal: each query its own share where the rows can afford "
+            "it (overlap accounting; 'weight' per line = importance; see overlapdp plan).",
+        ),
+    ] = "even",
+    objective: Annotated[
+        Literal["variance", "relative"],
+        typer.Option(
+            "--objective", help="For --allocation optimal: least weighted total or largest variance."
+        ),
+    ] = "variance",
     level: Annotated[float, typer.Option("--level", help="Confidence level of the error bars.")] = 0.95,
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds for the maximum-overlap search (then a safe bound).")
@@ -89,6 +103,8 @@ def answer(
         effort=effort,
         delta=delta,
         epsilon=epsilon,
+        allocation=allocation,
+        objective=objective,
     )
     with open_engine(engine, sch, data) as eng:
         result = answer_workload(eng, workload, plan, consistent=consistent)
@@ -136,8 +152,17 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     rep.add_row("accounting", plan.accounting)
     rep.add_row("queries (t)", str(plan.queries))
     rep.add_row("max overlap (gamma)", f"{plan.gamma} ({'exact' if plan.gamma_exact else 'upper bound'})")
-    rep.add_row("per-query budget", _fmt(p["per_query"]))
-    rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+    if plan.shares is None:
+        rep.add_row("per-query budget", _fmt(p["per_query"]))
+        rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+    else:
+        sym = _SYMBOL.get(_unit(p), "")
+        rep.add_row(
+            "per-query budget",
+            f"optimal allocation: {sym} from {decimal(min(plan.shares), rounding='down')} to "
+            f"{decimal(max(plan.shares), rounding='down')} ({plan.allocation_method})",
+        )
+        rep.add_row("noise", f"per query, at its share (rms std {decimal(p['noise_std'], 4)})")
     ed = p["epsilon_delta"]
     for side, label in (("sequential", "sequential"), ("overlap", "overlap-aware")):
         rep.add_row(f"guarantee, {label}", _fmt(p["guarantee"][side]))
@@ -149,6 +174,12 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     if "note" in p:
         rep.add_row("note", str(p["note"]))
     return rep
+
+
+def _unit(p: dict[str, object]) -> str:
+    budget = p["budget"]
+    assert isinstance(budget, dict)
+    return str(next(iter(budget)))
 
 
 def _delta(plan: AnswerPlan) -> str:

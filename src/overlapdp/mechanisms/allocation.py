@@ -298,14 +298,24 @@ class _Planner:
         lower: float | None = None,
         method: str = "optimal",
     ) -> Allocation:
-        # (GDP: mu rounded down so that its square, the additive cost, is at most the cost planned)
-        shares = np.array([sqrt_down(Fraction(float(c))) for c in costs]) if self.squared else costs
+        # GDP: mu rounded down so that its square, the additive cost, is at most the cost planned, and
+        # 2^-40 below it, so that the declared zCDP rho = mu^2/2 of each query, rounded up to a float,
+        # still sums to at most B^2/2 on every row (each rounding is below 2^-52 relative)
+        shares = (
+            np.array([sqrt_down(Fraction(float(c)) * (1 - Fraction(1, 2**40))) for c in costs])
+            if self.squared
+            else costs
+        )
         obj = _objective(self.w, shares**2 if self.squared else shares, self.p, self.objective)
         if obj > self.even_obj:
             # the certified bound was too loose for the plan to beat even shares: give even shares,
             # B / gamma each (every row holds at most gamma queries), the promise "never worse"
             even = np.full(len(self.qs), self.limit / self.gamma * _SHRINK)
-            shares = np.array([sqrt_down(Fraction(float(c))) for c in even]) if self.squared else even
+            shares = (
+                np.array([sqrt_down(Fraction(float(c)) * (1 - Fraction(1, 2**40))) for c in even])
+                if self.squared
+                else even
+            )
             obj, worst, exact, method = (
                 self.even_obj,
                 self.limit,

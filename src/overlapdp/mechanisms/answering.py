@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from overlapdp import validation
 from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
+from overlapdp.exact import float_up, sqrt_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
@@ -205,6 +206,37 @@ class AnswerPlan:
     overlap_share: float
     delta: float | None = None  # of the (epsilon, delta) statement; None: pure DP, (epsilon, 0)
     target_epsilon: float | None = None  # the --epsilon the budget was calibrated to, if any
+    #: the optimal allocation's per-query shares (MATH.md 2.10), or None: every query ``per_query``
+    shares: tuple[float, ...] | None = None
+    #: with ``shares``: the certified bound of the worst row's additive cost (<= the budget's) and how
+    #: the plan was certified (``Allocation.method``)
+    worst_row: float | None = None
+    allocation_method: str | None = None
+
+    @property
+    def allocation(self) -> str:
+        return "even" if self.shares is None else "optimal"
+
+    def budget_of(self, i: int) -> CountBudget:
+        """Query ``i``'s budget: its own share under the optimal allocation, else the even share."""
+        return self.per_query_budget if self.shares is None else count_budget(self.definition, self.shares[i])
+
+    def _composed(self) -> dict[str, list[PureDP | ZCDP]]:
+        """Each side's declared guarantee as one composed value: every query (sequential) and the worst
+        row (overlap-aware: ``gamma`` even shares, or the allocation's certified worst row)."""
+        if self.shares is None:
+            g = declared_guarantee(self.per_query_budget)
+            return {"sequential": [g] * self.queries, "overlap": [g] * self.gamma}
+        every = [declared_guarantee(self.budget_of(i)) for i in range(self.queries)]
+        assert self.worst_row is not None
+        worst: PureDP | ZCDP
+        if isinstance(every[0], PureDP):
+            worst = PureDP(self.worst_row)
+        elif isinstance(self.per_query_budget, GDP):
+            worst = ZCDP(float_up(Fraction(self.worst_row) / 2))  # declared rho = mu^2 / 2 per query
+        else:
+            worst = ZCDP(self.worst_row)
+        return {"sequential": every, "overlap": [worst]}
 
     @property
     def per_query(self) -> float:
@@ -218,19 +250,22 @@ class AnswerPlan:
         """The guarantee of releasing every query with the chosen per-query budget: composed over all
         ``t`` queries (sequential) and over the ``gamma`` queries of the worst row (overlap-aware,
         MATH.md 2.4), with the definitions' own composition."""
-        g = declared_guarantee(self.per_query_budget)
         out: dict[str, dict[str, float]] = {}
-        for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
-            if isinstance(g, PureDP):
-                out[name] = {"epsilon": PureDP.compose([g] * n).epsilon}
+        for name, gs in self._composed().items():
+            if isinstance(gs[0], PureDP):
+                out[name] = {"epsilon": PureDP.compose(cast(list[PureDP], gs)).epsilon}
             elif isinstance(self.per_query_budget, GDP):
                 # In GDP's own unit (mu composes in l2, MATH.md 2.4), and the declared zCDP it stands for.
-                out[name] = {
-                    "mu": GDP.compose([GDP(self.per_query)] * n).mu,
-                    "declared_zcdp_rho": ZCDP.compose([g] * n).rho,
-                }
+                if self.shares is None:
+                    mu = GDP.compose([GDP(self.per_query)] * len(gs)).mu
+                elif name == "overlap":
+                    assert self.worst_row is not None
+                    mu = sqrt_up(Fraction(self.worst_row))
+                else:
+                    mu = GDP.compose([GDP(x) for x in self.shares]).mu
+                out[name] = {"mu": mu, "declared_zcdp_rho": ZCDP.compose(cast(list[ZCDP], gs)).rho}
             else:
-                out[name] = {"rho": ZCDP.compose([g] * n).rho}
+                out[name] = {"rho": ZCDP.compose(cast(list[ZCDP], gs)).rho}
         return out
 
     def epsilon_delta(self) -> dict[str, float]:
@@ -240,11 +275,12 @@ class AnswerPlan:
         own conversion; the smaller of two valid bounds is reported, so a calibrated plan never states
         more than its target epsilon."""
         whole = budget_guarantee(self.definition, self.budget)
-        g = declared_guarantee(self.per_query_budget)
         out: dict[str, float] = {"delta": 0.0 if self.delta is None else self.delta}
-        for name, n in (("sequential", self.queries), ("overlap", self.gamma)):
+        for name, gs in self._composed().items():
             composed: PureDP | ZCDP = (
-                PureDP.compose([g] * n) if isinstance(g, PureDP) else ZCDP.compose([g] * n)
+                PureDP.compose(cast(list[PureDP], gs))
+                if isinstance(gs[0], PureDP)
+                else ZCDP.compose(cast(list[ZCDP], gs))
             )
             eps = _epsilon_of(composed, self.delta)
             if _value(composed) <= _value(whole):
@@ -269,11 +305,21 @@ class AnswerPlan:
             ratio = self.gamma / self.queries
             laplace = isinstance(self.per_query_budget, PureDP)
             return 0.0 if seq == 0 else 1 - (ratio if laplace else math.sqrt(ratio))
-        return 1 - self.noise_std(self.overlap_share) / seq
+        return 1 - self.mean_noise_std / seq
+
+    @property
+    def mean_noise_std(self) -> float:
+        """The root mean square of the queries' noise standard deviations (the even share's std when
+        every query has it)."""
+        if self.shares is None:
+            return self.noise_std(self.per_query)
+        return math.sqrt(sum(self.noise_std(x) ** 2 for x in self.shares) / len(self.shares))
 
     def to_json(self) -> dict[str, Any]:
         unit = _measure(self.definition).amount
         per_query: dict[str, Any] = {unit: self.per_query}
+        if self.shares is not None:  # each query its own share: the range here, each one in "allocation"
+            per_query = {f"{unit}_min": min(self.shares), f"{unit}_max": max(self.shares)}
         declared = declared_guarantee(self.per_query_budget)
         gdp = isinstance(self.per_query_budget, GDP)
         if gdp:
@@ -291,8 +337,10 @@ class AnswerPlan:
             "per_query": per_query,
             "sequential_share": self.sequential_share,
             "overlap_share": self.overlap_share,
-            "noise": noise_for(self.per_query_budget).describe(),
-            "noise_std": self.noise_std(self.per_query),
+            "noise": noise_for(self.per_query_budget).describe()
+            if self.shares is None
+            else "per query, calibrated to its share (see allocation)",
+            "noise_std": self.mean_noise_std,
             "guarantee": self.guarantees(),
             "epsilon_delta": self.epsilon_delta(),
             "witness": self.witness,
@@ -307,6 +355,11 @@ class AnswerPlan:
             )
         if self.target_epsilon is not None:
             out["target_epsilon"] = self.target_epsilon
+        out["allocation"] = {"kind": self.allocation}
+        if self.shares is not None:
+            out["allocation"].update(
+                {"shares": list(self.shares), "worst_row": self.worst_row, "method": self.allocation_method}
+            )
         return out
 
 
@@ -320,8 +373,15 @@ def plan_answers(
     effort: float | None = DEFAULT_EFFORT,
     delta: float | None = None,
     epsilon: float | None = None,
+    allocation: str = "even",
+    objective: str = "variance",
 ) -> AnswerPlan:
     """Validate the request and share the budget (see the module docstring); draws no noise.
+
+    ``allocation="optimal"`` (overlap-aware accounting only) gives each query its own share, chosen
+    where the rows can afford it (:func:`overlapdp.mechanisms.allocation.allocate`, MATH.md 2.10: every
+    row within the budget, never worse than even shares), with the line weights as importance weights
+    and ``objective`` "variance" (least weighted total) or "relative" (least largest weighted).
 
     The total is either ``budget`` (in the definition's unit: epsilon, rho or mu) or, given ``epsilon``
     instead, the largest budget whose (epsilon, delta) at ``delta`` is at most it (:func:`calibrate_budget`).
@@ -349,8 +409,22 @@ def plan_answers(
     seq = even_share(d, b, len(qs))
     ovl = even_share(d, b, gamma)
     used = ovl if accounting == "overlap" else seq
+    if allocation not in ("even", "optimal"):
+        raise AnswerError(f"unknown allocation {allocation!r}; choose one of even, optimal")
+    shares: tuple[float, ...] | None = None
+    plan = None
+    if allocation == "optimal":
+        if accounting != "overlap":
+            raise AnswerError("the optimal allocation is overlap-aware: use it with accounting 'overlap'")
+        from overlapdp.mechanisms.allocation import allocate
+
+        if objective not in ("variance", "relative"):
+            raise AnswerError(f"unknown objective {objective!r}; choose one of variance, relative")
+        plan = allocate(qs, b, d, objective=cast(Any, objective), effort=effort)
+        shares = plan.shares
     try:  # every calibrated noise scale must be finite and representable (mechanisms.calibration)
-        noise_for(count_budget(d, used))
+        for x in (used,) if shares is None else dict.fromkeys(shares):
+            noise_for(count_budget(d, x))
     except BudgetError as exc:
         raise BudgetError(f"budget = {b!r} is too small: its per-query share {exc}") from None
     return AnswerPlan(
@@ -368,6 +442,9 @@ def plan_answers(
         overlap_share=ovl,
         delta=dl,
         target_epsilon=None if epsilon is None else check_positive(epsilon, "epsilon"),
+        shares=shares,
+        worst_row=None if plan is None else plan.worst_row,
+        allocation_method=None if plan is None else plan.method,
     )
 
 
@@ -501,14 +578,16 @@ def answer_workload(
             raise AnswerError("the workload is empty")
         with open_table(engine, qs[0].schema) as opened:
             counts = opened.counts(qs)
-    noisy = add_noise(
-        counts,
-        plan.per_query_budget,
-        level=plan.level,
-        ids=[q.id for q in qs],
-        rng=rng,
-        served=served,
-    )
+    if plan.shares is None:
+        noisy = add_noise(
+            counts, plan.per_query_budget, level=plan.level, ids=[q.id for q in qs], rng=rng, served=served
+        )
+    else:  # each query at its own share (one randomness source for all)
+        source = resolve_source(rng, served=served)
+        noisy = [
+            add_noise([c], plan.budget_of(i), level=plan.level, ids=[q.id], rng=source)[0]
+            for i, (q, c) in enumerate(zip(qs, counts, strict=True))
+        ]
     fitted = None
     if consistent:
         from overlapdp.mechanisms.consistency import project
@@ -531,10 +610,10 @@ def check_aggregates(plan: AnswerPlan, aggregates: Sequence[Aggregate]) -> None:
     """Every sum's and mean's noise can be calibrated at the plan's per-query budget (a too-small budget
     for a large sensitivity is a :class:`BudgetError` naming the attribute), before any data is read or
     noise drawn."""
-    budget = plan.per_query_budget
-    for a in dict.fromkeys(aggregates):
+    for i, a in enumerate(aggregates):
         if a.clipping is None:
             continue
+        budget = plan.budget_of(i)
         sensitivity = a.clipping.sensitivity("add_remove")
         part = budget if a.kind == "sum" else split_budget(budget)
         try:
@@ -586,9 +665,9 @@ def _answer_aggregates(
         with open_table(engine, qs[0].schema) as opened:
             counts, sums = _exact_aggregates(opened, qs, aggs)
     source = resolve_source(rng, served=served)
-    budget = plan.per_query_budget
     answers: list[NoisyAnswer | NoisySum | NoisyMean] = []
     for q, a, i in zip(qs, aggs, range(len(qs)), strict=True):
+        budget = plan.budget_of(i)
         if a.clipping is None:
             answers.extend(add_noise([counts[i]], budget, level=plan.level, ids=[q.id], rng=source))
         elif a.kind == "sum":
