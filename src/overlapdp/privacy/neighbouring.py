@@ -1,0 +1,10 @@
+"""The neighbouring relation (MATH.md 1.2) as a name alone: ``overlapdp account`` reads it for its
+``--neighbouring`` option at start-up, and :mod:`overlapdp.privacy.definitions` imports numpy, which
+``overlapdp --help`` must not load (tests/test_startup.py checks it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# A row added or removed (the default), or one row replaced.
+Neighbouring = Literal["add_remove", "replace"]
