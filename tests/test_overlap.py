@@ -357,6 +357,7 @@ def test_effort_limit_is_honoured_on_a_hard_workload(monkeypatch: pytest.MonkeyP
 integer_weights_st = st.integers(0, 4).map(float)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.data())
 def test_wcsp_route_equals_brute_force(

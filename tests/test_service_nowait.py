@@ -780,6 +780,7 @@ def test_approximate_dp_remaining_is_the_room_of_the_worst_row(seed: int) -> Non
     assert refused >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("definition", ["pure", "approx"])
 def test_single_queries_near_the_quota_search_off_the_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, definition: str
