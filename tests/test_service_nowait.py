@@ -861,6 +861,9 @@ def test_concurrent_trials_near_the_budget_wait_for_a_pooled_replica(monkeypatch
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(ServiceFilter, "__init__", counted)
+    # The third request's wait for a replica (1 s in service) made long: the give-back below comes
+    # after this thread's 0.3 s pause, which a loaded machine can stretch past 1 s (a bound on a hang)
+    monkeypatch.setattr("overlapdp.service._runtime._POOL_WAIT", 600.0)
     batch = [(_query(rng), 0.05)]
     held = [f.trial(f.snapshot(), batch) for _ in range(2)]  # two requests hold their replicas
     assert built[0] == 2
