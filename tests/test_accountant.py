@@ -203,6 +203,7 @@ def _within(budget, cost) -> bool:  # type: ignore[no-untyped-def]
     return (cost[0] <= budget.epsilon or cost[2] <= Fraction(budget.epsilon)) and cost[1] <= budget.delta / 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("budget", "pool"), BUDGETS, ids=lambda x: type(x).__name__ if not isinstance(x, list) else ""
 )

@@ -100,6 +100,7 @@ def _worst_row_mechanisms(schema: Schema, queries: list[PredicateQuery]) -> list
     return [ISSUE_POOL[k] for k, n in worst for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_issue_case_overlap_is_finite_and_at_most_sequential() -> None:
     schema, odo, mechs, queries = _issue_ledger(effort=0.5)
     rep = odo.report(DELTA)
@@ -162,6 +163,7 @@ def _ge_approx(a: float | tuple[float, ...], b: object, slack: float = 0.0) -> b
     return all(x >= y * (1 - 1e-9) - 1e-12 - slack for x, y in zip(xs, ys, strict=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(case=ledgers(), neighbouring=st.sampled_from(["add_remove", "replace"]))
 def test_overlap_never_above_sequential_and_never_below_truth_on_forced_fallbacks(  # type: ignore[no-untyped-def]
@@ -282,6 +284,7 @@ def test_filter_value_is_the_smaller_rule() -> None:
     assert np.isclose(float(flt.value()), 1.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(case=ledgers(), effort=st.sampled_from([None, 0.0]))
 def test_counted_patterns_route_equals_brute_force(case, effort) -> None:  # type: ignore[no-untyped-def]

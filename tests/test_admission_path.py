@@ -367,6 +367,7 @@ def _random_query(rng: random.Random, qid: str) -> PredicateQuery:
     return PredicateQuery.from_coverages(PEEK_SCHEMA, covs, id=qid)
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 100_000), comp=st.sampled_from(["sum", "l2", "vector"]), generic=st.booleans())
 @settings(max_examples=60, deadline=None)
 def test_index_rollback_after_a_heavier_peek_is_exact(seed: int, comp: str, generic: bool) -> None:

@@ -240,6 +240,7 @@ def test_svt_releasing_the_compared_noisy_value_is_flagged_and_fresh_release_is_
     assert not ours.flags(1.5), ours
 
 
+@pytest.mark.slow
 @on_both_sources
 def test_svt_that_does_not_stop_after_c_positives_is_flagged_and_the_project_svt_is_not(kind: str) -> None:
     conf = confidence_for(kind)
@@ -391,6 +392,7 @@ def test_the_battery_attacks_expose_both_slips_exactly_and_the_project_svt_keeps
     assert exact_loss(NO_NOISE_PAIR, mono_rho.scale, mono_nu.scale, fresh=False) < BATTERY_EPSILON
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, attack", battery.SLIPS, ids=[v for v, _ in battery.SLIPS])
 def test_the_battery_flags_both_slips_on_the_os_source(variant: str, attack: battery.Attack) -> None:
     """Negative controls, on the served randomness source, at confidence 1 - 1e-6 with fixed runs.

@@ -32,6 +32,7 @@ LAUNCH_ARGS = [
 ]
 
 
+@pytest.mark.slow
 def test_dashboard_shows_analysts_and_updates_after_a_query(tmp_path: Path) -> None:
     data = tmp_path / "adult.csv"
     synthetic_adult(3_000, seed=2).to_csv(data, index=False)

@@ -22,6 +22,7 @@ def test_the_guide_has_examples() -> None:
     assert len(blocks()) >= 8
 
 
+@pytest.mark.slow
 def test_guide_examples_run(capsys: pytest.CaptureFixture[str], adult_raw_csv: Path) -> None:
     """The guide's running example is UCI Adult's raw file (strings, empty cells for missing values);
     the test gives it the real file as ``ADULT_CSV`` (skipped, with the reason, where ../shared is

@@ -374,6 +374,7 @@ def test_a_peeks_searches_share_one_effort_limit(monkeypatch: pytest.MonkeyPatch
     assert float(got.value) == float(brute_force_overlap(queries, [1.0] * len(queries)).value)
 
 
+@pytest.mark.slow
 def test_a_process_exits_cleanly_after_an_effort_limit_abandoned_a_solver() -> None:
     """A search cut by its effort limit abandons a running HiGHS solve (milp.py); the process must still
     exit cleanly. With the abandoned solve on a daemon thread, the interpreter's exit tore it down while

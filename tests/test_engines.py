@@ -106,6 +106,7 @@ def test_adult_from_frames_parquet_and_duckdb_file(adult_frame: pd.DataFrame, tm
             assert eng.counts(qs) == expected, eng
 
 
+@pytest.mark.slow
 def test_forced_fallback_and_sparse_path(adult_frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tiny histogram limit sends ``auto`` to conditional sums; a tiny dense limit to sparse masks."""
     schema = adult_schema()
@@ -142,6 +143,7 @@ def schema_rows_queries(draw: st.DrawFn) -> tuple[Schema, list[tuple[int, ...]],
     return schema, rows, texts
 
 
+@pytest.mark.slow
 @given(
     schema_rows_queries(),
     st.sampled_from(LOCAL_ENGINES),

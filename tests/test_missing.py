@@ -237,6 +237,7 @@ def _duckdb_truth(schema: Schema, rows: list[list[Any]], texts: list[str]) -> li
         return [int(con.execute(f"SELECT count(*) FROM t WHERE {t}").fetchone()[0]) for t in texts]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(_case())
 def test_engines_match_sql_three_valued_logic(case: tuple[Schema, list[list[Any]], list[str]]) -> None:

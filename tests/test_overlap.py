@@ -20,6 +20,7 @@ from overlapdp.overlap import (
     SchemaMismatchError,
     SetComp,
     WeightError,
+    _clock,
     brute_force_overlap,
     graph_overlap,
     max_overlap,
@@ -324,9 +325,11 @@ def test_milp_route_handles_subnormal_squared_weights() -> None:
         assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9)
 
 
-def test_effort_limit_is_honoured_on_a_hard_workload() -> None:
+def test_effort_limit_is_honoured_on_a_hard_workload(monkeypatch: pytest.MonkeyPatch) -> None:
     """Value sets on many attributes (no grid fits): the answer comes back near the limit, safe and
-    consistent, and a longer run never reports a value below the short run's attained lower bound."""
+    consistent, and a longer run never reports a value below the short run's attained lower bound.
+    The limit runs on this process's CPU clock, which the machine's load does not move."""
+    monkeypatch.setattr(_clock, "now", time.process_time)
     names = [f"x{j}" for j in range(12)]
     schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdefghijkl")) for n in names))
     rng = np.random.default_rng(7)
@@ -339,12 +342,12 @@ def test_effort_limit_is_honoured_on_a_hard_workload() -> None:
             for n in rng.choice(names, size=int(rng.integers(1, 4)), replace=False)
         }
         queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
-    start = time.monotonic()
+    start = _clock.now()
     r = max_overlap(queries, effort=0.5)
-    assert time.monotonic() - start < 5.0
+    assert _clock.now() - start < 5.0
     assert float(r.lower) <= float(r.upper) and float(r.value) == float(r.upper)
     check_witness(queries, [1.0] * len(queries), r, "count")
-    longer = max_overlap(queries, effort=3.0)
+    longer = max_overlap(queries, effort=1.5)
     assert float(longer.upper) >= float(r.lower)
     assert float(r.upper) >= float(longer.lower)
 
@@ -354,6 +357,7 @@ def test_effort_limit_is_honoured_on_a_hard_workload() -> None:
 integer_weights_st = st.integers(0, 4).map(float)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(workloads(), st.sampled_from(["count", "sum", "l2"]), st.data())
 def test_wcsp_route_equals_brute_force(

@@ -85,6 +85,7 @@ def box_workloads(
     return queries, weights
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(box_workloads(), st.sampled_from(["count", "sum", "l2"]))
 def test_boxes_match_brute_force(work: tuple[list[PredicateQuery], list[float]], comp: str) -> None:

@@ -183,6 +183,7 @@ def test_connect_the_dots_gaussian_dominates_and_is_close(sigma: float, at: floa
     assert d <= m.delta_at(at) + 1e-4
 
 
+@pytest.mark.slow
 def test_rounding_up_atoms_and_truncation_only_increase_delta() -> None:
     rng = np.random.default_rng(3)
     losses = rng.normal(0.3, 1.0, 400)

@@ -105,6 +105,7 @@ def test_random_lce_lies_below_each_function_and_is_convex(fs) -> None:  # type:
     assert np.all(env >= 0) and np.all(env <= 1 - ALPHAS + 1e-12)
 
 
+@pytest.mark.slow
 def test_tensor_of_gaussians_is_gdp_composition() -> None:
     t = tensor([GaussianTradeOff(0.6), GaussianTradeOff(0.8)])
     truth = GaussianTradeOff(1.0)(ALPHAS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ def test_maximal_patterns_cover_every_row_and_are_attained(data: st.DataObject) 
 MECHS = [Laplace(2.0), Laplace(5.0), OpaqueApproxDP(0.3, 1e-7), OpaqueApproxDP(0.5, 0.0)]
 
 
+@pytest.mark.slow
 @given(st.data())
 def test_overlap_approx_equals_brute_force_per_row(data: st.DataObject) -> None:
     schema = data.draw(schemas())

@@ -237,6 +237,7 @@ def check(case: Case) -> None:
             assert optimal_delta(b.epsilon, ms) <= mpmath.mpf(b.delta) * (1 + mpmath.mpf(10) ** -30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(POOLS))
 def test_replace_filter_never_admits_over_budget_on_a_pair(name: str) -> None:
     @settings(

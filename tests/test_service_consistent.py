@@ -71,6 +71,9 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     monkeypatch.setattr(scipy.optimize, "nnls", counted("scipy", real_scipy))
     with in_process(tmp_path) as srv:
         service = srv["service"]
+        # A 300-box projection takes seconds; on a loaded machine more than the default 10 s budget.
+        # The tests that hold the budget set their own.
+        service.limits = LOOSE
         path, schema = write_adult(tmp_path)
         service.register_dataset("adult", str(path), schema, "pandas", "pure", 1e6)
         tokens = {a: service.create_analyst(a, {"adult": 1e5}).token for a in ("alice", "bob")}
@@ -84,6 +87,10 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     for pid in pids:  # closing the service stopped and reaped its workers
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+#: The service's default limits but a request budget no load can exhaust (a bound on a hang).
+LOOSE = Limits(request_seconds=600.0)
 
 
 def _gated(service: Any, gate: Path, *mode: str, **kwargs: Any) -> ProjectionPool:
@@ -225,7 +232,9 @@ def test_a_worker_that_does_not_answer_is_killed_and_nothing_is_charged(
         return False
 
     _wait_for(gone, "the worker's end")  # killed and reaped
-    # Other requests are answered meanwhile and after.
+    # Other requests are answered meanwhile and after (with a budget no load exhausts: what is held
+    # here is that the kill left the service serving, not how fast).
+    service.limits = LOOSE
     assert len(served["clients"]["bob"].query("adult", "age >= 30", epsilon=0.01)) == 1
 
 
@@ -243,7 +252,7 @@ def test_a_worker_past_the_deadline_keeps_its_grace_and_serves_the_next_batch(
     assert refused.value.status == 503 and service.store.charges(analyst="alice") == []
     gate.touch()  # the worker answers late, within its grace: it is not killed, it goes back to the pool
     _wait_for(lambda: pool.finished == 1, "the late answer")
-    service.limits = Limits()
+    service.limits = LOOSE
     frame = alice.batch("adult", queries, epsilon=0.01, consistent=True)
     assert frame["consistent"].tolist() == pytest.approx(_library(queries, frame, served["solver_calls"]))
     assert pool.killed == 0 and pool.spawned == 1 and pool.finished == 2

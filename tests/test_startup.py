@@ -108,6 +108,25 @@ def test_help_of_every_command_imports_no_heavy_dependency() -> None:
     assert loaded_heavy(HELP_EVERYTHING) == []
 
 
+def test_help_of_every_command_imports_no_numpy() -> None:
+    """Issue 23: two command modules imported a type alias and constants from modules that import numpy
+    (``overlapdp --help`` took 3.3 times ``python -c "import numpy"``); a third imported the schema
+    package at the top. The help path loads no numpy (nor SciPy, which needs it)."""
+    done = python(HELP_EVERYTHING + "\nprint(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_light_option_modules_hold_the_librarys_own_names() -> None:
+    """The CLI's choices come from small modules the library re-exports (the same objects, one place)."""
+    from overlapdp.mechanisms import answer_options, answering
+    from overlapdp.privacy import definitions, neighbouring
+
+    for name in ("Definition", "Accounting", "DEFAULT_DELTA", "DEFAULT_EFFORT"):
+        assert getattr(answering, name) is getattr(answer_options, name), name
+    assert definitions.Neighbouring is neighbouring.Neighbouring
+
+
 def test_package_imports_load_no_heavy_dependency() -> None:
     assert loaded_heavy("import overlapdp, overlapdp.mechanisms, overlapdp.privacy, overlapdp.engine") == []
 

@@ -613,6 +613,7 @@ def test_missing_values_contribute_nothing_to_a_sum_on_every_path() -> None:
     assert clip_units(frame.to_pandas()["v"], clip).tolist() == [0, 0, 10, 15, 20]
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**31),

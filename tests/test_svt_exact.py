@@ -273,6 +273,7 @@ def neighbours(draw: st.DrawFn, monotonic: bool) -> tuple[list[int], list[int]]:
     return d0, d1
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.booleans(), st.data(), st.lists(thresholds, min_size=5, max_size=5), st.integers(1, 2))
 def test_sparse_vector_never_exceeds_its_epsilon_for_any_finite_threshold(
@@ -283,6 +284,7 @@ def test_sparse_vector_never_exceeds_its_epsilon_for_any_finite_threshold(
     assert violations(d0, d1, miss, declared) == []
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.data(), st.lists(thresholds, min_size=5, max_size=5), thresholds)
 def test_guess_and_check_never_exceeds_its_epsilon_for_any_finite_guess_or_tolerance(

@@ -18,7 +18,7 @@ from rich.table import Table
 from overlapdp.cli.app import app, console, emit_json
 from overlapdp.display import DEFINITION_NAMES, decimal, guarantee, spent
 from overlapdp.errors import WorkloadError
-from overlapdp.privacy.definitions import Neighbouring
+from overlapdp.privacy.neighbouring import Neighbouring
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from overlapdp.privacy.mechanisms import Mechanism

@@ -12,7 +12,7 @@ from rich.table import Table
 from overlapdp.cli.app import app, console, emit_json, warn
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
-from overlapdp.mechanisms.answering import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
+from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from overlapdp.mechanisms.answering import AnswerPlan

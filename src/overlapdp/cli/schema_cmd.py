@@ -13,7 +13,6 @@ from rich.table import Table
 from overlapdp.cli.app import app, console, emit_json, warn
 from overlapdp.cli.help_format import Typer
 from overlapdp.errors import OverlapDPError, SchemaError
-from overlapdp.schema import Schema, infer_schema, read_table
 
 schema_app = Typer(help="Inspect or infer schemas.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
@@ -25,6 +24,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print a schema's attributes and domain size."""
+    from overlapdp.schema import Schema  # (numpy: imported when a command runs, not for --help)
+
     sch = Schema.load(schema)
     if as_json:
         emit_json(sch.to_json())
@@ -76,6 +77,8 @@ def infer(
     """Infer a schema; numeric bounds must be declared (inferring them from data leaks)."""
     if missing not in ("value", "drop"):
         raise SchemaError(f"--missing {missing!r}: use 'value' or 'drop'")
+    from overlapdp.schema import infer_schema, read_table
+
     frame = read_table(data)
     parsed_bounds: dict[str, tuple[int, int]] = {}
     for name, spec in _pairs(bounds, "--bounds").items():
@@ -132,6 +135,7 @@ def check(
     the schema's policy is "outside": "error" (counting would then fail)."""
     # Imported here: the engines (DuckDB, Polars) are not needed by the other schema commands.
     from overlapdp.engine import ENGINES, open_engine
+    from overlapdp.schema import Schema
 
     if engine not in ENGINES:
         raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")

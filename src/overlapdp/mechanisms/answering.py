@@ -43,13 +43,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from overlapdp import validation
 from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.exact import float_up, sqrt_up
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
+from overlapdp.mechanisms.answer_options import DEFAULT_EFFORT as DEFAULT_EFFORT
+from overlapdp.mechanisms.answer_options import Accounting as Accounting
+from overlapdp.mechanisms.answer_options import Definition as Definition
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
@@ -68,11 +71,7 @@ if TYPE_CHECKING:  # the CLI imports this module for its constants: keep the sea
     from overlapdp.query import PredicateQuery
     from overlapdp.query.groupby import GroupLabels
 
-Definition = Literal["pure", "zcdp", "gdp"]
-Accounting = Literal["overlap", "sequential"]
 ACCOUNTINGS: tuple[Accounting, ...] = ("overlap", "sequential")
-#: Default time limit (seconds) of the maximum-overlap search; past it its safe upper bound is used.
-DEFAULT_EFFORT = 30.0
 
 
 def _measure(definition: str) -> Measure[Any]:

@@ -3,7 +3,8 @@
 ``max_overlap(..., effort=e)`` fixes one deadline, ``now() + e``, at the call, and every search and
 solver below it compares ``now()`` with that same deadline (DESIGN.md, the effort limit). Wall-clock
 (``time.monotonic``), not CPU time: the limit bounds the caller's wait, which includes time lost to
-other processes on a loaded machine. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
+other processes on a loaded machine. The service's request deadlines are read on it too
+(``overlapdp.service._runtime``): a search's effort is the time left before one. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
 ...)``) to drive a deadline without sleeping, so callers read it as ``_clock.now()``, never as an
 imported name.
 """

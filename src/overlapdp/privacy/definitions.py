@@ -14,15 +14,13 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from overlapdp.errors import BudgetError as BudgetError
 from overlapdp.exact import float_up, sum_up
 from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.neighbouring import Neighbouring as Neighbouring  # (MATH.md 1.2)
 from overlapdp.validation import check_positive, check_probability
-
-# The neighbouring relation (MATH.md 1.2): a row added or removed (the default), or one row replaced.
-Neighbouring = Literal["add_remove", "replace"]
 
 
 def check_neighbouring(value: str) -> Neighbouring:

@@ -37,6 +37,7 @@ from overlapdp.privacy import approx_rooms
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
+from overlapdp.privacy.neighbouring import DEFAULT_DELTA as DEFAULT_DELTA
 from overlapdp.query import PredicateQuery
 
 Comp = Literal["sum", "l2", "vector"]
@@ -1095,9 +1096,6 @@ MEASURES: tuple[Measure[Any], ...] = (
     TCDPMeasure(),
     ApproxMeasure(),
 )
-#: The delta of an (epsilon, delta) statement when none is given (the service's data sets, the
-#: workload planner).
-DEFAULT_DELTA = 1e-6
 
 
 def count_measure(name: str, kind: type[Exception] = BudgetError) -> AdditiveMeasure[Any, Any]:

@@ -34,7 +34,6 @@ import functools
 import itertools
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from overlapdp.mechanisms import (
     add_noise,
     noise_for,
 )
+from overlapdp.overlap import _clock
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, PureDP, check_delta
 from overlapdp.privacy.measures import DEFAULT_DELTA, MEASURES, AdditiveMeasure, FilterOptions, Measure
@@ -296,8 +296,10 @@ _POOL_WAIT = 1.0
 
 
 def check_deadline(deadline: float | None) -> None:
-    """:class:`TimeBudgetExceeded` once ``deadline`` (``time.monotonic()``) has passed."""
-    if deadline is not None and time.monotonic() > deadline:
+    """:class:`TimeBudgetExceeded` once ``deadline`` has passed. Deadlines are read on the overlap
+    searches' clock (:func:`overlapdp.overlap._clock.now`, ``time.monotonic``): the effort a search is
+    given is the time left on it, and a test drives both with one replacement."""
+    if deadline is not None and _clock.now() > deadline:
         raise _out_of_time()
 
 
@@ -467,7 +469,7 @@ class ServiceFilter:
         """The filter's searches limited to the time left before ``deadline`` (none without one)."""
         if deadline is None:
             return contextlib.nullcontext()
-        return self._filter.search_effort(max(0.0, deadline - time.monotonic()))
+        return self._filter.search_effort(max(0.0, deadline - _clock.now()))
 
     def try_on_bounds(self, charges: Sequence[tuple[PredicateQuery | None, float]]) -> bool | None:
         """Admit every charge when the filter's lazy bounds alone clear each one (after those before
@@ -545,7 +547,7 @@ class ServiceFilter:
             # Many requests near one budget try at once (a race for the last of it): rebuilding a
             # replica from every charge costs far more than waiting a moment for a pooled one to come
             # back, so wait (up to _POOL_WAIT, within the deadline) before building a new one.
-            wait_until = time.monotonic() + _POOL_WAIT
+            wait_until = _clock.now() + _POOL_WAIT
             if deadline is not None:
                 wait_until = min(wait_until, deadline)
             while True:
@@ -555,7 +557,7 @@ class ServiceFilter:
                         best = r
                 if best is not None or self._lent < _POOL:
                     break
-                left = wait_until - time.monotonic()
+                left = wait_until - _clock.now()
                 if left <= 0:
                     break
                 self._pool_cond.wait(left)
@@ -815,13 +817,13 @@ class ServiceFilter:
         row's sum of mu^2; RDP: the worst row's sum at the one order; approximate DP: the filter's
         epsilon at the budget's delta (:meth:`PrivacyFilter.value`).
 
-        ``deadline`` (``time.monotonic()``): the overlap search is cut there (the engine's effort
+        ``deadline`` (a ``_clock.now()`` time): the overlap search is cut there (the engine's effort
         limit) and :class:`TimeBudgetExceeded` raised once it has passed, so a request's time budget
         holds inside the search too."""
         if len(self._filter) == 0:
             return 0.0
         check_deadline(deadline)
-        seconds = None if deadline is None else max(0.0, deadline - time.monotonic())
+        seconds = None if deadline is None else max(0.0, deadline - _clock.now())
         with self._filter.search_effort(seconds):
             out = self._spent()
         check_deadline(deadline)  # (a search cut at the deadline gave a bound: not an answer)
@@ -838,7 +840,7 @@ class ServiceFilter:
         if len(self._filter) == 0:
             return 0.0, True
         check_deadline(deadline)
-        seconds = None if deadline is None else share * max(0.0, deadline - time.monotonic())
+        seconds = None if deadline is None else share * max(0.0, deadline - _clock.now())
         with self._filter.search_effort(seconds):
             # the lazy tables' bound first: the exact search brings the pending charges into the index,
             # after which spent_bound() is that search's own result
