@@ -303,3 +303,37 @@ def test_install_step_says_what_it_does(tmp_path: Path) -> None:
     assert "creating the virtual environment" in first.stderr and "ready" in first.stderr
     second = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert second.returncode == 0 and "checking that .venv is up to date" in second.stderr
+
+
+@pytest.mark.parametrize("name", ["ledger.sqlite", "ledger.csv"])
+def test_account_and_report_read_the_demo_ledgers(
+    demo_run: tuple[Path, DemoSummary], capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    """`overlapdp account` and `report` read the demo's own ledgers: the sequential pure epsilon is the
+    sum of the costs read from the SQLite file directly, the overlap-aware one the service's own spend."""
+    out, summary = demo_run
+    con = sqlite3.connect(out / "ledger.sqlite")
+    costs = [json.loads(c)["load"] for (c,) in con.execute("SELECT cost FROM charges")]
+    charged = con.execute("SELECT count(*) FROM charges WHERE kind != 'session-query'").fetchone()[0]
+    con.close()
+    schema = str(out / "schema.json")
+    try:
+        main(["account", "--schema", schema, "--ledger", str(out / name), "--json"])
+    except SystemExit as exc:
+        assert exc.code == 0, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["charges"] == charged
+    assert doc["sequential"]["pure_epsilon"] == pytest.approx(sum(costs), rel=1e-12)
+    assert doc["overlap"]["pure_epsilon"] == pytest.approx(summary.global_overlap_spent, rel=1e-12)
+    try:
+        main(["report", "--schema", schema, "--ledger", str(out / name), "--out", str(tmp_path), "--json"])
+    except SystemExit as exc:
+        assert exc.code == 0, capsys.readouterr().err
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["charges"] == charged and rep["kind"] == "ledger"
+    assert (tmp_path / "report.html").exists()
+    try:
+        main(["account", "--schema", schema, "--ledger", str(out / name), "--dataset", "nope"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "has no charges on 'nope'" in capsys.readouterr().err

@@ -56,9 +56,18 @@ class PandasEngine(Engine):
         self._frame = frame  # raw numbers for sums (a reference, not a copy)
 
     @classmethod
-    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PandasEngine:
-        """CSV (initial spaces skipped) or Parquet, by suffix, with clear errors naming the file."""
-        return cls(schema, read_table(path), **kwargs)
+    def from_path(
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
+    ) -> PandasEngine:
+        """CSV / TSV (initial spaces skipped; encoding and separator declared or detected,
+        :mod:`overlapdp.files`) or Parquet, with clear errors naming the file."""
+        return cls(schema, read_table(path, encoding=encoding, sep=sep), **kwargs)
 
     @classmethod
     def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> PandasEngine:

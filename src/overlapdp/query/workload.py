@@ -260,15 +260,20 @@ class Workload(Sequence[PredicateQuery]):
 
     @staticmethod
     def read_jsonl(
-        schema: Schema, path: str | Path, *, declared: Mapping[str, Sequence[float]] | None = None
+        schema: Schema,
+        path: str | Path,
+        *,
+        declared: Mapping[str, Sequence[float]] | None = None,
+        encoding: str | None = None,
     ) -> Workload:
         """A JSON Lines workload; ``declared`` maps attributes to clipping bounds ``[lo, hi(, step)]``
-        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`)."""
+        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`).
+        ``encoding`` is the file's text encoding, detected when None (:mod:`overlapdp.files`: UTF-8,
+        else Windows-1252 / Latin-1)."""
+        from overlapdp.files import read_text
+
         p = Path(path)
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise WorkloadError(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
+        lines = read_text(p, what="workload file", encoding=encoding, error=WorkloadError).splitlines()
         return Workload.from_lines(schema, lines, source=str(p), declared=declared)
 
     @staticmethod
