@@ -52,7 +52,9 @@ class PandasEngine(Engine):
     ) -> None:
         super().__init__(schema, histogram_limit=histogram_limit)
         self.table = encode_frame(schema, frame)
-        self._ok_codes = self.table.codes[self.table.in_domain]
+        t = self.table
+        # no copy when every row fits (the usual case); column-major like the table
+        self._ok_codes = t.codes if t.in_domain.all() else np.asfortranarray(t.codes[t.in_domain])
         self._frame = frame  # raw numbers for sums (a reference, not a copy)
 
     @classmethod
