@@ -1,13 +1,13 @@
 """Data engines: the batch path against one SQL statement per query, and against Tumult Analytics.
 
-Run: ``PYTHONPATH=src /work/main/.venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
 10 million). Prints one table; every baseline and peer is measured in the same run.
 
 1. 10 000 random predicate queries on Adult (48 842 rows; ``../shared/data/adult/adult.csv``, else
    ``samples.synthetic_adult``): DuckDB batch path (target < 1 s) vs the same queries as one SQL
    statement each on the same data in DuckDB (a sample, extrapolated, when the full run is too slow).
 2. 1 000 queries on 10 million synthetic rows with Adult's schema, generated in DuckDB: target < 10 s.
-3. Tumult Analytics (tmlt.analytics on Spark local, in its own virtualenv /work/venvs/tmlt because it
+3. Tumult Analytics (tmlt.analytics on Spark local, in its own virtualenv ``venvs/tmlt`` beside the checkout because it
    pins its own pandas / numpy / pyspark; ``$TMLT_PYTHON`` overrides) against overlapdp on the same 100
    DP counts with accounting on both sides: the same noise (discrete Laplace, epsilon 1 per count) and
    the same total guarantee (100-DP, add/remove one row), Tumult in the faster of its two modes, start-up
@@ -56,7 +56,11 @@ ADULT = next(
     (p / "shared" / "data" / "adult" / "adult.csv" for p in REPO.parents if (p / "shared" / "data").is_dir()),
     REPO.parent / "shared" / "data" / "adult" / "adult.csv",
 )
-TMLT_PYTHON = Path("/work/venvs/tmlt/bin/python")
+# venvs/tmlt beside the checkout (or beside the nearest ancestor, for a worktree), as for the data.
+TMLT_PYTHON = next(
+    (p / "venvs" / "tmlt" / "bin" / "python" for p in REPO.parents if (p / "venvs" / "tmlt").is_dir()),
+    REPO.parent / "venvs" / "tmlt" / "bin" / "python",
+)
 PEER_SCRIPT = Path(__file__).with_name("tmlt_peer.py")
 
 
@@ -461,7 +465,7 @@ def exact_by_pandas(frame: pd.DataFrame, specs: list[Spec]) -> list[int]:
 
 
 def tumult_python() -> Path | None:
-    """The peer's interpreter: ``$TMLT_PYTHON``, else /work/venvs/tmlt (see benchmarks/README.md)."""
+    """The peer's interpreter: ``$TMLT_PYTHON``, else venvs/tmlt beside the checkout (benchmarks/README.md)."""
     path = Path(os.environ.get("TMLT_PYTHON", str(TMLT_PYTHON)))
     return path if path.exists() else None
 

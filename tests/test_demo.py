@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from conftest import SHARED_DATA
 from overlapdp.cli.main import main
 from overlapdp.demo import GLOBAL_BUDGET, DemoSummary, run_demo
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
@@ -77,7 +78,7 @@ def test_demo_cli_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 # -- the demo's output: labels, one basis for its numbers, its ledger, plot and report -----------------------
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+SHARED = SHARED_DATA  # beside the checkout, or the nearest ancestor's for a worktree (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_decoding_matches_uci_labels() -> None:
     frequencies of UCI's own raw file (a different file: the training part with its strings)."""
     coded_csv, raw_csv = SHARED / "adult" / "adult.csv", SHARED / "adult-raw" / "adult.csv"
     if not (coded_csv.exists() and raw_csv.exists()):
-        pytest.skip("../shared/data (coded and raw Adult) is not present")
+        pytest.skip(f"{SHARED} (coded and raw Adult) is absent: the shared data folder is not there")
     decoded = decode_adult(pd.read_csv(coded_csv))
     raw = pd.read_csv(raw_csv, skipinitialspace=True)
     assert list(decoded.columns) == list(adult_raw_schema().names)

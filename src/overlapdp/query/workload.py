@@ -75,6 +75,8 @@ def parse_query(
 _QUERY_KEYS = ("where", "conditions", "id", "weight", "text")
 #: Keys of a grouped query line (besides ``where`` / ``conditions``, ``id`` and ``weight``).
 _FAMILY_KEYS = ("group_by", "sql")
+#: Every key a workload line may hold: the query's, a GROUP BY's and an aggregate's.
+_LINE_KEYS = (*_QUERY_KEYS, *_FAMILY_KEYS, *AGGREGATE_KEYS)
 
 
 def parse_item(
@@ -123,6 +125,8 @@ def parse_line(
     agg_spec: dict[str, Any] = {}
     from_sql = is_select(spec)
     if isinstance(spec, Mapping):
+        # an unknown key is named with every key a line takes (not only a query object's five)
+        _checked_keys_and_id(spec, _LINE_KEYS, "a workload line", id)
         agg_spec = {k: spec[k] for k in AGGREGATE_KEYS if k in spec}
         spec = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
         from_sql = "sql" in spec
