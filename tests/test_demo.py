@@ -302,8 +302,22 @@ def test_install_step_says_what_it_does(tmp_path: Path) -> None:
     assert first.stdout.strip() == "demo-output demo --json"
     assert "installing overlapdp and its dependencies into .venv (first run only" in first.stderr
     assert "creating the virtual environment" in first.stderr and "ready" in first.stderr
-    second = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert second.returncode == 0 and "checking that .venv is up to date" in second.stderr
+    assert "pip install --upgrade pip" in first.stderr
+    # The second run installs nothing, so it needs no package index (issue 24 item 7): pip is not run.
+    offline = {**env, "PIP_INDEX_URL": "http://127.0.0.1:9/"}
+    second = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=offline, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert "nothing to install" in second.stderr and "pip " not in second.stderr
+    assert second.stdout.strip() == "demo-output demo"
+    # pyproject.toml changed since (the stamp's hash differs): pip runs again, without upgrading itself
+    stamp = tmp_path / ".venv" / "overlapdp-installed"
+    stamp.write_text("another-hash\nservice,plots,solvers\n", encoding="utf-8")
+    third = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    assert (
+        "updating .venv" in third.stderr and "pip install --quiet -e .[service,plots,solvers]" in third.stderr
+    )
+    assert "--upgrade pip" not in third.stderr
 
 
 @pytest.mark.parametrize("name", ["ledger.sqlite", "ledger.csv"])

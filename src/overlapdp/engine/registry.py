@@ -42,6 +42,9 @@ def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: An
 
         return PandasEngine.from_path(schema, data, **options)
     if name == "polars":
+        from overlapdp.engine.inputs import require_polars
+
+        require_polars()
         from overlapdp.engine.polars_engine import PolarsEngine
 
         return PolarsEngine.from_path(schema, data, **options)
