@@ -1,7 +1,7 @@
 """Accounting benchmark (issue 4): PLD composition vs dp_accounting, the overlap-aware filter vs OpenDP's
 filter, and the utility gain of overlap-aware accounting on realistic workloads.
 
-Run: /work/main/.venv/bin/python benchmarks/accounting.py [--quick] [--only pld|filter|utility]
+Run: .venv/bin/python benchmarks/accounting.py [--quick] [--only pld|filter|utility]
 
 The machine is shared (2 cores): timings are noisy; the peers are measured in the same run.
 """

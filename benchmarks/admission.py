@@ -4,7 +4,7 @@ filter, per admission, on random value sets (categorical attributes) and ranges 
 
 Run from the repository root (one command; about a minute):
 
-    /work/main/.venv/bin/python benchmarks/admission.py [--n 10000] [--near 1000] [--held 10000]
+    .venv/bin/python benchmarks/admission.py [--n 10000] [--near 1000] [--held 10000]
 
 Rows (pure DP, Laplace; the peer measured in the same run on the same number of attempts):
 

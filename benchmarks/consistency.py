@@ -1,6 +1,6 @@
 """Consistent answers on Adult: error of the raw noisy answers against their projection (issue 15 item 5).
 
-    /work/main/.venv/bin/python benchmarks/consistency.py [--repeats 20] [--only TEXT]
+    .venv/bin/python benchmarks/consistency.py [--repeats 20] [--only TEXT]
 
 Each row is one Adult workload (marginals and ranges), answered with a total budget of epsilon = 1 (pure
 DP, shared by maximum overlap as ``overlapdp answer`` does) ``--repeats`` times with fresh noise; truth is

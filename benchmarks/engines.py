@@ -1,20 +1,25 @@
 """Data engines: the batch path against one SQL statement per query, and against Tumult Analytics.
 
-Run: ``PYTHONPATH=src /work/main/.venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/engines.py`` (add ``--quick`` for 1 million rows instead of
 10 million). Prints one table; every baseline and peer is measured in the same run.
 
 1. 10 000 random predicate queries on Adult (48 842 rows; ``../shared/data/adult/adult.csv``, else
    ``samples.synthetic_adult``): DuckDB batch path (target < 1 s) vs the same queries as one SQL
    statement each on the same data in DuckDB (a sample, extrapolated, when the full run is too slow).
 2. 1 000 queries on 10 million synthetic rows with Adult's schema, generated in DuckDB: target < 10 s.
-3. Tumult Analytics (tmlt.analytics on Spark local, in its own virtualenv /work/venvs/tmlt because it
+3. Tumult Analytics (tmlt.analytics on Spark local, in its own virtualenv ``venvs/tmlt`` beside the checkout because it
    pins its own pandas / numpy / pyspark; ``$TMLT_PYTHON`` overrides) against overlapdp on the same 100
    DP counts with accounting on both sides: the same noise (discrete Laplace, epsilon 1 per count) and
    the same total guarantee (100-DP, add/remove one row), Tumult in the faster of its two modes, start-up
    (JVM, Spark, data load, first job) printed apart and not in the ratio. Without the peer the row says
    "peer not installed".
 
-Run one group alone with ``--only adult|big|tumult``; each group seeds its own workload.
+4. Raw Adult (UCI's text labels, 32 561 rows; ``../shared/data/adult-raw/adult.csv``, else the labelled
+   synthetic sample) at 1x and 10x, as a pandas DataFrame (Polars: the same rows converted before the
+   clock starts): opening each engine on the frame (encoding its text columns) and two queries, the
+   path a Python user takes. Target: every engine within 2x of Polars.
+
+Run one group alone with ``--only adult|big|tumult|raw``; each group seeds its own workload.
 The machine has 2 cores shared with other work: numbers are noisy.
 """
 
@@ -36,12 +41,13 @@ import pandas as pd
 
 from overlapdp.engine import DuckDBEngine, PandasEngine, PolarsEngine
 from overlapdp.engine.base import _BITMAP_MIN_QUERIES
+from overlapdp.engine.inputs import open_data
 from overlapdp.mechanisms.answering import answer_workload, plan_answers
 from overlapdp.mechanisms.noisy_session import NoisyCounts
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.privacy.definitions import PureDP
 from overlapdp.query import parse_where
-from overlapdp.samples import adult_schema, synthetic_adult
+from overlapdp.samples import adult_raw_schema, adult_schema, synthetic_adult, synthetic_adult_labelled
 from overlapdp.schema import Schema
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +56,11 @@ ADULT = next(
     (p / "shared" / "data" / "adult" / "adult.csv" for p in REPO.parents if (p / "shared" / "data").is_dir()),
     REPO.parent / "shared" / "data" / "adult" / "adult.csv",
 )
-TMLT_PYTHON = Path("/work/venvs/tmlt/bin/python")
+# venvs/tmlt beside the checkout (or beside the nearest ancestor, for a worktree), as for the data.
+TMLT_PYTHON = next(
+    (p / "venvs" / "tmlt" / "bin" / "python" for p in REPO.parents if (p / "venvs" / "tmlt").is_dir()),
+    REPO.parent / "venvs" / "tmlt" / "bin" / "python",
+)
 PEER_SCRIPT = Path(__file__).with_name("tmlt_peer.py")
 
 
@@ -172,6 +182,46 @@ def adult_rows(schema: Schema, frame: pd.DataFrame) -> list[Row]:
     return rows
 
 
+RAW_QUERIES = ("age BETWEEN 30 AND 39 AND sex = 'Female'", "race IN ('White', 'Other') AND income = '>50K'")
+
+
+def raw_rows() -> list[Row]:
+    """4. Raw Adult at 1x and 10x: open each engine on the DataFrame and answer two queries."""
+    import polars as pl
+
+    schema = adult_raw_schema()
+    raw_path = ADULT.parents[1] / "adult-raw" / "adult.csv"
+    raw = (
+        pd.read_csv(raw_path, skipinitialspace=True)
+        if raw_path.exists()
+        else synthetic_adult_labelled(32_561)
+    )
+    queries = [parse_where(schema, t) for t in RAW_QUERIES]
+    rows: list[Row] = []
+    for scale in (1, 10):
+        frame = pd.concat([raw] * scale, ignore_index=True)
+        inputs = {"polars": pl.from_pandas(frame), "pandas": frame, "duckdb": frame}
+        best: dict[str, float] = {}
+        answers: dict[str, list[int]] = {}
+        for _ in range(3):  # interleaved repeats, best of three
+            for name, data in inputs.items():
+                t = time.perf_counter()
+                with open_data(data, schema, engine=name) as eng:
+                    answers[name] = eng.counts(queries)
+                best[name] = min(best.get(name, math.inf), time.perf_counter() - t)
+        assert len({tuple(a) for a in answers.values()}) == 1, f"engines disagree: {answers}"
+        for name in ("pandas", "duckdb"):
+            rows.append(
+                (
+                    f"raw Adult {scale}x ({len(frame):,} rows): open + 2 queries, {name}",
+                    f"{best[name]:.3f} s",
+                    f"Polars {best['polars']:.3f} s",
+                    f"{best[name] / best['polars']:.1f}x",
+                )
+            )
+    return rows
+
+
 def big_rows(schema: Schema, quick: bool) -> list[Row]:
     """2. 1 000 queries on 10 million synthetic rows (seed 2; DuckDB's generator seeded 0.42)."""
     rows: list[Row] = []
@@ -208,7 +258,7 @@ def big_rows(schema: Schema, quick: bool) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 million synthetic rows, shorter peer budgets")
-    parser.add_argument("--only", choices=("adult", "big", "tumult"), help="run one row group alone")
+    parser.add_argument("--only", choices=("adult", "big", "tumult", "raw"), help="run one row group alone")
     args = parser.parse_args()
     quick, only = args.quick, args.only
     schema = adult_schema()
@@ -221,6 +271,8 @@ def main() -> None:
         rows.extend(big_rows(schema, quick))
     if only in (None, "tumult"):
         rows.extend(tumult_rows(schema, frame, quick))
+    if only in (None, "raw"):
+        rows.extend(raw_rows())
     print(f"data: {source}; cores are shared, numbers are noisy")
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     head = ("case", "overlapdp", "baseline / peer (same run)", "ratio")
@@ -413,7 +465,7 @@ def exact_by_pandas(frame: pd.DataFrame, specs: list[Spec]) -> list[int]:
 
 
 def tumult_python() -> Path | None:
-    """The peer's interpreter: ``$TMLT_PYTHON``, else /work/venvs/tmlt (see benchmarks/README.md)."""
+    """The peer's interpreter: ``$TMLT_PYTHON``, else venvs/tmlt beside the checkout (benchmarks/README.md)."""
     path = Path(os.environ.get("TMLT_PYTHON", str(TMLT_PYTHON)))
     return path if path.exists() else None
 

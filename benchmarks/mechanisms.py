@@ -1,7 +1,7 @@
 """Samples per second of overlapdp's exact discrete Laplace and discrete Gaussian samplers against
 OpenDP's (Rust, exact) samplers, measured in the same run, interleaved.
 
-Run: ``/work/main/.venv/bin/python benchmarks/mechanisms.py`` (``--quick`` for fewer repetitions,
+Run: ``.venv/bin/python benchmarks/mechanisms.py`` (``--quick`` for fewer repetitions,
 ``--only batch|call|add_noise`` for one group of rows).
 
 - batch rows: both sides add noise to a vector of 10 000 integer counts (overlapdp ``sample_many``;

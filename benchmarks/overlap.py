@@ -2,8 +2,8 @@
 
 Run from the repository root:
 
-    /work/main/.venv/bin/python benchmarks/overlap.py            # every row
-    /work/main/.venv/bin/python benchmarks/overlap.py --quick    # smaller baseline caps
+    .venv/bin/python benchmarks/overlap.py            # every row
+    .venv/bin/python benchmarks/overlap.py --quick    # smaller baseline caps
 
 Each row: workload, number of queries t, our time (median of a few runs), the baseline and its time
 (capped: a ">" means it was stopped at the cap and the ratio is a lower bound), the ratio, whether the

@@ -1,6 +1,6 @@
 """Service throughput and latency: single counting queries on Adult, 8 concurrent clients, loopback.
 
-Run: ``/work/main/.venv/bin/python benchmarks/service.py [--seconds 10] [--clients 8]``
+Run: ``.venv/bin/python benchmarks/service.py [--seconds 10] [--clients 8]``
 
 Rows:
 - baseline: the same HTTP stack (FastAPI on uvicorn, one process) answering the exact count with no

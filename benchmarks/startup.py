@@ -1,6 +1,6 @@
 """Start-up time of the command line and of the library's imports (issue 14 item 11).
 
-Run: ``/work/main/.venv/bin/python benchmarks/startup.py`` (``--runs N``, default 7;
+Run: ``.venv/bin/python benchmarks/startup.py`` (``--runs N``, default 7;
 ``--baseline REV`` also times the same rows on the sources of git revision REV, interleaved, and
 prints the ratio; ``--only TEXT`` selects rows by name).
 

@@ -26,8 +26,9 @@ try:
 except ImportError:  # pragma: no cover - absl comes with dp_accounting, a test dependency
     pass
 
-# The run fails when the tests leave files in the checkout (tests/checkout_guard.py).
-pytest_plugins = ["checkout_guard"]
+# The run fails when the tests leave files in the checkout (tests/checkout_guard.py); tests skipped for
+# want of ../shared/data are counted in one loud section of the summary (tests/shared_data_summary.py).
+pytest_plugins = ["checkout_guard", "shared_data_summary"]
 
 
 def _find_shared_data() -> Path:

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from conftest import SHARED_DATA
 from overlapdp.cli.demo import GLOBAL_BUDGET, DemoSummary, run_demo
 from overlapdp.cli.main import main
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
@@ -77,7 +78,7 @@ def test_demo_cli_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 # -- the demo's output: labels, one basis for its numbers, its ledger, plot and report -----------------------
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+SHARED = SHARED_DATA  # beside the checkout, or the nearest ancestor's for a worktree (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_decoding_matches_uci_labels() -> None:
     frequencies of UCI's own raw file (a different file: the training part with its strings)."""
     coded_csv, raw_csv = SHARED / "adult" / "adult.csv", SHARED / "adult-raw" / "adult.csv"
     if not (coded_csv.exists() and raw_csv.exists()):
-        pytest.skip("../shared/data (coded and raw Adult) is not present")
+        pytest.skip(f"{SHARED} (coded and raw Adult) is absent: the shared data folder is not there")
     decoded = decode_adult(pd.read_csv(coded_csv))
     raw = pd.read_csv(raw_csv, skipinitialspace=True)
     assert list(decoded.columns) == list(adult_raw_schema().names)
@@ -301,5 +302,53 @@ def test_install_step_says_what_it_does(tmp_path: Path) -> None:
     assert first.stdout.strip() == "demo-output demo --json"
     assert "installing overlapdp and its dependencies into .venv (first run only" in first.stderr
     assert "creating the virtual environment" in first.stderr and "ready" in first.stderr
-    second = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert second.returncode == 0 and "checking that .venv is up to date" in second.stderr
+    assert "pip install --upgrade pip" in first.stderr
+    # The second run installs nothing, so it needs no package index (issue 24 item 7): pip is not run.
+    offline = {**env, "PIP_INDEX_URL": "http://127.0.0.1:9/"}
+    second = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=offline, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert "nothing to install" in second.stderr and "pip " not in second.stderr
+    assert second.stdout.strip() == "demo-output demo"
+    # pyproject.toml changed since (the stamp's hash differs): pip runs again, without upgrading itself
+    stamp = tmp_path / ".venv" / "overlapdp-installed"
+    stamp.write_text("another-hash\nservice,plots,solvers\n", encoding="utf-8")
+    third = subprocess.run([bash, "scripts/demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    assert (
+        "updating .venv" in third.stderr and "pip install --quiet -e .[service,plots,solvers]" in third.stderr
+    )
+    assert "--upgrade pip" not in third.stderr
+
+
+@pytest.mark.parametrize("name", ["ledger.sqlite", "ledger.csv"])
+def test_account_and_report_read_the_demo_ledgers(
+    demo_run: tuple[Path, DemoSummary], capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    """`overlapdp account` and `report` read the demo's own ledgers: the sequential pure epsilon is the
+    sum of the costs read from the SQLite file directly, the overlap-aware one the service's own spend."""
+    out, summary = demo_run
+    con = sqlite3.connect(out / "ledger.sqlite")
+    costs = [json.loads(c)["load"] for (c,) in con.execute("SELECT cost FROM charges")]
+    charged = con.execute("SELECT count(*) FROM charges WHERE kind != 'session-query'").fetchone()[0]
+    con.close()
+    schema = str(out / "schema.json")
+    try:
+        main(["account", "--schema", schema, "--ledger", str(out / name), "--json"])
+    except SystemExit as exc:
+        assert exc.code == 0, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["charges"] == charged
+    assert doc["sequential"]["pure_epsilon"] == pytest.approx(sum(costs), rel=1e-12)
+    assert doc["overlap"]["pure_epsilon"] == pytest.approx(summary.global_overlap_spent, rel=1e-12)
+    try:
+        main(["report", "--schema", schema, "--ledger", str(out / name), "--out", str(tmp_path), "--json"])
+    except SystemExit as exc:
+        assert exc.code == 0, capsys.readouterr().err
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["charges"] == charged and rep["kind"] == "ledger"
+    assert (tmp_path / "report.html").exists()
+    try:
+        main(["account", "--schema", schema, "--ledger", str(out / name), "--dataset", "nope"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "has no charges on 'nope'" in capsys.readouterr().err

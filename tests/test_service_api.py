@@ -474,9 +474,10 @@ def test_openapi_declares_a_response_schema_for_every_route(world: dict[str, Any
             for code in ("400", "401", "404", "422"):  # the error bodies are described too
                 error = _resolve(spec, responses[code]["content"]["application/json"]["schema"])
                 assert {"error", "detail"} <= set(error["properties"]), (method, route.path, code)
-    # Routes left out of the description are the dashboard's static page and script only.
+    # Routes left out of the description are the dashboard's static page and script, and /docs (Swagger
+    # UI from the package's assets, service/docs.py) only.
     hidden = {r.path for r in world["app"].routes if isinstance(r, APIRoute) and not r.include_in_schema}
-    assert hidden == {"/dashboard", "/dashboard/app.js"}
+    assert hidden == {"/dashboard", "/dashboard/app.js", "/docs"}
 
 
 def test_every_answer_matches_its_declared_schema(world: dict[str, Any]) -> None:
@@ -723,3 +724,24 @@ def test_every_error_has_the_one_error_body(world: dict[str, Any]) -> None:
         analyst._call("GET", "/v1/no/such/route")
     assert refused.value.status == 404 and refused.value.error == "NotFound"
     assert len(world["service"].store.charges()) == before
+
+
+def test_docs_load_nothing_from_another_host(world: dict[str, Any]) -> None:
+    """/docs renders on an air-gapped machine: every URL of the page is on the service itself, and
+    its script and stylesheet are served (Swagger UI's own files, not a stub)."""
+    import re
+
+    client: TestClient = world["client"]
+    page = client.get("/docs")
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    assert not re.findall(r"(?:https?:)?//[\w.-]+", page.text.replace("://", "")), page.text
+    assert not re.search(r"https?://", page.text), page.text
+    refs = re.findall(r"""(?:href|src)=["']([^"']+)["']|url: ?['"]([^'"]+)['"]""", page.text)
+    urls = [a or b for a, b in refs]
+    assert urls and all(u.startswith("/") for u in urls), urls
+    for u in urls:
+        got = client.get(u)
+        assert got.status_code == 200, u
+    js = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert "SwaggerUIBundle" in js.text and len(js.content) > 100_000
+    assert client.get("/redoc").status_code == 404

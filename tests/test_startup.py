@@ -383,9 +383,20 @@ def test_serve_writes_its_ledger_in_the_current_directory(
     monkeypatch.setenv("OVERLAPDP_SERVED", "0")
     monkeypatch.setenv("OVERLAPDP_ADMIN_TOKEN", "t" * 40)
     started: list[str] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.append(kw["host"]))
+    # serve binds its socket itself (a busy port is refused before the token is printed), then runs
+    # uvicorn's server on it; --port 0: any free port, whatever else runs on the machine
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: started.append(self.config.host))
     code, _, err = run(
-        ["serve", "--data", str(data_dir / "people.csv"), "--schema", str(data_dir / "people.json")], capsys
+        [
+            "serve",
+            "--data",
+            str(data_dir / "people.csv"),
+            "--schema",
+            str(data_dir / "people.json"),
+            "--port",
+            "0",
+        ],
+        capsys,
     )
     assert code == 0, err
     assert started == ["127.0.0.1"]

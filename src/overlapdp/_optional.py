@@ -20,6 +20,8 @@ EXTRA_OF: dict[str, str] = {
     "py4j": "spark",
     "pytoulbar2": "solvers",
     "psycopg": "postgres",
+    "polars": "polars",
+    "networkx": "reference",
 }
 
 

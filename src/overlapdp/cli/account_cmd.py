@@ -7,7 +7,6 @@ plus a mechanism, either nested (``"mechanism": {"mechanism": "laplace", "scale"
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,9 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json
+from overlapdp.cli.app import Encoding, app, console, emit_json
 from overlapdp.display import DEFINITION_NAMES, decimal, guarantee, spent
-from overlapdp.errors import WorkloadError
 from overlapdp.privacy.neighbouring import Neighbouring
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
@@ -26,38 +24,32 @@ if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp -
     from overlapdp.schema import Schema
 
 
-def read_ledger(schema: Schema, path: Path, odometer: Odometer) -> None:
-    """Parse every line first, then charge them all (a bad line charges nothing)."""
-    from overlapdp.privacy.ledger_lines import parse_ledger_charges
+def read_ledger(
+    schema: Schema,
+    path: Path,
+    odometer: Odometer,
+    *,
+    encoding: str | None = None,
+    dataset: str | None = None,
+) -> None:
+    """Parse every charge first (JSON Lines, or the service's SQLite or CSV ledger:
+    :func:`overlapdp.report.ledger.read_ledger`), then charge them all (a bad line charges nothing)."""
+    from overlapdp.report.ledger import read_ledger as read_entries
 
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read ledger {path}: {exc.strerror}") from None
-    parsed = []
-    seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"ledger line {n}: not valid JSON ({exc.msg})") from None
-        for cid, mech, query in parse_ledger_charges(schema, obj, n):
-            if cid in seen:
-                raise WorkloadError(f"ledger line {n}: duplicate id {cid!r}")
-            seen.add(cid)
-            parsed.append((cid, mech, query))
-    if not parsed:
-        raise WorkloadError(f"ledger {path} has no charges")
-    for cid, mech, query in parsed:
-        odometer.charge(mech, query, id=cid)
+    for e in read_entries(schema, path, encoding=encoding, dataset=dataset):
+        odometer.charge(e.mechanism, e.query, id=e.id)
 
 
 @app.command()
 def account(
     schema: Annotated[Path, typer.Option("--schema", help="Schema JSON file.")],
-    ledger: Annotated[Path, typer.Option("--ledger", help="Ledger file, JSON Lines: query + mechanism.")],
+    ledger: Annotated[
+        Path,
+        typer.Option(
+            "--ledger",
+            help="Ledger: JSON Lines (query + mechanism), or the service's ledger.sqlite / ledger.csv.",
+        ),
+    ],
     delta: Annotated[float, typer.Option("--delta", help="Target delta for (epsilon, delta).")] = 1e-6,
     neighbouring: Annotated[
         Neighbouring,
@@ -66,6 +58,10 @@ def account(
     effort: Annotated[
         float | None, typer.Option("--effort", help="Seconds per overlap search; past it a safe bound.")
     ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="The data set, when the service's ledger holds several.")
+    ] = None,
+    encoding: Encoding = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Privacy guarantee of a ledger under every definition, sequential and overlap-aware."""
@@ -76,7 +72,7 @@ def account(
     d = check_delta(delta)
     sch = Schema.load(schema)
     odo = Odometer(sch, neighbouring=neighbouring, effort=effort)
-    read_ledger(sch, ledger, odo)
+    read_ledger(sch, ledger, odo, encoding=encoding, dataset=dataset)
     report = odo.report(d)
     reasons = _why_infinite(odo, report, effort)
     if as_json:

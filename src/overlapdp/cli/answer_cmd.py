@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
@@ -82,6 +82,8 @@ def answer(
             "answers (post-processing, no privacy cost; total squared error never increases; no error bars).",
         ),
     ] = False,
+    encoding: DataEncoding = None,
+    sep: Separator = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Noisy counts of every query, the budget spread evenly (overlap-aware by default), with error bars."""
@@ -106,7 +108,7 @@ def answer(
         allocation=allocation,
         objective=objective,
     )
-    with open_engine(engine, sch, data) as eng:
+    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
         result = answer_workload(eng, workload, plan, consistent=consistent)
     if not plan.gamma_exact:
         warn(

@@ -19,6 +19,33 @@ app = Typer(
     pretty_exceptions_enable=False,
 )
 
+#: ``--encoding`` and ``--sep``, the same on every command that reads files (:mod:`overlapdp.files`):
+#: the data file's encoding where there is one (a workload beside it is always detected: the two
+#: may differ), else the workload's or the ledger's.
+DataEncoding = Annotated[
+    str | None,
+    typer.Option(
+        "--encoding",
+        help="Text encoding of the CSV data file, e.g. utf-8, latin-1, cp1252; detected when left out "
+        "(UTF-8, else Windows-1252 / Latin-1), as the workload file's always is.",
+    ),
+]
+Encoding = Annotated[
+    str | None,
+    typer.Option(
+        "--encoding",
+        help="Text encoding of the workload or ledger file, e.g. utf-8, latin-1; detected when left out "
+        "(UTF-8, else Windows-1252 / Latin-1).",
+    ),
+]
+Separator = Annotated[
+    str | None,
+    typer.Option(
+        "--sep",
+        help="Separator of a CSV data file: ',' ';' '|' or tab; detected when left out (.tsv: tab).",
+    ),
+]
+
 console = Console()
 err_console = Console(stderr=True)
 

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
 from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
 
@@ -21,6 +21,8 @@ def count(
     queries: Annotated[Path, typer.Option("--queries", help="Workload file, JSON Lines.")],
     exact: Annotated[bool, typer.Option("--exact", help="Required: exact counts are NOT private.")] = False,
     engine: Annotated[EngineName, typer.Option("--engine", help="Where to count.")] = "duckdb",
+    encoding: DataEncoding = None,
+    sep: Separator = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Exact counts of each query (for the data owner; not differentially private)."""
@@ -35,7 +37,7 @@ def count(
     for q, agg in zip(workload, workload.aggregates, strict=False):
         if agg.kind != "count":  # never print a count where a sum or mean was asked for
             raise OverlapDPError(f"query {q.id!r} asks for a {agg.kind}; 'count' gives exact counts only")
-    with open_engine(engine, sch, data) as eng:
+    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
         counts = eng.counts(list(workload))
         report = eng.report
     warn("exact counts are NOT differentially private; do not release them")

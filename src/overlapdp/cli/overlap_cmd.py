@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, err_console, warn
+from overlapdp.cli.app import Encoding, app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
 
 # Witness rows of more attributes than this show only some of them (the text output; --json has all).
@@ -30,6 +30,7 @@ def overlap(
         float | None,
         typer.Option("--effort", help="Time limit in seconds; past it a safe upper bound is reported."),
     ] = None,
+    encoding: Encoding = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Maximum (weighted) overlap: the worst row, the composed weight there, the queries covering it."""
@@ -40,7 +41,7 @@ def overlap(
     if effort is not None and not effort >= 0:
         raise OverlapDPError(f"--effort {effort!r}: give a non-negative number of seconds")
     sch = Schema.load(schema)
-    workload = Workload.read_jsonl(sch, queries)
+    workload = Workload.read_jsonl(sch, queries, encoding=encoding)
     with err_console.status(f"maximum overlap of {len(workload)} queries...", spinner="dots"):
         result = max_overlap(workload.queries, comp=comp, effort=effort, schema=sch)
     if not result.exact:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, err_console, warn
+from overlapdp.cli.app import Encoding, app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
@@ -25,7 +25,11 @@ def report(
     ] = None,
     ledger: Annotated[
         Path | None,
-        typer.Option("--ledger", help="Ledger file as for 'account', optionally with 'analyst' and 'time'."),
+        typer.Option(
+            "--ledger",
+            help="Ledger as for 'account' (JSON Lines, optionally with 'analyst' and 'time', or the "
+            "service's ledger.sqlite / ledger.csv).",
+        ),
     ] = None,
     budget: Annotated[
         float | None,
@@ -43,6 +47,10 @@ def report(
     out: Annotated[Path, typer.Option("--out", help="Folder for report.html and the PNGs.")] = Path(
         "overlapdp-report"
     ),
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="The data set, when the service's ledger holds several.")
+    ] = None,
+    encoding: Encoding = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """HTML report and PNG plots: overlap-aware vs sequential spend, utility gain, per-row load heat map."""
@@ -58,7 +66,11 @@ def report(
     d = check_delta(delta)
     sch = Schema.load(schema)
     source: Workload | list[LedgerEntry]
-    source = Workload.read_jsonl(sch, queries) if queries is not None else read_ledger(sch, ledger)  # type: ignore[arg-type]
+    if queries is not None:
+        source = Workload.read_jsonl(sch, queries, encoding=encoding)
+    else:
+        assert ledger is not None
+        source = read_ledger(sch, ledger, encoding=encoding, dataset=dataset)
     if len(source) == 0:
         raise OverlapDPError(f"{queries}: the workload is empty, nothing to report")
     with err_console.status(

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
 from overlapdp.cli.help_format import Typer
 from overlapdp.errors import OverlapDPError, SchemaError
+
+#: How ``schema infer``'s errors name what to declare: the command's flags (a Vocabulary built when the
+#: command runs: the schema package imports numpy, which --help must not load).
+CLI_FLAGS = {
+    "bounds": "--bounds NAME=MIN:MAX",
+    "edges": "--edges NAME=E0,E1,...",
+    "categories": "--categories NAME=V1,V2,...",
+    "categories_from_data": "--categories-from-data",
+}
 
 schema_app = Typer(help="Inspect or infer schemas.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
@@ -49,10 +58,47 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _bound_items(items: list[str]) -> list[str]:
+    """``--bounds`` given once per column or once for several, comma-separated
+    (``age=17:90,hours_per_week=1:99``): a bound's MIN:MAX holds no comma, so each comma starts a column."""
+    return [part for item in items for part in item.split(",") if part.strip()]
+
+
+def _check_declared(frame: Any, declared: list[str], data: Path, sep: str | None) -> None:
+    """A declared column that is not in the file, named with the columns found and, for a CSV, the
+    separator it was read with (a wrong separator reads each line as one column)."""
+    columns = [str(c) for c in frame.columns]
+    absent = [n for n in declared if n not in columns]
+    if not absent:
+        return
+    from overlapdp.files import SEPARATORS, separator_name
+
+    shown = ", ".join(repr(c) for c in columns[:6]) + (", ..." if len(columns) > 6 else "")
+    text = (
+        f"declared column {absent[0]!r} (--bounds, --edges, --categories) is not in {str(data)!r}, "
+        f"whose {len(columns)} column(s) are {shown}"
+    )
+    if sep is not None:
+        text += f"; it was read with separator {separator_name(sep)}"
+        other = [c for c in SEPARATORS if c != sep and any(c in col for col in columns)]
+        if other:
+            text += (
+                f", but the header holds {separator_name(other[0])}: give --sep {separator_name(other[0])}"
+            )
+        else:
+            text += " (give --sep if the file uses another)"
+    raise SchemaError(text)
+
+
 @schema_app.command("infer")
 def infer(
     data: Annotated[Path, typer.Option("--data", help="CSV or Parquet file.")],
-    bounds: Annotated[list[str], typer.Option("--bounds", help="Integer column: NAME=MIN:MAX.")] = [],  # noqa: B006
+    bounds: Annotated[
+        list[str],
+        typer.Option(
+            "--bounds", help="Integer column: NAME=MIN:MAX (repeat, or NAME=MIN:MAX,NAME2=MIN:MAX)."
+        ),
+    ] = [],  # noqa: B006
     edges: Annotated[list[str], typer.Option("--edges", help="Binned column: NAME=E0,E1,...")] = [],  # noqa: B006
     categories: Annotated[
         list[str], typer.Option("--categories", help="Categorical column: NAME=V1,V2,...")
@@ -73,15 +119,23 @@ def infer(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the schema here (default: stdout).")
     ] = None,
+    encoding: DataEncoding = None,
+    sep: Separator = None,
 ) -> None:
     """Infer a schema; numeric bounds must be declared (inferring them from data leaks)."""
+    from overlapdp.files import csv_format, is_parquet
+
     if missing not in ("value", "drop"):
         raise SchemaError(f"--missing {missing!r}: use 'value' or 'drop'")
     from overlapdp.schema import infer_schema, read_table
+    from overlapdp.schema.infer import Vocabulary
 
-    frame = read_table(data)
+    if data.is_file() and not is_parquet(data):
+        fmt = csv_format(data, encoding=encoding, sep=sep)
+        encoding, sep = fmt.encoding, fmt.sep
+    frame = read_table(data, encoding=encoding, sep=sep)
     parsed_bounds: dict[str, tuple[int, int]] = {}
-    for name, spec in _pairs(bounds, "--bounds").items():
+    for name, spec in _pairs(_bound_items(bounds), "--bounds").items():
         try:
             lo, hi = spec.split(":")
             parsed_bounds[name] = (int(lo), int(hi))
@@ -97,6 +151,7 @@ def infer(
         name: [v.strip() for v in spec.split(",")]
         for name, spec in _pairs(categories, "--categories").items()
     }
+    _check_declared(frame, [*parsed_bounds, *parsed_edges, *parsed_cats], data, sep)
     sch = infer_schema(
         frame,
         bounds=parsed_bounds,
@@ -105,6 +160,7 @@ def infer(
         categories_from_data=categories_from_data,
         columns=[c.strip() for c in columns.split(",")] if columns else None,
         missing="drop" if missing == "drop" else "value",
+        vocabulary=Vocabulary(**CLI_FLAGS),
     )
     allowed = [a.name for a in sch if a.missing]
     if allowed:
@@ -129,6 +185,8 @@ def check(
         str, typer.Option("--engine", help="Where to read the data: duckdb | pandas | polars | spark.")
     ] = "duckdb",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    encoding: DataEncoding = None,
+    sep: Separator = None,
 ) -> None:
     """NOT PRIVATE: exact counts of missing values and of values outside the schema's domain, per
     attribute, for the data owner (never for analysts). Exits 1 when rows do not fit the domain and
@@ -140,7 +198,7 @@ def check(
     if engine not in ENGINES:
         raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     sch = Schema.load(schema)
-    with open_engine(engine, sch, data) as eng:
+    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
         report = eng.report
     warn("NOT PRIVATE: exact figures about the data, for the data owner; do not release them")
     fails = bool(report.rows_outside) and sch.outside == "error"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -83,6 +85,9 @@ def serve(
 
     if (data is None) != (schema is None):
         raise OverlapDPError("--data and --schema go together")
+    # The port is taken before anything else (a ledger opened, a data set registered, an admin
+    # token printed): a busy port is one line and exit 2, not a token shown for a server that never ran.
+    sock = _bind(host, port)
     if ledger is None:
         ledger = DEFAULT_LEDGER
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -126,10 +131,37 @@ def serve(
     gc.freeze()
     _heap.enable()
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
+    config = uvicorn.Config(application, host=host, port=port, log_level=log_level, access_log=False)
     try:
-        uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         service.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port), as uvicorn binds one; one error line when it cannot be had."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise OverlapDPError(f"--host {host!r}: not an address this machine can listen on ({exc})") from None
+    except OverflowError:
+        raise OverlapDPError(f"--port {port}: give a port from 0 to 65535") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        # as uvicorn does: a port in TIME_WAIT is free; one another process listens on is not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OverlapDPError(
+                f"port {port} on {host} is in use by another process: stop it or give another --port"
+            ) from None
+        raise OverlapDPError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _safe(url: str) -> str:

@@ -79,7 +79,17 @@ class DuckDBEngine(SqlEngine):
                 raise DataError(f"cannot read {label}: a value does not fit its column's type") from None
             # The CSV sniffer typed a column from a sample; read it again with every row sniffed, so
             # that a text value in a numeric column is reported by name below.
-            self._setup(csv_retry, materialize)
+            try:
+                self._setup(csv_retry, materialize)
+            except DataError:
+                self.close()
+                raise
+            except duckdb.Error as exc:
+                self.close()
+                # e.g. bytes that are not UTF-8 in a file declared as UTF-8; never DuckDB's dump of lines
+                raise DataError(
+                    f"cannot read {label} ({type(exc).__name__}): check its --encoding and --sep"
+                ) from None
         except duckdb.Error as exc:
             self.close()
             # DuckDB's messages can quote data lines: report only the kind of failure.
@@ -100,14 +110,33 @@ class DuckDBEngine(SqlEngine):
 
     # -- constructors --------------------------------------------------------------------------------
     @classmethod
-    def from_csv(cls, schema: Schema, path: str | Path, **kwargs: Any) -> DuckDBEngine:
+    def from_csv(
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
+    ) -> DuckDBEngine:
+        """A CSV / TSV file, its encoding and separator declared or detected (:mod:`overlapdp.files`).
+        DuckDB scans UTF-8 itself; a file in another encoding is decoded by pandas and scanned in memory."""
+        from overlapdp.files import csv_format
+
         p = _check_file(path)
+        fmt = csv_format(p, encoding=encoding, sep=sep)
+        if not fmt.utf8:
+            from overlapdp.schema import read_table
+
+            frame = read_table(p, encoding=fmt.encoding, sep=fmt.sep)
+            return cls._scan(schema, frame, f"data file {str(p)!r}", kwargs)
         lit = _sql_string(str(p))
+        options = f"header = true, delim = {_sql_string(fmt.sep)}"
         return cls(
             schema,
-            f"read_csv({lit}, header = true)",
+            f"read_csv({lit}, {options})",
             label=f"data file {str(p)!r}",
-            csv_retry=f"read_csv({lit}, header = true, sample_size = -1)",
+            csv_retry=f"read_csv({lit}, {options}, sample_size = -1)",
             **kwargs,
         )
 
@@ -117,15 +146,29 @@ class DuckDBEngine(SqlEngine):
         return cls(schema, f"read_parquet({_sql_string(str(p))})", label=f"data file {str(p)!r}", **kwargs)
 
     @classmethod
-    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> DuckDBEngine:
-        """CSV or Parquet by the file's suffix (``.parquet`` / ``.pq``; anything else is read as CSV)."""
-        if Path(path).suffix.lower() in {".parquet", ".pq"}:
+    def from_path(
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
+    ) -> DuckDBEngine:
+        """Parquet (by suffix ``.parquet`` / ``.pq`` or its magic bytes), else CSV / TSV."""
+        from overlapdp.files import is_parquet
+
+        if is_parquet(_check_file(path)):
             return cls.from_parquet(schema, path, **kwargs)
-        return cls.from_csv(schema, path, **kwargs)
+        return cls.from_csv(schema, path, encoding=encoding, sep=sep, **kwargs)
 
     @classmethod
     def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> DuckDBEngine:
         """A pandas or Polars DataFrame or an Arrow table (scanned in place by DuckDB)."""
+        return cls._scan(schema, frame, "the DataFrame", kwargs)
+
+    @classmethod
+    def _scan(cls, schema: Schema, frame: Any, label: str, kwargs: dict[str, Any]) -> DuckDBEngine:
         connection = kwargs.pop("connection", None) or duckdb.connect()
         view = f"overlapdp_frame_{next(_serial)}"
         try:
@@ -134,7 +177,7 @@ class DuckDBEngine(SqlEngine):
             raise DataError(
                 f"cannot scan a {type(frame).__name__} with DuckDB ({type(exc).__name__})"
             ) from None
-        return cls(schema, view, connection=connection, label="the DataFrame", **kwargs)
+        return cls(schema, view, connection=connection, label=label, **kwargs)
 
     @classmethod
     def from_database(cls, schema: Schema, database: str | Path, table: str, **kwargs: Any) -> DuckDBEngine:

@@ -142,6 +142,16 @@ def _duckdb_relation_engine(schema: Schema, relation: Any, options: dict[str, An
     return DuckDBEngine(schema, alias, connection=con, label="the DuckDB relation", **options)
 
 
+def require_polars() -> None:
+    """The polars engine's extra, checked before anything is converted (one error naming it)."""
+    from importlib.util import find_spec
+
+    from overlapdp._optional import missing_extra
+
+    if find_spec("polars") is None:
+        raise missing_extra("polars", "the polars engine", "polars")
+
+
 def open_data(data: object, schema: Schema, *, engine: str | None = None, **options: Any) -> Engine:
     """An engine over in-memory ``data`` mapped onto ``schema``: the one entry for every data input.
 
@@ -176,6 +186,7 @@ def open_data(data: object, schema: Schema, *, engine: str | None = None, **opti
 
         return PandasEngine(schema, _as_pandas(data, kind, schema), **options)
     if name == "polars":
+        require_polars()
         from overlapdp.engine.polars_engine import PolarsEngine
 
         return PolarsEngine(schema, _as_polars(data, kind, schema), **options)

@@ -52,13 +52,24 @@ class PandasEngine(Engine):
     ) -> None:
         super().__init__(schema, histogram_limit=histogram_limit)
         self.table = encode_frame(schema, frame)
-        self._ok_codes = self.table.codes[self.table.in_domain]
+        t = self.table
+        # no copy when every row fits (the usual case); column-major like the table
+        self._ok_codes = t.codes if t.in_domain.all() else np.asfortranarray(t.codes[t.in_domain])
         self._frame = frame  # raw numbers for sums (a reference, not a copy)
 
     @classmethod
-    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PandasEngine:
-        """CSV (initial spaces skipped) or Parquet, by suffix, with clear errors naming the file."""
-        return cls(schema, read_table(path), **kwargs)
+    def from_path(
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
+    ) -> PandasEngine:
+        """CSV / TSV (initial spaces skipped; encoding and separator declared or detected,
+        :mod:`overlapdp.files`) or Parquet, with clear errors naming the file."""
+        return cls(schema, read_table(path, encoding=encoding, sep=sep), **kwargs)
 
     @classmethod
     def from_frame(cls, schema: Schema, frame: Any, **kwargs: Any) -> PandasEngine:

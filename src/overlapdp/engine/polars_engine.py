@@ -7,6 +7,7 @@ rules): a missing value to the missing index where the schema allows it and to `
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -201,20 +202,43 @@ class PolarsEngine(Engine):
                 )
 
     @classmethod
-    def from_path(cls, schema: Schema, path: str | Path, **kwargs: Any) -> PolarsEngine:
-        """CSV or Parquet by suffix, scanned by Polars."""
+    def from_path(
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
+    ) -> PolarsEngine:
+        """Parquet, or CSV / TSV (encoding and separator declared or detected, :mod:`overlapdp.files`),
+        read by Polars; a file that is not plain UTF-8 is decoded in Python first (Polars reads UTF-8)."""
+        from overlapdp.files import csv_format, is_parquet
+
         p = Path(path)
         if not p.exists():
             raise DataError(f"data file {str(p)!r} does not exist")
+        if p.is_dir():
+            raise DataError(f"data file {str(p)!r} is a directory")
         if p.stat().st_size == 0:
             raise DataError(f"data file {str(p)!r} is empty")
         try:
-            if p.suffix.lower() in {".parquet", ".pq"}:
+            if is_parquet(p):
                 frame = pl.read_parquet(p)
             else:
-                frame = pl.read_csv(p, infer_schema_length=None)
+                fmt = csv_format(p, encoding=encoding, sep=sep)
+                source: Path | io.BytesIO = p
+                if fmt.encoding != "utf-8":
+                    source = io.BytesIO(p.read_bytes().decode(fmt.encoding).encode("utf-8"))
+                frame = pl.read_csv(source, separator=fmt.sep, infer_schema_length=None)
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"data file {str(p)!r} is not valid {encoding or 'UTF-8'} text (byte {exc.start}); give its --encoding"
+            ) from None
         except (pl.exceptions.PolarsError, OSError) as exc:
-            raise DataError(f"cannot read data file {str(p)!r} ({type(exc).__name__})") from None
+            raise DataError(
+                f"cannot read data file {str(p)!r} ({type(exc).__name__}): check its --encoding and --sep"
+            ) from None
         return cls(schema, frame, **kwargs)
 
     @classmethod

@@ -19,12 +19,16 @@ def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: An
     """An engine of kind ``name`` over ``data``: a CSV / Parquet path or an in-memory table of any
     kind :func:`overlapdp.engine.inputs.open_data` accepts (pandas, Polars, Arrow, a DuckDB relation).
 
-    ``options`` go to the engine's constructor (``spark=`` a session, ``histogram_limit=``, ...).
+    ``options`` go to the engine's constructor (``spark=`` a session, ``histogram_limit=``, ...); for a
+    file, ``encoding=`` and ``sep=`` declare its text encoding and separator (detected when left out,
+    :mod:`overlapdp.files`).
     Engines are imported lazily so that PySpark is only loaded when asked for.
     """
     if name not in ENGINES:
         raise DataError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
     if not isinstance(data, str | Path):
+        if options.pop("encoding", None) is not None or options.pop("sep", None) is not None:
+            raise DataError("encoding and sep describe a file; an in-memory table has neither")
         # Every in-memory kind (pandas, Polars, Arrow, a DuckDB relation) through the one dispatch.
         from overlapdp.engine.inputs import open_data
 
@@ -38,6 +42,9 @@ def open_engine(name: str, schema: Schema, data: str | Path | Any, **options: An
 
         return PandasEngine.from_path(schema, data, **options)
     if name == "polars":
+        from overlapdp.engine.inputs import require_polars
+
+        require_polars()
         from overlapdp.engine.polars_engine import PolarsEngine
 
         return PolarsEngine.from_path(schema, data, **options)

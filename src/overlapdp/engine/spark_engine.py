@@ -63,6 +63,16 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
         return (PySparkException,)
 
 
+#: Java's names of the charsets :mod:`overlapdp.files` detects (Python's codec names otherwise).
+_JAVA_CHARSETS = {
+    "utf-8": "UTF-8",
+    "utf-8-sig": "UTF-8",
+    "utf-16": "UTF-16",
+    "cp1252": "windows-1252",
+    "iso8859-1": "ISO-8859-1",
+}
+
+
 class SparkEngine(SqlEngine):
     """Exact counts with Spark SQL over a Spark DataFrame (a file, a catalog table, a pandas frame)."""
 
@@ -101,9 +111,19 @@ class SparkEngine(SqlEngine):
     # -- constructors --------------------------------------------------------------------------------
     @classmethod
     def from_path(
-        cls, schema: Schema, path: str | Path, *, spark: SparkSession | None = None, **kwargs: Any
+        cls,
+        schema: Schema,
+        path: str | Path,
+        *,
+        spark: SparkSession | None = None,
+        encoding: str | None = None,
+        sep: str | None = None,
+        **kwargs: Any,
     ) -> SparkEngine:
-        """CSV (header, types inferred) or Parquet by suffix."""
+        """CSV / TSV (header, types inferred; encoding and separator declared or, for a file, detected:
+        :mod:`overlapdp.files`) or Parquet by suffix."""
+        from overlapdp.files import check_encoding, check_separator, csv_format, is_parquet
+
         p = Path(path)
         if not p.exists():
             raise DataError(f"data file {str(p)!r} does not exist")
@@ -111,10 +131,27 @@ class SparkEngine(SqlEngine):
             raise DataError(f"data file {str(p)!r} is empty")
         session = spark or spark_session()
         try:
-            if p.suffix.lower() in {".parquet", ".pq"}:
-                frame = session.read.parquet(str(p))
+            if is_parquet(p) or (p.is_dir() and encoding is None and sep is None):
+                frame = (
+                    session.read.parquet(str(p))
+                    if is_parquet(p)
+                    else session.read.csv(str(p), header=True, inferSchema=True, ignoreLeadingWhiteSpace=True)
+                )
             else:
-                frame = session.read.csv(str(p), header=True, inferSchema=True, ignoreLeadingWhiteSpace=True)
+                if p.is_file():
+                    fmt = csv_format(p, encoding=encoding, sep=sep)
+                    enc, delim = fmt.encoding, fmt.sep
+                else:  # a folder of parts: as declared
+                    enc = check_encoding(encoding) if encoding else "utf-8"
+                    delim = check_separator(sep) if sep else ","
+                frame = session.read.csv(
+                    str(p),
+                    header=True,
+                    inferSchema=True,
+                    ignoreLeadingWhiteSpace=True,
+                    sep=delim,
+                    encoding=_JAVA_CHARSETS.get(enc, enc),
+                )
         except _spark_errors() as exc:
             raise DataError(f"cannot read data file {str(p)!r} with Spark ({type(exc).__name__})") from None
         return cls(schema, frame, label=f"data file {str(p)!r}", **kwargs)

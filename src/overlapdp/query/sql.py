@@ -28,6 +28,7 @@ rules.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import sqlglot
@@ -43,6 +44,37 @@ from overlapdp.schema import IndexSet, Schema
 # A condition tree evaluates to three-valued truths keyed by attribute position (absent = tautology);
 # FALSE (which involves no attribute) is FALSE on every value of the first attribute.
 _Cov = dict[int, Truth]
+
+
+def _syntax_message(text: str, exc: ParseError | TokenError) -> str:
+    """Where and why a condition does not parse, in the condition's own words (never sqlglot's class
+    names, such as ``<class 'sqlglot.expressions.core.Condition'>``)."""
+    shown = text if len(text) <= 120 else text[:117] + "..."
+    errors = getattr(exc, "errors", None) or []
+    if not errors:  # the tokenizer: an unclosed quote or a character SQL does not know
+        return f"cannot parse condition {shown!r}: an unclosed quote or a character that is not SQL"
+    e = errors[0]
+    word = str(e.get("highlight") or "")
+    col = e.get("col")
+    where = f" at character {int(col) - len(word) + 1}" if isinstance(col, int) and word else ""
+    description = str(e.get("description") or "")
+    if description.startswith("Required keyword"):
+        why = f"{word!r}{where} needs a value after it"
+    elif description.startswith("Expecting "):
+        why = f"expected {description.removeprefix('Expecting ')!r} near {word!r}{where}"
+    elif word:
+        why = f"unexpected {word!r}{where}"
+        if word.isalpha() and word.upper() not in _KEYWORDS:
+            close = difflib.get_close_matches(word.upper(), _KEYWORDS, n=1, cutoff=0.7)
+            if close:
+                why += f" (did you mean {close[0]}?)"
+    else:
+        why = "incomplete condition"
+    return f"cannot parse condition {shown!r}: {why}"
+
+
+#: The words a condition may use, for suggestions after a typo (``BETWEN``: did you mean BETWEEN?).
+_KEYWORDS = ("AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "LIKE", "TRUE", "FALSE")
 
 
 def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: float = 1.0) -> PredicateQuery:
@@ -62,8 +94,7 @@ def parse_where(schema: Schema, text: str, *, id: str | None = None, weight: flo
         try:
             tree = sqlglot.condition(text)
         except (ParseError, TokenError) as exc:
-            first = str(exc).splitlines()[0]
-            raise QuerySyntaxError(f"cannot parse condition: {first[:200]}") from None
+            raise QuerySyntaxError(_syntax_message(text, exc)) from None
         covs = _Walker(schema).walk(tree)
     except RecursionError:
         raise with_prefix(too_deep(), prefix) from None

@@ -76,6 +76,8 @@ def parse_query(
 _QUERY_KEYS = ("where", "conditions", "id", "weight", "text")
 #: Keys of a grouped query line (besides ``where`` / ``conditions``, ``id`` and ``weight``).
 _FAMILY_KEYS = ("group_by", "sql")
+#: Every key a workload line may hold: the query's, a GROUP BY's and an aggregate's.
+_LINE_KEYS = (*_QUERY_KEYS, *_FAMILY_KEYS, *AGGREGATE_KEYS)
 
 
 def parse_item(
@@ -124,6 +126,8 @@ def parse_line(
     agg_spec: dict[str, Any] = {}
     from_sql = is_select(spec)
     if isinstance(spec, Mapping):
+        # an unknown key is named with every key a line takes (not only a query object's five)
+        _checked_keys_and_id(spec, _LINE_KEYS, "a workload line", id)
         agg_spec = {k: spec[k] for k in AGGREGATE_KEYS if k in spec}
         spec = {k: v for k, v in spec.items() if k not in AGGREGATE_KEYS}
         from_sql = "sql" in spec
@@ -261,15 +265,20 @@ class Workload(Sequence[PredicateQuery]):
 
     @staticmethod
     def read_jsonl(
-        schema: Schema, path: str | Path, *, declared: Mapping[str, Sequence[float]] | None = None
+        schema: Schema,
+        path: str | Path,
+        *,
+        declared: Mapping[str, Sequence[float]] | None = None,
+        encoding: str | None = None,
     ) -> Workload:
         """A JSON Lines workload; ``declared`` maps attributes to clipping bounds ``[lo, hi(, step)]``
-        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`)."""
+        for sums and means whose line gives none (:func:`overlapdp.query.aggregate.parse_aggregate`).
+        ``encoding`` is the file's text encoding, detected when None (:mod:`overlapdp.files`: UTF-8,
+        else Windows-1252 / Latin-1)."""
+        from overlapdp.files import read_text
+
         p = Path(path)
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise WorkloadError(f"cannot read workload file {str(p)!r}: {exc.strerror or exc}") from None
+        lines = read_text(p, what="workload file", encoding=encoding, error=WorkloadError).splitlines()
         return Workload.from_lines(schema, lines, source=str(p), declared=declared)
 
     @staticmethod

@@ -129,12 +129,31 @@ def parse_ledger(schema: Schema, lines: Iterable[str], *, source: str = "<ledger
     return entries
 
 
-def read_ledger(schema: Schema, path: str | Path) -> list[LedgerEntry]:
+def read_ledger(
+    schema: Schema, path: str | Path, *, encoding: str | None = None, dataset: str | None = None
+) -> list[LedgerEntry]:
+    """Every charge of a ledger file, in any format the project writes:
+
+    - JSON Lines (``overlapdp account``'s format, above);
+    - the service's SQLite ledger (``overlapdp serve``, ``ledger.sqlite`` of ``overlapdp demo``), recognised
+      by its header bytes;
+    - the service's ledger as CSV (``ledger.csv`` of the demo, ``AdminClient.full_ledger`` written with
+      ``to_csv``), recognised by its header row.
+
+    The service's rows are read by :mod:`overlapdp.report.service_ledger`; ``dataset`` picks one data
+    set of a ledger holding several. ``encoding`` is a text file's encoding (detected when None).
+    """
+    from overlapdp.files import read_text
+    from overlapdp.report import service_ledger
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read ledger {str(p)!r}: {exc.strerror or exc}") from None
+    if service_ledger.is_sqlite(p):
+        return service_ledger.read_sqlite(schema, p, dataset=dataset)
+    text = read_text(p, what="ledger", encoding=encoding, error=WorkloadError)
+    if service_ledger.is_csv_ledger(text):
+        return service_ledger.read_csv_text(schema, text, source=str(p), dataset=dataset)
+    if dataset is not None:
+        raise WorkloadError(f"--dataset {dataset!r}: ledger {str(p)!r} is JSON Lines, of one data set")
     return parse_ledger(schema, text.splitlines(), source=str(p))
 
 

@@ -64,6 +64,21 @@ def _is_missing(v: Any) -> bool:
     return isinstance(v, float | np.floating) and math.isnan(v)
 
 
+#: pandas' inferred kinds of an object column whose values are all of one kind (no mixed types).
+_ONE_KIND = frozenset({"string", "empty", "integer", "floating", "boolean"})
+
+
+def _arrow_strings(values: pd.Series) -> Any:
+    """The column's Arrow chunked array when pandas keeps it as Arrow text, else None."""
+    array = getattr(values, "array", None)
+    data = getattr(array, "_pa_array", None)
+    if data is None:
+        return None
+    import pyarrow as pa
+
+    return data if pa.types.is_string(data.type) or pa.types.is_large_string(data.type) else None
+
+
 def _as_number(attribute: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise QueryError(
@@ -129,7 +144,9 @@ class Attribute(ABC):
         index when the attribute allows it and to ``MISSING`` (-2) otherwise, a present value outside
         the domain to ``OUTSIDE`` (-1)."""
         codes, absent = self._encode_present(values)
-        return np.where(absent, self.value_count if self.missing else MISSING, codes).astype(np.int64)
+        return np.where(absent, self.value_count if self.missing else MISSING, codes).astype(
+            np.int64, copy=False
+        )
 
     @abstractmethod
     def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
@@ -415,19 +432,50 @@ class CategoricalAttribute(Attribute):
             f"attribute {self.name!r} is categorical (unordered); {op!r} does not apply, use = or IN"
         )
 
+    def _code_of(self, v: Any) -> int:
+        """The index of one present raw value, ``OUTSIDE`` when it is not in the domain."""
+        found = self._lookup.get(v)
+        if found is None and not isinstance(v, str):
+            # Text categories against a column read as numbers: compare as text.
+            found = self._lookup.get(str(v))
+        return OUTSIDE if found is None else found
+
     def _encode_present(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        lookup = self._lookup
+        """Vectorised: the column is factorised by pandas (hashing in C, missing cells as -1, as
+        ``isna`` sees them), and only its distinct values are looked up in Python.
 
-        def one(v: Any) -> int:
-            if _is_missing(v):
-                return MISSING
-            found = lookup.get(v)
-            if found is None and not isinstance(v, str):
-                # Text categories against a column read as numbers: compare as text.
-                found = lookup.get(str(v))
-            return OUTSIDE if found is None else found
+        Factorising merges values that compare equal across types (``1``, ``1.0`` and ``True``), whose
+        text fallbacks differ (``'1'``, ``'1.0'``, ``'True'``): a column of Python objects of mixed
+        kinds is therefore encoded one cell at a time, as before (rare: a frame built by hand)."""
+        import pandas as pd
 
-        codes = np.fromiter((one(v) for v in values.tolist()), dtype=np.int64, count=len(values))
+        if values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) not in _ONE_KIND:
+            return self._encode_cells(values)
+        arrow = _arrow_strings(values)
+        if arrow is not None:
+            # pandas' Arrow-backed text (the default string type of pandas 3): Arrow looks each cell
+            # up among the schema's text values in one pass (a text cell never matches a number)
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            texts = [(i, v) for i, v in enumerate(self.values) if isinstance(v, str)]
+            found = pc.index_in(arrow, value_set=pa.array([v for _, v in texts], type=pa.string()))
+            at = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            index = np.append(np.asarray([i for i, _ in texts], dtype=np.int64), OUTSIDE)
+            absent = np.asarray(arrow.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            return np.where(absent, MISSING, index[at]), absent
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        # -1 (missing) indexes the appended MISSING code
+        mapped = np.fromiter((self._code_of(v) for v in uniques.tolist()), dtype=np.int64, count=len(uniques))
+        out = np.append(mapped, MISSING)[codes]
+        return out, codes < 0
+
+    def _encode_cells(self, values: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        codes = np.fromiter(
+            (MISSING if _is_missing(v) else self._code_of(v) for v in values.tolist()),
+            dtype=np.int64,
+            count=len(values),
+        )
         return codes, codes == MISSING
 
     def _json(self) -> dict[str, Any]:

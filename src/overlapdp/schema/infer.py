@@ -15,6 +15,7 @@ may be dropped (with ``"drop"``); edit it before publishing if that is itself se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,6 +29,16 @@ if TYPE_CHECKING:  # imported where a table is read (DESIGN.md: heavy dependenci
     import pandas as pd
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """How errors name what to declare: the Python parameters by default, a command's flags from the CLI."""
+
+    bounds: str = "bounds (min:max)"
+    edges: str = "edges"
+    categories: str = "categories"
+    categories_from_data: str = "categories_from_data"
+
+
 def infer_schema(
     frame: pd.DataFrame | Any,
     *,
@@ -37,13 +48,15 @@ def infer_schema(
     categories_from_data: bool = False,
     columns: Sequence[str] | None = None,
     missing: Literal["value", "drop"] = "value",
+    vocabulary: Vocabulary = Vocabulary(),
 ) -> Schema:
     """One attribute per column (or per name in ``columns``), never with bounds read off the data.
 
     ``frame`` is any table :mod:`overlapdp.tables` accepts (pandas, Polars eager or lazy, Arrow, a DuckDB
     relation, Spark): only its column names and types are read, whether a column holds a missing value,
     and with ``categories_from_data`` the distinct values of the text columns, computed by the table's
-    own library. Every column that needs a declaration is named in one
+    own library. ``vocabulary`` names the parameters in errors (the CLI's flags there). Every column
+    that needs a declaration is named in one
     :class:`~overlapdp.errors.SchemaError` (all numeric columns without bounds or edges, all text columns
     without categories), so one run shows everything to declare.
     """
@@ -84,13 +97,15 @@ def infer_schema(
     problems = []
     if undeclared_numeric:
         problems.append(
-            f"{_columns(undeclared_numeric)} numeric: declare {_its(undeclared_numeric)} bounds (min:max) or bin edges; "
+            f"{_columns(undeclared_numeric)} numeric: declare {_its(undeclared_numeric)} bounds "
+            f"({vocabulary.bounds}) or bin edges ({vocabulary.edges}); "
             "bounds are never inferred from the data, since that leaks"
         )
     if text:
         problems.append(
-            f"{_columns(text, 'hold')} text: declare {_its(text)} categories, or state that the values present are "
-            "public (categories_from_data); the set of values in the data can leak"
+            f"{_columns(text, 'hold')} text: declare {_its(text)} categories ({vocabulary.categories}), or "
+            f"state that the values present are public ({vocabulary.categories_from_data}); the set of "
+            "values in the data can leak"
         )
     if problems:
         raise SchemaError("; ".join(problems))
@@ -111,23 +126,36 @@ def _its(names: Sequence[str]) -> str:
     return "its" if len(names) == 1 else "their"
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet file with clear errors naming the file."""
+def read_table(path: str | Path, *, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
+    """Read a CSV / TSV (encoding and separator declared or detected, :mod:`overlapdp.files`) or a
+    Parquet file, with one-line errors naming the file."""
     import pandas as pd
+
+    from overlapdp.files import csv_format, is_parquet, separator_name
 
     p = Path(path)
     if not p.exists():
         raise DataError(f"data file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise DataError(f"data file {str(p)!r} is a directory")
+    fmt = None
     try:
-        if p.suffix.lower() in {".parquet", ".pq"}:
+        if is_parquet(p):
             frame = pd.read_parquet(p)
         else:
-            frame = pd.read_csv(p, skipinitialspace=True)
+            fmt = csv_format(p, encoding=encoding, sep=sep)
+            frame = pd.read_csv(p, sep=fmt.sep, encoding=fmt.encoding, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise DataError(f"data file {str(p)!r} is empty") from None
+    except UnicodeDecodeError as exc:
+        enc = fmt.encoding if fmt is not None else "utf-8"
+        raise DataError(
+            f"data file {str(p)!r} is not valid {enc} text (byte {exc.start}); give its --encoding"
+        ) from None
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"cannot read data file {str(p)!r}: {first}") from None
+        how = f" (read with separator {separator_name(fmt.sep)}; give --sep)" if fmt is not None else ""
+        raise DataError(f"cannot read data file {str(p)!r}: {first}{how}") from None
     if len(frame.columns) == 0:
         raise DataError(f"data file {str(p)!r} has no columns")
     return frame

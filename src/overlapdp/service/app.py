@@ -28,6 +28,7 @@ from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard
+from overlapdp.service.docs import install_docs
 from overlapdp.service.ledger import AnalystRecord, LedgerError
 from overlapdp.service.models import (
     AnalystCreate,
@@ -204,7 +205,11 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
             "with a durable ledger. Every answer is recorded with its charge before it is sent."
         ),
         responses=_ERRORS,
+        # /docs from the package's own assets (service/docs.py: FastAPI's pages load a CDN); no /redoc
+        docs_url=None,
+        redoc_url=None,
     )
+    install_docs(app, app.title)
     if cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
