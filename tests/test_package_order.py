@@ -26,6 +26,7 @@ ORDER = (
     "exact",
     "display",
     "tables",
+    "files",
     "_optional",
     "_lazy",
     "__init__",
@@ -41,6 +42,7 @@ ORDER = (
     "report",
     "service",
     "cli",
+    "__main__",
 )
 
 

@@ -172,14 +172,25 @@ def _half_square_up(x: float) -> float:
 def charged(cost: Mapping[str, Any], mechanism: Mapping[str, Any], kind: str) -> Mechanism:
     """The mechanism a service charge stands for (module docstring), from its recorded cost and
     mechanism."""
+    from overlapdp.privacy.measures import (
+        ApproxMeasure,
+        GDPMeasure,
+        PureMeasure,
+        RDPMeasure,
+        TCDPMeasure,
+        ZCDPMeasure,
+        measure_named,
+    )
+
     definition = cost.get("definition")
-    if definition in ("pure", "approx"):
+    measure = measure_named(str(definition), WorkloadError)
+    if isinstance(measure, PureMeasure | ApproxMeasure):
         return OpaqueApproxDP(_amount(cost, "epsilon"), 0.0)
-    if definition in ("zcdp", "tcdp"):
+    if isinstance(measure, ZCDPMeasure | TCDPMeasure):
         return OpaqueTCDP(_amount(cost, "rho"), math.inf)
-    if definition == "gdp":
+    if isinstance(measure, GDPMeasure):
         return OpaqueTCDP(_half_square_up(_amount(cost, "mu")), math.inf)
-    if definition == "rdp":
+    if isinstance(measure, RDPMeasure):
         rho = mechanism.get("rho")
         if kind == "query" and isinstance(rho, int | float) and not isinstance(rho, bool) and rho > 0:
             return OpaqueTCDP(float(rho), math.inf)
