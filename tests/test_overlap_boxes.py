@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, max_overlap
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import compile_workload
+from overlapdp.overlap.magnitude import float_up
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import all_rows, compose
@@ -295,3 +296,37 @@ def test_cell_pieces_match_compress_axis_per_attribute() -> None:
             np.testing.assert_array_equal(kept[j], want)
             np.testing.assert_array_equal(pl[:, j], np.searchsorted(want, lc[:, j] - clo[j]))
             np.testing.assert_array_equal(ph[:, j], np.searchsorted(want, hc[:, j] - clo[j]))
+
+
+def exact_truth(queries: list[PredicateQuery], weights: list[float], comp: str) -> Fraction:
+    """The exact maximum over every row: sum of the weights (of their squares for l2), as Fractions."""
+    schema = queries[0].schema
+    power = 2 if comp == "l2" else 1
+    return max(
+        sum(
+            (Fraction(w) ** power for q, w in zip(queries, weights, strict=True) if q.covers(row)),
+            Fraction(0),
+        )
+        for row in all_rows(schema)
+    )
+
+
+def test_exact_floats_prune_no_heavier_row() -> None:
+    """Regression: the cell search pruned with a relative slack of 1e-12 even on exact (dyadic) float
+    sums, so a row heavier by 2^-31 on a load of 6000 was cut and 6000 reported as exact."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 5) for j in range(3)))
+    rng = np.random.default_rng(1)
+    t = int(rng.integers(3, 40))
+    queries = []
+    for _ in range(t):
+        covs = {}
+        for j in range(3):
+            a, b = sorted(rng.integers(0, 6, 2).tolist())
+            covs[f"a{j}"] = IndexSet.interval(a, b + 1)
+        queries.append(PredicateQuery.from_coverages(schema, covs))
+    weights = [1000.0 if rng.random() < 0.8 else 2.0**-31 for _ in range(t)]
+    truth = exact_truth(queries, weights, "sum")
+    assert truth == 6000 + Fraction(2) ** -31
+    with tiny_grids(2, 4):
+        r = max_overlap(queries, weights, "sum", algorithm="boxes")
+    assert r.exact and Fraction(r.value) >= truth and r.value == float_up(truth)

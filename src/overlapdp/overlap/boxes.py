@@ -25,9 +25,9 @@ easy", FOCS 2013):
   ignored most.
 - Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
 
-Best-first on the bound: the search stops when no open cell can beat the best row found (exact, up to
-the relative 1e-12 slack of float sums that every search here uses), or at the deadline, when the
-largest open bound is a SAFE upper bound.
+Best-first on the bound: the search stops when no open cell can beat the best row found (exact when
+float sums of the loads are: every prune compares without slack), or at the deadline, when the largest
+open bound is a SAFE upper bound.
 
 Value sets: attributes on which some query has several intervals are enumerated over their atoms
 (:func:`overlapdp.overlap.branch.atom_tables`); each combination of atoms is a box problem on the
@@ -61,7 +61,8 @@ ASCENT_STARTS = 24
 # combinations x queries table built to rank them.
 COMBO_LIMIT = 1 << 14
 COMBO_TABLE_LIMIT = 50_000_000
-# Relative slack on float bounds that are sums of many loads (as in the other searches).
+# Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
+# exactly, MATH.md 7.8).
 _REL = 1e-12
 
 
@@ -314,7 +315,7 @@ class _Depth:
                 if value > best:
                     best, best_point = value, point
                 bound = top
-                if base + bound <= _slack(best):
+                if base + bound <= best:
                     return
                 # Only the pieces where a group's grid can still lift the total above the best
                 # row can hold a better point (the other groups at their maxima): shrink the
@@ -323,7 +324,7 @@ class _Depth:
                 for gtop, grid, gdims in grids:
                     if grid is None:
                         continue
-                    feas = grid > _slack(best) - base - (top - gtop)
+                    feas = grid > best - base - (top - gtop)
                     for k, jj in enumerate(gdims):
                         ax = tuple(x for x in range(len(gdims)) if x != k)
                         hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
@@ -367,7 +368,7 @@ class _Depth:
         push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
         while heap:
             negb, _, base, clo, chi, idx, j, cut = heap[0]
-            if -negb <= _slack(best):
+            if -negb <= best:
                 heap.clear()
                 break
             if deadline is not None and _clock.now() > deadline:
@@ -427,7 +428,7 @@ def max_depth(c: Compiled, loads: FloatArray, deadline: float | None = None) -> 
     exact = True
     seen: set[bytes] = set()
     for rank, ci in enumerate(order.tolist()):
-        if ub[ci] <= _slack(best):
+        if ub[ci] <= best:
             break
         if deadline is not None and _clock.now() > deadline and best_cell is not None:
             upper = float(ub[ci])
