@@ -10,16 +10,17 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, max_overlap
+from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, engine, max_overlap
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import compile_workload
-from overlapdp.overlap.magnitude import float_up
+from overlapdp.overlap.magnitude import float_up, sqrt_up
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import all_rows, compose
@@ -27,13 +28,25 @@ from strategies import all_rows, compose
 
 @contextmanager
 def tiny_grids(leaf: int, bound: int) -> Iterator[None]:
-    """Force the search to split: leaves and bound grids of at most ``leaf`` / ``bound`` cells."""
-    old = box_route.LEAF_CELLS, box_route.BOUND_CELLS
-    box_route.LEAF_CELLS, box_route.BOUND_CELLS = leaf, bound
+    """Force the cell search (no clique search) to split: leaves and bound grids of at most ``leaf`` /
+    ``bound`` cells."""
+    old = box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES
+    box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES = leaf, bound, 0
     try:
         yield
     finally:
-        box_route.LEAF_CELLS, box_route.BOUND_CELLS = old
+        box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES = old
+
+
+@contextmanager
+def cliques_only() -> Iterator[None]:
+    """Force the clique search on every workload (however dense), without a node budget."""
+    old = box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES
+    box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = 2.0, 1 << 60
+    try:
+        yield
+    finally:
+        box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = old
 
 
 def check(queries: list[PredicateQuery], weights: list[float], comp: str, r: OverlapResult) -> None:
@@ -91,6 +104,8 @@ def box_workloads(
 def test_boxes_match_brute_force(work: tuple[list[PredicateQuery], list[float]], comp: str) -> None:
     queries, weights = work
     check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
+    with cliques_only():
+        check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
     with tiny_grids(1, 2):
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
@@ -109,6 +124,8 @@ def test_value_sets_enumerated_match_brute_force(
             max_overlap(queries, weights, comp, algorithm="boxes")
         return
     check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
+    with cliques_only():
+        check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
     with tiny_grids(1, 2):
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
@@ -234,7 +251,7 @@ def test_shrinking_proves_six_attributes_in_few_cells(seed: int) -> None:
     schema = Schema(tuple(IntAttribute(f"a{j}", 0, 11) for j in range(6)))
     queries = random_boxes(schema, 300, seed)
     c = compile_workload(queries, schema)
-    out = box_route.max_depth(c, np.ones(c.t))
+    out = box_route.max_depth(c, np.ones(c.t), route="cells")
     truth = float(dense_depth(queries, [1.0] * len(queries), schema).max())
     assert out.exact and out.best == truth == out.upper
     assert out.nodes <= 12
@@ -298,6 +315,9 @@ def test_cell_pieces_match_compress_axis_per_attribute() -> None:
             np.testing.assert_array_equal(ph[:, j], np.searchsorted(want, hc[:, j] - clo[j]))
 
 
+# -- the pair-graph (clique) route, and exact prunes (issue 22) -----------------------------------------
+
+
 def exact_truth(queries: list[PredicateQuery], weights: list[float], comp: str) -> Fraction:
     """The exact maximum over every row: sum of the weights (of their squares for l2), as Fractions."""
     schema = queries[0].schema
@@ -330,3 +350,91 @@ def test_exact_floats_prune_no_heavier_row() -> None:
     with tiny_grids(2, 4):
         r = max_overlap(queries, weights, "sum", algorithm="boxes")
     assert r.exact and Fraction(r.value) >= truth and r.value == float_up(truth)
+
+
+@settings(max_examples=80, deadline=None)
+@given(box_workloads())
+def test_meeting_sets_match_pairwise_overlaps(work: tuple[list[PredicateQuery], list[float]]) -> None:
+    """The bitsets from sorted endpoints against the n x n comparison of every pair, any bit order."""
+    queries, _ = work
+    c = compile_workload(queries, queries[0].schema)
+    if not c.attributes or c.live.size == 0:
+        return
+    n, d = c.live.size, len(c.attributes)
+    sizes = np.array([a.size for a in c.attributes], dtype=np.int64)
+    lo = np.zeros((c.t, d), dtype=np.int64)
+    hi = np.tile(sizes, (c.t, 1))
+    for j, a in enumerate(c.attributes):
+        lo[a.query, j], hi[a.query, j] = a.lo, a.hi
+    lo, hi = lo[c.live], hi[c.live]
+    bit = np.random.default_rng(n).permutation(n)
+    meets = box_route.meeting_sets(lo, hi, sizes, bit)
+    pairs = np.all((lo[:, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[:, None, :]), axis=2)
+    for a in range(n):
+        want = sum(1 << int(bit[b]) for b in range(n) if b != a and pairs[a, b])
+        assert meets[int(bit[a])] == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 14).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n * (n - 1) // 2),
+            st.lists(st.integers(0, 6), min_size=n, max_size=n),
+        )
+    ),
+    st.sampled_from([None, 1, 3]),
+)
+def test_max_clique_matches_networkx(graph: Any, node_limit: int | None) -> None:
+    """The bitset clique search on arbitrary graphs (heaviest bits first) against networkx's exact
+    maximum weight clique; stopped by a node limit, best <= truth <= upper."""
+    import networkx as nx
+
+    edges, weights = graph
+    n = len(weights)
+    order = sorted(range(n), key=lambda v: -weights[v])  # bit of each vertex: heaviest first
+    bit = {v: k for k, v in enumerate(order)}
+    meets = [0] * n
+    g = nx.Graph()
+    g.add_nodes_from((v, {"w": weights[v]}) for v in range(n))
+    for a, b in edges:
+        if a != b:
+            g.add_edge(a, b)
+            meets[bit[a]] |= 1 << bit[b]
+            meets[bit[b]] |= 1 << bit[a]
+    w = [weights[v] for v in order]
+    positive = sum(1 << k for k in range(n) if w[k] > 0)
+    _, truth = nx.max_weight_clique(g, weight="w")
+    truth = truth if positive else -1  # nothing carries weight: no clique above the floor
+    out = box_route.max_clique(meets, w, positive, -1, node_limit=node_limit)
+    assert out.best <= truth <= out.upper
+    if out.members is not None:
+        assert out.best == sum(w[v] for v in out.members)
+        assert all(meets[a] >> b & 1 for a in out.members for b in out.members if a != b)
+    if out.exact:
+        assert out.best == truth == out.upper
+
+
+ugly = st.sampled_from([0.1, 0.2, 0.3, 1 / 3, 0.7, 1e16, 1.0, 2.0**-60, 0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(box_workloads(), st.sampled_from(["sum", "l2"]), st.lists(ugly, min_size=25, max_size=25))
+def test_ordinary_float_weights_take_the_boxes_route_exactly(
+    work: tuple[list[PredicateQuery], list[float]], comp: str, ugly_weights: list[float]
+) -> None:
+    """Regression (issue 22 item 5): non-dyadic weights skipped the boxes route in ``auto`` (its float
+    sums could tie), for the general search: 80x slower, and not exact on 5 attributes. The clique
+    search compares the exact loads as integers: exact, and the smallest float at or above the exact
+    maximum. The dense grid is disabled so that small domains reach the route."""
+    queries, _ = work
+    weights = ugly_weights[: len(queries)]
+    truth = exact_truth(queries, weights, comp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "grid_feasible", lambda c, *args: False)
+        r = max_overlap(queries, weights, comp)
+    c = compile_workload(queries, queries[0].schema)
+    if not (len(c.attributes) > 2 or (len(c.attributes) == 2 and not c.single_interval)):
+        return  # no attribute, or the 2-D sweep: not this route
+    assert r.algorithm == "boxes" and r.exact
+    assert r.value == (sqrt_up(truth) if comp == "l2" else float_up(truth))
