@@ -438,3 +438,21 @@ def test_ordinary_float_weights_take_the_boxes_route_exactly(
         return  # no attribute, or the 2-D sweep: not this route
     assert r.algorithm == "boxes" and r.exact
     assert r.value == (sqrt_up(truth) if comp == "l2" else float_up(truth))
+
+
+@pytest.mark.parametrize(("peel_queries", "peel_density"), [(4_000, 0.0), (4_000, 2.0), (0, 0.0)])
+@pytest.mark.parametrize("seed", range(3))
+def test_every_bit_order_of_the_clique_search_is_exact(
+    peel_queries: int, peel_density: float, seed: int
+) -> None:
+    """The degeneracy order (dense table), the first pass's order (sparse graphs) and the decreasing
+    degree (many boxes) against a dense numpy array over all rows, weighted."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 6) for j in range(4)))
+    queries = random_boxes(schema, 120, seed + 30)
+    weights = ((np.random.default_rng(seed).uniform(0.0, 4.0, 120) * 64).round() / 64).tolist()
+    truth = float(dense_depth(queries, weights, schema).max())
+    with pytest.MonkeyPatch.context() as mp, cliques_only():
+        mp.setattr(box_route, "PEEL_QUERIES", peel_queries)
+        mp.setattr(box_route, "PEEL_DENSITY", peel_density)
+        r = max_overlap(queries, weights, "sum", algorithm="boxes")
+    assert r.exact and float(r.value) == truth

@@ -61,6 +61,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from overlapdp.overlap import _clock
 from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
@@ -84,6 +85,11 @@ COMBO_TABLE_LIMIT = 50_000_000
 CLIQUE_QUERIES = 20_000
 CLIQUE_DENSITY = 0.7
 CLIQUE_NODES = 100_000
+# Up to this many boxes, and when more than this share of the pairs meet, the clique search's bits
+# follow a degeneracy order from a dense table of the meeting pairs (n^2 bytes); on sparser graphs
+# the order matters little (kept as it is); on more boxes, the decreasing degree.
+PEEL_QUERIES = 4_000
+PEEL_DENSITY = 0.1
 # Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
 # exactly, MATH.md 7.8).
 _REL = 1e-12
@@ -456,24 +462,28 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
 
 
 def _colour(cand: int, meets: list[int], w: Sequence[float]) -> tuple[list[int], list[float]]:
-    """Greedy colouring of the candidate bits, heaviest (lowest bit) first: independent sets of
-    pairwise disjoint boxes taken in turn. A clique has at most one box of each set, so the sum of
-    the sets' heaviest weights up to a box's set bounds every clique among the boxes coloured up to
-    it (``bounds``, one per box of ``verts``, non-decreasing)."""
+    """Greedy colouring of the candidate bits in bit order: independent sets of pairwise disjoint boxes
+    taken in turn. A clique has at most one box of each set, so the sum of the sets' heaviest weights
+    up to a box's set bounds every clique among the boxes coloured up to it (``bounds``, one per box
+    of ``verts``, non-decreasing)."""
     verts: list[int] = []
     bounds: list[float] = []
     acc: float = 0
     rest = cand
     while rest:
         free = rest
-        acc += w[(free & -free).bit_length() - 1]
+        top: float = 0
+        first = len(verts)
         while free:
             low = free & -free
             v = low.bit_length() - 1
             free &= ~(meets[v] | low)
             rest ^= low
             verts.append(v)
-            bounds.append(acc)
+            if w[v] > top:
+                top = w[v]
+        acc += top
+        bounds.extend([acc] * (len(verts) - first))
     return verts, bounds
 
 
@@ -537,6 +547,29 @@ def _bitset(mask: BoolArray) -> int:
     return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
 
+def _peeled(member: npt.NDArray[np.uint8], w: FloatArray) -> IntArray:
+    """An approximate degeneracy order by weighted degree, densest core first: repeatedly the eighth
+    (at least 16) of the remaining boxes of least weighted degree (their own weight plus their
+    neighbours') is removed and the degrees updated, then the removal order is reversed."""
+    m = member.shape[0]
+    table = member.astype(np.float32)
+    wf = w.astype(np.float32)
+    degree = table @ wf + wf
+    alive = np.ones(m, dtype=bool)
+    removed: list[IntArray] = []
+    left = m
+    while left:
+        cand = np.flatnonzero(alive)
+        k = max(16, left // 8)
+        pick = cand[np.argpartition(degree[cand], k - 1)[:k]] if k < cand.size else cand
+        pick = pick[np.argsort(degree[pick], kind="stable")]
+        removed.append(pick)
+        alive[pick] = False
+        degree -= wf[pick] @ table[pick]
+        left -= int(pick.size)
+    return np.concatenate(removed)[::-1].copy()
+
+
 @dataclass(frozen=True)
 class _Graph:
     """The meeting sets of the live queries that carry load, bits heaviest first."""
@@ -569,20 +602,37 @@ class _Graph:
         if m > CLIQUE_QUERIES:
             return None
         heuristic = route == "auto" and floats_exact
-        # Heaviest first (the colourings take each set's heaviest box first, MCQ's order), then the
-        # larger boxes (they meet more), a cheap stand-in for the degree.
-        extent = (hi[idx] - lo[idx]) / sizes
-        volume = np.log(np.maximum(extent, 1e-300)).sum(axis=1).tolist()
-        order = sorted(range(m), key=lambda r: (-ints[int(idx[r])], -volume[r]))
-        bits = np.empty(m, dtype=np.int64)
-        bits[np.array(order, dtype=np.int64)] = np.arange(m)
-        meets = meeting_sets(lo[idx], hi[idx], sizes, bits)
-        if heuristic and sum(x.bit_count() for x in meets) > CLIQUE_DENSITY * m * m:
+        # Bits in a degeneracy order, densest core first (BBMC's initial order; measured up to 6x
+        # fewer nodes than by weight or volume on 2 000 boxes), from the meeting sets in any order.
+        first = meeting_sets(lo[idx], hi[idx], sizes, np.arange(m, dtype=np.int64))
+        degrees = [x.bit_count() for x in first]
+        pairs = sum(degrees)
+        if heuristic and pairs > CLIQUE_DENSITY * m * m:
             return None
+        wf = np.array([float(ints[int(i)]) for i in idx.tolist()])
+        wf /= max(float(wf.max()), 1e-300)
+        # (On sparse graphs the order matters little: the first pass's as it is.)
+        if m <= PEEL_QUERIES and pairs > PEEL_DENSITY * m * m:
+            width = (m + 7) // 8
+            rows = np.frombuffer(b"".join(x.to_bytes(width, "little") for x in first), dtype=np.uint8)
+            member = np.unpackbits(rows.reshape(m, width), axis=1, count=m, bitorder="little")
+            order = _peeled(member, wf)
+            # The sets in the new order by permuting the table (cheaper than a second pass).
+            packed = np.packbits(member[np.ix_(order, order)], axis=1, bitorder="little")
+            meets = [int.from_bytes(r.tobytes(), "little") for r in packed]
+            bits = np.empty(m, dtype=np.int64)
+            bits[order] = np.arange(m)
+        elif m <= PEEL_QUERIES:
+            order, bits, meets = np.arange(m, dtype=np.int64), np.arange(m, dtype=np.int64), first
+        else:
+            order = np.argsort(-np.array(degrees), kind="stable")
+            bits = np.empty(m, dtype=np.int64)
+            bits[order] = np.arange(m)
+            meets = meeting_sets(lo[idx], hi[idx], sizes, bits)
         bit = np.full(lo.shape[0], -1, dtype=np.int64)
         bit[idx] = bits
-        weights = [ints[int(idx[r])] for r in order]
-        query = idx[np.array(order, dtype=np.int64)]
+        weights = [ints[int(idx[r])] for r in order.tolist()]
+        query = idx[order]
         return _Graph(meets, weights, bit, query, lo, hi, CLIQUE_NODES if heuristic else None)
 
     def bits(self, sub: IntArray) -> int:
