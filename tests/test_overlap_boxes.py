@@ -384,10 +384,13 @@ def test_meeting_sets_match_pairwise_overlaps(work: tuple[list[PredicateQuery], 
         )
     ),
     st.sampled_from([None, 1, 3]),
+    st.sampled_from([-1, 0, 4, 9]),
 )
-def test_max_clique_matches_networkx(graph: Any, node_limit: int | None) -> None:
+def test_max_clique_matches_networkx(graph: Any, node_limit: int | None, floor: int) -> None:
     """The bitset clique search on arbitrary graphs (heaviest bits first) against networkx's exact
-    maximum weight clique; stopped by a node limit, best <= truth <= upper."""
+    maximum weight clique; stopped by a node limit, best <= truth <= upper. With a floor (the colour
+    classes whose bound does not pass it are dropped), a clique heavier than the floor is found, and
+    none is reported when the heaviest is not."""
     import networkx as nx
 
     edges, weights = graph
@@ -406,7 +409,10 @@ def test_max_clique_matches_networkx(graph: Any, node_limit: int | None) -> None
     positive = sum(1 << k for k in range(n) if w[k] > 0)
     _, truth = nx.max_weight_clique(g, weight="w")
     truth = truth if positive else -1  # nothing carries weight: no clique above the floor
-    out = box_route.max_clique(meets, w, positive, -1, node_limit=node_limit)
+    out = box_route.max_clique(meets, w, positive, floor, node_limit=node_limit)
+    if truth <= floor:
+        assert out.members is None and out.best == floor <= out.upper
+        return
     assert out.best <= truth <= out.upper
     if out.members is not None:
         assert out.best == sum(w[v] for v in out.members)

@@ -55,6 +55,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -440,17 +441,9 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
             continue
         by_lo = np.argsort(lj, kind="stable")
         by_hi = np.argsort(hj, kind="stable")
-        prefix = [0] * (n + 1)
-        acc = 0
-        for r, b in enumerate(by_lo.tolist(), start=1):
-            acc |= one[b]
-            prefix[r] = acc
-        suffix = [0] * (n + 1)
-        acc = 0
-        order = by_hi.tolist()
-        for r in range(n - 1, -1, -1):
-            acc |= one[order[r]]
-            suffix[r] = acc
+        # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
+        prefix = [0, *itertools.accumulate((one[b] for b in by_lo.tolist()), operator.or_)]
+        suffix = [*itertools.accumulate((one[b] for b in by_hi[::-1].tolist()), operator.or_)][::-1] + [0]
         before = np.searchsorted(lj[by_lo], hj, side="left").tolist()  # boxes with lo < hi[a]
         after = np.searchsorted(hj[by_hi], lj, side="right").tolist()  # first box with hi > lo[a]
         for a in cons.tolist():
@@ -461,11 +454,12 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
     return out
 
 
-def _colour(cand: int, meets: list[int], w: Sequence[float]) -> tuple[list[int], list[float]]:
+def _colour(cand: int, meets: list[int], w: Sequence[float], need: float) -> tuple[list[int], list[float]]:
     """Greedy colouring of the candidate bits in bit order: independent sets of pairwise disjoint boxes
     taken in turn. A clique has at most one box of each set, so the sum of the sets' heaviest weights
     up to a box's set bounds every clique among the boxes coloured up to it (``bounds``, one per box
-    of ``verts``, non-decreasing)."""
+    of ``verts``, non-decreasing). Boxes whose bound is at most ``need`` are not listed: a clique
+    among them cannot lift the chosen boxes above the best one (MCS's pruning of colour classes)."""
     verts: list[int] = []
     bounds: list[float] = []
     acc: float = 0
@@ -473,17 +467,19 @@ def _colour(cand: int, meets: list[int], w: Sequence[float]) -> tuple[list[int],
     while rest:
         free = rest
         top: float = 0
-        first = len(verts)
+        members: list[int] = []
         while free:
             low = free & -free
             v = low.bit_length() - 1
             free &= ~(meets[v] | low)
             rest ^= low
-            verts.append(v)
+            members.append(v)
             if w[v] > top:
                 top = w[v]
         acc += top
-        bounds.extend([acc] * (len(verts) - first))
+        if acc > need:
+            verts.extend(members)
+            bounds.extend([acc] * len(members))
     return verts, bounds
 
 
@@ -513,7 +509,7 @@ def max_clique(
     best = floor
     members: list[int] | None = None
     nodes = 0
-    verts, bounds = _colour(cand, meets, w)
+    verts, bounds = _colour(cand, meets, w, best)
     # Frames: [weight of the chosen boxes, candidates left, colouring order, bounds, next index, box].
     stack: list[list[Any]] = [[0, cand, verts, bounds, len(verts) - 1, -1]]
     while stack:
@@ -534,7 +530,7 @@ def max_clique(
         sub = f[1] & meets[v]
         f[1] &= ~(1 << v)
         if sub:
-            vs, bs = _colour(sub, meets, w)
+            vs, bs = _colour(sub, meets, w, best - weight)
             stack.append([weight, sub, vs, bs, len(vs) - 1, v])
         elif weight > best:
             best = weight
