@@ -152,7 +152,7 @@ def test_each_search_stops_at_its_first_check_past_the_deadline(
 
 
 @pytest.mark.parametrize("n", [0, 3, 10, 40, 200])
-@pytest.mark.parametrize("algorithm", ["auto", "branch", "gridbranch", "milp", "boxes"])
+@pytest.mark.parametrize("algorithm", ["auto", "branch", "gridbranch", "lpbranch", "milp", "boxes"])
 def test_max_overlap_past_the_deadline_is_a_safe_bound(
     monkeypatch: pytest.MonkeyPatch, algorithm: Any, n: int
 ) -> None:
@@ -171,6 +171,23 @@ def test_max_overlap_past_the_deadline_is_a_safe_bound(
     if n == 0 and algorithm in ("gridbranch", "milp"):
         assert not r.exact  # past the deadline from the start: no search ran
     assert clock.late <= 8
+
+
+@pytest.mark.parametrize("n", [1, 4, 10, 16, 40])
+def test_a_cut_search_returns_the_best_bound_found_not_the_count_of_every_query(
+    monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """Issue 22: cut while the tables are built or just after, the answer is the tables' bound (per
+    attribute and the assignment bound, MATH.md 2.7.1), well below the count of every query, and never
+    below the exact maximum."""
+    queries = _adult_mixed(300, 21)
+    truth = max_overlap(queries).value  # 149
+    clock = SteppedClock(n + 1)
+    monkeypatch.setattr(_clock, "now", clock)
+    r = max_overlap(queries, effort=DEADLINE)
+    assert truth <= r.value < 0.95 * len(queries)
+    if n >= 16:  # every attribute tabulated: the assignment bound (172 here), not the count (300)
+        assert r.value <= 1.2 * truth
 
 
 def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest.MonkeyPatch) -> None:

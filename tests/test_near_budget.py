@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from overlapdp.overlap import threshold
+from overlapdp.overlap import OverlapIndex, threshold
 from overlapdp.privacy import Laplace, PrivacyFilter, PureDP
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
@@ -95,3 +95,43 @@ def test_near_budget_decisions_on_adult_match_cpsat(kind: str, monkeypatch: pyte
         if a.admitted:
             held.append(q)
     assert searched >= 5
+
+
+def test_a_filter_rebuilt_by_records_decides_near_the_budget_by_the_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replica or a restart replays its charges with record(), after which the bounds cannot show
+    that every row is within budget; the filter establishes it by the exact search over the whole
+    domain (MATH.md 7.9) instead of falling back to the overlap index for every later charge, and
+    decides as the original filter does (brute force over every row)."""
+    rng = np.random.default_rng(3)
+    budget = 6.0
+    first = PrivacyFilter(SMALL, PureDP(budget))
+    queries = [small_query(rng) for _ in range(160)]
+    for q in queries[:120]:
+        first.try_charge(Laplace(1.0), q)
+    rebuilt = PrivacyFilter(SMALL, PureDP(budget))
+    for c in first.odometer.charges:
+        rebuilt.record(c.mechanism, c.query, c.id)
+    peeks = {"n": 0}
+    real_peek = OverlapIndex.peek
+
+    def counted(self: OverlapIndex, *a: object, **kw: object) -> object:
+        peeks["n"] += 1
+        return real_peek(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(OverlapIndex, "peek", counted)
+    loads = {r: Fraction(0) for r in ROWS}
+    for c in first.odometer.charges:
+        for r in ROWS:
+            if c.query.covers(r):
+                loads[r] += Fraction(1)
+    for q in queries[120:]:
+        fits = all(loads[r] + 1 <= budget for r in ROWS if q.covers(r))
+        a = rebuilt.try_charge(Laplace(1.0), q)
+        assert a.admitted == fits == first.try_charge(Laplace(1.0), q).admitted
+        if a.admitted:
+            for r in ROWS:
+                if q.covers(r):
+                    loads[r] += 1
+    assert peeks["n"] == 0  # the index was never asked

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,28 @@ def test_overlap_bad_input(
         ["overlap", "--schema", str(files["schema"]), "--queries", str(empty), "--json"], capsys
     )
     assert code == 0 and json.loads(out)["value"] == 0.0
+
+
+def test_overlap_on_a_wide_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """10 000 attributes: the value equals the one from --json (checked against brute force on the
+    queries' own attributes: the rows of a0..a3), the table lists only the covering queries'
+    attributes (it printed all 10 000 rows) and says where the whole row is."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({f"a{i}": 5 for i in range(10_000)}))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        '{"id": "x", "conditions": {"a0": {"range": [0, 2]}, "a1": {"range": [1, 3]}}}\n'
+        '{"id": "y", "conditions": {"a1": {"range": [3, 4]}, "a2": {"eq": 0}}}\n'
+        '{"id": "z", "conditions": {"a0": {"range": [1, 4]}, "a3": {"in": [1, 3]}}}\n'
+    )
+    code, out, _ = run(["overlap", "--schema", str(schema), "--queries", str(queries), "--json"], capsys)
+    assert code == 0
+    got = json.loads(out)
+    assert len(got["witness"]) == 10_000
+    small = Schema.from_json({f"a{i}": 5 for i in range(4)})
+    truth = brute_force_overlap(Workload.read_jsonl(small, queries).queries)
+    assert got["exact"] and got["value"] == float(truth.value) == 3.0
+    code, out, _ = run(["overlap", "--schema", str(schema), "--queries", str(queries)], capsys)
+    assert code == 0
+    assert "a9999" not in out and "--json gives the whole row" in " ".join(out.split())
+    assert len(re.findall(r"│ a\d+ ", out)) == 4

@@ -681,3 +681,45 @@ def test_every_request_body_of_the_guide_is_valid_and_every_field_is_documented(
         if name.endswith(("Request", "Session", "Registration", "Update", "Create")):
             for field in model["properties"]:
                 assert f"`{field}`" in section, (name, field)
+
+
+def test_every_error_has_the_one_error_body(world: dict[str, Any]) -> None:
+    """The framework's own refusals answer the documented ``{"error", "detail"}`` body too, through HTTP
+    and the Python client: an unknown route (was ``{"detail": "Not Found"}``), a method the route does
+    not take (405, with its ``Allow`` header), and a body the JSON parser gives up on (bounds nested
+    100 000 deep: was ``{"detail": "There was an error parsing the body"}``); nothing is charged."""
+    from overlapdp.service.client import Client, ServiceRefused
+
+    client: TestClient = world["client"]
+    bob = _bearer(world["bob"])
+    before = len(world["service"].store.charges())
+    deep = b'{"where": "sex = 1", "aggregate": "sum", "of": "age", "bounds": ' + b"[" * 100_000
+    deep += b"]" * 100_000 + b', "epsilon": 0.1}'
+    world["service"].limits = Limits(max_body_bytes=1_000_000, max_batch=50)
+    app = create_app(world["service"], AdminKey(ADMIN_TOKEN))
+    big = TestClient(app)
+    cases = [
+        (client.get("/v1/no/such/route", headers=bob), 404, "NotFound"),
+        (client.post("/nowhere", headers=bob, json={}), 404, "NotFound"),
+        (client.get("/v1/datasets/adult/query", headers=bob), 405, "MethodNotAllowed"),
+        (client.delete("/v1/me", headers=bob), 405, "MethodNotAllowed"),
+        (
+            big.post(
+                "/v1/datasets/adult/query", headers={**bob, "Content-Type": "application/json"}, content=deep
+            ),
+            400,
+            "BadRequest",
+        ),
+    ]
+    for response, status, name in cases:
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert set(body) == {"error", "detail"} and body["error"] == name, body
+        assert isinstance(body["detail"], str) and body["detail"]
+    assert "POST" in cases[2][0].headers["allow"]
+    # the Python client sees the same body (ServiceRefused.error is its name)
+    analyst = Client("http://testserver", world["bob"], transport=big._transport)  # type: ignore[attr-defined]
+    with pytest.raises(ServiceRefused) as refused:
+        analyst._call("GET", "/v1/no/such/route")
+    assert refused.value.status == 404 and refused.value.error == "NotFound"
+    assert len(world["service"].store.charges()) == before

@@ -242,6 +242,13 @@ class NotFound(ServiceError):
     status = 404
 
 
+class MethodNotAllowed(ServiceError):
+    """A route that exists but does not take the request's method: HTTP 405 (the ``Allow`` header lists
+    the methods it takes)."""
+
+    status = 405
+
+
 class Conflict(ServiceError):
     """A request that conflicts with the service's state (an exhausted session, ...): HTTP 409."""
 

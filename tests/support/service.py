@@ -150,7 +150,7 @@ def in_process(folder: Path) -> Iterator[dict[str, Any]]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
-        service.store.close()
+        service.close()
 
 
 class FailingCommit(LedgerStore):

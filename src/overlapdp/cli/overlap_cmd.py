@@ -12,6 +12,9 @@ from rich.table import Table
 from overlapdp.cli.app import app, console, emit_json, err_console, warn
 from overlapdp.errors import OverlapDPError
 
+# Witness rows of more attributes than this show only some of them (the text output; --json has all).
+_WITNESS_ROWS = 40
+
 
 @app.command()
 def overlap(
@@ -55,9 +58,24 @@ def overlap(
     console.print(summary)
     if result.witness is not None:
         row = Table("attribute", "witness value", title="witness row")
-        for name, value in result.witness.items():
-            row.add_row(name, str(value))
+        names = list(result.witness)
+        note = ""
+        if len(names) > _WITNESS_ROWS:
+            # A wide schema: the attributes the covering queries constrain, the first few of them
+            # (10 000 table rows took seconds to print and nobody reads them); --json has the row.
+            held = workload.queries
+            used = sorted({p for i in result.query_indices for p, _ in held[i].constraints})
+            names = [sch.attributes[p].name for p in used[:_WITNESS_ROWS]]
+            note = (
+                f"{len(names)} of the {len(result.witness)} attributes shown: "
+                f"{'the first of ' if len(used) > len(names) else ''}the {len(used)} the covering queries "
+                "constrain (--json gives the whole row)"
+            )
+        for name in names:
+            row.add_row(name, str(result.witness[name]))
         console.print(row)
+        if note:
+            console.print(note, highlight=False)
         ids = ", ".join(result.queries[:20]) + (", ..." if len(result.queries) > 20 else "")
         # Escaped: a GROUP BY cell's id, by_sex[sex=0], would otherwise be read as rich markup.
         console.print(f"queries covering it: {escape(ids) or '(none)'}", highlight=False)

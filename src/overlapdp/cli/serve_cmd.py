@@ -129,7 +129,7 @@ def serve(
     try:
         uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
     finally:
-        service.store.close()
+        service.close()
 
 
 def _safe(url: str) -> str:

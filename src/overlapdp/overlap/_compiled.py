@@ -12,6 +12,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import repeat
 from operator import attrgetter, is_
 from struct import Struct
@@ -48,7 +49,20 @@ class AttributeSegments:
     query: IntArray
     lo: IntArray
     hi: IntArray
-    constrained: BoolArray
+    # ``constrained[q]``: query q constrains the attribute. None: exactly the queries with an interval
+    # here, among ``t``; the mask is then built when read (O(t)), never stored, so a workload over
+    # thousands of attributes does not hold an attributes x queries table.
+    mask: BoolArray | None
+    t: int = 0
+
+    @property
+    def constrained(self) -> BoolArray:
+        """Boolean per query of the workload: does it constrain this attribute."""
+        if self.mask is not None:
+            return self.mask
+        out = np.zeros(self.t, dtype=bool)
+        out[self.query] = True
+        return out
 
     @property
     def size(self) -> int:
@@ -72,6 +86,18 @@ class AttributeSegments:
     def value_of(self, segment: int) -> int:
         """A value index inside ``segment`` (its first)."""
         return int(self.cuts[segment])
+
+
+@dataclass(frozen=True)
+class _FlatIntervals:
+    """All intervals of a compiled workload: attribute index, query, value bounds ``[vlo, vhi)``, and
+    per query the number of attributes it constrains."""
+
+    attribute: IntArray
+    query: IntArray
+    vlo: IntArray
+    vhi: IntArray
+    need: IntArray
 
 
 @dataclass(frozen=True)
@@ -110,15 +136,40 @@ class Compiled:
         """
         ok = np.zeros(self.t, dtype=bool)
         ok[self.live] = True
-        for a in self.attributes:
-            v = row[a.position]
-            vlo = a.cuts[a.lo]
-            vhi = a.cuts[a.hi]
-            hit = np.zeros(self.t, dtype=bool)
-            inside = (vlo <= v) & (v < vhi)
-            hit[a.query[inside]] = True
-            ok &= hit | ~a.constrained
+        if not self.attributes:
+            return np.flatnonzero(ok).astype(np.int64)
+        flat = self._flat
+        values = np.fromiter(
+            (row[a.position] for a in self.attributes), dtype=np.int64, count=len(self.attributes)
+        )
+        v = values[flat.attribute]
+        inside = (flat.vlo <= v) & (v < flat.vhi)
+        # A query's intervals on one attribute are disjoint: it covers the row iff it is inside one
+        # interval on each attribute it constrains.
+        hits = np.bincount(flat.query[inside], minlength=self.t)
+        ok &= hits == flat.need
         return np.flatnonzero(ok).astype(np.int64)
+
+    @cached_property
+    def _flat(self) -> _FlatIntervals:
+        """Every attribute's intervals in one set of arrays (for :meth:`covering`)."""
+        attrs = self.attributes
+        counts = np.fromiter((a.query.shape[0] for a in attrs), dtype=np.int64, count=len(attrs))
+        attribute = np.repeat(np.arange(len(attrs), dtype=np.int64), counts)
+        query = np.concatenate([a.query for a in attrs])
+        vlo = np.concatenate([a.cuts[a.lo] for a in attrs])
+        vhi = np.concatenate([a.cuts[a.hi] for a in attrs])
+        # Queries constraining an attribute without an interval left on it (atoms dropped them) cover
+        # no row through it: they count as needed and never hit.
+        need = np.zeros(self.t, dtype=np.int64)
+        for a in attrs:
+            if a.mask is not None:
+                need += a.mask
+        first = np.ones(query.shape[0], dtype=bool)
+        first[1:] = (attribute[1:] != attribute[:-1]) | (query[1:] != query[:-1])
+        masked = np.fromiter((a.mask is not None for a in attrs), dtype=bool, count=len(attrs))
+        need += np.bincount(query[first & ~masked[attribute]], minlength=self.t)
+        return _FlatIntervals(attribute, query, vlo, vhi, need)
 
 
 def check_schema(queries: Sequence[PredicateQuery], schema: Schema | None) -> Schema | None:
@@ -212,18 +263,64 @@ def from_intervals(
     query and attribute.
     """
     attrs: list[AttributeSegments] = []
+    entries = []
     for pos, qa, lo_a, hi_a in sorted(per_attribute, key=lambda e: e[0]):
         keep = ~void[qa]
         if not keep.all():
             qa, lo_a, hi_a = qa[keep], lo_a[keep], hi_a[keep]
-        if qa.size == 0:
-            continue
-        cuts, seg_lo, seg_hi = _segments(schema.attributes[pos].size, lo_a, hi_a)
-        constrained = np.zeros(t, dtype=bool)
-        constrained[qa] = True
-        attrs.append(AttributeSegments(pos, cuts, qa, seg_lo, seg_hi, constrained))
+        if qa.size:
+            entries.append((pos, qa, lo_a, hi_a))
+    if len(entries) > _PER_ATTRIBUTE_RANKS:
+        ranked = _segments_all(schema, entries)
+    else:
+        ranked = [_segments(schema.attributes[pos].size, lo_a, hi_a) for pos, _, lo_a, hi_a in entries]
+    for (pos, qa, _, _), (cuts, seg_lo, seg_hi) in zip(entries, ranked, strict=True):
+        attrs.append(AttributeSegments(pos, cuts, qa, seg_lo, seg_hi, None, t))
     live = np.flatnonzero(~void).astype(np.int64)
     return Compiled(schema, t, live, tuple(attrs), single)
+
+
+# Up to this many active attributes each is ranked on its own (a dense mark when small, as a 1-D
+# workload of 100 000 ranges wants); past it, all at once (one lexsort, no Python step per attribute
+# beyond slicing: 10 000 attributes took 0.4 s one by one).
+_PER_ATTRIBUTE_RANKS = 64
+
+
+def _segments_all(
+    schema: Schema, entries: Sequence[tuple[int, IntArray, IntArray, IntArray]]
+) -> list[tuple[IntArray, IntArray, IntArray]]:
+    """:func:`_segments` of every attribute of ``entries`` at once: the endpoints of all attributes
+    (with each one's ``0`` and size) sorted by (attribute, value) in one lexsort."""
+    k = len(entries)
+    counts = np.fromiter((e[2].shape[0] for e in entries), dtype=np.int64, count=k)
+    sizes = np.fromiter((schema.attributes[e[0]].size for e in entries), dtype=np.int64, count=k)
+    owner = np.repeat(np.arange(k, dtype=np.int64), counts)
+    lo = np.concatenate([e[2] for e in entries])
+    hi = np.concatenate([e[3] for e in entries])
+    m = int(lo.shape[0])
+    every = np.arange(k, dtype=np.int64)
+    attr = np.concatenate([owner, owner, every, every])
+    value = np.concatenate([lo, hi, np.zeros(k, dtype=np.int64), sizes])
+    order = np.lexsort((value, attr))
+    sa, sv = attr[order], value[order]
+    new = np.ones(order.shape[0], dtype=bool)
+    new[1:] = (sa[1:] != sa[:-1]) | (sv[1:] != sv[:-1])
+    rank = np.empty(order.shape[0], dtype=np.int64)
+    rank[order] = np.cumsum(new) - 1  # global index of each endpoint's distinct (attribute, value)
+    cuts_all = sv[new]
+    starts = np.searchsorted(sa[new], every)  # first distinct endpoint of each attribute
+    seg_lo = rank[:m] - starts[owner]
+    seg_hi = rank[m : 2 * m] - starts[owner]
+    bounds = np.concatenate([starts, [cuts_all.shape[0]]])
+    first = np.concatenate([[0], np.cumsum(counts)])
+    return [
+        (
+            cuts_all[bounds[j] : bounds[j + 1]],
+            seg_lo[first[j] : first[j + 1]],
+            seg_hi[first[j] : first[j + 1]],
+        )
+        for j in range(k)
+    ]
 
 
 def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compiled:
@@ -263,10 +360,18 @@ def compile_workload(queries: Sequence[PredicateQuery], schema: Schema) -> Compi
         if pos[0] >= 0:
             per_attribute.append((int(pos[0]), query[ok], lo[ok], hi[ok]))
     else:
-        used = np.flatnonzero(np.bincount(pos + 1, minlength=len(schema) + 1)[1:])
-        for p in used.tolist():
-            sel = (pos == p) & ok
-            per_attribute.append((p, query[sel], lo[sel], hi[sel]))
+        # Group the records by attribute (stable: each group stays in query order), O(n log n), rather
+        # than one pass over all records per attribute (O(records x attributes) on wide schemas).
+        sel = np.flatnonzero(ok & (pos >= 0))
+        order = sel[np.argsort(pos[sel], kind="stable")]
+        ps = pos[order]
+        cut = np.flatnonzero(ps[1:] != ps[:-1]) + 1
+        starts = np.concatenate([[0], cut]).tolist()
+        ends = np.concatenate([cut, [ps.shape[0]]]).tolist()
+        for a, b in zip(starts, ends, strict=True):
+            if a < b:
+                idx = order[a:b]
+                per_attribute.append((int(ps[a]), query[idx], lo[idx], hi[idx]))
     return from_intervals(schema, t, void, per_attribute, single)
 
 

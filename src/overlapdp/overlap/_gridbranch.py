@@ -48,7 +48,9 @@ def compress(c: Compiled, tables: Sequence[AtomTable]) -> Compiled:
         hi = np.searchsorted(kept, a.hi).astype(np.int64)
         keep = hi > lo
         cuts = np.append(a.cuts[kept], a.cuts[-1]).astype(np.int64)
-        attrs.append(AttributeSegments(a.position, cuts, a.query[keep], lo[keep], hi[keep], a.constrained))
+        # Queries left with no interval still constrain the attribute (they cover no kept segment).
+        mask = a.mask if keep.all() else a.constrained
+        attrs.append(AttributeSegments(a.position, cuts, a.query[keep], lo[keep], hi[keep], mask, c.t))
     return Compiled(c.schema, c.t, c.live, tuple(attrs), c.single_interval)
 
 

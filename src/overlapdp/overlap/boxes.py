@@ -74,6 +74,10 @@ from overlapdp.overlap.result import FloatArray
 LEAF_CELLS = 1 << 17
 # Cells of each group's grid in the bound of a larger cell.
 BOUND_CELLS = 1 << 16
+# Most axes of any grid the route builds: every axis has at least 2 pieces and no grid exceeds
+# max(LEAF_CELLS, BOUND_CELLS) cells (a group over it is one attribute), so a box has at most
+# 2^GRID_AXES signed corners, whatever the number of attributes (the engine's float-error bound).
+GRID_AXES = max(LEAF_CELLS, BOUND_CELLS).bit_length() - 1
 # Coordinate-ascent starts for the first incumbent (one per 16 boxes, at most this many).
 ASCENT_STARTS = 24
 # Largest product of atoms over the enumerated (value-set) attributes, and the largest

@@ -59,18 +59,42 @@ def atom_tables(c: Compiled, dominance_budget: float = 4e8) -> list[AtomTable]:
     return [atom_table(c, a, dominance_budget) for a in c.attributes]
 
 
-def atom_table(c: Compiled, a: AttributeSegments, dominance_budget: float = 4e8) -> AtomTable:
+def constrained_membership(c: Compiled, a: AttributeSegments) -> tuple[IntArray, BoolArray]:
+    """The positions (in ``c.live``) of the live queries constraining ``a`` and their membership
+    (segments x those queries); every other live query covers every segment."""
+    cols = np.flatnonzero(a.constrained[c.live])
+    return cols, a.membership(c.live[cols])
+
+
+def atom_table(
+    c: Compiled,
+    a: AttributeSegments,
+    dominance_budget: float = 4e8,
+    membership: tuple[IntArray, BoolArray] | None = None,
+) -> AtomTable:
     """The atoms of one attribute ``a`` of ``c`` (one step of :func:`atom_tables`, so that a caller
-    with a deadline can check it between attributes)."""
-    seg_member = a.membership(c.live)
-    packed = np.packbits(seg_member, axis=1)
-    _, first = np.unique(packed, axis=0, return_index=True)
-    first = np.sort(first)
-    member = seg_member[first]
-    segment = first.astype(np.int64)
-    n = member.shape[0]
-    if n > 1 and float(n) * n * max(1, member.shape[1]) <= dominance_budget:
-        mf = member.astype(np.float32)
+    with a deadline can check it between attributes); ``membership``: :func:`constrained_membership`
+    when the caller has it already."""
+    # Only the live queries constraining ``a`` tell its segments apart (the others cover every
+    # segment, a column of ones in every atom): atoms, merging and dominance are decided on those
+    # columns alone, O(segments x constraining queries) rather than x every live query, which on a
+    # wide sparse workload (thousands of attributes, a few queries each) is most of the work.
+    cols, sub = constrained_membership(c, a) if membership is None else membership
+    if cols.size:
+        # Rows as bytes: hashing them finds the distinct ones (first occurrence kept, in segment order).
+        packed = np.packbits(sub, axis=1)
+        seen: dict[bytes, int] = {}
+        for s, key in enumerate(map(bytes, packed)):
+            seen.setdefault(key, s)
+        first = np.fromiter(sorted(seen.values()), dtype=np.int64, count=len(seen))
+    else:
+        first = np.zeros(1, dtype=np.int64)
+    sub = sub[first]
+    segment = first
+    n = sub.shape[0]
+    if n > 1 and float(n) * n * max(1, int(c.live.shape[0])) <= dominance_budget:
+        # Containment on the constraining columns is containment on all (the others are all ones).
+        mf = sub.astype(np.float32)
         inter = mf @ mf.T
         size = mf.sum(axis=1)
         np.fill_diagonal(inter, -1.0)
@@ -78,8 +102,10 @@ def atom_table(c: Compiled, a: AttributeSegments, dominance_budget: float = 4e8)
         dominated = (inter >= size[:, None] - 0.5).any(axis=1)
         if dominated.all():  # cannot happen for distinct rows; keep one to stay safe
             dominated[int(np.argmax(size))] = False
-        member = member[~dominated]
+        sub = sub[~dominated]
         segment = segment[~dominated]
+    member = np.ones((sub.shape[0], c.live.shape[0]), dtype=bool)
+    member[:, cols] = sub
     return AtomTable(member, segment)
 
 

@@ -52,7 +52,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from overlapdp.overlap import _clock, wcsp
+from overlapdp.overlap import _clock, parts, wcsp
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import Compiled, IntArray, QueryIds, check_schema, compile_workload
 from overlapdp.overlap._gridbranch import (
@@ -64,7 +64,13 @@ from overlapdp.overlap._gridbranch import (
     kept_tables,
 )
 from overlapdp.overlap.bounds import colouring_bound
-from overlapdp.overlap.branch import AtomTable, atom_table, atom_tables, branch_and_bound
+from overlapdp.overlap.branch import (
+    AtomTable,
+    atom_table,
+    atom_tables,
+    branch_and_bound,
+    constrained_membership,
+)
 from overlapdp.overlap.exactness import (
     U,
     certify,
@@ -76,8 +82,15 @@ from overlapdp.overlap.exactness import (
     load_error,
     sum_error,
 )
-from overlapdp.overlap.grid import GridPlan, grid_feasible, grid_maximum
-from overlapdp.overlap.magnitude import Loads, MagnitudeError, float_up
+from overlapdp.overlap.grid import GRID_LIMIT, GridPlan, grid_feasible, grid_maximum
+from overlapdp.overlap.magnitude import (
+    Loads,
+    MagnitudeError,
+    check_finite,
+    exact_total,
+    float_up,
+    sqrt_up,
+)
 from overlapdp.overlap.milp import solve_milp
 from overlapdp.overlap.result import (
     Comp,
@@ -104,8 +117,11 @@ GRACE_SHARE = 0.02
 # Value sets: the LP branch and bound (overlap/threshold.py, MATH.md 7.9) gets this long before the
 # other solvers take over (a stage cap, the same with or without an effort limit).
 LPBRANCH_SECONDS = 5.0
-# Largest queries x atoms table it takes (bytes of booleans).
+# Largest queries x atoms table it takes (bytes of booleans), and most live queries: its root LP grows
+# superlinearly (3 000 mixed Adult queries: 1.6-3.3 s before the first branch), where toulbar2 and the
+# grid branch do better.
 LPBRANCH_TABLE_LIMIT = 50_000_000
+LPBRANCH_MAX_QUERIES = 1_500
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
@@ -128,6 +144,12 @@ BOX_GRIDBRANCH_SECONDS = 120.0
 # pure branch and bound (float64 copies of the table) is tried.
 TABLE_LIMIT = 200_000_000
 BRANCH_TABLE_LIMIT = 25_000_000
+# A part of a split workload takes its raw segment grid up to this many cells; past it, its atoms.
+PART_GRID_CELLS = 1 << 16
+# Wide sparse workloads (see _sparse): from this many active attributes, with at most one in this many
+# (query, attribute) pairs constrained.
+SPARSE_ATTRIBUTES = 32
+SPARSE_SHARE = 8
 # HiGHS's optimality tolerance as the route's error (MATH.md 7.8): relative and absolute (in
 # its units, 1e6 per the largest load), as milp.py widens its dual bound.
 _MILP_REL = 1e-6
@@ -295,14 +317,34 @@ def _cell_of_query(c: Compiled, qi: int) -> tuple[int, ...]:
 
 
 def _scalar(
-    queries: Sequence[PredicateQuery], c: Compiled, lw: Loads, limit: _Limit | None, algorithm: str
+    queries: Sequence[PredicateQuery],
+    c: Compiled,
+    lw: Loads,
+    limit: _Limit | None,
+    algorithm: str,
+    *,
+    part: bool = False,
 ) -> OverlapResult:
+    """The scalar routes; ``part``: ``c`` is one part of a split workload (MATH.md 7.10), whose raw
+    segment grid is taken only when small (its atoms' grid, in :func:`_search`, is usually far smaller)."""
     deadline = None if limit is None else limit.deadline
     if c.live.size == 0 or not c.attributes:
         return _finish(queries, c, c.row(tuple(0 for _ in c.attributes)), lw, True, 0.0, "trivial")
     d = len(c.attributes)
-    if algorithm in ("auto", "grid") and grid_feasible(c):
-        return _grid(queries, c, c, lw, "sweep" if d == 1 else "grid")
+    name = "sweep" if d == 1 else "grid"
+    if algorithm == "grid" and grid_feasible(c):
+        return _grid(queries, c, c, lw, name)
+    if algorithm == "auto":
+        # A small dense grid first; else independent parts (MATH.md 7.10), each a workload of its own,
+        # before a large grid (a split is a few passes over the intervals, a grid of millions of cells
+        # a cumulative sum per axis); a part's large grid is left to its atoms (in _search).
+        if grid_feasible(c, GRID_LIMIT // PART_GRID_CELLS):
+            return _grid(queries, c, c, lw, name)
+        found = parts.split(c)
+        if found is not None:
+            return _by_parts(queries, c, found, lw, limit)
+        if not part and grid_feasible(c):
+            return _grid(queries, c, c, lw, name)
     if algorithm == "sweep2d" or (algorithm == "auto" and d == 2 and c.single_interval):
         if not (d == 2 and c.single_interval):
             raise CompError("sweep2d needs two active attributes and one interval per query")
@@ -312,15 +354,18 @@ def _scalar(
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     # -- boxes route: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
     # Its clique search compares the exact loads as integers (MATH.md 7.5); its cell search sums floats
-    # (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^d times the total
-    # load), exact only on dyadic loads (MATH.md 7.8), where alone `auto` lets it run. A forced run on
-    # other loads that reached the cell search is certified against its error bound.
+    # (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^g times the total
+    # load, g <= GRID_AXES the axes of its largest grid, never 2^d on d attributes), exact only on
+    # dyadic loads (MATH.md 7.8), where alone `auto` lets it run. A forced run on other loads that
+    # reached the cell search is certified against its error bound.
     total = float(lw.loads[c.live].sum())
-    box_bound = math.ldexp(total, len(c.attributes))
+    axes = min(len(c.attributes), box_route.GRID_AXES)
+    box_bound = math.ldexp(total, axes)
     box_floats_exact = dyadic_exact(lw, box_bound)
     if algorithm == "boxes" or (
         algorithm == "auto"
         and (box_floats_exact or c.live.size <= box_route.CLIQUE_QUERIES)
+        and not _sparse(c)
         and box_route.applies(c)
     ):
         if not box_route.applies(c):
@@ -332,7 +377,7 @@ def _scalar(
         if out.integral:
             # Stopped by the limit; its bound is on the exact integers, rounded up: no float error.
             return _finish(queries, c, row, lw, False, max(out.upper, out.best), "boxes", True)
-        ops = c.live.size * (1 << len(c.attributes)) + sum(a.size for a in c.attributes) + 1
+        ops = c.live.size * (1 << axes) + sum(a.size for a in c.attributes) + 1
         err = 2 * U * ops * box_bound * (1 + 1e-9) + load_error(lw, c.live)
         try:
             res = _finish(queries, c, row, lw, False, max(out.upper, out.best) + err, "boxes", out.exact)
@@ -348,6 +393,54 @@ def _scalar(
     return _search(queries, c, lw, limit, algorithm)
 
 
+def _by_parts(
+    queries: Sequence[PredicateQuery], c: Compiled, found: parts.Parts, lw: Loads, limit: _Limit | None
+) -> OverlapResult:
+    """The maximum as the sum of the parts' maxima plus the free queries' loads (MATH.md 7.10).
+
+    Each part is a workload of its own (its loads normalised on their own, MATH.md 7.8), under the
+    call's one deadline. The witness joins the parts' witnesses and the conflict-free attributes'
+    fixed values; its covering queries and ``lower`` are recomputed from the raw intervals as for any
+    route. It is exact when every part is; otherwise ``upper`` adds the parts' safe bounds exactly.
+    """
+    row = [0] * len(c.schema)
+    for p, v in zip(found.fixed_positions.tolist(), found.fixed_values.tolist(), strict=True):
+        row[p] = v
+    exact = True
+    uppers: list[float] = []
+    used: dict[str, None] = {}
+    for part in found.parts:
+        w = np.ones(part.queries.shape[0]) if lw.weights is None else lw.weights[part.queries]
+        sub = Loads.of(lw.name, w, parts.Picked(lw.ids, part.queries))
+        res = _scalar((), part.compiled, sub, limit, "auto", part=True)
+        assert res.witness_row is not None
+        for p, v in zip(part.positions.tolist(), res.witness_row, strict=True):
+            row[p] = v
+        exact = exact and res.exact
+        uppers.append(float(res.upper))
+        used[res.algorithm] = None
+    witness = tuple(row)
+    covering = c.covering(witness)
+    lower = lw.compose(covering)
+    upper = lower
+    if not exact:
+        # The parts' bounds (each at least its part's maximum) and the free queries' exact loads.
+        free = lw.weights[found.free].tolist() if lw.weights is not None else [1.0] * found.free.shape[0]
+        upper = max(lower, _parts_bound(lw, uppers, free))
+    algorithm = f"parts({len(found.parts)}: {'+'.join(used) or 'free'})"
+    return _at_row(queries, c, witness, covering, lower, upper, exact, algorithm)
+
+
+def _parts_bound(lw: Loads, uppers: Sequence[float], free: Sequence[float]) -> float:
+    """``comp`` of the parts' bounds and the free weights, exactly, rounded up (MATH.md 7.10): for
+    ``count`` and ``sum`` the sum, for ``l2`` the root of the sum of squares."""
+    if lw.name == "l2":
+        value = sqrt_up(sum((Fraction(u) ** 2 for u in uppers), Fraction(0)) + exact_total("l2", free))
+    else:
+        value = float_up(sum((Fraction(u) for u in uppers), Fraction(0)) + exact_total("sum", free))
+    return check_finite(value, lw._heaviest(None))
+
+
 def _grid(
     queries: Sequence[PredicateQuery], c: Compiled, grid_of: Compiled, lw: Loads, algorithm: str
 ) -> OverlapResult:
@@ -355,6 +448,16 @@ def _grid(
     resolved on integers (:func:`~overlapdp.overlap.exactness.grid_exact`)."""
     cell, bound = grid_exact(grid_of, lw)
     return _finish(queries, c, grid_of.row(cell), lw, bound is None, bound or 0.0, algorithm, True)
+
+
+def _sparse(c: Compiled) -> bool:
+    """Whether the workload is wide and sparse: at least ``SPARSE_ATTRIBUTES`` active attributes and
+    at most ``1 / SPARSE_SHARE`` of the (query, attribute) pairs constrained."""
+    d = len(c.attributes)
+    if d < SPARSE_ATTRIBUTES:
+        return False
+    pairs = sum(int(a.query.shape[0]) for a in c.attributes)
+    return pairs * SPARSE_SHARE <= d * int(c.live.shape[0])
 
 
 def _time_left(deadline: float | None) -> bool:
@@ -389,18 +492,35 @@ def _search(
         # Too large even to tabulate atoms: only the trivial safe bound (every query covers the row).
         return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
     tables = []
+    # The per-attribute table bound (MATH.md 2.7.1): a row's load is at most the heaviest atom of any one
+    # attribute; taken as each attribute's atoms are built, it is the bound returned if the limit runs
+    # out before any search (never the count of every query when one attribute is tabulated).
+    table_bound = total
+    members: list[tuple[IntArray, np.ndarray]] = []
     for a in c.attributes:
         if not _time_left(deadline):
-            # The limit ran out while the atoms were built: the trivial safe bound, at once.
-            return _finish(queries, c, None, lw, False, total + err_sum, "trivial-bound")
-        tables.append(atom_table(c, a))
+            # The limit ran out while the tables were built: the bounds so far, at once (queries that
+            # constrain only attributes not yet tabulated count in full there: still a bound).
+            bound = min(table_bound, _assignment_bound(members, loads))
+            return _finish(queries, c, None, lw, False, bound + err_sum, "table-bound")
+        cols, sub = constrained_membership(c, a)
+        members.append((cols, sub))
+        if sub.size:
+            # every query not constraining the attribute covers each of its segments
+            free = total - float(loads[cols].sum())
+            table_bound = min(table_bound, free + float((sub.astype(np.float64) @ loads[cols]).max()))
+    table_bound = min(table_bound, _assignment_bound(members, loads))
+    for a, m in zip(c.attributes, members, strict=True):
+        if not _time_left(deadline):
+            return _finish(queries, c, None, lw, False, table_bound + err_sum, "table-bound")
+        tables.append(atom_table(c, a, membership=m))
     c2 = compress(c, tables)
     t2 = kept_tables(tables)
     if algorithm in ("auto", "grid") and grid_feasible(c2):
         return _grid(queries, c, c2, lw, "grid (atoms)")
     if algorithm == "grid":
         raise CompError("the dense grid does not fit the memory limit for this workload")
-    safe = [total]
+    safe = [table_bound]
     row: tuple[int, ...] | None = None
     best = -1.0
     used: list[str] = []
@@ -462,7 +582,10 @@ def _search(
         return m.exact
 
     small = sum(t.size for t in t2) * c.live.size <= BRANCH_TABLE_LIMIT
-    if algorithm == "branch" or (algorithm == "auto" and small):
+    # Wide and sparse (thousands of attributes, a few per query): the branch and bound's nodes and the
+    # boxes' grids cost O(attributes x queries) each and rarely prune; HiGHS and toulbar2 prove them.
+    sparse = _sparse(c)
+    if algorithm == "branch" or (algorithm == "auto" and small and not sparse):
         # Cheap first try: easy instances (a clear winner, few queries) end within a few nodes.
         used.append("branch")
         node_limit = None if algorithm == "branch" else BRANCH_NODE_LIMIT
@@ -482,6 +605,7 @@ def _search(
         algorithm == "auto"
         and not c.single_interval
         and sum(t.size for t in t2) * c.live.size <= LPBRANCH_TABLE_LIMIT
+        and c.live.size <= LPBRANCH_MAX_QUERIES
         and _time_left(deadline)
     ):
         # Value sets: the LP branch and bound, exact on the normalised loads (MATH.md 7.9); its best row
@@ -520,7 +644,7 @@ def _search(
             raise CompError("the toulbar2 route needs loads that are integer multiples of one unit")
     # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
     # is weak on them.
-    boxes = c.single_interval
+    boxes = c.single_interval and not sparse
 
     def quick_milp() -> bool:
         """HiGHS's try: it solves small and medium value-set workloads in milliseconds."""
@@ -530,6 +654,8 @@ def _search(
             return False
         if algorithm == "milp":
             until = deadline
+        elif sparse:
+            until = _until(deadline, MILP_FIRST_SECONDS)  # its LP bound is tight on sparse workloads
         elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
             until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
         elif integral is not None:
@@ -539,8 +665,10 @@ def _search(
         return (until is None or until - _clock.now() >= MILP_MIN_SECONDS) and run_milp(until)
 
     # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves them
-    # before a child process would have started. Large ones start toulbar2 first.
-    if c.live.size < WCSP_FIRST_QUERIES and quick_milp():
+    # before a child process would have started. Large ones start toulbar2 first, unless wide and
+    # sparse (HiGHS proved the 3 327 queries over 1 744 attributes of a 10 000-attribute workload in
+    # 1.4 s, toulbar2 in 3 s).
+    if (c.live.size < WCSP_FIRST_QUERIES or sparse) and quick_milp():
         return proved(milp_err())
     # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
     # prove the optimum ends the others.
@@ -560,7 +688,7 @@ def _search(
         if isinstance(started, wcsp.Run):
             run = started
     try:
-        if c.live.size >= WCSP_FIRST_QUERIES and quick_milp():
+        if c.live.size >= WCSP_FIRST_QUERIES and not sparse and quick_milp():
             return proved(milp_err())
         searchable = (
             split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
@@ -618,6 +746,30 @@ def _search(
     return _finish(queries, c, row, lw, False, bound, "+".join(used) or "bound")
 
 
+def _assignment_bound(members: Sequence[tuple[IntArray, np.ndarray]], loads: FloatArray) -> float:
+    """The assignment bound of MATH.md 2.7.1 on per-attribute memberships (the positions of the live
+    queries constraining the attribute, and segments x those queries): each query counts on ONE
+    attribute it constrains (the one whose segments it holds the smallest share of), so a row's load
+    is at most the loads of the queries constraining nothing plus, per attribute, the heaviest segment
+    of the queries assigned to it. A float sum of live loads (its error is the caller's ``err_sum``)."""
+    n = loads.shape[0]
+    best = np.ones(n)  # share of the segments held on the attribute chosen so far (1: everything)
+    pick = np.full(n, -1)
+    for a, (cols, sub) in enumerate(members):
+        if cols.size == 0 or sub.shape[0] == 0:
+            continue
+        share = sub.mean(axis=0)
+        better = share < best[cols]
+        best[cols[better]] = share[better]
+        pick[cols[better]] = a
+    bound = float(loads[pick < 0].sum())
+    for a, (cols, sub) in enumerate(members):
+        mine = pick[cols] == a
+        if mine.any():
+            bound += float((sub[:, mine].astype(np.float64) @ loads[cols[mine]]).max())
+    return bound
+
+
 def _lp_maximum(tables: Sequence[AtomTable], loads: FloatArray, until: float | None) -> Maximum:
     """The heaviest cell of the atom ``tables`` (live queries' ``loads``, normalised) by the LP branch
     and bound of :mod:`overlapdp.overlap.threshold`: exact on these loads, or a safe bound at ``until``."""
@@ -650,13 +802,26 @@ def _set_comp(
         exact, bound = True, 0.0
         algorithm = "trivial"
     else:
-        tables = atom_tables(c)
-        c2 = compress(c, tables)
-        out = branch_and_bound(
-            c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
-        )
-        exact, bound = out.exact, out.upper
-        row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
+        # Conflict-free attributes fixed first (MATH.md 7.10 (i), valid for any monotone comp): on a
+        # wide schema the search then runs over the few attributes where queries conflict.
+        reduced = parts.drop_conflict_free(c)
+        c1, fixed = (c, {}) if reduced is None else reduced
+        if c1.attributes:
+            tables = atom_tables(c1)
+            c2 = compress(c1, tables)
+            out = branch_and_bound(
+                c2, kept_tables(tables), None, set_value=value, set_upper=upper, deadline=deadline
+            )
+            exact, bound = out.exact, out.upper
+            row = c2.row(out.cell) if out.cell is not None else c.row(_cell_of_query(c, int(live[0])))
+        else:  # every attribute conflict-free: the fixed row is covered by every live query
+            exact, bound = True, 0.0
+            row = c.row(tuple(0 for _ in c.attributes))
+        if fixed:
+            point = list(row)
+            for p, v in fixed.items():
+                point[p] = v
+            row = tuple(point)
         algorithm = "branch"
     covering = c.covering(row)
     lower = float(comp.value(covering.tolist()))

@@ -848,10 +848,20 @@ class OverlapIndex:
             return combine_components([zero] * self._kk) if self._name == "vector" else zero
         restricted: list[PredicateQuery] = []
         rloads: list[FloatArray] = []
+        mine = dict(query.constraints)
         for e in self._entries.values():
+            cons = e.query.constraints
+            if not any(p in mine for p, _ in cons):
+                # No attribute in common (the usual case on a wide schema): the two constraint lists
+                # side by side, without re-intersecting each coverage.
+                if e.query.is_contradiction:
+                    continue
+                restricted.append(PredicateQuery(self._schema, tuple(sorted(cons + query.constraints))))
+                rloads.append(e.load)
+                continue
             if e.query.disjoint(query):
                 continue
-            covs = dict(e.query.constraints)
+            covs = dict(cons)
             for p, cov in query.constraints:
                 covs[p] = covs[p] & cov if p in covs else cov
             restricted.append(PredicateQuery.from_coverages(self._schema, covs))
@@ -883,7 +893,10 @@ class OverlapIndex:
             row = inside.witness_row
             if row is None or not query.covers(row):
                 # No stored query carries load inside C_q there: any point of C_q is as good.
-                row = tuple(query.coverage(p).min() for p in range(len(self._schema)))
+                point = [0] * len(self._schema)
+                for p, cov in query.constraints:
+                    point[p] = cov.min()
+                row = tuple(point)
             covers_current = cur.witness_row is not None and query.covers(cur.witness_row)
             if (
                 self._entries
@@ -898,12 +911,12 @@ class OverlapIndex:
                 continue
             changed = True
             # The best attained row: the candidate inside C_q, or the current witness (now with q).
-            options = [self._result_at(row, c, query, raw)]
+            # (the rows compared on their exact loads first: one result built, for the better one)
+            options = [row]
             if cur.witness_row is not None and self._entries:
-                options.append(self._result_at(cur.witness_row, c, query, raw))
-            best = max(
-                options,
-                key=lambda r: self._exact_at(r.witness_row, c, query, raw) if r.witness_row else Fraction(-1),
+                options.append(cur.witness_row)
+            best = self._result_at(
+                max(options, key=lambda r: self._exact_at(r, c, query, raw)), c, query, raw
             )
             if inside.exact and cur.exact:
                 parts[c] = best

@@ -207,8 +207,12 @@ class _LP:
         self.lower = np.zeros(self.ncol)
         self.upper = np.ones(self.ncol)
 
-    def solve(self, alive: BoolArray, masks: list[BoolArray]) -> tuple[np.ndarray, np.ndarray] | None:
-        """Multipliers (charges x attributes, >= 0) and the primal x per atom, or None when HiGHS fails."""
+    def solve(
+        self, alive: BoolArray, masks: list[BoolArray], deadline: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Multipliers (charges x attributes, >= 0) and the primal x per atom, or None when HiGHS has no
+        dual values. Stopped at the ``deadline`` (HiGHS's own time limit), its dual values are still
+        multipliers, so still a valid bound (MATH.md 7.9), only a weaker one."""
         upper = np.concatenate([alive.astype(float), *[m.astype(float) for m in masks]])
         diff = np.flatnonzero(upper != self.upper)
         if diff.size:  # only what changed: HiGHS keeps more of its factorisation
@@ -216,12 +220,17 @@ class _LP:
                 int(diff.size), diff.astype(np.int32), self.lower[: diff.size], upper[diff]
             )
             self.upper = upper
+        left = math.inf if deadline is None else max(deadline - _clock.now(), 1e-3)
+        self.h.setOptionValue("time_limit", left)
         self.h.run()
         import highspy
 
-        if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        status = self.h.getModelStatus()
+        if status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
             return None
         sol = self.h.getSolution()
+        if not sol.dual_valid:
+            return None
         duals = np.asarray(sol.row_dual)[: self.npairs]
         mu = np.zeros((self.n, len(self.k)))
         # HiGHS minimises -w.y; a row y - sum x <= 0 has a dual <= 0, whose negation is the multiplier
@@ -338,7 +347,7 @@ class _Search:
         self.unit_s: float | None = None
         if self.unit is not None:
             u = self.unit / self.scale
-            uf = float(u) if u > Fraction(2) ** -1000 else 0.0
+            uf = float(u) if self.finite and Fraction(2) ** -1000 < u < Fraction(2) ** 1000 else 0.0
             if uf > 0 and Fraction(uf) == u:
                 self.unit_s = uf
         self.theta = 0.0
@@ -432,7 +441,10 @@ class _Search:
                 wa = np.where(alive, w, 0.0)
                 if self.clear(float(wa.sum())):
                     continue
-                counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
+                # weights near the float range make inf/nan sums here; clear() refuses a non-finite
+                # bound, so they only send the search on to the exact loads
+                with np.errstate(invalid="ignore", over="ignore"):
+                    counts = [np.where(masks[j], wa @ wf[j], -1.0) for j in range(k)]
                 tops = [float(c.max()) for c in counts]
                 if self.clear(min(tops)):
                     continue
@@ -454,7 +466,7 @@ class _Search:
                 if lp is None and use_lp:  # built when first needed: easy boxes never pay for it
                     lp = _LP(tables, w)
                 if lp is not None:
-                    got = lp.solve(alive, masks)
+                    got = lp.solve(alive, masks, deadline)
                     stats["lp"] = stats.get("lp", 0) + 1
                     if got is not None:
                         mu, x = got

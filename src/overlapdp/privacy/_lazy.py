@@ -69,21 +69,34 @@ def widen(v: float, n: int) -> Fraction | None:
 class Cover:
     """A query's coverage as numpy indices per constrained attribute (a slice for one interval)."""
 
-    __slots__ = ("empty", "free", "parts")
+    __slots__ = ("_d", "_free", "empty", "parts")
 
     def __init__(self, q: PredicateQuery) -> None:
         attrs = q.schema.attributes
-        self.empty = q.is_contradiction
+        cons = q.constraints
+        self._d = len(attrs)
+        self._free: np.ndarray | None = None
+        self.empty = any(not c.intervals for _, c in cons)  # a contradiction
         self.parts: list[tuple[int, slice | np.ndarray]] = []
-        free = np.ones(len(attrs), dtype=bool)
         if not self.empty:
-            for p, cov in q.constraints:
-                if cov.is_full(attrs[p].size):
-                    continue
-                free[p] = False
+            for p, cov in cons:
                 iv = cov.intervals
-                self.parts.append((p, slice(iv[0][0], iv[0][1]) if len(iv) == 1 else cov.to_array()))
-        self.free = free
+                if len(iv) == 1:
+                    if iv[0][0] == 0 and iv[0][1] == attrs[p].size:
+                        continue  # the whole attribute
+                    self.parts.append((p, slice(iv[0][0], iv[0][1])))
+                else:
+                    self.parts.append((p, cov.to_array()))  # several disjoint intervals: never whole
+
+    @property
+    def free(self) -> np.ndarray:
+        """Per attribute, whether the query leaves it free (built on first use)."""
+        if self._free is None:
+            free = np.ones(self._d, dtype=bool)
+            if self.parts:
+                free[[p for p, _ in self.parts]] = False
+            self._free = free
+        return self._free
 
 
 # One journal record: the base, peak, share peak and everywhere arrays before, and the cells and share
@@ -179,6 +192,92 @@ class Bounds:
             np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
         return None if pick is None else pick[0]
 
+    def add_many(self, covers: Sequence[Cover], loads: np.ndarray) -> list[int | None]:
+        """:meth:`add` of every charge in order (``loads``: one row of ``k`` per cover), leaving the
+        tables exactly as the calls one by one would, bit for bit: each cell and base entry takes its
+        additions in charge order (one ``np.add.at`` per attribute), the peaks are the largest cells
+        touched (cells only grow), and the share assignment, which depends on the shares before each
+        charge, runs charge by charge. Inside a savepoint the batch journals ONE record (the arrays it
+        changes, whole), so a rollback to a mark taken before it restores the tables bit for bit."""
+        m = len(covers)
+        picks: list[int | None] = [None] * m
+        if m == 0:
+            return picks
+        touched = sorted({p for c in covers if not c.empty for p, _ in c.parts})
+        if self.journal is not None:
+            self.journal.append(
+                (
+                    self.base.copy(),
+                    self.peak.copy(),
+                    self.speak.copy(),
+                    self.everywhere.copy(),
+                    [(p, slice(None), self.cells[p].copy()) for p in touched],
+                    [(p, slice(None), self.share[p].copy()) for p in touched],
+                )
+            )
+        # Shares, charge by charge (the assignment reads the shares left by the charges before).
+        for i, cover in enumerate(covers):
+            if cover.empty:
+                continue
+            load = loads[i]
+            if len(cover.parts) == 1:
+                pick: tuple[int, slice | np.ndarray] | None = cover.parts[0]  # the only choice
+            else:
+                pick = self._assign(cover, load)
+            if pick is None:
+                self.everywhere = self.everywhere + load
+            else:
+                p, idx = pick
+                share = self.share[p]
+                share[idx] += load
+                np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
+                picks[i] = p
+        # Cells: per attribute, every (value, charge) pair in charge order (ranges expanded at once).
+        spans: dict[int, tuple[list[int], list[int], list[int]]] = {p: ([], [], []) for p in touched}
+        listed: dict[int, list[tuple[int, np.ndarray]]] = {p: [] for p in touched}
+        free = np.ones((m, len(self.sizes)), dtype=bool)
+        fixed_rows: list[int] = []
+        fixed_cols: list[int] = []
+        for i, cover in enumerate(covers):
+            if cover.empty:
+                free[i] = False  # covers no row: no base changes
+                continue
+            for p, idx in cover.parts:
+                fixed_rows.append(i)
+                fixed_cols.append(p)
+                if isinstance(idx, slice):
+                    sp = spans[p]
+                    sp[0].append(i)
+                    sp[1].append(idx.start)
+                    sp[2].append(idx.stop)
+                else:
+                    listed[p].append((i, np.asarray(idx)))
+        free[fixed_rows, fixed_cols] = False
+        for p in touched:
+            owner = np.array(spans[p][0], dtype=np.int64)
+            lo = np.array(spans[p][1], dtype=np.int64)
+            width = np.array(spans[p][2], dtype=np.int64) - lo
+            o = np.repeat(owner, width)
+            v = np.arange(o.shape[0], dtype=np.int64) + np.repeat(lo - (np.cumsum(width) - width), width)
+            if listed[p]:
+                # value sets too: all pairs again sorted by charge (stable), as the calls make them
+                o = np.concatenate([o, *[np.full(a.shape[0], i) for i, a in listed[p]]])
+                v = np.concatenate([v, *[a for _, a in listed[p]]])
+                order = np.argsort(o, kind="stable")
+                o, v = o[order], v[order]
+            cell = self.cells[p]
+            for c in range(self.k):
+                np.add.at(cell[:, c], v, loads[o, c])
+            np.maximum(self.peak[p], cell[np.unique(v)].max(axis=0), out=self.peak[p])
+        # Bases: per attribute, the loads of the charges leaving it free, in charge order (np.nonzero
+        # lists the pairs by charge, then attribute; chunks of charges keep the pairs few).
+        step = max(1, (1 << 22) // max(1, len(self.sizes)))
+        for start in range(0, m, step):
+            rows, attrs = np.nonzero(free[start : start + step])
+            for c in range(self.k):
+                np.add.at(self.base[:, c], attrs, loads[start + rows, c])
+        return picks
+
     def undo_to(self, mark: int) -> None:
         """Restore the tables as they were when the journal had ``mark`` records."""
         assert self.journal is not None
@@ -240,6 +339,47 @@ class Members:
         del self.exact[i:]
         self.exact.append(exact)
         self.n += 1
+
+    def add_many(self, charges: Sequence[tuple[PredicateQuery, Fraction, int | None]]) -> None:
+        """:meth:`add` of each ``(query, exact load, attribute)`` in order, with the same rows; one-
+        interval coverages are written one attribute at a time for all the charges at once."""
+        m = len(charges)
+        need = self.n + m
+        if need > self.loads.shape[0]:
+            cap = max(need, 2 * self.loads.shape[0])
+            grow = cap - self.loads.shape[0]
+            self.flat = np.concatenate([self.flat, np.zeros((grow, self.flat.shape[1]), dtype=bool)])
+            self.assign = np.concatenate([self.assign, np.zeros(grow, dtype=self.assign.dtype)])
+            self.loads = np.concatenate([self.loads, np.zeros(grow)])
+            self.live = np.concatenate([self.live, np.zeros(grow, dtype=bool)])
+        start = self.n
+        rows = self.flat[start:need]
+        rows[:] = True
+        ranges: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        floats: dict[Fraction, float] = {}
+        for i, (q, exact, attr) in enumerate(charges):
+            for p, cov in q.constraints:
+                ivs = cov.intervals
+                if len(ivs) == 1 and ivs[0][0] >= 0 and ivs[0][1] <= self.sizes[p]:
+                    r = ranges.setdefault(p, ([], [], []))
+                    r[0].append(i)
+                    r[1].append(ivs[0][0])
+                    r[2].append(ivs[0][1])
+                else:
+                    rows[i, self._seg(p)] = cov.mask(self.sizes[p])
+            self.assign[start + i] = 0 if attr is None else attr
+            up = floats.get(exact)
+            if up is None:
+                up = floats[exact] = up_float(exact)  # a ledger holds few distinct loads
+            self.loads[start + i] = up
+            self.live[start + i] = up > 0 and not q.is_contradiction
+        for p, (idx, lo, hi) in ranges.items():
+            values = np.arange(self.sizes[p])
+            inside = (values >= np.array(lo)[:, None]) & (values < np.array(hi)[:, None])
+            rows[np.array(idx), self._seg(p)] = inside
+        del self.exact[start:]
+        self.exact.extend(e for _, e, _ in charges)
+        self.n = need
 
     def truncate(self, n: int) -> None:
         self.n = min(self.n, n)

@@ -37,6 +37,7 @@ guarantee of the ledger as if its charges had been fixed in advance; the
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -52,7 +53,7 @@ from overlapdp.errors import MagnitudeError
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
 from overlapdp.overlap.magnitude import exact_total, exponent, float_up, scale_up
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_delta
+from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import (
     MEASURES,
@@ -320,6 +321,11 @@ class Odometer:
         grouped = self._grouped_overlap(mechs, queries, delta, value)
         if grouped is not None:
             return grouped
+        by_parts = self._parts_overlap(
+            mechs, queries, value, lambda idx: _cheap_upper([mechs[i] for i in idx], delta, self.h)
+        )
+        if by_parts is not None:
+            return by_parts
         pats = maximal_patterns(queries, self.schema, cap=_APPROX_MAX_PATTERNS)
         if pats is not None:
             best, best_row = 0.0, pats.rows[0]
@@ -370,6 +376,101 @@ class Odometer:
         if best >= upper:
             return upper, True, witness, "pld/grouped"
         return None
+
+    def _parts_overlap(
+        self,
+        mechs: Sequence[Mechanism],
+        queries: Sequence[PredicateQuery],
+        value: Callable[[Sequence[int]], float],
+        upper: Callable[[Sequence[int]], float],
+    ) -> tuple[float, bool, dict[str, Any] | None, str] | None:
+        """Exact on workloads that split into small independent parts (wide schemas, MATH.md 7.10).
+
+        The composed epsilon grows with each distinct mechanism's count in the set (see
+        :meth:`_grouped_overlap`). A row's count vector is the free charges' plus, per part, the count
+        vector of the part's charges covering the row's values there, each part's values chosen
+        independently: the achievable vectors are the Minkowski sum of the parts' sets, and a monotone
+        function is largest on a Pareto-maximal one, which is a sum of Pareto-maximal vectors of the
+        parts. So each part's undominated atom combinations give its Pareto set, the sets are added
+        with dominated sums dropped, and the vectors left are composed (exactly as any set is) by
+        decreasing cheap bound ``upper``, until that bound is at most the best composed. None when
+        there is no split, a part has too many atom combinations, or the sets grow too large."""
+        from overlapdp.overlap import parts as parts_mod
+        from overlapdp.overlap._compiled import compile_workload
+        from overlapdp.overlap.branch import atom_tables
+
+        groups: dict[str, int] = {}
+        label = np.array([groups.setdefault(repr(m.key), len(groups)) for m in mechs], dtype=np.int64)
+        k = len(groups)
+        if k > _APPROX_MAX_GROUPS or not queries:
+            return None
+        c = compile_workload(list(queries), self.schema)
+        found = parts_mod.split(c)
+        if found is None:
+            return None
+        base = np.bincount(label[found.free], minlength=k)
+        # Pareto set so far: vectors, and per part added the choice each vector came from.
+        vectors = base[None, :]
+        trail: list[tuple[np.ndarray, np.ndarray, list[list[tuple[int, int]]]]] = []
+        for part in found.parts:
+            pc = part.compiled
+            tables = atom_tables(pc)
+            n = pc.live.shape[0]
+            masks = np.ones((1, n), dtype=bool)
+            combos = np.zeros((1, 0), dtype=np.int64)
+            for t in tables:
+                if masks.shape[0] * t.size > _PART_COMBOS:
+                    return None
+                masks = (masks[:, None, :] & t.member[None, :, :]).reshape(-1, n)
+                combos = np.concatenate(
+                    [np.repeat(combos, t.size, axis=0), np.tile(np.arange(t.size), combos.shape[0])[:, None]],
+                    axis=1,
+                )
+            onehot = np.zeros((n, k), dtype=np.int64)
+            onehot[np.arange(n), label[part.queries]] = 1
+            counts = masks.astype(np.int64) @ onehot
+            keep = _pareto(counts)
+            counts, combos = counts[keep], combos[keep]
+            rows = [
+                [
+                    (int(part.positions[j]), int(pc.attributes[j].cuts[tables[j].segment[a]]))
+                    for j, a in enumerate(combo.tolist())
+                ]
+                for combo in combos
+            ]
+            summed = (vectors[:, None, :] + counts[None, :, :]).reshape(-1, k)
+            if summed.shape[0] > _PARETO_WORK:
+                return None
+            keep = _pareto(summed)
+            if keep.shape[0] > _PARETO_KEEP:
+                return None
+            trail.append((keep // counts.shape[0], keep % counts.shape[0], rows))
+            vectors = summed[keep]
+        # Compose each Pareto-maximal vector (charges picked by count from each mechanism's own).
+        members = [np.flatnonzero(label == g).tolist() for g in range(k)]
+        picks = [[i for g in range(k) for i in members[g][: int(v[g])]] for v in vectors]
+        bounds = [upper(idx) for idx in picks]
+        best, at = -1.0, 0
+        for j in sorted(range(len(picks)), key=lambda j: -bounds[j]):
+            if bounds[j] <= best:
+                break  # (a safe bound of every later vector's composition)
+            v = value(picks[j])
+            if v > best:
+                best, at = v, j
+        chosen = at
+        point = [0] * len(self.schema)
+        for p, v in zip(found.fixed_positions.tolist(), found.fixed_values.tolist(), strict=True):
+            point[p] = v
+        for parent, choice, rows in reversed(trail):
+            for p, v in rows[int(choice[at])]:
+                point[p] = v
+            at = int(parent[at])
+        row = tuple(point)
+        covering = c.covering(row)
+        got = np.bincount(label[covering], minlength=k)
+        if not np.array_equal(got, vectors[chosen]):
+            return None  # (cannot happen: the row attains its vector; never report what it does not)
+        return value(covering.tolist()), True, self.schema.row(row), "pld/parts"
 
     def _counted_patterns(
         self, mechs: Sequence[Mechanism], queries: Sequence[PredicateQuery], delta: float
@@ -515,6 +616,11 @@ _EXACT_SUM_LIMIT = 500_000
 _APPROX_MAX_PATTERNS = 2_000
 #: Most distinct mechanisms for the grouped route (a vector overlap with one component each).
 _APPROX_MAX_GROUPS = 32
+# The exact route by parts (Odometer._parts_overlap): atom combinations of one part, sums compared when
+# adding a part's Pareto set, and Pareto-maximal vectors kept (each is composed at the end).
+_PART_COMBOS = 4096
+_PARETO_WORK = 1_000_000
+_PARETO_KEEP = 256
 #: Largest (atom cells x charges) matrix enumerated by the counted-patterns route, and most distinct
 #: count vectors it filters down to the Pareto-maximal ones.
 _APPROX_GRID_LIMIT = 2_000_000
@@ -554,6 +660,33 @@ def _fsum(values: Iterable[float]) -> float:
         return math.inf
 
 
+@functools.lru_cache(maxsize=4096)
+def _cached_pure(m: Mechanism) -> PureDP | None:
+    return m.pure()
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_zcdp(m: Mechanism) -> ZCDP | None:
+    return m.zcdp()
+
+
+def _pure_of(m: Mechanism) -> PureDP | None:
+    """``m.pure()``, computed once per distinct mechanism (a search bounds thousands of sets of the
+    same few mechanisms; the guarantee is exact Fraction arithmetic each time)."""
+    try:
+        return _cached_pure(m)
+    except TypeError:  # an unhashable mechanism
+        return m.pure()
+
+
+def _zcdp_of(m: Mechanism) -> ZCDP | None:
+    """``m.zcdp()``, computed once per distinct mechanism (see :func:`_pure_of`)."""
+    try:
+        return _cached_zcdp(m)
+    except TypeError:
+        return m.zcdp()
+
+
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     """A cheap bound of the PLD composition's epsilon(delta) over every subset of ``mechs``: the best of
     basic composition (pure / (eps, delta) with the deltas within budget), the zCDP conversion, and for
@@ -567,7 +700,7 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
     eps_sum, delta_keep = 0.0, 1.0
     basic_ok = True
     for m in mechs:
-        p = m.pure()
+        p = _pure_of(m)
         if p is not None:
             eps_sum += p.epsilon
         elif isinstance(m, OpaqueApproxDP):
@@ -578,7 +711,7 @@ def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
             break
     if basic_ok and 1 - delta_keep <= delta:
         best = eps_sum
-    zs = [m.zcdp() for m in mechs]
+    zs = [_zcdp_of(m) for m in mechs]
     if all(z is not None for z in zs):
         rho = _fsum(z.rho for z in zs if z is not None)
         if math.isfinite(rho):  # (a sum past the float range bounds nothing)
@@ -696,6 +829,22 @@ def _witness(res: OverlapResult, component: int) -> dict[str, Any] | None:
     if res.components:
         return res.components[component].witness
     return res.witness
+
+
+def _pareto(vectors: np.ndarray) -> np.ndarray:
+    """Indices of the Pareto-maximal rows of an integer matrix (one of each set of equal rows): a row
+    is dropped when another is at least as large everywhere and larger somewhere, or equal and
+    earlier."""
+    order = np.lexsort(vectors.T[::-1])[::-1]  # decreasing, lexicographically: no later row dominates
+    kept: list[int] = []
+    front = np.zeros((0, vectors.shape[1]), dtype=vectors.dtype)
+    for i in order.tolist():
+        v = vectors[i]
+        if front.shape[0] and bool(np.any(np.all(front >= v, axis=1))):
+            continue
+        kept.append(i)
+        front = np.vstack([front, v])
+    return np.array(sorted(kept), dtype=np.int64)
 
 
 def _row_witness(schema: Schema, row: tuple[int, ...]) -> dict[str, Any]:

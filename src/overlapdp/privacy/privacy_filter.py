@@ -49,9 +49,10 @@ concurrent composition; MATH.md 3.6).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -68,7 +69,7 @@ from overlapdp.privacy.definitions import check_neighbouring as _check_neighbour
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
 from overlapdp.privacy.mechanisms import Mechanism
-from overlapdp.privacy.odometer import Charge, Odometer, _make_charge
+from overlapdp.privacy.odometer import Charge, Odometer, _make_charge, whole_domain
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -248,7 +249,7 @@ class PrivacyFilter:
                 admitted = self._admit_on_bounds(charge, q, loads, exact, floats, cover)
                 if admitted is not None:
                     return admitted
-                searched = self._members is not None and self._within
+                searched = self._members is not None and (self._within or self._establish_within())
                 try:
                     found = self._search(q, exact[0]) if searched else None
                 except SearchGaveUp:
@@ -399,6 +400,23 @@ class PrivacyFilter:
             cand = [emax(c, o) for c, o in zip(cand, tops, strict=True)]
         return bool(self._exact_ok(cand))
 
+    def _establish_within(self) -> bool:
+        """Whether every row is within budget, decided exactly when the bounds could not show it (after
+        records: a replica catching up, a restart replay): the threshold search over the whole domain
+        with no new load (MATH.md 7.9). Sets ``_within`` when it holds; a row found over budget joins
+        the known over-budget rows, so asking again is cheap."""
+        if self._within:
+            return True
+        if self._members is None or self._outside:
+            return False
+        try:
+            found = self._search(whole_domain(self.schema), Fraction(0))
+        except SearchGaveUp:
+            return False
+        if found is None:
+            self._within = True
+        return self._within
+
     def _search(self, q: PredicateQuery, e: Fraction) -> tuple[int, ...] | None:
         """The exact threshold decision (single scalar track, every row known within budget): None when
         every row of ``q``'s coverage fits with it, else such a row that does not; raises
@@ -417,7 +435,8 @@ class PrivacyFilter:
             def fits(load: Fraction) -> bool:
                 return load <= theta
 
-            hint = float(theta)
+            with contextlib.suppress(OverflowError):  # (a limit beyond the floats gives no hint)
+                hint = float(theta)
         else:
 
             def fits(load: Fraction) -> bool:
@@ -458,14 +477,15 @@ class PrivacyFilter:
             for q, loads in pending:
                 t.index.insert(q, loads[i], defer=defer)
 
-    def _insert(self, q: PredicateQuery, loads: list[Any]) -> None:
+    def _insert(self, q: PredicateQuery, loads: list[Any], *, defer: bool = False) -> None:
         """Put ``q`` (its id set) into every track's index, all or none: a failure part-way removes it
-        from the tracks it already reached, most recent first."""
+        from the tracks it already reached, most recent first. ``defer``: no search now (see
+        :meth:`OverlapIndex.insert`)."""
         assert q.id is not None
         added: list[_Track] = []
         try:
             for t, w in zip(self._tracks, loads, strict=True):
-                t.index.insert(q, w)
+                t.index.insert(q, w, defer=defer)
                 added.append(t)
         except BaseException:
             for t in reversed(added):
@@ -638,47 +658,183 @@ class PrivacyFilter:
                 self.record(mechanism, query, f"{first.id}#{j}")
             return first
         with self._lock:
-            charge = _make_charge(self.schema, mechanism, query, id, self._n)
-            ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
-            if any(i in self._ids for i in ids):
-                raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
-            q = charge.query.with_id(charge.id)
-            loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
-            exact = [_times(t.exact(mechanism), times) for t in self._tracks]
-            floats = self._bound_loads(loads, exact)
-            attrs: list[int | None] = [None]
-            if floats is not None:
-                # pending like a lazy admission; every row stays known within budget only if the
-                # bounds show it (a recorded charge is never refused, so it may overspend)
-                cover = Cover(q)
-                within = self._lazy_fits(cover, exact)
-                self._pending.append((q, loads))
-                assert self._bounds is not None
-                attrs = [b.add(cover, f) for b, f in zip(self._bounds, floats, strict=True)]
-                self._within = within
+            return self._record(self._prepare(mechanism, query, id, times, self._n, self._ids))
+
+    def _prepare(
+        self,
+        mechanism: Mechanism,
+        query: PredicateQuery | None,
+        id: str | None,
+        times: int,
+        n: int,
+        taken: set[str],
+    ) -> _Recorded:
+        """A charge to record, checked (its ids not in ``taken``, its loads valid): raises before any
+        change. ``n``: the ledger's length before it (for a default id)."""
+        charge = _make_charge(self.schema, mechanism, query, id, n)
+        ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
+        if any(i in taken for i in ids):
+            raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+        q = charge.query.with_id(charge.id)
+        loads = [_times(t.load(mechanism), times) for t in self._tracks]  # raises before any change
+        exact = [_times(t.exact(mechanism), times) for t in self._tracks]
+        return _Recorded(charge, ids, q, loads, exact, self._bound_loads(loads, exact))
+
+    def _record(self, r: _Recorded, *, defer: bool = False) -> Charge:
+        """Record a prepared charge (the lock held); ``defer``: into the indexes without a search."""
+        charge, ids, q, loads, exact, floats = r.charge, r.ids, r.query, r.loads, r.exact, r.floats
+        mechanism, times = charge.mechanism, len(ids)
+        attrs: list[int | None] = [None]
+        if floats is not None and self._bounds is not None:
+            # pending like a lazy admission; every row stays known within budget only if the
+            # bounds show it (a recorded charge is never refused, so it may overspend)
+            cover = Cover(q)
+            within = self._lazy_fits(cover, exact)
+            self._pending.append((q, loads))
+            assert self._bounds is not None
+            attrs = [b.add(cover, f) for b, f in zip(self._bounds, floats, strict=True)]
+            self._within = within
+        else:
+            if self._bounds is not None:
+                self._drop_bounds()
+            self._insert(q, loads, defer=defer)
+            self._within = False
+        # The group's exact load sits on its first id; the others carry 0 (so that every
+        # odometer charge has a load and the exact enumeration sums to the group's load).
+        for t, e in zip(self._tracks, exact, strict=True):
+            t.loads[charge.id] = e
+            zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
+            for i in ids[1:]:
+                t.loads[i] = zero
+        if self._members is not None:
+            self._members.add(charge.query, exact[0], attrs[0])
+            for _ in ids[1:]:
+                self._members.add(charge.query, Fraction(0))
+        self._ids.update(ids)
+        self._n += times
+        self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
+        self._note_outside(charge, q)
+        return charge
+
+    def _note_outside(self, charge: Charge, q: PredicateQuery) -> None:
+        """A recorded charge the refusal rule would refuse whatever the loads (tCDP: omega below the
+        budget's) took its rows outside the budget: nothing more is admitted (MATH.md 5.9)."""
+        if self._refuse is not None and self._refuse(charge.mechanism, q) is not None:
+            self._outside.append(charge.id)
+            self._within = False
+
+    def record_many(self, charges: Iterable[Sequence[Any]]) -> list[Charge]:
+        """:meth:`record` of many committed charges, in order: a replayed ledger (the service's start).
+
+        Each item is ``(mechanism, query)``, ``(mechanism, query, id)`` or ``(mechanism, query, id,
+        times)`` as :meth:`record` takes them. Every charge is checked first (ids, loads): on an error
+        none is recorded. The result is the filter :meth:`record` one by one leaves: the same ledger,
+        exact per-track loads, pending charges and lazy tables, bit for bit (their cells and bases take
+        one ``np.add.at`` per attribute, in charge order: :meth:`Bounds.add_many`), so the same exact
+        spend and the same decisions after it (MATH.md 2.7.1), savepoints included. Two differences, both
+        in cost only: on the overlap indexes (no lazy tables: wide schemas) charges go in without a
+        search per charge (one search from scratch when next asked, :meth:`OverlapIndex.insert`
+        ``defer``: exact where the incremental searches may leave a safe bound on float ties); and
+        whether every row is known within budget afterwards is read from the final tables' worst-row
+        bound (sound; one by one it follows the last charge's coverage bound), so a charge may then
+        be decided by the overlap search where it would have been admitted on the bounds, with the
+        same decision (MATH.md 2.7.1)."""
+        items = [_record_item(item) for item in charges]
+        # As record: k copies on a squared track are k entries (ids id, id#1, ...), not one of k x.
+        split = any(t.squared for t in self._tracks)
+        with self._lock:
+            prepared: list[_Recorded] = []
+            taken = set(self._ids)
+            n = self._n
+            # loads per (mechanism, times): a replayed ledger holds few distinct mechanisms
+            cache: dict[tuple[Mechanism, int], tuple[list[Any], list[Any], list[np.ndarray] | None]] = {}
+
+            def prepare(mech: Mechanism, query: PredicateQuery | None, cid: str | None, times: int) -> None:
+                nonlocal n
+                key = (mech, times)
+                hit = cache.get(key) if _hashable(mech) else None
+                if hit is None:
+                    r = self._prepare(mech, query, cid, times, n, taken)
+                    if _hashable(mech):
+                        cache[key] = (r.loads, r.exact, r.floats)
+                else:
+                    charge = _make_charge(self.schema, mech, query, cid, n)
+                    ids = [charge.id] + [f"{charge.id}#{j}" for j in range(1, times)]
+                    if any(i in taken for i in ids):
+                        raise BudgetError(f"a charge with id {charge.id!r} is already in the ledger")
+                    r = _Recorded(charge, ids, charge.query.with_id(charge.id), *hit)
+                taken.update(r.ids)
+                prepared.append(r)
+                n += len(r.ids)
+
+            for mech, query, cid, times in items:
+                if times > 1 and split:
+                    prepare(mech, query, cid, 1)
+                    first = prepared[-1].charge.id
+                    for j in range(1, times):
+                        prepare(mech, query, f"{first}#{j}", 1)
+                else:
+                    prepare(mech, query, cid, times)
+            # The leading charges the lazy tables hold go in at once; the rest (after a load they
+            # cannot hold, or without tables) one by one, as record does.
+            bulk = 0
+            if self._bounds is not None:
+                while bulk < len(prepared) and prepared[bulk].floats is not None:
+                    bulk += 1
+            if bulk > 1:
+                self._record_bulk(prepared[:bulk])
             else:
-                if self._bounds is not None:
-                    self._drop_bounds()
-                self._insert(q, loads)
-                self._within = False
-            # The group's exact load sits on its first id; the others carry 0 (so that every
-            # odometer charge has a load and the exact enumeration sums to the group's load).
-            for t, e in zip(self._tracks, exact, strict=True):
+                bulk = 0
+            defer = len(prepared) - bulk >= _BULK
+            for r in prepared[bulk:]:
+                self._record(r, defer=defer)
+            return [r.charge for r in prepared]
+
+    def _record_bulk(self, batch: list[_Recorded]) -> None:
+        """Record charges the lazy tables hold (the lock held): :meth:`_record`'s effect on each, in
+        order, with the table updates batched."""
+        assert self._bounds is not None
+        # one cover per distinct coverage (a ledger charges the same query at several loads)
+        seen: dict[tuple[tuple[int, Any], ...], Cover] = {}
+        covers = []
+        for r in batch:
+            cover = seen.get(r.query.constraints)
+            if cover is None:
+                cover = seen[r.query.constraints] = Cover(r.query)
+            covers.append(cover)
+        self._pending.extend((r.query, r.loads) for r in batch)
+        picks = []
+        for i, b in enumerate(self._bounds):
+            rows = np.stack([r.floats[i] for r in batch if r.floats is not None])
+            picks.append(b.add_many(covers, rows))
+        member_rows: list[tuple[PredicateQuery, Fraction, int | None]] = []
+        for j, r in enumerate(batch):
+            charge = r.charge
+            for t, e in zip(self._tracks, r.exact, strict=True):
                 t.loads[charge.id] = e
-                zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
-                for i in ids[1:]:
-                    t.loads[i] = zero
+                if len(r.ids) > 1:
+                    zero: Any = tuple(Fraction(0) for _ in e) if isinstance(e, tuple) else Fraction(0)
+                    for other in r.ids[1:]:
+                        t.loads[other] = zero
             if self._members is not None:
-                self._members.add(charge.query, exact[0], attrs[0])
-                for _ in ids[1:]:
-                    self._members.add(charge.query, Fraction(0))
-            self._ids.update(ids)
-            self._n += times
-            self.odometer.extend([charge] + [Charge(i, mechanism, charge.query) for i in ids[1:]])
-            if self._refuse is not None and self._refuse(mechanism, q) is not None:
-                self._outside.append(charge.id)
-                self._within = False
-            return charge
+                member_rows.append((charge.query, r.exact[0], picks[0][j]))
+                member_rows.extend((charge.query, Fraction(0), None) for _ in r.ids[1:])
+            self._ids.update(r.ids)
+            self._n += len(r.ids)
+        if self._members is not None:
+            self._members.add_many(member_rows)
+        self.odometer.extend(
+            [
+                c
+                for r in batch
+                for c in [r.charge] + [Charge(i, r.charge.mechanism, r.charge.query) for i in r.ids[1:]]
+            ]
+        )
+        # Every row is known within budget when the final worst-row bound shows it (sound: MATH.md 2.7.1).
+        tops = self._exact_bounds([b.top() for b in self._bounds], None)
+        self._within = tops is not None and bool(self._exact_ok(tops))
+        for r in batch:
+            self._note_outside(r.charge, r.query)
 
     def savepoint(self) -> tuple[int, tuple[int, ...]]:
         """Open a (nested) savepoint: every charge admitted or recorded after it can be undone by
@@ -830,6 +986,17 @@ class PrivacyFilter:
                         return root
         return self.spent()
 
+    def track_bounds(self) -> list[Any] | None:
+        """Per track a safe upper bound on the worst row's EXACT load (a Fraction; a tuple of them per
+        Rényi order), each from the lazy tables (MATH.md 2.7.1) with no overlap search, widened past
+        float round-off; None when the filter keeps no tables (or a bound is infinite). The bounds of
+        different tracks may come from different rows. Before the neighbouring factor (the rule's tests
+        apply it). For a caller that must not search (the service under its admission lock)."""
+        with self._lock:
+            if self._bounds is None or self._optimal:
+                return None
+            return self._exact_bounds([b.top() for b in self._bounds], None)
+
     def spent(self) -> float:
         """:meth:`value` for pure DP and zCDP budgets, from the EXACT load of the worst row the index
         located, rounded UP to a float (so ten charges of 0.1 on a row report 1.0000000000000002, and
@@ -861,6 +1028,40 @@ def _tight(r: OverlapResult) -> bool:
     if r.witness_row is None or isinstance(r.upper, np.ndarray) or isinstance(r.lower, np.ndarray):
         return False
     return float(r.upper) <= float(r.lower) * (1 + 1e-10)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A charge checked for :meth:`PrivacyFilter.record`: its ids (``times`` of them), the query with
+    its id, the per-track loads (float and exact) and the lazy tables' float loads (None: they cannot
+    hold it, or there are none)."""
+
+    charge: Charge
+    ids: list[str]
+    query: PredicateQuery
+    loads: list[Any]
+    exact: list[Any]
+    floats: list[np.ndarray] | None
+
+
+def _record_item(item: Sequence[Any]) -> tuple[Mechanism, PredicateQuery | None, str | None, int]:
+    """``(mechanism, query[, id[, times]])`` of :meth:`PrivacyFilter.record_many`, checked."""
+    if isinstance(item, str | bytes) or not isinstance(item, Sequence) or not 2 <= len(item) <= 4:
+        raise BudgetError("record_many takes (mechanism, query[, id[, times]]) items")
+    mech, query = item[0], item[1]
+    cid = item[2] if len(item) > 2 else None
+    times = item[3] if len(item) > 3 else 1
+    if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+        raise BudgetError(f"times must be a positive integer, got {times!r}")
+    return mech, query, cid, times
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 def _times(load: Any, k: int) -> Any:

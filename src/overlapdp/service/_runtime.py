@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from overlapdp.errors import TimeBudgetExceeded
+from overlapdp.errors import NeedsTrial, TimeBudgetExceeded
 from overlapdp.mechanisms import (
     GuessAndCheck,
     MechanismError,
@@ -63,7 +63,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.schema import Schema
-from overlapdp.service import _heap
+from overlapdp.service import _approx, _heap
 from overlapdp.validation import check_positive
 
 
@@ -362,6 +362,8 @@ Savepoint = tuple[PrivacyFilter, tuple[int, tuple[int, ...]], int, float]
 
 #: Replicas kept per filter for the next snapshot (each holds a copy of the filter's charges).
 _POOL = 2
+#: Longest wait (seconds) for a pooled replica before building a new one while _POOL are lent out.
+_POOL_WAIT = 1.0
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -424,7 +426,7 @@ class Trial:
     admitted: bool
     replica: ServiceFilter | None = None
     mark: Savepoint | None = None
-    upper: float | None = None
+    upper: float | tuple[Fraction, Fraction] | None = None
     adopted: bool = False
 
 
@@ -472,6 +474,8 @@ class ServiceFilter:
         # the generation and budget then: recycled into the pool once no savepoint can need them.
         self._retired: list[tuple[PrivacyFilter, int, int, float]] = []
         self._pool_lock = threading.Lock()  # guards the list only; a replica is used by one thread
+        self._pool_cond = threading.Condition(self._pool_lock)  # a replica was given back
+        self._lent = 0  # replicas handed out and neither given back nor adopted
         self._uid = next(_uids)  # a snapshot's owner (never reused, unlike id())
 
     @property
@@ -558,6 +562,16 @@ class ServiceFilter:
         self._filter.record(self._charge(load), query or self._everything, f"c{next(_ids)}", times=times)
         self._log.append((query, load, times))
 
+    def record_many(self, charges: Sequence[tuple[PredicateQuery | None, float, int]]) -> None:
+        """:meth:`record` of each ``(query, load, times)`` in order, in one pass (a ledger replay)."""
+        self._filter.record_many(
+            [
+                (self._charge(load), query or self._everything, f"c{next(_ids)}", times)
+                for query, load, times in charges
+            ]
+        )
+        self._log.extend(charges)
+
     def savepoint(self) -> Savepoint:
         return (self._filter, self._filter.savepoint(), len(self._log), self._filter_budget)
 
@@ -594,14 +608,28 @@ class ServiceFilter:
     def _replica(self, snap: FilterSnapshot, deadline: float | None) -> ServiceFilter:
         """A private filter holding exactly the snapshot's charges: one from the pool whose charges are
         a prefix of the snapshot's, caught up by recording the rest, or a new one."""
-        with self._pool_lock:
-            best = None
-            for r in self._pool:
-                fits = r._generation == snap.generation and len(r._log) <= len(snap.charges)
-                if fits and (best is None or len(r._log) > len(best._log)):
-                    best = r
+        best = None
+        with self._pool_cond:
+            # Many requests near one budget try at once (a race for the last of it): rebuilding a
+            # replica from every charge costs far more than waiting a moment for a pooled one to come
+            # back, so wait (up to _POOL_WAIT, within the deadline) before building a new one.
+            wait_until = time.monotonic() + _POOL_WAIT
+            if deadline is not None:
+                wait_until = min(wait_until, deadline)
+            while True:
+                for r in self._pool:
+                    fits = r._generation == snap.generation and len(r._log) <= len(snap.charges)
+                    if fits and (best is None or len(r._log) > len(best._log)):
+                        best = r
+                if best is not None or self._lent < _POOL:
+                    break
+                left = wait_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._pool_cond.wait(left)
             if best is not None:
                 self._pool.remove(best)
+            self._lent += 1
         replica = best or ServiceFilter(self.schema, self.definition, snap.budget, self.params)
         replica._join(snap.generation, snap.budget)
         missing = snap.charges[len(replica._log) :]
@@ -628,7 +656,7 @@ class ServiceFilter:
                 continue
             replica = ServiceFilter.__new__(ServiceFilter)
             replica._become_replica(self, inner, n, budget)
-            self._give_back(replica)
+            self._give_back(replica, lent=False)
 
     def _join(self, generation: int, budget: float) -> None:
         """This replica now stands for a snapshot of ``generation`` with ``budget``."""
@@ -642,11 +670,15 @@ class ServiceFilter:
         self._filter, self._filter_budget, self._budget = inner, budget, budget
         self._log = owner._log[:n]
         self._retired, self._pool, self._pool_lock = [], [], threading.Lock()
+        self._pool_cond, self._lent = threading.Condition(self._pool_lock), 0
         self._pinned = 0
         self._uid = next(_uids)
 
-    def _give_back(self, replica: ServiceFilter) -> None:
-        with self._pool_lock:
+    def _give_back(self, replica: ServiceFilter, *, lent: bool = True) -> None:
+        with self._pool_cond:
+            if lent:
+                self._lent = max(0, self._lent - 1)
+            self._pool_cond.notify()
             # replicas of an older generation can never be caught up again
             self._pool = [r for r in self._pool if r._generation == replica._generation]
             self._pool.append(replica)
@@ -674,9 +706,9 @@ class ServiceFilter:
             # charge into the overlap index, tens of seconds with 10 000 held; when the bound is too
             # loose for the charges landed since, settle() decides by try_all instead
             upper = None
-            if ok and bound and self.definition in _BOUNDED:
+            if ok and bound:
                 with replica._effort(deadline):  # (the bound searches when the tables cannot bound)
-                    upper = replica.max_load_bound()
+                    upper = replica._settle_bound()
                 check_deadline(deadline)
         except BaseException:
             replica.rollback(mark)
@@ -688,6 +720,19 @@ class ServiceFilter:
             return Trial(self, snap, False)
         return Trial(self, snap, True, replica, mark, upper)
 
+    def settles(self, trial: Trial) -> bool:
+        """Whether :meth:`settle` can decide ``trial`` now with no overlap search (under the lock; changes
+        nothing): the snapshot's charges are still a prefix of the log, the budget is the same, and
+        the trial was refused (loads only grow), or nothing landed since, or what landed fits with the
+        replica's worst-row bound (:func:`_fits_with`). Otherwise the trial is brought up to date off
+        the lock (:meth:`advance`) and comes back."""
+        delta = self.delta(trial.snapshot)
+        if delta is None or trial.snapshot.budget != self._budget:
+            return False
+        if not trial.admitted or not delta:
+            return True
+        return _fits_with(self.definition, trial.upper, delta, self._budget, self.params)
+
     def settle(
         self,
         trial: Trial,
@@ -695,31 +740,33 @@ class ServiceFilter:
         deadline: float | None = None,
     ) -> bool:
         """Under the admission lock: admit ``charges`` (added, as :meth:`try_all` would) or refuse them,
-        the decision :meth:`try_all` takes now, from ``trial`` and the charges added since its snapshot.
+        the decision :meth:`try_all` takes now, from ``trial`` and the charges added since its snapshot,
+        with NO overlap search (call only when :meth:`settles`; :class:`NeedsTrial` otherwise).
 
-        - Same filter, same generation and budget, nothing added since: the trial's decision is the
-          filter's on this very state; an admitted trial's replica is adopted (no search).
-        - Charges added since (other analysts', other instances'): a refusal stands (loads only grew,
+        - Nothing added since: the trial's decision is the filter's on this very state; an admitted
+          trial's replica is adopted.
+        - Charges added since (other analysts', other instances'): a refusal stands (loads only grow,
           and the filter's test is on the worst row); an admission stands when the replica's worst row
           plus the sum of the loads added since fits the budget exactly (a row's load is the sum of the
           loads covering it, MATH.md 1.8: pure DP and zCDP; GDP: the worst row's square plus the squares
           added since against the budget's square); those few charges are recorded into the
           replica, which is adopted.
-        - Otherwise (the budget changed, a rollback cut the snapshot, other definitions near their
-          budget): :meth:`try_all` itself, within ``deadline``."""
-        delta = self.delta(trial.snapshot)
-        if delta is None or trial.snapshot.budget != self._budget:
-            return self.try_all(charges, deadline)
+        - Otherwise (the budget changed, a rollback cut the snapshot, other definitions, or the bound
+          does not show it) the caller brings the trial up to date off the lock (:meth:`advance`): a
+          search here would hold up every analyst of the data set."""
+        if not self.settles(trial):
+            raise NeedsTrial
         if not trial.admitted:
             return False
-        assert trial.replica is not None and trial.mark is not None
-        if delta and not _fits_with(self.definition, trial.upper, delta, self._budget):
-            return self.try_all(charges, deadline)
+        delta = self.delta(trial.snapshot)
+        assert trial.replica is not None and trial.mark is not None and delta is not None
         replica = trial.replica
         replica.release(trial.mark)
         trial.mark = None
         for q, load, times in delta:
-            with replica._effort(deadline):  # (a record into a generic index searches)
+            with replica._effort(
+                deadline
+            ):  # (pending in the lazy tables: a record searches only without them)
                 replica.record(q, load, times)
         # adopt: the replica's library filter holds exactly this filter's charges plus the batch
         self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
@@ -728,7 +775,55 @@ class ServiceFilter:
         self._sync_budget()
         self._log.extend((q, load, 1) for q, load in charges)
         trial.adopted = True
+        with self._pool_cond:  # (the replica became the filter: it is no longer lent)
+            self._lent = max(0, self._lent - 1)
+            self._pool_cond.notify()
         return True
+
+    def advance(
+        self,
+        trial: Trial,
+        snap: FilterSnapshot,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        deadline: float | None = None,
+    ) -> Trial:
+        """Off the lock: ``trial`` brought up to ``snap``, a later snapshot of this filter, so that
+        :meth:`settle` has only what lands after ``snap`` left to look at. An admitted trial's replica
+        (its snapshot plus the batch) is offered the charges added between the two snapshots, each
+        through the filter's own test (:meth:`try_all`): all admitted, every row of the new snapshot
+        plus the batch is within the budget, so the batch is admitted on ``snap``; one refused, some
+        row of it is over the budget, and so is that row with every charge of ``snap`` and the batch:
+        refused (a row's load only grows). Either is the decision admitting the batch one charge at a
+        time on ``snap`` takes (the test is on every row, so the order does not matter). A refused
+        trial stays refused; a trial whose snapshot is no longer a prefix of ``snap`` (a rollback cut
+        it) or whose budget changed is tried again on ``snap`` from a replica (:meth:`trial`)."""
+        if snap.owner != self._uid:
+            raise ValueError("a trial is advanced to a snapshot of the filter it was taken of")
+        old = trial.snapshot
+        stale = old.owner != snap.owner or old.generation != snap.generation or old.budget != snap.budget
+        if stale or trial.adopted:
+            ServiceFilter.finish(trial)
+            return self.trial(snap, charges, deadline)
+        if not trial.admitted:
+            return Trial(self, snap, False)
+        assert trial.replica is not None and trial.mark is not None
+        replica = trial.replica
+        try:
+            for q, load, times in snap.charges[len(old.charges) :]:
+                for _ in range(times):
+                    check_deadline(deadline)
+                    if not replica.try_all([(q, load)], deadline):
+                        ServiceFilter.finish(trial)
+                        return Trial(self, snap, False)
+            with replica._effort(deadline):
+                upper = replica._settle_bound()
+            check_deadline(deadline)
+        except BaseException:
+            ServiceFilter.finish(trial)
+            raise
+        out = Trial(self, snap, True, replica, trial.mark, upper)
+        trial.replica, trial.mark = None, None  # (handed over: finishing the old trial leaves it alone)
+        return out
 
     def dry_run(
         self,
@@ -824,15 +919,72 @@ class ServiceFilter:
         return (out, True) if exact else (min(out, bound), False)
 
     def max_load_bound(self) -> float:
-        """A safe upper bound on :meth:`max_load`, with no overlap search for pure DP, zCDP and GDP
-        (:meth:`PrivacyFilter.spent_bound`, the worst-row bound of lazily admitted charges); the other
-        definitions search (``spent_bound`` falls back to the exact spend, RDP to :meth:`max_load`). The
-        ``remaining`` of an answer is computed from it, so it is never more than what is truly left."""
+        """A safe upper bound on :meth:`max_load` with no overlap search while the filter keeps its lazy
+        tables (MATH.md 2.7.1): pure DP, zCDP, GDP and tCDP :meth:`PrivacyFilter.spent_bound`; RDP and
+        approximate DP from the tables' per-track bounds (:meth:`PrivacyFilter.track_bounds`;
+        approximate DP: the smaller of the basic and the advanced rule at them, MATH.md 5.6). Without
+        tables (a domain too large for them) the index's spend. The ``remaining`` of an answer is
+        computed from it, so it is never more than what is truly left."""
+        return self.figures_bound(self._budget)[0]
+
+    def figures_bound(self, quota: float) -> tuple[float, float]:
+        """(:meth:`max_load_bound`, the room left under ``quota`` after it): safe (a spend never below
+        the worst row's, a room never above what one more charge on every row may carry) and with no
+        overlap search while the lazy tables are kept (what an answer reports, under the lock)."""
         if len(self._filter) == 0:
-            return 0.0
-        if self.definition == "rdp":
-            return self.max_load()
-        return self._filter.spent_bound()
+            return 0.0, remaining(self.definition, quota, 0.0, self.params)
+        tracks = self._filter.track_bounds() if self.definition in ("rdp", "approx") else None
+        if tracks is not None and self.definition == "approx":
+            return _approx.bound_figures(tracks[2], tracks[0], quota, float(self.params["delta"]))
+        if tracks is not None:  # RDP at its one order: a plain sum per row
+            spent = _float_up(tracks[0][0])
+        elif self.definition == "rdp":
+            spent = self.max_load()
+        else:
+            spent = self._filter.spent_bound()
+        return spent, remaining(self.definition, quota, spent, self.params)
+
+    def _settle_bound(self) -> float | tuple[Fraction, Fraction] | None:
+        """What :func:`_fits_with` settles a trial with (no search while the tables are kept): a bound
+        on the worst row's sum (GDP: its root), or for approximate DP the per-track bounds (sum of
+        epsilons, sum of squares); None when there is none."""
+        if self.definition == "approx":
+            tracks = self._filter.track_bounds()
+            return None if tracks is None else (tracks[2], tracks[0])
+        return self.max_load_bound()
+
+    def joint_figures(self, snap: FilterSnapshot, quota: float) -> tuple[float, float] | None:
+        """Approximate DP: the worst row's own spend and the smallest room over the rows of ``snap``'s
+        charges (every row pattern, :func:`overlapdp.service._approx.joint_figures`; off the lock),
+        or None when their grid is too large (or another definition)."""
+        if self.definition != "approx":
+            return None
+        charges = [(q or self._everything, load, times) for q, load, times in snap.charges]
+        return _approx.joint_figures(self.schema, charges, quota, float(self.params["delta"]))
+
+    def account(self, snap: FilterSnapshot, quota: float) -> tuple[float, float]:
+        """The spend of ``snap``'s charges and the room left under ``quota`` (off the lock, for
+        reports). Approximate DP: the worst row's own combined figure and the smallest room over the
+        rows (:func:`overlapdp.service._approx.joint_figures`, every row pattern) when the charges' grid
+        is small enough, else the filter's value (the rules at the per-track maxima, a safe bound) and
+        the larger of the rooms the two safe bounds give. Others: :meth:`spend` and :func:`remaining`."""
+        if self.definition == "approx":
+            delta = float(self.params["delta"])
+            joint = self.joint_figures(snap, quota)
+            if joint is not None:
+                return joint
+            spent = self.spend(snap)
+            room = remaining(self.definition, quota, spent, self.params)
+            replica = self._replica(snap, None)
+            try:
+                tracks = replica._filter.track_bounds()
+            finally:
+                self._give_back(replica)
+            if tracks is not None:
+                room = max(room, _approx.bound_figures(tracks[2], tracks[0], quota, delta)[1])
+            return spent, room
+        spent = self.spend(snap)
+        return spent, remaining(self.definition, quota, spent, self.params)
 
     def __len__(self) -> int:
         return len(self._filter)
@@ -848,14 +1000,22 @@ _BOUNDED = (*_SUMS, "gdp")
 
 def _fits_with(
     definition: str,
-    upper: float | None,
+    upper: float | tuple[Fraction, Fraction] | None,
     added: Sequence[tuple[PredicateQuery | None, float, int]],
     budget: float,
+    params: Mapping[str, Any],
 ) -> bool:
     """Whether ``upper`` (a safe bound on the worst row after the batch) plus every load in ``added``
-    stays within ``budget``, exactly (Fractions): then no row can exceed it, whichever rows they cover."""
-    if upper is None or definition not in _BOUNDED:
+    stays within ``budget``, exactly (Fractions): then no row can exceed it, whichever rows they cover.
+    Pure DP, zCDP, tCDP and one-order RDP: a row's sum (MATH.md 1.8, 5.9; the service's charges all
+    have omega = infinity); GDP: squares; approximate DP: per-track bounds (sum of epsilons, sum of
+    squares), every row within basic or every row within advanced composition (MATH.md 5.6)."""
+    if upper is None:
         return False
+    if isinstance(upper, tuple):
+        return definition == "approx" and _approx.fits(
+            upper[0], upper[1], added, budget, float(params["delta"])
+        )
     if definition == "gdp":  # a row's sum of mu^2 (the service's filters: add/remove neighbours)
         squares = Fraction(upper) ** 2 + sum(
             (Fraction(load) ** 2 * times for _, load, times in added), Fraction(0)

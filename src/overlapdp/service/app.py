@@ -1,7 +1,8 @@
 """The HTTP API (FastAPI): admin endpoints, analyst endpoints, errors that never leak.
 
 - Every endpoint needs a bearer token: the admin token for ``/v1/admin/...``, an analyst's otherwise.
-- Bad input is a 4xx with ``{"error": ..., "detail": ...}``; messages name the field or attribute and
+- Bad input is a 4xx with ``{"error": ..., "detail": ...}``, and so are the framework's own refusals (an
+  unknown route, a method a route does not take, a body that is not parseable JSON); messages name the field or attribute and
   never carry a value of the data; an unexpected failure is a bare 500 without details. A 422 lists
   ``{"loc": [...], "msg": ...}`` per refused field (unknown fields, wrong types, a field the chosen
   mechanism does not use).
@@ -13,15 +14,16 @@
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
 
-from overlapdp.errors import BadRequest, OverlapDPError
+from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError
 from overlapdp.service import _runtime as runtime
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
@@ -140,14 +142,37 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _error(status: int, exc: BaseException, **extra: Any) -> JSONResponse:
+def _error(
+    status: int, exc: BaseException, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     body: dict[str, Any] = {
         "error": type(exc).__name__,
         "detail": str(exc).splitlines()[0] if str(exc) else "",
     }
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    out = dict(headers or {})
+    if status == 401:
+        out["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=out or None)
+
+
+def _framework_error(exc: HTTPException) -> ServiceError:
+    """The service error standing for one of the framework's own HTTP refusals (its class name is the
+    body's ``error``, as for every other error)."""
+    if exc.status_code == 404:
+        return NotFound("no such route: see /openapi.json for the service's routes")
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("allow") or (exc.headers or {}).get("Allow") or ""
+        return MethodNotAllowed(
+            "this route does not take this method" + (f"; it takes {allowed}" if allowed else "")
+        )
+    if exc.status_code == 400:
+        return BadRequest(
+            "the request body could not be parsed as JSON (it may be nested too deeply); nothing was charged"
+        )
+    err = ServiceError(str(exc.detail).splitlines()[0] if exc.detail else "the request was refused")
+    err.status = exc.status_code
+    return err
 
 
 #: The error bodies every endpoint may answer with (declared in the OpenAPI description).
@@ -155,7 +180,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "bad input: the detail names the field or attribute"},
     401: {"model": ErrorBody, "description": "a missing, wrong or revoked token"},
     403: {"model": ErrorBody, "description": "the quota or the global budget cannot pay (with 'remaining')"},
-    404: {"model": ErrorBody, "description": "unknown data set, analyst or session"},
+    404: {"model": ErrorBody, "description": "unknown data set, analyst, session or route"},
+    405: {"model": ErrorBody, "description": "a method the route does not take (see the Allow header)"},
     409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
     413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
     422: {"model": ValidationErrorBody, "description": "the body does not hold the documented fields"},
@@ -217,6 +243,12 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         # Only where and what: the offending input is not echoed back.
         problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e)} for e in exc.errors()]
         return JSONResponse({"error": "ValidationError", "detail": problems}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        # the framework's own refusals (an unknown route, a method the route does not take, a body the
+        # JSON parser gave up on, e.g. nested 100 000 deep) get the one error body too
+        return _error(exc.status_code, _framework_error(exc), headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:

@@ -17,15 +17,17 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
   :class:`overlapdp.service._runtime.ServiceFilter` (exact at the budget).
-- Nobody waits for someone else's search. A ``/batch`` of up to :attr:`Limits.bounds_max` queries is
-  first tried under the lock on the filters' lazy bounds alone (no search; an admission there is the
-  exact filter's, never a refusal). Otherwise ``/cost`` and the overlap part of a ``/batch`` run outside
-  the data set's lock: under the lock only an immutable snapshot of both filters is taken (their charges
-  and budgets, no search); the batch is tried off the lock on private replicas of the snapshot, no
-  other thread ever touching them; ``/cost`` answers as of the snapshot; a ``/batch`` is then
-  validated under the lock against the charges added since the snapshot only
-  (:meth:`ServiceFilter.settle`): the decision is the one admitting it under the lock would take.
-  Only the thread holding the admission lock ever changes a filter.
+- Nobody waits for someone else's search: no overlap search runs under the data set's lock. A
+  spending request of up to :attr:`Limits.bounds_max` queries (a single query too) is first tried
+  under the lock on each filter's lazy bounds alone (no search; an admission there is the exact
+  filter's, never a refusal). A filter they cannot decide, every filter of a larger batch, and
+  ``/cost`` are tried outside the lock on private replicas of an immutable snapshot (the charges and
+  budget, copied under the lock); ``/cost`` answers as of the snapshot; a spending request is then
+  settled under the lock against the charges added since the snapshot only
+  (:meth:`ServiceFilter.settle`, no search), or, when a bound cannot show those fit, sent back off the
+  lock to bring its trial up to a fresh snapshot (:meth:`ServiceFilter.advance`). The decision is the
+  one admitting it under the lock would take. Only the thread holding the admission lock ever changes
+  a filter.
 - Each request has a time budget (:attr:`Limits.request_seconds`): a request that cannot be decided
   within it gets 503 (:class:`TimeBudgetExceeded`) for itself alone, nothing charged.
 - A restart never resets a budget: the filters replay the ledger's charges, never refusing them, so the
@@ -42,11 +44,12 @@ import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.consistency import NOTE, Design, project, workload_design
+from overlapdp.consistency import NOTE, workload_design
 from overlapdp.errors import Conflict as Conflict
 from overlapdp.errors import FieldRefused as FieldRefused
 from overlapdp.errors import (
@@ -66,6 +69,7 @@ from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
 from overlapdp.service import _runtime as runtime
+from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
 from overlapdp.service.ledger import (
@@ -119,13 +123,17 @@ class Limits:
     #: run) is not decided by then gets 503 (:class:`TimeBudgetExceeded`), nothing charged. Checked
     #: between the charges of a batch and inside each overlap search (its effort limit is the time left).
     request_seconds: float = 10.0
-    #: Batches of at least this many queries never search under the admission lock: they are tried
-    #: against a snapshot off it when the filters' bounds alone cannot admit them.
-    snapshot_min: int = 2
+    #: Requests of at least this many queries (every request by default: a single query too, and a
+    #: session's opening) never search under the admission lock: they are tried against a snapshot off
+    #: it when the filters' bounds alone cannot admit them. Smaller ones are decided under the lock.
+    snapshot_min: int = 1
     #: Such batches of at most this many queries are first tried under the lock on the filters' lazy
     #: bounds alone (no search, about 0.1 ms per query and filter; most batches far from the budget end
     #: there, with no replica to bring up to date); larger ones go off the lock at once.
     bounds_max: int = 200
+    #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
+    #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
+    projection_workers: int = 2
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
@@ -160,12 +168,22 @@ class _Pending:
     step_arg: float = 0.0
     #: When the request's time budget runs out (``time.monotonic()``).
     deadline: float | None = None
-    #: A batch tried off the lock against snapshots of (the analyst's filter, the global filter),
-    #: settled under the lock by :func:`_decide`.
-    trials: tuple[runtime.Trial, runtime.Trial] | None = None
-    #: A batch first tried on the filters' bounds alone under the lock (:func:`_decide`), tried off
-    #: the lock (``trials``) only when they cannot admit it.
+    #: Per filter (0: the analyst's, 1: the global one), the request tried off the lock against a
+    #: snapshot of it, settled under the lock by :func:`_decide`; None while it has none.
+    trials: list[runtime.Trial | None] = field(default_factory=lambda: [None, None])
+    #: The filters whose decision needs a trial off the lock (or its trial brought up to date) before
+    #: the request comes back under the lock (:class:`NeedsTrial`).
+    needs: set[int] = field(default_factory=set)
+    #: A request first tried on the filters' bounds alone under the lock (:func:`_decide`), tried off
+    #: the lock (``trials``) only on the filters whose bounds cannot admit it.
     on_bounds: bool = False
+    #: A consistent batch: the cells of its workload, and its projection running in a worker (none
+    #: for a request already recorded under its idempotency key: the replay has the recorded one).
+    cells: int = 0
+    projection: ProjectionJob | None = None
+    #: Approximate DP: (the analyst's filter, its snapshot after the admission, the quota), for the
+    #: answer's figures computed off the lock.
+    account: tuple[runtime.ServiceFilter, runtime.FilterSnapshot, float] | None = None
     done: bool = False
     result: Result | None = None
     error: BaseException | None = None
@@ -254,10 +272,14 @@ class _DatasetState:
                 per_query[query, load] = per_query.get((query, load), 0) + 1
                 per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
             self.last_seq = max(self.last_seq, seq)
-        for (query, load), k in per_query.items():
-            self.global_filter.record(self.parse_recorded(query), load, k)
+        self.global_filter.record_many(
+            [(self.parse_recorded(q), load, k) for (q, load), k in per_query.items()]
+        )
+        per_filter: dict[str, list[tuple[PredicateQuery | None, float, int]]] = {}
         for (analyst, query, load), k in per_analyst.items():
-            self.analyst_filter(analyst).record(self.parse_recorded(query), load, k)
+            per_filter.setdefault(analyst, []).append((self.parse_recorded(query), load, k))
+        for analyst, charges in per_filter.items():
+            self.analyst_filter(analyst).record_many(charges)
 
 
 # -- the service ------------------------------------------------------------------------------------
@@ -272,8 +294,17 @@ class QueryService:
         self._states: dict[str, _DatasetState] = {}
         self._states_lock = threading.Lock()
         self._tokens = TokenCache()
+        #: Consistent answers are projected in these worker processes (none runs until one is asked).
+        self.projections = ProjectionPool(self.limits.projection_workers)
+        # A service dropped without close() stops its workers too (they also exit with the process).
+        weakref.finalize(self, self.projections.close)
         for record in store.list_datasets():
             self._install(record)
+
+    def close(self) -> None:
+        """Stop the projection workers and close the ledger."""
+        self.projections.close()
+        self.store.close()
 
     # -- data sets --------------------------------------------------------------------------------
     def _install(self, record: DatasetRecord, loaded: LoadedDataset | None = None) -> _DatasetState:
@@ -414,14 +445,14 @@ class QueryService:
             gsnap = glob.snapshot()
             admin = self._admin_fields(state)
             seq = state.last_seq
-        per_analyst = {a: f.spend(s) for a, (f, s) in snaps.items()}
-        spent = glob.spend(gsnap)
+        per_analyst = {a: f.account(s, f.budget)[0] for a, (f, s) in snaps.items()}
+        spent, left = glob.account(gsnap, rec.budget)
         guarantee = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent, state.params)
         return DatasetStatus(
             **admin,
             spent=spent,
             spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(rec.definition, state.params, spent)),
-            remaining=runtime.remaining(rec.definition, rec.budget, spent, state.params),
+            remaining=left,
             spent_by_analyst=per_analyst,
             guarantee=Guarantee(**guarantee),
             ledger_seq=seq,
@@ -504,13 +535,16 @@ class QueryService:
             with state.admit_lock:
                 f = state.analyst_filters.get(analyst.name)
                 snap = f.snapshot() if f is not None else None
-            spent = f.spend(snap) if f is not None and snap is not None else 0.0  # off the lock
             defn, params = state.record.definition, state.params
+            if f is not None and snap is not None:
+                spent, left = f.account(snap, quota)  # off the lock
+            else:
+                spent, left = 0.0, runtime.remaining(defn, quota, 0.0, params)
             per[ds] = QuotaInfo(
                 definition=defn,  # type: ignore[arg-type]  # checked at registration
                 quota=quota,
                 spent=spent,
-                remaining=runtime.remaining(defn, quota, spent, params),
+                remaining=left,
                 spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, spent)),
                 quota_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, quota)),
             )
@@ -624,23 +658,31 @@ class QueryService:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically.
 
         ``consistent``: also the counts projected onto a non-negative table's answers
-        (:mod:`overlapdp.consistency`, post-processing of the released counts, recomputed identically on
-        a replay). The workload's cells are enumerated before anything is charged, so a workload over
-        :data:`CONSISTENT_CELL_LIMIT` is refused (400) without spending.
+        (:mod:`overlapdp.consistency`, post-processing of the noisy counts). The workload's cells are
+        enumerated before anything is counted, so a workload over :data:`CONSISTENT_CELL_LIMIT` is
+        refused (400) without spending. The projection runs in a worker process
+        (:mod:`overlapdp.service._projection`) BEFORE admission, within the request's time budget:
+        one that cannot finish in time is a 503 with nothing charged, one that finishes is recorded
+        with the charges, so an idempotent replay returns it without computing it again.
         """
-        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, request_key)
-        if consistent and any(n.get("aggregate") for n in pending.noisy):
-            # Refused before anything is charged: the projection is defined for counts only.
-            raise QueryError("'consistent' applies to counts only, not to sums or means")
-        design = _consistency_design(pending) if consistent else None
-        out = self._submit(state, pending, BatchAnswer)
-        if design is None:
-            return out
-        counts = [float(a.count) for a in out.answers if a.count is not None]
-        stddevs = [float(a.stddev) for a in out.answers if a.stddev is not None]
-        fitted = project(design, counts, [s**2 for s in stddevs])
-        fit = ConsistentCounts(counts=fitted.values, cells=design.cells, solver=fitted.solver, note=NOTE)
-        return out.model_copy(update={"consistent": fit})
+        state, pending = self._query(
+            analyst, dataset, specs, parameter, parameter_name, request_key, consistent=consistent
+        )
+        job = pending.projection
+        try:
+            if job is not None:
+                projected = job.result()  # off every lock; 503 past the deadline, nothing charged
+                for answer, value in zip(pending.noisy, projected.counts, strict=True):
+                    # recorded with the charge (the ledger's answer), never released before its commit
+                    answer["consistent"] = {
+                        "count": value,
+                        "cells": pending.cells,
+                        "solver": projected.solver,
+                    }
+            return self._submit(state, pending, BatchAnswer)
+        finally:
+            if job is not None:
+                job.cancel()  # the request failed before its projection came: its worker is freed
 
     def cost(
         self,
@@ -654,9 +696,9 @@ class QueryService:
     ) -> CostEstimate:
         """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
         with ``consistent``, also whether consistent answers could be computed (400 if not)."""
-        state, pending = self._query(analyst, dataset, specs, parameter, parameter_name, None, dry_run=True)
-        if consistent:
-            _consistency_design(pending)
+        state, pending = self._query(
+            analyst, dataset, specs, parameter, parameter_name, None, dry_run=True, consistent=consistent
+        )
         return self._dry_run(state, pending)
 
     def _query(
@@ -669,6 +711,7 @@ class QueryService:
         request_key: str | None,
         *,
         dry_run: bool = False,
+        consistent: bool = False,
     ) -> tuple[_DatasetState, _Pending]:
         deadline = time.monotonic() + self.limits.request_seconds
         if dataset not in analyst.quotas:
@@ -677,6 +720,13 @@ class QueryService:
         loaded = self._loaded(state)
         queries, items, groups, aggregates = self._expand(state, specs)
         mech = self._mechanism(state, parameter, parameter_name)
+        design = None
+        if consistent:
+            # Refused before anything is counted or charged: the projection is defined for counts only,
+            # and a workload with too many cells is a 400 (numpy's enumeration releases the lock).
+            if any(a.clipping is not None for a in aggregates):
+                raise QueryError("'consistent' applies to counts only, not to sums or means")
+            design = workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
         load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
             analyst=analyst.name,
@@ -691,6 +741,9 @@ class QueryService:
                     for q, a in zip(queries, aggregates, strict=True)
                 ],
                 mech.parameter,
+                # a consistent batch is another request (its answers carry the projection); a plain
+                # batch's hash is unchanged
+                *(["consistent"] if consistent else []),
             ),
             queries=list(queries),
             query_json=[
@@ -714,10 +767,28 @@ class QueryService:
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
                     answer["group"] = g
                     answer["item"] = i
-            if len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
-                pending.trials = self._trials(state, pending)
-            elif len(queries) >= self.limits.snapshot_min:
-                pending.on_bounds = True
+            if design is not None and not (
+                pending.request_key is not None and self.store.is_recorded(analyst.name, pending.request_key)
+            ):
+                # Started now, it runs in its worker while the trials below search (on two cores, in
+                # parallel); query() waits for it before admission.
+                pending.cells = design.cells
+                pending.projection = self.projections.start(
+                    design.matrix,
+                    [float(a["count"]) for a in pending.noisy],
+                    [float(a["stddev"]) ** 2 for a in pending.noisy],
+                    deadline,
+                )
+            try:
+                if len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
+                    pending.needs = {0, 1}
+                    self._advance(state, pending)
+                elif len(queries) >= self.limits.snapshot_min:
+                    pending.on_bounds = True
+            except BaseException:
+                if pending.projection is not None:
+                    pending.projection.cancel()
+                raise
         return state, pending
 
     def _snapshots(self, state: _DatasetState, analyst: str) -> tuple[float, _Snapshots]:
@@ -736,17 +807,26 @@ class QueryService:
             glob = state.global_filter
             return quota, ((mine, mine.snapshot()), (glob, glob.snapshot()))
 
-    def _trials(self, state: _DatasetState, p: _Pending) -> tuple[runtime.Trial, runtime.Trial]:
-        """The batch tried off the lock against snapshots of both filters (:meth:`ServiceFilter.trial`);
-        :meth:`_admit_one` settles them under the lock against what was added since."""
-        _, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
+    def _advance(self, state: _DatasetState, p: _Pending) -> None:
+        """The filters in ``p.needs`` tried off the lock against fresh snapshots (:meth:`ServiceFilter.trial`),
+        or the trials the request has brought up to them (:meth:`ServiceFilter.advance`: only the
+        charges added since its last snapshot are looked at); :meth:`_admit_one` settles them under
+        the lock against what lands after."""
+        needs, p.needs = sorted(p.needs), set()
+        _, snaps = self._snapshots(state, p.analyst)
         pairs = list(zip(p.queries, p.loads, strict=True))
-        own = mine.trial(mine_snap, pairs, p.deadline)
-        try:
-            return own, glob.trial(global_snap, pairs, p.deadline)
-        except BaseException:
-            runtime.ServiceFilter.finish(own)
-            raise
+        for which in needs:
+            f, snap = snaps[which]
+            old = p.trials[which]
+            p.trials[which] = None  # (finished by advance or by the request if this raises)
+            if old is None:
+                p.trials[which] = f.trial(snap, pairs, p.deadline)
+            else:
+                try:
+                    p.trials[which] = f.advance(old, snap, pairs, p.deadline)
+                except BaseException:
+                    runtime.ServiceFilter.finish(old)
+                    raise
 
     def open_session(
         self,
@@ -779,6 +859,8 @@ class QueryService:
             session_kind=kind,
             session_params=public,
             session_state=secret,
+            deadline=time.monotonic() + self.limits.request_seconds,
+            on_bounds=self.limits.snapshot_min <= 1,
         )
         return self._submit(state, pending, SessionOpened)
 
@@ -842,17 +924,40 @@ class QueryService:
                     if pending.result is not None:  # held by both filters from now on (off the lock)
                         _heap.grew(len(pending.queries))
                     break
-                # the bounds could not admit it: tried off the lock, then settled under it
-                pending.error, pending.done, pending.on_bounds = None, False, False
-                pending.trials = self._trials(state, pending)
+                # a filter's bounds could not admit it, or its trial could not be settled without a
+                # search: tried (or brought up to date) off the lock, then settled under it
+                pending.error, pending.done = None, False
+                runtime.check_deadline(pending.deadline)
+                self._advance(state, pending)
         finally:
-            for trial in pending.trials or ():
-                # replicas not adopted go back to their filters' pools (by this request, off the lock)
-                runtime.ServiceFilter.finish(trial)
+            for trial in pending.trials:
+                if trial is not None:
+                    # replicas not adopted go back to their filters' pools (by this request, off the lock)
+                    runtime.ServiceFilter.finish(trial)
         if pending.error is not None:
             raise pending.error
+        if pending.account is not None and isinstance(pending.result, BatchAnswer):
+            pending.result = self._joint_figures(state, pending.result, *pending.account)
         assert isinstance(pending.result, result)
         return pending.result
+
+    @staticmethod
+    def _joint_figures(
+        state: _DatasetState,
+        out: BatchAnswer,
+        f: runtime.ServiceFilter,
+        snap: runtime.FilterSnapshot,
+        quota: float,
+    ) -> BatchAnswer:
+        """Approximate DP: an answer's spend and ``remaining`` as the rows' own figures (the worst row's
+        combined spend, the smallest room over the rows: MATH.md 5.6), from the snapshot taken at its
+        admission, computed off the lock; the per-track bounds it had when the rows are too many."""
+        joint = f.joint_figures(snap, quota)
+        if joint is None:
+            return out
+        spent, left = joint
+        line = EpsilonDelta(**runtime.epsilon_delta(state.record.definition, state.params, spent))
+        return out.model_copy(update={"remaining": left, "spent_epsilon_delta": line})
 
     def _admit(self, state: _DatasetState, batch: list[_Pending]) -> None:
         """Admit ``batch`` in one ledger transaction; results are published only after the commit."""
@@ -928,18 +1033,27 @@ class QueryService:
         cost = Cost.model_validate(
             {"definition": definition, "queries": len(p.queries), runtime.DEFINITIONS[definition]: value}
         )
-        # Admission: the charges go into both filters, or (the caller rolls back) into neither.
+        # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
+        # overlap search here: a filter is decided on its lazy bounds or by settling its trial; one that
+        # needs a search sends the request off the lock (NeedsTrial) and it comes back.
+        filters = (mine, state.global_filter)
+        p.needs = {w for w in (0, 1) if not _settles(filters[w], p, w)}
+        if p.needs:
+            raise NeedsTrial
         mark = mine.savepoint()
-        own_ok = _decide(mine, p, 0, pairs)
-        global_ok = own_ok and _decide(state.global_filter, p, 1, pairs)
+        verdicts: dict[int, bool | None] = {}
+        for w in sorted((0, 1), key=lambda w: p.trials[w] is not None):  # bounds first, then settles
+            if p.needs and p.trials[w] is not None:
+                break  # going back off the lock: a trial settled now would be adopted, then undone
+            verdicts[w] = _decide(filters[w], p, w, pairs)
+            if verdicts[w] is None:
+                p.needs.add(w)
+        if p.needs:
+            raise NeedsTrial
+        own_ok, global_ok = bool(verdicts[0]), bool(verdicts[1])
         if not (own_ok and global_ok):
             mine.rollback(mark)
-            spent = mine.max_load_bound()  # under the lock: a safe bound, no search (as an answer's)
-            remaining = runtime.remaining(definition, quota, spent, state.params)
-            if not own_ok:  # say whether the global budget alone would have paid, too
-                sp = state.global_filter.savepoint()
-                global_ok = _decide(state.global_filter, p, 1, pairs)
-                state.global_filter.rollback(sp)
+            spent, remaining = mine.figures_bound(quota)  # under the lock: safe bounds, no search
             raise QuotaExceeded(
                 "the analyst's quota cannot pay for this request"
                 if not own_ok
@@ -978,17 +1092,20 @@ class QueryService:
             )
             if row is None:
                 raise Conflict("this idempotency key is being used by a concurrent request")
-            answers.append(Answer(charge=row.id, seq=row.seq, **answer))
+            answers.append(Answer(charge=row.id, seq=row.seq, **_released(answer)))
             seqs.append(row.seq)
-        # an upper bound on the spend (no search after a lazy admission): ``remaining`` is never more
-        # than what is left; the exact spend is in the data set status and the ledger's reports
-        spent = mine.max_load_bound()
+        # an upper bound on the spend (no search under the lock): ``remaining`` is never more than
+        # what is left; the exact spend is in the data set status and the ledger's reports
+        spent, remaining = mine.figures_bound(quota)
+        if definition == "approx":  # the rows' own figures are computed off the lock (_submit)
+            p.account = (mine, mine.snapshot(), quota)
         return BatchAnswer(
             answers=answers,
             cost=cost,
             replayed=False,
-            remaining=runtime.remaining(definition, quota, spent, state.params),
+            remaining=remaining,
             spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, spent)),
+            consistent=_consistent_counts(p.noisy),
         ), seqs
 
     def _session_open(
@@ -1110,9 +1227,14 @@ class QueryService:
             return SessionStep(
                 answer=SessionAnswer(**(r.answer or {})), charge=r.id, seq=r.seq, replayed=True
             )
-        answers = [Answer(charge=c.id, seq=c.seq, **(c.answer or {})) for c in recorded]
+        answers = [Answer(charge=c.id, seq=c.seq, **_released(c.answer or {})) for c in recorded]
         cost = {k: v for k, v in r.cost.items() if k not in ("load", "queries")}
-        return BatchAnswer(answers=answers, cost=Cost(**cost, queries=len(recorded)), replayed=True)
+        return BatchAnswer(
+            answers=answers,
+            cost=Cost(**cost, queries=len(recorded)),
+            replayed=True,
+            consistent=_consistent_counts([c.answer or {} for c in recorded]),
+        )
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -1123,27 +1245,48 @@ class QueryService:
 CONSISTENT_CELL_LIMIT = 20_000
 
 
+def _settles(f: runtime.ServiceFilter, p: _Pending, which: int) -> bool:
+    """Whether ``f``'s decision on ``p`` needs no trial brought up to date first (under the lock)."""
+    trial = p.trials[which]
+    return trial is None or f.settles(trial)
+
+
 def _decide(
     f: runtime.ServiceFilter, p: _Pending, which: int, pairs: list[tuple[PredicateQuery | None, float]]
-) -> bool:
+) -> bool | None:
     """Admit ``pairs`` into ``f`` or refuse them (under the admission lock): from the request's trial
     against a snapshot when it has one (:meth:`ServiceFilter.settle`: only the charges added since are
-    looked at); for a batch to be tried on the bounds first, admitted when the lazy bounds alone clear
-    each charge (:meth:`ServiceFilter.try_on_bounds`, no search) or else sent off the lock for a trial
-    (:class:`NeedsTrial`); otherwise by trying each charge now. Every way the decision admitting them
-    one by one under the lock would take, within the request's time budget."""
-    if p.trials is not None:
-        return f.settle(p.trials[which], pairs, p.deadline)
+    looked at, no search); for a request tried on the bounds first, admitted when the lazy bounds alone
+    clear each charge (:meth:`ServiceFilter.try_on_bounds`, no search), None (nothing changed) when only
+    a trial off the lock can decide; otherwise (``Limits.snapshot_min`` above the request's size) by
+    trying each charge now. Every way the decision admitting them one by one under the lock would take,
+    within the request's time budget."""
+    trial = p.trials[which]
+    if trial is not None:
+        return f.settle(trial, pairs, p.deadline)
     if p.on_bounds:
-        if f.try_on_bounds(pairs) is None:
-            raise NeedsTrial
-        return True
+        return f.try_on_bounds(pairs)
     return f.try_all(pairs, p.deadline)
 
 
-def _consistency_design(pending: _Pending) -> Design:
-    queries = [q for q in pending.queries if q is not None]
-    return workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+def _released(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded answer's own fields (its consistent count goes to the batch's ``consistent``)."""
+    return {k: v for k, v in answer.items() if k != "consistent"}
+
+
+def _consistent_counts(answers: Sequence[Mapping[str, Any]]) -> ConsistentCounts | None:
+    """The batch's consistent counts from its (recorded) answers; None for a batch without them."""
+    fits = [a.get("consistent") for a in answers]
+    if not fits or any(f is None for f in fits):
+        return None
+    first = fits[0]
+    assert first is not None
+    return ConsistentCounts(
+        counts=[float(f["count"]) for f in fits if f is not None],
+        cells=int(first["cells"]),
+        solver=str(first["solver"]),
+        note=NOTE,
+    )
 
 
 def _rows(state: _DatasetState) -> int | None:

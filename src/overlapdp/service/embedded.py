@@ -43,4 +43,4 @@ def embedded_service(ledger: Path | str) -> Iterator[tuple[str, str]]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        service.store.close()
+        service.close()

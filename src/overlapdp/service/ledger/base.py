@@ -209,6 +209,11 @@ class LedgerStore(abc.ABC):
     def loads_since(self, dataset: str, seq: int) -> list[LoadRow]:
         """What the filters need of each charge after ``seq``: ``(seq, analyst, query JSON, load)``."""
 
+    def is_recorded(self, analyst: str, request_key: str) -> bool:
+        """Whether a request of ``analyst`` under ``request_key`` is committed (read outside any
+        admission: a hint that spares work, the admission decides). A store that cannot tell says False."""
+        return False
+
     @abc.abstractmethod
     def get_session(self, session_id: str) -> SessionRecord | None: ...
 

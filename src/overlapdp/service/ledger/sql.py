@@ -317,6 +317,11 @@ class SQLLedger(LedgerStore):
             rows = self._exec(conn, sql, params).fetchall()
         return [charge_from_row(r) for r in rows]
 
+    def is_recorded(self, analyst: str, request_key: str) -> bool:
+        sql = "SELECT 1 FROM charges WHERE analyst = ? AND request_key = ? LIMIT 1"
+        with self._tx(write=False) as conn:
+            return self._exec(conn, sql, (analyst, request_key)).fetchone() is not None
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         with self._tx(write=False) as conn:
             return _read_session(self, conn, session_id)

@@ -1,0 +1,262 @@
+"""Consistent batches in the service (finding 9 of issue 26): the projection runs in a worker process,
+before admission and within the request's time budget, and is recorded with the charges.
+
+Through the Python client over HTTP (uvicorn in a thread of this process), with counts, not clocks:
+
+- another analyst's queries are answered while a consistent batch's projection is held in its worker
+  (a stand-in worker that waits for a gate), and no solver ever runs in the server's process (the
+  previous service projected in the request's thread, holding the interpreter lock);
+- a projection that cannot finish within the budget is a 503 with nothing charged: the worker stops
+  itself at the deadline (driven clock), or is killed when it does not answer (a gate never opened);
+- an idempotent replay returns the recorded answers and projection, with no second projection;
+- the projected counts are the library's :func:`overlapdp.consistency.project` of the same noisy counts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import overlapdp._activeset as activeset
+from overlapdp.consistency import project, workload_design
+from overlapdp.errors import ServiceRefused
+from overlapdp.query import parse_where
+from overlapdp.samples import adult_schema
+from overlapdp.service import Limits
+from overlapdp.service import _projection as projection
+from overlapdp.service._projection import ProjectionPool
+from overlapdp.service.client import Client
+from support.service import in_process, write_adult
+
+GATE = Path(__file__).resolve().parent / "support" / "projection_gate.py"
+
+
+def _boxes(n: int, seed: int = 5) -> list[str]:
+    """``n`` distinct random age x hours-per-week boxes (hundreds to thousands of cells)."""
+    rng = random.Random(seed)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        a = sorted(rng.sample(range(85), 2))
+        h = sorted(rng.sample(range(99), 2))
+        out[f'age BETWEEN {a[0]} AND {a[1]} AND "hours-per-week" BETWEEN {h[0]} AND {h[1]}'] = None
+    return list(out)
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A service on HTTP with two analysts; every solver call in THIS process is counted."""
+    calls: list[str] = []
+    real_solve, real_nnls = activeset.solve, activeset._scipy_nnls
+    import scipy.optimize
+
+    real_scipy = scipy.optimize.nnls
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(activeset, "solve", counted("active-set", real_solve))
+    monkeypatch.setattr(activeset, "_scipy_nnls", counted("nnls", real_nnls))
+    monkeypatch.setattr(scipy.optimize, "nnls", counted("scipy", real_scipy))
+    with in_process(tmp_path) as srv:
+        service = srv["service"]
+        path, schema = write_adult(tmp_path)
+        service.register_dataset("adult", str(path), schema, "pandas", "pure", 1e6)
+        tokens = {a: service.create_analyst(a, {"adult": 1e5}).token for a in ("alice", "bob")}
+        clients = {a: Client(srv["url"], t, timeout=120) for a, t in tokens.items()}
+        try:
+            yield {**srv, "clients": clients, "solver_calls": calls}
+            pids = service.projections.workers
+        finally:
+            for c in clients.values():
+                c.close()
+    for pid in pids:  # closing the service stopped and reaped its workers
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _gated(service: Any, gate: Path, *mode: str, **kwargs: Any) -> ProjectionPool:
+    service.projections.close()
+    pool = ProjectionPool(1, command=[sys.executable, str(GATE), str(gate), *mode], **kwargs)
+    service.projections = pool
+    return pool
+
+
+def _wait_for(condition: Any, what: str, seconds: float = 120.0) -> None:
+    """Poll ``condition`` (a bound on a hang, not a timing assertion)."""
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, f"waited {seconds} s for {what}"
+        time.sleep(0.01)
+
+
+def _library(queries: list[str], frame: Any, calls: list[str]) -> list[float]:
+    """The library's projection of the counts (and noise) the service released (its own solver calls,
+    in this process, are not the server's: taken off the count)."""
+    schema = adult_schema()
+    design = workload_design([parse_where(schema, w) for w in queries])
+    before = len(calls)
+    values = project(design, frame["count"].astype(float).tolist(), (frame["stddev"] ** 2).tolist()).values
+    del calls[before:]
+    return values
+
+
+def test_another_analysts_queries_are_answered_while_a_consistent_batch_projects(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    service = served["service"]
+    service.limits = Limits(request_seconds=600.0)  # the gate holds the projection, not the clock
+    gate = tmp_path / "gate"
+    pool = _gated(service, gate)
+    big = _boxes(300)
+    out: dict[str, Any] = {}
+
+    def alice() -> None:
+        try:
+            out["frame"] = served["clients"]["alice"].batch("adult", big, epsilon=0.01, consistent=True)
+        except BaseException as exc:  # reported by the assertions below
+            out["error"] = exc
+
+    thread = threading.Thread(target=alice)
+    thread.start()
+    try:
+        _wait_for(lambda: Path(f"{gate}.pid").exists() or not thread.is_alive(), "the projection")
+        assert Path(f"{gate}.pid").exists(), f"the projection never reached a worker: {out}"
+        bob = served["clients"]["bob"]
+        for k in range(5):  # answered while alice's projection is held in its worker
+            frame = bob.query("adult", f"age >= {20 + k}", epsilon=0.01)
+            assert len(frame) == 1
+        assert thread.is_alive() and "frame" not in out
+        assert pool.started == 1 and pool.finished == 0
+        assert service.store.charges(analyst="alice") == []  # nothing admitted before its projection
+    finally:
+        gate.touch()
+        thread.join(timeout=300)
+    assert "error" not in out, out
+    frame = out["frame"]
+    assert pool.finished == 1 and len(frame) == len(big)
+    assert frame["consistent"].tolist() == pytest.approx(
+        _library(big, frame, served["solver_calls"]), rel=1e-9, abs=1e-6
+    )
+    assert served["solver_calls"] == []  # no solver in the server's process
+
+
+def test_projected_counts_are_the_librarys_and_a_replay_does_not_project_again(
+    served: dict[str, Any],
+) -> None:
+    service = served["service"]
+    alice = served["clients"]["alice"]
+    for queries in (_boxes(300), ["sex = 0", "sex = 1", "TRUE"] * 2):  # thousands of cells, and 2
+        key = f"k-{len(queries)}"
+        first = alice.batch("adult", queries, epsilon=0.01, consistent=True, key=key)
+        started = service.projections.started
+        again = alice.batch("adult", queries, epsilon=0.01, consistent=True, key=key)
+        assert service.projections.started == started  # the replay computed nothing
+        assert again.equals(first)  # the same noisy counts, intervals and consistent counts
+        assert first["consistent"].tolist() == pytest.approx(
+            _library(queries, first, served["solver_calls"]), rel=1e-9, abs=1e-6
+        )
+        recorded = service.store.charges(analyst="alice")[-len(queries) :]
+        assert [c.answer["consistent"]["count"] for c in recorded] == first["consistent"].tolist()
+        assert {c.answer["consistent"]["solver"] for c in recorded} == {"active-set"}
+    assert service.projections.started == 2 and service.projections.spawned == 1
+    assert served["solver_calls"] == []
+    # The same key with a plain batch is another request: refused, nothing charged again.
+    before = len(service.store.charges(analyst="alice"))
+    with pytest.raises(ServiceRefused) as refused:
+        alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"] * 2, epsilon=0.01, key="k-6")
+    assert refused.value.status == 409
+    assert len(service.store.charges(analyst="alice")) == before
+
+
+def test_a_projection_past_the_budget_stops_itself_and_charges_nothing(
+    served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = served["service"]
+    service.projections.close()
+    pool = service.projections = ProjectionPool(1, grace=600.0)  # it must stop itself: no kill
+    alice = served["clients"]["alice"]
+    left = projection._left
+    monkeypatch.setattr(projection, "_left", lambda deadline: 0.0)  # the worker gets no time at all
+    with pytest.raises(ServiceRefused) as refused:
+        alice.batch("adult", _boxes(300), epsilon=0.01, consistent=True)
+    assert refused.value.status == 503 and refused.value.body["error"] == "TimeBudgetExceeded"
+    assert service.store.charges(analyst="alice") == []
+    assert alice.me()["spent"].tolist() == [0.0]
+    _wait_for(lambda: pool.cut == 1, "the worker's own stop")  # it answered "unfinished"
+    assert pool.killed == 0 and pool.finished == 0
+    monkeypatch.setattr(projection, "_left", left)
+    frame = alice.batch("adult", _boxes(300), epsilon=0.01, consistent=True)  # the same worker
+    assert len(frame) == 300 and pool.finished == 1 and pool.spawned == 1
+    assert served["solver_calls"] == []
+
+
+def test_a_worker_that_does_not_answer_is_killed_and_nothing_is_charged(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    service = served["service"]
+    service.limits = Limits(request_seconds=1.0)
+    gate = tmp_path / "never"
+    pool = _gated(service, gate, grace=0.1)
+    alice = served["clients"]["alice"]
+    with pytest.raises(ServiceRefused) as refused:
+        alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"], epsilon=0.01, consistent=True)
+    assert refused.value.status == 503 and refused.value.body["error"] == "TimeBudgetExceeded"
+    assert service.store.charges(analyst="alice") == []
+    pid = int(Path(f"{gate}.pid").read_text())
+    _wait_for(lambda: pool.killed == 1 and pool.workers == [], "the kill")
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    _wait_for(gone, "the worker's end")  # killed and reaped
+    # Other requests are answered meanwhile and after.
+    assert len(served["clients"]["bob"].query("adult", "age >= 30", epsilon=0.01)) == 1
+
+
+def test_a_worker_past_the_deadline_keeps_its_grace_and_serves_the_next_batch(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    service = served["service"]
+    service.limits = Limits(request_seconds=1.0)
+    gate = tmp_path / "late"
+    pool = _gated(service, gate, grace=600.0)
+    alice = served["clients"]["alice"]
+    queries = ["sex = 0", "sex = 1", "TRUE"]
+    with pytest.raises(ServiceRefused) as refused:  # the gate is shut past the request's deadline
+        alice.batch("adult", queries, epsilon=0.01, consistent=True)
+    assert refused.value.status == 503 and service.store.charges(analyst="alice") == []
+    gate.touch()  # the worker answers late, within its grace: it is not killed, it goes back to the pool
+    _wait_for(lambda: pool.finished == 1, "the late answer")
+    service.limits = Limits()
+    frame = alice.batch("adult", queries, epsilon=0.01, consistent=True)
+    assert frame["consistent"].tolist() == pytest.approx(_library(queries, frame, served["solver_calls"]))
+    assert pool.killed == 0 and pool.spawned == 1 and pool.finished == 2
+
+
+def test_a_projection_without_an_optimal_answer_is_a_500_and_charges_nothing(
+    served: dict[str, Any], tmp_path: Path
+) -> None:
+    gate = tmp_path / "open"
+    gate.touch()
+    _gated(served["service"], gate, "fail")
+    alice = served["clients"]["alice"]
+    with pytest.raises(ServiceRefused) as refused:
+        alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"], epsilon=0.01, consistent=True)
+    assert refused.value.status == 500 and "optimum" in refused.value.body["detail"]
+    assert served["service"].store.charges(analyst="alice") == []
