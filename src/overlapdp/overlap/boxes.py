@@ -447,7 +447,7 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
         by_hi = np.argsort(hj, kind="stable")
         # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
         prefix = [0, *itertools.accumulate((one[b] for b in by_lo.tolist()), operator.or_)]
-        suffix = [*itertools.accumulate((one[b] for b in by_hi[::-1].tolist()), operator.or_)][::-1] + [0]
+        suffix = [*reversed([*itertools.accumulate((one[b] for b in by_hi[::-1].tolist()), operator.or_)]), 0]
         before = np.searchsorted(lj[by_lo], hj, side="left").tolist()  # boxes with lo < hi[a]
         after = np.searchsorted(hj[by_hi], lj, side="right").tolist()  # first box with hi > lo[a]
         for a in cons.tolist():
@@ -588,13 +588,15 @@ class _Graph:
         hi: IntArray,
         sizes: IntArray,
         ints: Sequence[float],
+        approx: FloatArray,
         carrying: BoolArray,
         route: str,
         floats_exact: bool,
     ) -> _Graph | None:
         """The graph when the route applies (None: the cell search instead): at most ``CLIQUE_QUERIES``
         boxes. On dyadic loads (where the cell search is exact too) ``auto`` keeps the cell search for
-        dense graphs, and gives the clique search ``CLIQUE_NODES`` nodes before it takes over."""
+        dense graphs, and gives the clique search ``CLIQUE_NODES`` nodes before it takes over.
+        ``ints`` are the loads the search compares, ``approx`` the same as floats (the order only)."""
         idx = np.flatnonzero(carrying)
         m = int(idx.size)
         if route == "cells" or m == 0:
@@ -609,7 +611,9 @@ class _Graph:
         pairs = sum(degrees)
         if heuristic and pairs > CLIQUE_DENSITY * m * m:
             return None
-        wf = np.array([float(ints[int(i)]) for i in idx.tolist()])
+        # The float loads, not the integers: those of weights spanning many binary orders of magnitude
+        # exceed the float range (float() of them raised OverflowError).
+        wf = np.array(approx[idx], dtype=np.float64)
         wf /= max(float(wf.max()), 1e-300)
         # (On sparse graphs the order matters little: the first pass's as it is.)
         if m <= PEEL_QUERIES and pairs > PEEL_DENSITY * m * m:
@@ -749,7 +753,8 @@ def max_depth(
         ub = (masks.astype(np.float64) @ lw).tolist()
         floats_exact = True
     order = sorted(range(len(ub)), key=lambda i: -ub[i])
-    graph = _Graph.of(lo, hi, sizes, ints, np.asarray(masks.any(axis=0), dtype=bool), route, floats_exact)
+    carrying = np.asarray(masks.any(axis=0), dtype=bool)
+    graph = _Graph.of(lo, hi, sizes, ints, lw, carrying, route, floats_exact)
 
     def as_float(v: float) -> float:
         # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
