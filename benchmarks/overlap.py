@@ -4,6 +4,7 @@ Run from the repository root:
 
     .venv/bin/python benchmarks/overlap.py            # every row
     .venv/bin/python benchmarks/overlap.py --quick    # smaller baseline caps
+    .venv/bin/python benchmarks/overlap.py --quick --only "Adult attrs|float weights"   # issue 22 item 4
 
 Each row: workload, number of queries t, our time (median of a few runs), the baseline and its time
 (capped: a ">" means it was stopped at the cap and the ratio is a lower bound), the ratio, whether the
@@ -20,10 +21,17 @@ values agree, and the issue's target. Baselines:
   own ``compile_workload`` timed alone: part of "ours";
 - dense: add every query to a numpy array over the raw domain of its attributes, one box at a time
   (exact, O(t * box size)); kept only for value sets (census), which are not boxes;
-- graph: the paper's route (Smith et al. 2022): the pairwise-overlap graph by pairwise disjointness
-  tests, then networkx's exact maximum clique (exact only for ranges, by Helly; an upper bound for
-  value sets);
-- recompute: max_overlap from scratch on every admission (for the incremental index).
+- graph: the paper's route (Smith et al. 2022): the pairwise-overlap graph (built with numpy: every
+  pair of boxes compared at once, value sets by a product of membership tables), then networkx's
+  exact maximum clique (exact only for ranges, by Helly; an upper bound for value sets). The issue 22
+  box rows ("boxes on 5/8 Adult attrs, <generator>", "value sets on 5 Adult attrs, <generator>",
+  generators of tests/support/generators.py ``constrained``) time CPU on both sides
+  (``time.process_time``; ours the median of 3-5 runs) and take the graph route at its best: the
+  faster of networkx's branch and bound (``max_weight_clique``) and Bron-Kerbosch enumeration
+  (``find_cliques``), each in a child process killed at the cap, graph building included;
+- recompute: max_overlap from scratch on every admission (for the incremental index);
+- dyadic: for "float weights" rows, ours on the same workload with the epsilons (U[0.01, 1]) rounded
+  to multiples of 2^-10, timed interleaved (issue 22: float weights within 2x of dyadic ones).
 
 Numbers are noisy on the shared 2-core machine; rerun decisive rows.
 """
@@ -35,6 +43,7 @@ import dataclasses
 import gc
 import itertools
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -47,12 +56,14 @@ import networkx as nx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from overlapdp.overlap import OverlapIndex, max_overlap, max_overlap_boxes
 from overlapdp.overlap._compiled import compile_workload
 from overlapdp.query import PredicateQuery
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+from support.generators import BOX_KINDS, constrained
 
 ADULT = adult_schema()
 ADULT_CATEGORICAL = {
@@ -68,7 +79,11 @@ ADULT_CATEGORICAL = {
 
 
 class Capped(Exception):
-    """A baseline ran past its time cap."""
+    """A baseline ran past its time cap (``cpu``: the CPU seconds it had used, when measured)."""
+
+    def __init__(self, cpu: float | None = None) -> None:
+        super().__init__(cpu)
+        self.cpu = cpu
 
 
 # -- workloads ------------------------------------------------------------------------------------
@@ -300,18 +315,15 @@ def sweep_given(boxes: BoxArrays) -> Callable[[Sequence[PredicateQuery], float],
 
 
 def _graph_clique(queries: Sequence[PredicateQuery], out: Any) -> None:
-    g = nx.Graph()
-    g.add_nodes_from(range(len(queries)))
-    for a, b in itertools.combinations(range(len(queries)), 2):
-        if not queries[a].disjoint(queries[b]):
-            g.add_edge(a, b)
+    g = overlap_graph(queries)
     clique, _ = nx.max_weight_clique(g, weight=None)
     out.put(float(len(clique)))
 
 
 def graph_baseline(queries: Sequence[PredicateQuery], cap: float) -> float:
-    """The paper's route: pairwise-overlap graph, exact maximum clique (networkx), in a child process
-    that is killed at the cap (the clique search cannot be interrupted otherwise)."""
+    """The paper's route: pairwise-overlap graph (numpy pairs, :func:`overlap_matrix`), exact maximum
+    clique (networkx), in a child process that is killed at the cap (the clique search cannot be
+    interrupted otherwise)."""
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     proc = ctx.Process(target=_graph_clique, args=(queries, out))
@@ -322,6 +334,174 @@ def graph_baseline(queries: Sequence[PredicateQuery], cap: float) -> float:
         proc.join()
         raise Capped
     return float(out.get(timeout=5))
+
+
+def overlap_matrix(queries: Sequence[PredicateQuery]) -> np.ndarray:
+    """The pairwise-overlap graph as a boolean matrix, in numpy, the fastest way measured: boxes by
+    comparing the extracted ``lo``/``hi`` arrays of every pair (broadcast, one attribute at a time);
+    value sets by one matrix product of 0/1 membership tables per active attribute (two queries meet
+    when their sets meet on every attribute)."""
+    t = len(queries)
+    try:
+        b = boxes_from_queries(queries)
+    except ValueError:
+        b = None
+    if b is not None and b.lo.shape[0] == t:
+        adj = np.ones((t, t), dtype=bool)
+        for j in range(b.lo.shape[1]):
+            lo, hi = b.lo[:, j], b.hi[:, j]
+            adj &= (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
+        np.fill_diagonal(adj, False)
+        return adj
+    schema = queries[0].schema
+    adj = np.ones((t, t), dtype=bool)
+    void = np.array([q.is_contradiction for q in queries], dtype=bool)
+    adj[void, :] = False
+    adj[:, void] = False
+    active = sorted({p for q in queries for p in q.active})
+    for p in active:
+        member = np.ones((t, schema.attributes[p].size), dtype=np.float32)
+        for i, q in enumerate(queries):
+            cov = dict(q.constraints).get(p)
+            if cov is not None:
+                member[i] = 0.0
+                for a, e in cov.intervals:
+                    member[i, a:e] = 1.0
+        adj &= (member @ member.T) > 0.5
+    np.fill_diagonal(adj, False)
+    return adj
+
+
+def overlap_graph(queries: Sequence[PredicateQuery]) -> nx.Graph:
+    """The networkx graph of :func:`overlap_matrix` (edges added from the matrix's upper triangle)."""
+    adj = overlap_matrix(queries)
+    g = nx.Graph()
+    g.add_nodes_from(range(len(queries)))
+    rows, cols = np.nonzero(np.triu(adj, 1))
+    g.add_edges_from(zip(rows.tolist(), cols.tolist(), strict=True))
+    return g
+
+
+def _clique_child(queries: Sequence[PredicateQuery], how: str, out: Any) -> None:
+    start = time.process_time()
+    g = overlap_graph(queries)
+    if how == "bron-kerbosch":
+        size = max((len(c) for c in nx.find_cliques(g)), default=0)
+    else:
+        clique, _ = nx.max_weight_clique(g, weight=None)
+        size = len(clique)
+    out.put((float(size), time.process_time() - start))
+
+
+CLIQUES = ("max_weight_clique", "bron-kerbosch")
+
+
+def _child_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def graph_cpu(queries: Sequence[PredicateQuery], cap: float, how: str) -> tuple[float, float]:
+    """The paper's route at its best: the overlap graph from numpy pairs, networkx's exact maximum clique
+    (``how``: branch and bound or Bron-Kerbosch enumeration), in a child process killed once it has
+    used ``cap`` seconds of CPU (or after ``6 * cap`` seconds of wall time on a loaded machine; the
+    :class:`Capped` then carries the CPU it had used, a lower bound of its time). Returns the clique
+    size and the child's CPU time (building the graph included)."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_clique_child, args=(queries, how, out))
+    proc.start()
+    assert proc.pid is not None
+    start = time.perf_counter()
+    used = 0.0
+    while proc.is_alive():
+        proc.join(0.1)
+        try:
+            used = _child_cpu(proc.pid)
+        except (OSError, IndexError, ValueError):
+            continue  # exited between the two calls
+        if proc.is_alive() and (used >= cap or time.perf_counter() - start >= 6 * cap):
+            proc.kill()
+            proc.join()
+            raise Capped(used)
+    value, cpu = out.get(timeout=5)
+    return float(value), float(cpu)
+
+
+def cpu_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    """Median CPU time (``time.process_time``: every thread of this process) of ``runs`` calls."""
+    times, out = [], None
+    for _ in range(runs):
+        start = time.process_time()
+        out = fn()
+        times.append(time.process_time() - start)
+    return statistics.median(times), out
+
+
+def box_row(
+    name: str,
+    queries: Sequence[PredicateQuery],
+    cap: float,
+    *,
+    runs: int = 3,
+    ratio_target: float | None = None,
+    seconds_target: float | None = None,
+    upper_only: bool = False,
+) -> Row:
+    """One row of the box / value-set table, CPU seconds on both sides: ours (median of ``runs``)
+    against the graph route at its best (the faster of the two clique searches, each capped)."""
+    ours, res = cpu_time(lambda: max_overlap(queries), runs)
+    value = float(res.value)
+    best: tuple[float, float, str] | None = None
+    capped_cpu = 0.0
+    for how in CLIQUES:
+        try:
+            bv, bt = graph_cpu(queries, cap if best is None else min(cap, 4 * best[1] + 1), how)
+        except Capped as e:
+            capped_cpu = max(capped_cpu, e.cpu or 0.0)
+            continue
+        if best is None or bt < best[1]:
+            best = (bv, bt, how)
+    exact = "" if res.exact else f" [not exact: {float(res.lower):g}..{float(res.upper):g}]"
+    if best is None:
+        # Both searches stopped: the most CPU either had used is a lower bound of the route's time.
+        base_time, capped, equal, label = capped_cpu, True, "n/a (capped)", "graph (capped)"
+    else:
+        bv, base_time, how = best
+        capped = False
+        label = f"graph ({how})"
+        if upper_only:
+            equal = "yes" if bv >= value - 1e-9 else f"NO ({value:g} > {bv:g})"
+            equal += " (graph: upper bound on sets)"
+        else:
+            equal = "yes" if abs(bv - value) < 1e-9 else f"NO ({value:g} vs {bv:g})"
+    targets, met = [], res.exact
+    if ratio_target is not None:
+        targets.append(f">= {ratio_target:g}x")
+        met = met and base_time / max(ours, 1e-9) >= ratio_target
+    if seconds_target is not None:
+        targets.append(f"< {seconds_target:g} s")
+        met = met and ours < seconds_target and (capped or ours <= base_time)
+    row = Row(
+        f"{name} ({res.algorithm}, value {value:g}){exact}",
+        len(queries),
+        ours,
+        label,
+        base_time,
+        capped,
+        equal,
+        ", ".join(targets) or "-",
+        "yes" if met else "NO",
+    )
+    progress(row)
+    return row
+
+
+def progress(row: Row) -> None:
+    """One measured row on stderr at once (the table comes at the end)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {row}", file=sys.stderr, flush=True)
 
 
 # -- table ----------------------------------------------------------------------------------------
@@ -493,6 +673,47 @@ def sweep_rows(name: str, queries: Sequence[PredicateQuery], cap: float, target:
     return rows
 
 
+def float_rows(
+    name: str, queries: Sequence[PredicateQuery], rng: np.random.Generator, runs: int = 5
+) -> list[Row]:
+    """Issue 22 item 5: ordinary float weights (epsilons drawn from U[0.01, 1]) against the same
+    workload with dyadic weights (those epsilons rounded to multiples of 2^-10, where float sums are
+    exact), CPU time, from the query objects and from arrays (``max_overlap_boxes``), interleaved."""
+    eps = rng.uniform(0.01, 1.0, len(queries))
+    dyadic = np.round(eps * 1024) / 1024
+    boxes = boxes_from_queries(queries)
+    rows: list[Row] = []
+    for variant, fn in (
+        ("from queries", lambda w: max_overlap(queries, w, "sum")),
+        ("arrays given", lambda w: max_overlap_boxes(boxes.sizes, boxes.lo, boxes.hi, w, "sum")),
+    ):
+        times: dict[str, list[float]] = {"float": [], "dyadic": []}
+        res: dict[str, Any] = {}
+        for _ in range(runs):
+            for label, w in (("float", eps), ("dyadic", dyadic)):
+                start = time.process_time()
+                res[label] = fn(w)
+                times[label].append(time.process_time() - start)
+        ours, base = statistics.median(times["float"]), statistics.median(times["dyadic"])
+        r, rd = res["float"], res["dyadic"]
+        exact = "" if r.exact else " [not exact]"
+        rows.append(
+            Row(
+                f"{name}, float weights, {variant} ({r.algorithm}, value {float(r.value):.6g}){exact}",
+                len(queries),
+                ours,
+                f"ours, dyadic weights ({rd.algorithm})",
+                base,
+                False,
+                "-",
+                "within 2x",
+                "yes" if ours <= 2 * base and r.exact and rd.exact else "NO",
+            )
+        )
+        progress(rows[-1])
+    return rows
+
+
 def index_row(n_existing: int, n_measured: int, rng: np.random.Generator, cap: float) -> Row:
     names = ["age", "education-num", "hours-per-week"]
     history = random_ranges(ADULT, names, n_existing + n_measured, rng)
@@ -573,13 +794,18 @@ def print_table(rows: list[Row]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="lower baseline caps")
-    parser.add_argument("--only", default="", help="run only rows whose name contains this text")
+    parser.add_argument(
+        "--box-cap", type=float, default=None, help="CPU seconds cap of the graph route on the box rows"
+    )
+    parser.add_argument(
+        "--only", default="", help="run only rows whose name contains this text (or one of several, a|b)"
+    )
     args = parser.parse_args()
     cap = 20.0 if args.quick else 120.0
     rows: list[Row] = []
 
     def want(text: str) -> bool:
-        return args.only.lower() in text.lower()
+        return any(part.strip().lower() in text.lower() for part in args.only.split("|"))
 
     # Every row (or group) draws from its own seeded generator, so ``--only`` runs the same workload.
     def rng(seed: int) -> np.random.Generator:
@@ -670,41 +896,75 @@ def main() -> None:
         )
     # Issue 13 item 4: the boxes route (exact weighted depth); each row has its own generator so that
     # ``--only`` runs the same workload. The graph baseline is capped at 60 s here.
-    box_cap = min(cap, 60.0)
+    box_cap = min(cap, 60.0) if args.box_cap is None else args.box_cap
     eight = [*five, "capital-loss", "workclass", "occupation"]
+    # The issue 13 rows ("the benchmark's own generator", random_ranges / value_sets), now as the issue
+    # 22 rows: CPU time, the graph route at its best.
     if want("boxes on 5 Adult attrs, t = 400"):
         qs = random_ranges(ADULT, five, 400, rng(1301))
-        rows.append(
-            measure(
-                "boxes on 5 Adult attrs, t = 400",
-                qs,
-                "graph",
-                graph_baseline,
-                box_cap,
-                None,
-                ratio_target=10.0,
-            )
-        )
+        rows.append(box_row("boxes on 5 Adult attrs, t = 400", qs, box_cap, runs=5, ratio_target=10.0))
     if want("boxes on 5 Adult attrs, t = 2000"):
         qs = random_ranges(ADULT, five, 2_000, rng(1302))
-        rows.append(measure("boxes on 5 Adult attrs, t = 2000", qs, "graph", graph_baseline, box_cap, 2.0))
-    if want("boxes on 8 Adult attrs"):
+        rows.append(box_row("boxes on 5 Adult attrs, t = 2000", qs, box_cap, seconds_target=2.0))
+    if want("boxes on 8 Adult attrs, t = 1000"):
         qs = random_ranges(ADULT, eight, 1_000, rng(1303))
-        rows.append(measure("boxes on 8 Adult attrs, t = 1000", qs, "graph", graph_baseline, box_cap, 5.0))
+        rows.append(box_row("boxes on 8 Adult attrs, t = 1000", qs, box_cap, seconds_target=1.0))
     if want("value sets on 5 Adult attrs (boxes)"):
         names = ["age", "hours-per-week", "capital-gain", "marital-status", "occupation"]
         qs = value_sets(names, 1_000, rng(1304))
         rows.append(
-            measure(
+            box_row(
                 "value sets on 5 Adult attrs (boxes), t = 1000",
                 qs,
-                "graph",
-                graph_baseline,
                 box_cap,
-                5.0,
-                note_equal=" (graph: upper bound on sets)",
+                seconds_target=1.0,
+                upper_only=True,
             )
         )
+    # Issue 22 item 4: boxes on every distribution. CPU time on both sides; the graph route at its
+    # best (numpy pairs, the faster of networkx's two exact clique searches). Seeds per row.
+    for k, shape in enumerate(BOX_KINDS):
+        if want(f"boxes on 5 Adult attrs, {shape}, t = 400"):
+            qs = constrained(shape, five, 400, 2200 + k, sets=False)
+            rows.append(
+                box_row(
+                    f"boxes on 5 Adult attrs, {shape}, t = 400",
+                    qs,
+                    box_cap,
+                    runs=5,
+                    ratio_target=10.0 if shape in ("narrow", "wide", "half") else None,
+                )
+            )
+    for k, shape in enumerate(BOX_KINDS):
+        if want(f"boxes on 8 Adult attrs, {shape}, t = 1000"):
+            qs = constrained(shape, eight, 1_000, 2210 + k, sets=False)
+            rows.append(
+                box_row(f"boxes on 8 Adult attrs, {shape}, t = 1000", qs, box_cap, seconds_target=1.0)
+            )
+    vs_names = ["age", "hours-per-week", "capital-gain", "marital-status", "occupation"]
+    for k, shape in enumerate(BOX_KINDS):
+        if want(f"value sets on 5 Adult attrs, {shape}, t = 1000"):
+            qs = constrained(shape, vs_names, 1_000, 2220 + k, sets=True)
+            rows.append(
+                box_row(
+                    f"value sets on 5 Adult attrs, {shape}, t = 1000",
+                    qs,
+                    box_cap,
+                    seconds_target=1.0,
+                    upper_only=True,
+                )
+            )
+    # Issue 22 item 5: float weights on the fast path (1-D, 2-D, and the boxes route on 5 attributes).
+    if want("float weights"):
+        _, qs = one_d(100_000, 1_000_000, rng(2230))
+        rows += float_rows("1-D random ranges, domain 10^6", qs, rng(2231))
+        qs = random_ranges(ADULT, ["age", "hours-per-week"], 10_000, rng(2232))
+        rows += float_rows("ranges on 2 Adult attrs", qs, rng(2233))
+        qs = constrained("uniform", eight, 1_000, 2236, sets=False)
+        rows += float_rows("boxes on 8 Adult attrs, uniform", qs, rng(2237), runs=3)
+        # Last: weighted boxes on 5 attributes take seconds (dyadic) to minutes (float) of CPU.
+        qs = random_ranges(ADULT, five, 1_000, rng(2234))
+        rows += float_rows("boxes on 5 Adult attrs", qs, rng(2235), runs=3)
     if want("index"):
         rows.append(index_row(10_000, 1_000, rng(1320), cap))
     print_table(rows)

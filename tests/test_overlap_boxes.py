@@ -10,13 +10,15 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, max_overlap
+from overlapdp.exact import float_up, sqrt_up
+from overlapdp.overlap import CompError, OverlapResult, brute_force_overlap, engine, max_overlap
 from overlapdp.overlap import boxes as box_route
 from overlapdp.overlap._compiled import compile_workload
 from overlapdp.query import PredicateQuery
@@ -26,13 +28,25 @@ from strategies import all_rows, compose
 
 @contextmanager
 def tiny_grids(leaf: int, bound: int) -> Iterator[None]:
-    """Force the search to split: leaves and bound grids of at most ``leaf`` / ``bound`` cells."""
-    old = box_route.LEAF_CELLS, box_route.BOUND_CELLS
-    box_route.LEAF_CELLS, box_route.BOUND_CELLS = leaf, bound
+    """Force the cell search (no clique search) to split: leaves and bound grids of at most ``leaf`` /
+    ``bound`` cells."""
+    old = box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES
+    box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES = leaf, bound, 0
     try:
         yield
     finally:
-        box_route.LEAF_CELLS, box_route.BOUND_CELLS = old
+        box_route.LEAF_CELLS, box_route.BOUND_CELLS, box_route.CLIQUE_QUERIES = old
+
+
+@contextmanager
+def cliques_only() -> Iterator[None]:
+    """Force the clique search on every workload (however dense), without a node budget."""
+    old = box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES
+    box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = 2.0, 1 << 60
+    try:
+        yield
+    finally:
+        box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = old
 
 
 def check(queries: list[PredicateQuery], weights: list[float], comp: str, r: OverlapResult) -> None:
@@ -91,6 +105,8 @@ def box_workloads(
 def test_boxes_match_brute_force(work: tuple[list[PredicateQuery], list[float]], comp: str) -> None:
     queries, weights = work
     check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
+    with cliques_only():
+        check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
     with tiny_grids(1, 2):
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
@@ -109,6 +125,8 @@ def test_value_sets_enumerated_match_brute_force(
             max_overlap(queries, weights, comp, algorithm="boxes")
         return
     check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
+    with cliques_only():
+        check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
     with tiny_grids(1, 2):
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
@@ -234,7 +252,7 @@ def test_shrinking_proves_six_attributes_in_few_cells(seed: int) -> None:
     schema = Schema(tuple(IntAttribute(f"a{j}", 0, 11) for j in range(6)))
     queries = random_boxes(schema, 300, seed)
     c = compile_workload(queries, schema)
-    out = box_route.max_depth(c, np.ones(c.t))
+    out = box_route.max_depth(c, np.ones(c.t), route="cells")
     truth = float(dense_depth(queries, [1.0] * len(queries), schema).max())
     assert out.exact and out.best == truth == out.upper
     assert out.nodes <= 12
@@ -296,3 +314,159 @@ def test_cell_pieces_match_compress_axis_per_attribute() -> None:
             np.testing.assert_array_equal(kept[j], want)
             np.testing.assert_array_equal(pl[:, j], np.searchsorted(want, lc[:, j] - clo[j]))
             np.testing.assert_array_equal(ph[:, j], np.searchsorted(want, hc[:, j] - clo[j]))
+
+
+# -- the pair-graph (clique) route, and exact prunes (issue 22) -----------------------------------------
+
+
+def exact_truth(queries: list[PredicateQuery], weights: list[float], comp: str) -> Fraction:
+    """The exact maximum over every row: sum of the weights (of their squares for l2), as Fractions."""
+    schema = queries[0].schema
+    power = 2 if comp == "l2" else 1
+    return max(
+        sum(
+            (Fraction(w) ** power for q, w in zip(queries, weights, strict=True) if q.covers(row)),
+            Fraction(0),
+        )
+        for row in all_rows(schema)
+    )
+
+
+def test_exact_floats_prune_no_heavier_row() -> None:
+    """Regression: the cell search pruned with a relative slack of 1e-12 even on exact (dyadic) float
+    sums, so a row heavier by 2^-31 on a load of 6000 was cut and 6000 reported as exact."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 5) for j in range(3)))
+    rng = np.random.default_rng(1)
+    t = int(rng.integers(3, 40))
+    queries = []
+    for _ in range(t):
+        covs = {}
+        for j in range(3):
+            a, b = sorted(rng.integers(0, 6, 2).tolist())
+            covs[f"a{j}"] = IndexSet.interval(a, b + 1)
+        queries.append(PredicateQuery.from_coverages(schema, covs))
+    weights = [1000.0 if rng.random() < 0.8 else 2.0**-31 for _ in range(t)]
+    truth = exact_truth(queries, weights, "sum")
+    assert truth == 6000 + Fraction(2) ** -31
+    with tiny_grids(2, 4):
+        r = max_overlap(queries, weights, "sum", algorithm="boxes")
+    assert r.exact and Fraction(r.value) >= truth and r.value == float_up(truth)
+
+
+@settings(max_examples=80, deadline=None)
+@given(box_workloads())
+def test_meeting_sets_match_pairwise_overlaps(work: tuple[list[PredicateQuery], list[float]]) -> None:
+    """The bitsets from sorted endpoints against the n x n comparison of every pair, any bit order."""
+    queries, _ = work
+    c = compile_workload(queries, queries[0].schema)
+    if not c.attributes or c.live.size == 0:
+        return
+    n, d = c.live.size, len(c.attributes)
+    sizes = np.array([a.size for a in c.attributes], dtype=np.int64)
+    lo = np.zeros((c.t, d), dtype=np.int64)
+    hi = np.tile(sizes, (c.t, 1))
+    for j, a in enumerate(c.attributes):
+        lo[a.query, j], hi[a.query, j] = a.lo, a.hi
+    lo, hi = lo[c.live], hi[c.live]
+    bit = np.random.default_rng(n).permutation(n)
+    meets = box_route.meeting_sets(lo, hi, sizes, bit)
+    pairs = np.all((lo[:, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[:, None, :]), axis=2)
+    for a in range(n):
+        want = sum(1 << int(bit[b]) for b in range(n) if b != a and pairs[a, b])
+        assert meets[int(bit[a])] == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 14).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n * (n - 1) // 2),
+            st.lists(st.integers(0, 6), min_size=n, max_size=n),
+        )
+    ),
+    st.sampled_from([None, 1, 3]),
+    st.sampled_from([-1, 0, 4, 9]),
+)
+def test_max_clique_matches_networkx(graph: Any, node_limit: int | None, floor: int) -> None:
+    """The bitset clique search on arbitrary graphs (heaviest bits first) against networkx's exact
+    maximum weight clique; stopped by a node limit, best <= truth <= upper. With a floor (the colour
+    classes whose bound does not pass it are dropped), a clique heavier than the floor is found, and
+    none is reported when the heaviest is not."""
+    import networkx as nx
+
+    edges, weights = graph
+    n = len(weights)
+    order = sorted(range(n), key=lambda v: -weights[v])  # bit of each vertex: heaviest first
+    bit = {v: k for k, v in enumerate(order)}
+    meets = [0] * n
+    g = nx.Graph()
+    g.add_nodes_from((v, {"w": weights[v]}) for v in range(n))
+    for a, b in edges:
+        if a != b:
+            g.add_edge(a, b)
+            meets[bit[a]] |= 1 << bit[b]
+            meets[bit[b]] |= 1 << bit[a]
+    w = [weights[v] for v in order]
+    positive = sum(1 << k for k in range(n) if w[k] > 0)
+    _, truth = nx.max_weight_clique(g, weight="w")
+    truth = truth if positive else -1  # nothing carries weight: no clique above the floor
+    out = box_route.max_clique(meets, w, positive, floor, node_limit=node_limit)
+    if truth <= floor:
+        assert out.members is None and out.best == floor <= out.upper
+        return
+    assert out.best <= truth <= out.upper
+    if out.members is not None:
+        assert out.best == sum(w[v] for v in out.members)
+        assert all(meets[a] >> b & 1 for a in out.members for b in out.members if a != b)
+    if out.exact:
+        assert out.best == truth == out.upper
+
+
+ugly = st.sampled_from([0.1, 0.2, 0.3, 1 / 3, 0.7, 1e16, 1.0, 2.0**-60, 0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(box_workloads(), st.sampled_from(["sum", "l2"]), st.lists(ugly, min_size=25, max_size=25))
+def test_ordinary_float_weights_take_the_boxes_route_exactly(
+    work: tuple[list[PredicateQuery], list[float]], comp: str, ugly_weights: list[float]
+) -> None:
+    """Regression (issue 22 item 5): non-dyadic weights skipped the boxes route in ``auto`` (its float
+    sums could tie), for the general search: 80x slower, and not exact on 5 attributes. The clique
+    search compares the exact loads as integers: exact, and the smallest float at or above the exact
+    maximum. The dense grid is disabled so that small domains reach the route."""
+    queries, _ = work
+    weights = ugly_weights[: len(queries)]
+    truth = exact_truth(queries, weights, comp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "grid_feasible", lambda c, *args: False)
+        r = max_overlap(queries, weights, comp)
+    c = compile_workload(queries, queries[0].schema)
+    if not (len(c.attributes) > 2 or (len(c.attributes) == 2 and not c.single_interval)):
+        return  # no attribute, or the 2-D sweep: not this route
+    # A workload that splits into independent parts (MATH.md 7.10) solves each part by the same rule.
+    routes = (
+        r.algorithm[r.algorithm.index(":") + 2 : -1].split("+")
+        if r.algorithm.startswith("parts(")
+        else [r.algorithm]
+    )
+    assert set(routes) <= {"boxes", "sweep", "sweep2d", "grid", "free"}, r.algorithm
+    assert r.exact
+    assert r.value == (sqrt_up(truth) if comp == "l2" else float_up(truth))
+
+
+@pytest.mark.parametrize(("peel_queries", "peel_density"), [(4_000, 0.0), (4_000, 2.0), (0, 0.0)])
+@pytest.mark.parametrize("seed", range(3))
+def test_every_bit_order_of_the_clique_search_is_exact(
+    peel_queries: int, peel_density: float, seed: int
+) -> None:
+    """The degeneracy order (dense table), the first pass's order (sparse graphs) and the decreasing
+    degree (many boxes) against a dense numpy array over all rows, weighted."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 6) for j in range(4)))
+    queries = random_boxes(schema, 120, seed + 30)
+    weights = ((np.random.default_rng(seed).uniform(0.0, 4.0, 120) * 64).round() / 64).tolist()
+    truth = float(dense_depth(queries, weights, schema).max())
+    with pytest.MonkeyPatch.context() as mp, cliques_only():
+        mp.setattr(box_route, "PEEL_QUERIES", peel_queries)
+        mp.setattr(box_route, "PEEL_DENSITY", peel_density)
+        r = max_overlap(queries, weights, "sum", algorithm="boxes")
+    assert r.exact and float(r.value) == truth

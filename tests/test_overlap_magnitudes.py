@@ -399,6 +399,21 @@ def test_every_route_is_safe_at_every_magnitude(
     assert_safe(float(g.value), g.exact, truth, comp)
 
 
+@pytest.mark.parametrize("comp", ["sum", "l2"])
+def test_graph_route_breaks_float_ties_exactly(comp: str) -> None:
+    """Regression: the paper's graph route chose the heaviest maximal clique by float sums of the
+    normalised loads, where 1.0 + 5e-324 ties with 1.0; it took the first clique and reported 1.0 as
+    exact, below the true maximum (found by test_every_route_is_safe_at_every_magnitude)."""
+    s = Schema((IntAttribute("x0", 0, 1),))
+    queries = [parse_where(s, c, id=f"q{i}") for i, c in enumerate(["TRUE", "x0 = 0", "x0 = 1", "TRUE"])]
+    weights = [0.0, 0.0, 5e-324, 1.0]
+    truth = exact_max(queries, weights, comp)
+    assert truth > 1
+    g = graph_overlap(queries, weights, comp)  # type: ignore[arg-type]
+    assert_safe(float(g.value), g.exact, truth, comp)
+    assert g.witness_row == (1,)
+
+
 @pytest.mark.skipif(not wcsp_available(), reason="pytoulbar2 is not installed")
 @pytest.mark.parametrize("base", [1e-300, 1e-170, 3.7e-5, 1e150, 1e300])
 def test_toulbar2_route_at_extreme_magnitudes(base: float) -> None:

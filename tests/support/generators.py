@@ -10,6 +10,11 @@ attributes: value sets on the categorical attributes, ranges on the ordered ones
 - ``skewed``: value sets and range centres drawn with Zipf weights (popular values shared);
 - ``uniform``: random endpoints and random value sets (the benchmarks' historical generator);
 - ``adult``: around a random row of the real Adult data (``../shared/data``; ``uniform`` without it).
+
+``constrained(kind, names, t, seed, sets=...)`` draws queries on a fixed list of attributes instead (each
+constrained with probability 0.7): ranges on every one (categorical attributes read as value indices:
+boxes), or value sets on the categorical ones. It also takes ``up-to-half`` (``BOX_KINDS``): 1 value up
+to half of the attribute, the issue 22 reviewer's "wide ranges".
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ CATEGORICAL = frozenset(
     {"workclass", "marital-status", "occupation", "relationship", "race", "sex", "native-country"}
 )
 KINDS = ("narrow", "wide", "half", "skewed", "uniform", "adult")
+BOX_KINDS = (*KINDS, "up-to-half")
 
 
 @cache
@@ -43,8 +49,10 @@ def adult_rows() -> np.ndarray | None:
     return None
 
 
-def _coverage(kind: str, name: str, size: int, rng: np.random.Generator, anchor: int | None) -> IndexSet:
-    cat = name in CATEGORICAL
+def _coverage(
+    kind: str, name: str, size: int, rng: np.random.Generator, anchor: int | None, *, sets: bool = True
+) -> IndexSet:
+    cat = sets and name in CATEGORICAL
     if kind == "narrow":
         if cat:
             m = int(rng.integers(1, min(3, size) + 1))
@@ -61,6 +69,12 @@ def _coverage(kind: str, name: str, size: int, rng: np.random.Generator, anchor:
         return IndexSet.interval(a, a + w)
     if kind == "half":
         m = max(1, size // 2)
+        if cat:
+            return IndexSet.from_indices(rng.choice(size, size=m, replace=False).tolist())
+        a = int(rng.integers(0, size - m + 1))
+        return IndexSet.interval(a, a + m)
+    if kind == "up-to-half":
+        m = int(rng.integers(1, max(2, size // 2 + 1)))
         if cat:
             return IndexSet.from_indices(rng.choice(size, size=m, replace=False).tolist())
         a = int(rng.integers(0, size - m + 1))
@@ -109,4 +123,25 @@ def mixed(
             anchor = None if row is None else int(row[j])
             covs[names[j]] = _coverage(kind, names[j], schema.attributes[j].size, rng, anchor)
         out.append(PredicateQuery.from_coverages(schema, covs, id=f"{prefix}{i}"))
+    return out
+
+
+def constrained(
+    kind: str, names: list[str], t: int, seed: int, *, sets: bool, schema: Schema = ADULT
+) -> list[PredicateQuery]:
+    """``t`` queries each constraining each of ``names`` with probability 0.7, with the widths of ``kind``
+    (``BOX_KINDS``): a range on every attribute (``sets`` False: boxes), or value sets on the
+    categorical ones."""
+    rng = np.random.default_rng(seed)
+    data = adult_rows() if kind == "adult" and schema is ADULT else None
+    out = []
+    for i in range(t):
+        row = None if data is None else data[int(rng.integers(0, len(data)))]
+        covs: dict[str, IndexSet] = {}
+        for n in names:
+            if rng.random() < 0.7:
+                p = schema.position(n)
+                anchor = None if row is None else int(row[p])
+                covs[n] = _coverage(kind, n, schema.attributes[p].size, rng, anchor, sets=sets)
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
     return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from overlapdp.overlap import _clock, engine
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray, from_intervals
-from overlapdp.overlap.exactness import dyadic_exact
+from overlapdp.overlap.exactness import BAND_TABLE_LIMIT, U, dyadic_exact, heaviest, load_error
 from overlapdp.overlap.grid import GRID_LIMIT
 from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.result import (
@@ -108,20 +108,32 @@ def _sweep_1d(schema: Schema, lo: IntArray, hi: IntArray, lw: Loads) -> OverlapR
 
     Exact when float sums of the loads are (:func:`~overlapdp.overlap.exactness.dyadic_exact` with the
     sum of the absolute entries, as the grid's bound): the first value of greatest depth then carries
-    the exact maximum, and its covering boxes give ``lower`` exactly from the original weights.
+    the exact maximum, and its covering boxes give ``lower`` exactly from the original weights. On other
+    loads (ordinary float weights) every value whose float depth is within three times the sweep's
+    error bound of the float maximum is valued exactly on integers (MATH.md 7.8, as the dense grid),
+    from the loads' numpy limbs; None when that band is too large.
     """
     n = int(schema.attributes[0].size)
     t = int(lo.shape[0])
     if n + 1 > max(SWEEP_1D_CELLS, min(16 * t, GRID_LIMIT)):
         return None
     loads = lw.loads
-    if not dyadic_exact(lw, 2.0 * float(loads.sum()) * (1 + 1e-9)):
-        return None
+    bound = 2.0 * float(loads.sum()) * (1 + 1e-9)
     if lw.name == "count":
         diff = np.bincount(lo, minlength=n + 1) - np.bincount(hi, minlength=n + 1)
     else:
         diff = np.bincount(lo, loads, n + 1) - np.bincount(hi, loads, n + 1)
-    v = int(np.argmax(np.cumsum(diff[:n])))
+    depth = np.cumsum(diff[:n])
+    v = int(np.argmax(depth))
+    if not dyadic_exact(lw, bound):
+        # Each value is a sum of at most 2t + 1 loads and their negations (the bins, their difference,
+        # the cumulative sum), every partial sum at most `bound`: Higham's gamma_n (MATH.md 7.8).
+        err = 2 * U * (2 * t + 2) * bound + load_error(lw)
+        cand = np.flatnonzero(depth >= depth[v] - 3 * err)
+        if cand.size * t > BAND_TABLE_LIMIT:
+            return None
+        cover = (lo[None, :] <= cand[:, None]) & (cand[:, None] < hi[None, :])
+        v = int(cand[heaviest(lw, [np.flatnonzero(row) for row in cover])])
     covering = np.flatnonzero((lo <= v) & (v < hi)).astype(np.int64)
     lower = lw.compose(covering)
     row = (v,)

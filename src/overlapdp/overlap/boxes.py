@@ -1,9 +1,20 @@
 """Maximum weighted depth of boxes, and value sets over few atoms (MATH.md 7.5).
 
-A query with one interval on every attribute is a box; boxes are Helly, so the maximum overlap is the
-deepest point of the arrangement. The search here is a best-first divide and conquer over cells of the
-(compressed) coordinate space in the style of Chan's depth algorithm ("Klee's measure problem made
-easy", FOCS 2013):
+A query with one interval on every attribute is a box; boxes are Helly (pairwise meeting boxes share a
+point), so the maximum overlap is the deepest point of the arrangement, and also the heaviest clique of
+the graph of meeting pairs. Two searches:
+
+The clique search (the default, up to ``CLIQUE_QUERIES`` boxes): the set of boxes each box meets, as a
+Python integer bitset built from sorted endpoints (:func:`meeting_sets`, no n x n array), then branch
+and bound over cliques in the manner of Tomita's MCQ with weighted greedy colourings as bounds
+(:func:`max_clique`), on the EXACT loads as Python integers (:class:`~overlapdp.overlap.magnitude.ExactLoads`):
+every comparison is exact whatever the weights, and the witness row is the largest lower end of the
+clique's boxes on every attribute. On dyadic loads (where the cell search is exact too) ``auto`` keeps
+the cell search for dense graphs (more than ``CLIQUE_DENSITY`` of the pairs meet: a colouring then
+proves little) and hands it the search past ``CLIQUE_NODES`` nodes.
+
+The cell search: a best-first divide and conquer over cells of the (compressed) coordinate space in the
+style of Chan's depth algorithm ("Klee's measure problem made easy", FOCS 2013):
 
 - Coordinates are first compressed per attribute to the pieces between a left and a right endpoint
   (:func:`compress_axis`; some kept piece is covered by a superset of the queries of any piece).
@@ -25,14 +36,15 @@ easy", FOCS 2013):
   ignored most.
 - Incumbent: coordinate ascent from the centres of a few boxes, then every cell's best point.
 
-Best-first on the bound: the search stops when no open cell can beat the best row found (exact, up to
-the relative 1e-12 slack of float sums that every search here uses), or at the deadline, when the
-largest open bound is a SAFE upper bound.
+Best-first on the bound: the search stops when no open cell can beat the best row found (exact when
+float sums of the loads are: every prune compares without slack), or at the deadline, when the largest
+open bound is a SAFE upper bound.
 
 Value sets: attributes on which some query has several intervals are enumerated over their atoms
 (:func:`overlapdp.overlap.branch.atom_tables`); each combination of atoms is a box problem on the
-other attributes restricted to the queries compatible with it. Combinations are visited by decreasing
-compatible load, which is also their upper bound, and the search stops when it drops to the best row.
+other attributes restricted to the queries compatible with it (the clique search's candidates: the
+meeting sets are built once). Combinations are visited by decreasing compatible load, which is also
+their upper bound (exact integers), and the search stops when it drops to the best row.
 
 Only additive loads (count, sum, l2 after squaring, one component of a vector at a time) are handled;
 a :class:`~overlapdp.overlap.result.SetComp` stays with the branch and bound.
@@ -42,13 +54,21 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
+from overlapdp.exact import float_up
 from overlapdp.overlap import _clock
-from overlapdp.overlap._compiled import AttributeSegments, Compiled, IntArray
+from overlapdp.overlap._compiled import AttributeSegments, BoolArray, Compiled, IntArray
 from overlapdp.overlap.branch import atom_tables
+from overlapdp.overlap.magnitude import ExactLoads
 from overlapdp.overlap.result import FloatArray
 
 # Cells of a leaf's exact grid (compressed pieces): a leaf then costs a few milliseconds at most.
@@ -65,7 +85,19 @@ ASCENT_STARTS = 24
 # combinations x queries table built to rank them.
 COMBO_LIMIT = 1 << 14
 COMBO_TABLE_LIMIT = 50_000_000
-# Relative slack on float bounds that are sums of many loads (as in the other searches).
+# The pair-graph route (MATH.md 7.5): the most boxes it takes (its meeting sets hold n^2 bits), the
+# density of meeting pairs above which the cell search goes first on dyadic loads (the colourings of
+# dense graphs prove little), and its nodes before the cell search takes over on them.
+CLIQUE_QUERIES = 20_000
+CLIQUE_DENSITY = 0.7
+CLIQUE_NODES = 100_000
+# Up to this many boxes, and when more than this share of the pairs meet, the clique search's bits
+# follow a degeneracy order from a dense table of the meeting pairs (n^2 bytes); on sparser graphs
+# the order matters little (kept as it is); on more boxes, the decreasing degree.
+PEEL_QUERIES = 4_000
+PEEL_DENSITY = 0.1
+# Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
+# exactly, MATH.md 7.8).
 _REL = 1e-12
 
 
@@ -78,6 +110,8 @@ class BoxOutcome:
     upper: float
     exact: bool
     nodes: int
+    # Every comparison was made on exact integers (the loads' ExactLoads), whatever the floats.
+    integral: bool = False
 
 
 def _single(a: AttributeSegments) -> bool:
@@ -318,7 +352,7 @@ class _Depth:
                 if value > best:
                     best, best_point = value, point
                 bound = top
-                if base + bound <= _slack(best):
+                if base + bound <= best:
                     return
                 # Only the pieces where a group's grid can still lift the total above the best
                 # row can hold a better point (the other groups at their maxima): shrink the
@@ -327,7 +361,7 @@ class _Depth:
                 for gtop, grid, gdims in grids:
                     if grid is None:
                         continue
-                    feas = grid > _slack(best) - base - (top - gtop)
+                    feas = grid > best - base - (top - gtop)
                     for k, jj in enumerate(gdims):
                         ax = tuple(x for x in range(len(gdims)) if x != k)
                         hits = np.flatnonzero(feas.any(axis=ax) if ax else feas)
@@ -371,7 +405,7 @@ class _Depth:
         push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
         while heap:
             negb, _, base, clo, chi, idx, j, cut = heap[0]
-            if -negb <= _slack(best):
+            if -negb <= best:
                 heap.clear()
                 break
             if deadline is not None and _clock.now() > deadline:
@@ -389,10 +423,298 @@ class _Depth:
         return best_point, best, best, True
 
 
-def max_depth(c: Compiled, loads: FloatArray, deadline: float | None = None) -> BoxOutcome:
+# -- the pair-graph route ------------------------------------------------------------------------------
+
+
+def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> list[int]:
+    """For every box, the boxes it meets (shares a point with, itself excluded) as a Python integer
+    whose bit ``bit[b]`` stands for box ``b``; the list is indexed by bit.
+
+    Boxes meet when their intervals overlap on every attribute. On attribute ``j``, box ``a`` overlaps
+    the boxes with ``lo < hi[a]`` (a prefix of the boxes sorted by ``lo``) that have ``hi > lo[a]`` (a
+    suffix of them sorted by ``hi``): the prefix and suffix unions are built once per attribute (one
+    big-integer OR per box), then each box costs two ANDs on the attributes it constrains (a box
+    spanning an attribute overlaps every box there). No n x n array is built."""
+    n, d = lo.shape
+    one = [1 << b for b in bit.tolist()]
+    full = (1 << n) - 1
+    meets = [full] * n
+    for j in range(d):
+        lj, hj = lo[:, j], hi[:, j]
+        cons = np.flatnonzero((lj > 0) | (hj < sizes[j]))
+        if cons.size == 0:
+            continue
+        by_lo = np.argsort(lj, kind="stable")
+        by_hi = np.argsort(hj, kind="stable")
+        # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
+        prefix = [0, *itertools.accumulate((one[b] for b in by_lo.tolist()), operator.or_)]
+        suffix = [*reversed([*itertools.accumulate((one[b] for b in by_hi[::-1].tolist()), operator.or_)]), 0]
+        before = np.searchsorted(lj[by_lo], hj, side="left").tolist()  # boxes with lo < hi[a]
+        after = np.searchsorted(hj[by_hi], lj, side="right").tolist()  # first box with hi > lo[a]
+        for a in cons.tolist():
+            meets[a] &= prefix[before[a]] & suffix[after[a]]
+    out = [0] * n
+    for a, b in enumerate(bit.tolist()):
+        out[b] = meets[a] & ~one[a]
+    return out
+
+
+def _colour(cand: int, meets: list[int], w: Sequence[float], need: float) -> tuple[list[int], list[float]]:
+    """Greedy colouring of the candidate bits in bit order: independent sets of pairwise disjoint boxes
+    taken in turn. A clique has at most one box of each set, so the sum of the sets' heaviest weights
+    up to a box's set bounds every clique among the boxes coloured up to it (``bounds``, one per box
+    of ``verts``, non-decreasing). Boxes whose bound is at most ``need`` are not listed: a clique
+    among them cannot lift the chosen boxes above the best one (MCS's pruning of colour classes)."""
+    verts: list[int] = []
+    bounds: list[float] = []
+    acc: float = 0
+    rest = cand
+    while rest:
+        free = rest
+        top: float = 0
+        members: list[int] = []
+        while free:
+            low = free & -free
+            v = low.bit_length() - 1
+            free &= ~(meets[v] | low)
+            rest ^= low
+            members.append(v)
+            if w[v] > top:
+                top = w[v]
+        acc += top
+        if acc > need:
+            verts.extend(members)
+            bounds.extend([acc] * len(members))
+    return verts, bounds
+
+
+@dataclass(frozen=True)
+class CliqueOutcome:
+    """``members`` (bits, or None when no clique beats the floor) weigh ``best``; ``upper`` is safe."""
+
+    members: list[int] | None
+    best: float
+    upper: float
+    exact: bool
+    nodes: int
+
+
+def max_clique(
+    meets: list[int],
+    w: Sequence[float],
+    cand: int,
+    floor: float,
+    deadline: float | None = None,
+    node_limit: int | None = None,
+) -> CliqueOutcome:
+    """The heaviest clique of the candidate bits heavier than ``floor`` (weights ``w`` by bit, bits
+    ordered heaviest first; Python integers make every comparison exact). Branch and bound in the manner of Tomita's MCQ with weighted
+    greedy colourings as bounds, depth first with an explicit stack; a node is a candidate set. At
+    the deadline or past ``node_limit`` nodes, ``upper`` is the largest colouring bound still open."""
+    best = floor
+    members: list[int] | None = None
+    nodes = 0
+    verts, bounds = _colour(cand, meets, w, best)
+    # Frames: [weight of the chosen boxes, candidates left, colouring order, bounds, next index, box].
+    stack: list[list[Any]] = [[0, cand, verts, bounds, len(verts) - 1, -1]]
+    while stack:
+        f = stack[-1]
+        i = f[4]
+        if i < 0 or f[0] + f[3][i] <= best:
+            stack.pop()
+            continue
+        if (node_limit is not None and nodes >= node_limit) or (
+            deadline is not None and _clock.now() > deadline
+        ):
+            upper = max(g[0] + g[3][g[4]] for g in stack if g[4] >= 0)
+            return CliqueOutcome(members, best, max(upper, best), False, nodes)
+        nodes += 1
+        v = f[2][i]
+        f[4] = i - 1
+        weight = f[0] + w[v]
+        sub = f[1] & meets[v]
+        f[1] &= ~(1 << v)
+        if sub:
+            vs, bs = _colour(sub, meets, w, best - weight)
+            stack.append([weight, sub, vs, bs, len(vs) - 1, v])
+        elif weight > best:
+            best = weight
+            members = [g[5] for g in stack[1:]] + [v]
+    return CliqueOutcome(members, best, best, True, nodes)
+
+
+def _bitset(mask: BoolArray) -> int:
+    """The Python integer whose bit ``k`` is ``mask[k]``."""
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+
+def _peeled(member: npt.NDArray[np.uint8], w: FloatArray) -> IntArray:
+    """An approximate degeneracy order by weighted degree, densest core first: repeatedly the eighth
+    (at least 16) of the remaining boxes of least weighted degree (their own weight plus their
+    neighbours') is removed and the degrees updated, then the removal order is reversed."""
+    m = member.shape[0]
+    table = member.astype(np.float32)
+    wf = w.astype(np.float32)
+    degree = table @ wf + wf
+    alive = np.ones(m, dtype=bool)
+    removed: list[IntArray] = []
+    left = m
+    while left:
+        cand = np.flatnonzero(alive)
+        k = max(16, left // 8)
+        pick = cand[np.argpartition(degree[cand], k - 1)[:k]] if k < cand.size else cand
+        pick = pick[np.argsort(degree[pick], kind="stable")]
+        removed.append(pick)
+        alive[pick] = False
+        degree -= wf[pick] @ table[pick]
+        left -= int(pick.size)
+    return np.concatenate(removed)[::-1].copy()
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """The meeting sets of the live queries that carry load, bits heaviest first."""
+
+    meets: list[int]
+    weights: Sequence[float]
+    bit: IntArray  # per live query, its bit (-1: carries no load)
+    query: IntArray  # per bit, its live query
+    lo: IntArray
+    hi: IntArray
+    node_limit: int | None
+
+    @staticmethod
+    def of(
+        lo: IntArray,
+        hi: IntArray,
+        sizes: IntArray,
+        ints: Sequence[float],
+        approx: FloatArray,
+        carrying: BoolArray,
+        route: str,
+        floats_exact: bool,
+    ) -> _Graph | None:
+        """The graph when the route applies (None: the cell search instead): at most ``CLIQUE_QUERIES``
+        boxes. On dyadic loads (where the cell search is exact too) ``auto`` keeps the cell search for
+        dense graphs, and gives the clique search ``CLIQUE_NODES`` nodes before it takes over.
+        ``ints`` are the loads the search compares, ``approx`` the same as floats (the order only)."""
+        idx = np.flatnonzero(carrying)
+        m = int(idx.size)
+        if route == "cells" or m == 0:
+            return None
+        if m > CLIQUE_QUERIES:
+            return None
+        heuristic = route == "auto" and floats_exact
+        # Bits in a degeneracy order, densest core first (BBMC's initial order; measured up to 6x
+        # fewer nodes than by weight or volume on 2 000 boxes), from the meeting sets in any order.
+        first = meeting_sets(lo[idx], hi[idx], sizes, np.arange(m, dtype=np.int64))
+        degrees = [x.bit_count() for x in first]
+        pairs = sum(degrees)
+        if heuristic and pairs > CLIQUE_DENSITY * m * m:
+            return None
+        # The float loads, not the integers: those of weights spanning many binary orders of magnitude
+        # exceed the float range (float() of them raised OverflowError).
+        wf = np.array(approx[idx], dtype=np.float64)
+        wf /= max(float(wf.max()), 1e-300)
+        # (On sparse graphs the order matters little: the first pass's as it is.)
+        if m <= PEEL_QUERIES and pairs > PEEL_DENSITY * m * m:
+            width = (m + 7) // 8
+            rows = np.frombuffer(b"".join(x.to_bytes(width, "little") for x in first), dtype=np.uint8)
+            member = np.unpackbits(rows.reshape(m, width), axis=1, count=m, bitorder="little")
+            order = _peeled(member, wf)
+            # The sets in the new order by permuting the table (cheaper than a second pass).
+            packed = np.packbits(member[np.ix_(order, order)], axis=1, bitorder="little")
+            meets = [int.from_bytes(r.tobytes(), "little") for r in packed]
+            bits = np.empty(m, dtype=np.int64)
+            bits[order] = np.arange(m)
+        elif m <= PEEL_QUERIES:
+            order, bits, meets = np.arange(m, dtype=np.int64), np.arange(m, dtype=np.int64), first
+        else:
+            order = np.argsort(-np.array(degrees), kind="stable")
+            bits = np.empty(m, dtype=np.int64)
+            bits[order] = np.arange(m)
+            meets = meeting_sets(lo[idx], hi[idx], sizes, bits)
+        bit = np.full(lo.shape[0], -1, dtype=np.int64)
+        bit[idx] = bits
+        weights = [ints[int(idx[r])] for r in order.tolist()]
+        query = idx[order]
+        return _Graph(meets, weights, bit, query, lo, hi, CLIQUE_NODES if heuristic else None)
+
+    def bits(self, sub: IntArray) -> int:
+        mask = np.zeros(self.query.shape[0], dtype=bool)
+        mask[self.bit[sub]] = True
+        return _bitset(mask)
+
+    def point(self, members: list[int]) -> IntArray:
+        """A point common to the boxes of a clique (Helly): the largest ``lo`` on every attribute."""
+        rows = self.query[np.array(members, dtype=np.int64)]
+        point: IntArray = self.lo[rows].max(axis=0)
+        assert bool(np.all(point < self.hi[rows].min(axis=0)))
+        return point
+
+
+def _cells(
+    lo: IntArray,
+    hi: IntArray,
+    sizes: IntArray,
+    w: FloatArray,
+    sub: IntArray,
+    floor: float,
+    deadline: float | None,
+) -> tuple[IntArray | None, float, float, bool, int]:
+    """The cell search (:class:`_Depth`) on the boxes ``sub``: ``(point, best, upper, exact, nodes)``,
+    the point (segment indices per box attribute) None when no row beats ``floor``. Every box
+    attribute is compressed for these boxes; those they all span drop out."""
+    keep_dims: list[int] = []
+    kept_segs: list[IntArray] = []
+    clo: list[IntArray] = []
+    chi: list[IntArray] = []
+    for k in range(lo.shape[1]):
+        kept, a_lo, a_hi = compress_axis(lo[sub, k], hi[sub, k], int(sizes[k]))
+        if kept.size > 1:
+            keep_dims.append(k)
+            clo.append(a_lo)
+            chi.append(a_hi)
+        kept_segs.append(kept)
+    if not keep_dims:
+        total = float(w[sub].sum())
+        found = np.zeros(0, dtype=np.int64) if total > floor else None
+        p, value, up, ok, nodes = found, max(total, floor), total, True, 0
+    else:
+        solver = _Depth(
+            np.stack(clo, axis=1),
+            np.stack(chi, axis=1),
+            np.array([kept_segs[k].size for k in keep_dims], dtype=np.int64),
+            w[sub],
+        )
+        p, value, up, ok = solver.run(floor, deadline)
+        nodes = solver.nodes
+    if p is None:
+        return None, value, up, ok, nodes
+    point = np.array([int(kept[0]) for kept in kept_segs], dtype=np.int64)
+    for k, x in zip(keep_dims, p.tolist(), strict=True):
+        point[k] = int(kept_segs[k][x])
+    return point, value, up, ok, nodes
+
+
+# -- the route -----------------------------------------------------------------------------------------
+
+
+def max_depth(
+    c: Compiled,
+    loads: FloatArray,
+    deadline: float | None = None,
+    exact: ExactLoads | None = None,
+    floats_exact: bool = True,
+    route: Literal["auto", "clique", "cells"] = "auto",
+) -> BoxOutcome:
     """The largest total of ``loads`` (one per query, length ``c.t``, non-negative) over rows.
 
-    Needs :func:`applies`. Exact unless ``deadline`` passes first; then ``upper`` is a safe bound.
+    Needs :func:`applies`. With ``exact`` (the same loads as integers: ``loads`` are ``nums / 2**k``,
+    or rounded up from them) the pair-graph route compares those integers, exactly whatever the
+    floats, and the cell search (float grids) runs only when ``floats_exact`` (float sums of the loads
+    are exact, MATH.md 7.8); without ``exact`` every route compares the floats. ``route`` forces one
+    route (tests). Exact unless ``deadline`` passes first; then ``upper`` is a safe bound.
     """
     live = c.live
     n = live.shape[0]
@@ -422,67 +744,81 @@ def max_depth(c: Compiled, loads: FloatArray, deadline: float | None = None) -> 
                 axis=1,
             )
     masks &= lw > 0
-    ub = masks.astype(np.float64) @ lw
-    order = np.argsort(-ub, kind="stable")
-    best = -1.0
+    # Every comparison on integers (exact loads) or on the floats. A combination's load is its bound.
+    ints: Sequence[float]
+    if exact is not None:
+        ints = [exact.nums[i] for i in live.tolist()]
+        ub: Sequence[float] = exact.totals(masks, live)
+    else:
+        ints = lw.tolist()
+        ub = (masks.astype(np.float64) @ lw).tolist()
+        floats_exact = True
+    order = sorted(range(len(ub)), key=lambda i: -ub[i])
+    carrying = np.asarray(masks.any(axis=0), dtype=bool)
+    graph = _Graph.of(lo, hi, sizes, ints, lw, carrying, route, floats_exact)
+
+    def as_float(v: float) -> float:
+        # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
+        return v if exact is None else float(Fraction(int(v), 1 << exact.k))
+
+    best: int | float = -1
     best_cell: tuple[int, ...] | None = None
     nodes = 0
-    upper = -1.0
-    exact = True
+    upper: int | float = -1
+    done = True
     seen: set[bytes] = set()
-    for rank, ci in enumerate(order.tolist()):
-        if ub[ci] <= _slack(best):
+    for rank, ci in enumerate(order):
+        if ub[ci] <= best:
             break
-        if deadline is not None and _clock.now() > deadline and best_cell is not None:
-            upper = float(ub[ci])
-            exact = False
+        if best_cell is not None and deadline is not None and _clock.now() > deadline:
+            upper, done = ub[ci], False
             break
         key = np.packbits(masks[ci]).tobytes()
         if key in seen:
             continue
         seen.add(key)
         sub = np.flatnonzero(masks[ci])
-        # Compress every box attribute for these queries; attributes they all cover drop out.
-        keep_dims: list[int] = []
-        kept_segs: list[IntArray] = []
-        clo: list[IntArray] = []
-        chi: list[IntArray] = []
-        for k in range(len(box)):
-            kept, a_lo, a_hi = compress_axis(lo[sub, k], hi[sub, k], int(sizes[k]))
-            if kept.size > 1:
-                keep_dims.append(k)
-                clo.append(a_lo)
-                chi.append(a_hi)
-            kept_segs.append(kept)
-        point: IntArray | None
-        if keep_dims:
-            solver = _Depth(
-                np.stack(clo, axis=1),
-                np.stack(chi, axis=1),
-                np.array([kept_segs[k].size for k in keep_dims], dtype=np.int64),
-                lw[sub],
-            )
-            point, value, up, ok = solver.run(best, deadline)
-            nodes += solver.nodes
+        point: IntArray | None = None
+        value: int | float = best
+        up: int | float = best
+        ok = True
+        if graph is not None:
+            cq = max_clique(graph.meets, graph.weights, graph.bits(sub), best, deadline, graph.node_limit)
+            nodes += cq.nodes
+            if cq.members is not None:
+                point, value = graph.point(cq.members), cq.best
+            up, ok = cq.upper, cq.exact
+            # Past its node budget (dyadic loads only), the cell search takes over from its best row.
+            cells = not ok and graph.node_limit is not None and cq.nodes >= graph.node_limit
         else:
-            point, value, up, ok = np.zeros(0, dtype=np.int64), float(ub[ci]), float(ub[ci]), True
+            cells = True
+        if cells:
+            floor = as_float(max(best, value))
+            found, cell_value, cell_up, ok, cell_nodes = _cells(lo, hi, sizes, lw, sub, floor, deadline)
+            nodes += cell_nodes
+            if found is not None:
+                point = found
+                value = cell_value if exact is None else round(math.ldexp(cell_value, exact.k))
+            up = cell_up if exact is None else math.ceil(math.ldexp(cell_up, exact.k))
         if point is not None and value > best:
             cell = [0] * len(c.attributes)
             for k, j in enumerate(box):
-                cell[j] = int(kept_segs[k][0])
-            for k, x in zip(keep_dims, point.tolist(), strict=True):
-                cell[box[k]] = int(kept_segs[k][x])
+                cell[j] = int(point[k])
             for k, j in enumerate(enum):
                 cell[j] = int(segs[k][combo[ci, k]])
             best, best_cell = value, tuple(cell)
         if not ok:
-            exact = False
-            rest = float(ub[order[rank + 1]]) if rank + 1 < order.size else -1.0
+            done = False
+            rest = ub[order[rank + 1]] if rank + 1 < len(order) else -1
             upper = max(up, rest)
             break
     if best_cell is None:
         # Nothing carries load (or nothing was reached): any row, value 0 when nothing carries load.
-        best = 0.0 if float(ub.max(initial=0.0)) <= 0 else best
-    if exact:
+        best = 0 if max(ub, default=0) <= 0 else best
+    if done:
         upper = best
-    return BoxOutcome(best_cell, best, max(upper, best), exact, nodes)
+    top = max(upper, best)
+    best_f = as_float(best)
+    upper_f = float(top) if exact is None else float_up(Fraction(int(top), 1 << exact.k))
+    # Integral: the clique search compared the exact integers; the cell search only on exact floats.
+    return BoxOutcome(best_cell, best_f, max(upper_f, best_f), done, nodes, exact is not None)

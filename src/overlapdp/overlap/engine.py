@@ -346,23 +346,30 @@ def _scalar(
         _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     # -- boxes route: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
-    # Its float sums (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^g
-    # times the total load, g <= GRID_AXES the axes of its largest grid, never 2^d on d attributes)
-    # are exact only on dyadic loads (MATH.md 7.8); on others `auto` keeps the routes that resolve
-    # float ties, and a forced run is certified against its error bound.
+    # Its clique search compares the exact loads as integers (MATH.md 7.5); its cell search sums floats
+    # (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^g times the total
+    # load, g <= GRID_AXES the axes of its largest grid, never 2^d on d attributes), exact only on
+    # dyadic loads (MATH.md 7.8), where alone `auto` lets it run. A forced run on other loads that
+    # reached the cell search is certified against its error bound.
     total = float(lw.loads[c.live].sum())
     axes = min(len(c.attributes), box_route.GRID_AXES)
     box_bound = math.ldexp(total, axes)
     box_floats_exact = dyadic_exact(lw, box_bound)
     if algorithm == "boxes" or (
-        algorithm == "auto" and box_floats_exact and not _sparse(c) and box_route.applies(c)
+        algorithm == "auto"
+        and (box_floats_exact or c.live.size <= box_route.CLIQUE_QUERIES)
+        and not _sparse(c)
+        and box_route.applies(c)
     ):
         if not box_route.applies(c):
             raise CompError("the boxes route needs a one-interval attribute and few value-set atoms")
-        out = box_route.max_depth(c, lw.loads, deadline)
+        out = box_route.max_depth(c, lw.loads, deadline, lw.exact, box_floats_exact)
         row = None if out.cell is None else c.row(out.cell)
-        if out.exact and box_floats_exact:
+        if out.exact and (out.integral or box_floats_exact):
             return _finish(queries, c, row, lw, True, 0.0, "boxes")
+        if out.integral:
+            # Stopped by the limit; its bound is on the exact integers, rounded up: no float error.
+            return _finish(queries, c, row, lw, False, max(out.upper, out.best), "boxes", True)
         ops = c.live.size * (1 << axes) + sum(a.size for a in c.attributes) + 1
         err = 2 * U * ops * box_bound * (1 + 1e-9) + load_error(lw, c.live)
         try:

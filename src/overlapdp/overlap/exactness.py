@@ -39,8 +39,6 @@ from overlapdp.overlap.result import FloatArray
 
 # Unit roundoff of binary64 (round to nearest).
 U = 2.0**-53
-# Bits per limb when exact loads are summed as float64 matrix products (exact for < 2^29 queries).
-_LIMB_BITS = 24
 # Largest candidates x queries x limbs the exact band evaluation of the dense grid may cost.
 BAND_WORK_LIMIT = 200_000_000
 # Largest segments x queries membership table (booleans) it builds; past it, cover per candidate chunk.
@@ -95,28 +93,29 @@ def grid_error(plan: GridPlan, bound: float) -> float:
     return 2 * U * ops * bound
 
 
-def exact_sums(lw: Loads, live: IntArray, cover: np.ndarray) -> list[int]:
-    """Exact sums (``nums`` units of ``lw.units``) of the live queries' loads selected by each row of the
-    boolean matrix ``cover`` (rows x live): limbs of 24 bits, summed as exact float64 products."""
-    nums, _ = lw.units
-    used = np.flatnonzero(cover.any(axis=0))
-    if cover.shape[0] <= 64:
-        # Few rows: plain integer sums over the covering queries.
-        live_l = live.tolist()
-        return [sum(nums[live_l[j]] for j in np.flatnonzero(r).tolist()) for r in cover]
-    cover = cover[:, used]
-    vals = [nums[i] for i in live[used].tolist()]
-    bits = max((v.bit_length() for v in vals), default=0)
-    limbs = max(1, -(-bits // _LIMB_BITS))
-    mask = (1 << _LIMB_BITS) - 1
-    table = np.array(
-        [[(v >> (_LIMB_BITS * j)) & mask for j in range(limbs)] for v in vals], dtype=np.float64
-    ).reshape(len(vals), limbs)
-    sums = cover.astype(np.float64) @ table
-    out = []
-    for row in sums.tolist():
-        out.append(sum(int(x) << (_LIMB_BITS * j) for j, x in enumerate(row)))
-    return out
+def heaviest(lw: Loads, sets: Sequence[IntArray]) -> int:
+    """The index of the query set (indices into the weights) with the largest EXACT load, the first of
+    equals. ``sum``: ``math.fsum`` of the original weights is correctly rounded, and rounding is
+    monotone, so a strictly larger rounded total is a strictly larger exact one; only sets tied after
+    rounding are compared on integers (:attr:`Loads.exact`). ``l2`` is compared on integers, ``count``
+    by size. No Python step per query of the workload, one per query of the sets."""
+    if len(sets) == 1:
+        return 0
+    if lw.weights is None:
+        return max(range(len(sets)), key=lambda i: int(sets[i].shape[0]))
+    tied = list(range(len(sets)))
+    if lw.name == "sum":
+        try:
+            rounded = [math.fsum(lw.weights[s].tolist()) for s in sets]
+        except OverflowError:  # a total past the float range: compared on integers
+            rounded = []
+        if rounded:
+            top = max(rounded)
+            tied = [i for i, r in enumerate(rounded) if r == top]
+            if len(tied) == 1:
+                return tied[0]
+    totals = [lw.exact.total(sets[i]) for i in tied]
+    return tied[max(range(len(tied)), key=totals.__getitem__)]
 
 
 def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
@@ -135,18 +134,19 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     err = grid_error(plan, bound) + load_error(lw, c.live)
     # 3 err, not 2: the subtraction itself may round up by at most u * top <= err / 2.
     cand = np.flatnonzero(grid.reshape(-1) >= top - 3 * err)
-    bits = lw.units[1] + 1  # every exact scaled load is below 1: nums < 2^k
-    work = cand.size * max(c.live.size, 1) * (bits // _LIMB_BITS + 1)
-    if work > BAND_WORK_LIMIT:
+    if cand.size * max(c.live.size, 1) > BAND_WORK_LIMIT:
         return best_cell, top + err
-    # The (segments x live) membership tables, when small; else each candidate chunk's cover straight
-    # from the intervals (a 1-D workload of 20 000 ranges has 40 000 segments: a 3 GB table).
+    # The (segments x live) membership tables when there are many candidates and they are small; else
+    # each candidate chunk's cover straight from the intervals (a 1-D workload of 20 000 ranges has
+    # 40 000 segments: a 3 GB table; a few candidates, the usual case, need no pass over every segment).
     segments = sum(a.size for a in c.attributes)
     members = (
-        [a.membership(c.live) for a in c.attributes] if segments * c.live.size <= BAND_TABLE_LIMIT else None
+        [a.membership(c.live) for a in c.attributes]
+        if segments * c.live.size <= BAND_TABLE_LIMIT and cand.size > segments
+        else None
     )
     chunk_size = 4096 if members is not None else max(1, min(4096, BAND_TABLE_LIMIT // max(c.live.size, 1)))
-    best_val = -1
+    winners: list[tuple[tuple[int, ...], IntArray]] = []
     for start in range(0, cand.size, chunk_size):
         chunk = cand[start : start + chunk_size]
         cells = np.unravel_index(chunk, sizes)
@@ -157,11 +157,9 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
         else:
             for a, idx in zip(c.attributes, cells, strict=True):
                 cover &= _segment_cover(a, c.live, np.asarray(idx, dtype=np.int64))
-        for i, v in enumerate(exact_sums(lw, c.live, cover)):
-            if v > best_val:
-                best_val = v
-                best_cell = tuple(int(x[i]) for x in cells)
-    return best_cell, None
+        i = heaviest(lw, [c.live[row] for row in cover])
+        winners.append((tuple(int(x[i]) for x in cells), c.live[cover[i]]))
+    return winners[heaviest(lw, [s for _, s in winners])][0], None
 
 
 def _segment_cover(a: AttributeSegments, live: IntArray, segments: IntArray) -> BoolArray:
@@ -187,8 +185,8 @@ def certify(lw: Loads, covering: Sequence[int] | IntArray, bound: float, lower: 
     at most ``bound``; ``exact`` when that multiple is the witness's value, or when both round up to the
     same float ``lower`` (then ``upper == lower``). :class:`MagnitudeError` when the bound exceeds the
     float range."""
-    nums, k = lw.units
-    witness = sum(nums[i] for i in np.asarray(covering, dtype=np.int64).tolist())
+    k = lw.exact.k
+    witness = lw.exact.total(np.asarray(covering, dtype=np.int64))
     scaled = Fraction(max(bound, 0.0))
     cap = max((scaled.numerator << k) // scaled.denominator, witness)
     if cap == witness:

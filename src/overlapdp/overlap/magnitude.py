@@ -189,6 +189,145 @@ def check_representable(value: float, what: str) -> float:
     return value
 
 
+# Bits per limb of the exact loads held in numpy (ExactLoads): a float64 sum of up to 2^29 limbs is exact.
+LIMB_BITS = 24
+_LIMB_MASK = (1 << LIMB_BITS) - 1
+# Largest (queries x limbs) table of exact loads held in numpy (int64 entries); beyond it (weights
+# spanning hundreds of binary orders of magnitude over many queries) the loads are Python integers.
+LIMB_TABLE_LIMIT = 1 << 23
+IntArray = npt.NDArray[np.int64]
+
+
+def _carry(table: IntArray) -> None:
+    """Normalise base-2^24 limbs in place (``table[j]`` is limb ``j``, entries non-negative): every limb
+    below 2^24 but the last."""
+    for j in range(table.shape[0] - 1):
+        table[j + 1] += table[j] >> LIMB_BITS
+        table[j] &= _LIMB_MASK
+
+
+class ExactLoads:
+    """Exact non-negative scaled loads ``nums[q] / 2**k`` on integers, computed with numpy (no Python step
+    per query): MATH.md 7.8. Held as base-2^24 limbs (``limbs[j, q]`` is limb ``j`` of query ``q``, an
+    ``(L, t)`` int64 table) unless that table would exceed ``LIMB_TABLE_LIMIT`` entries; ``nums``
+    (Python integers) is built on demand.
+    """
+
+    def __init__(self, limbs: IntArray | None, k: int, nums: list[int] | None = None) -> None:
+        self.limbs = limbs
+        self.k = k
+        self._nums = nums
+
+    @staticmethod
+    def ones(t: int) -> ExactLoads:
+        return ExactLoads(np.ones((1, t), dtype=np.int64), 0)
+
+    @staticmethod
+    def of(weights: FloatArray, shift: int, square: bool) -> ExactLoads:
+        """``f(w)`` of every weight over ``2^k`` exactly: ``w = b 2^p`` with ``b`` odd (from the binary
+        exponent and the trailing zeros of the 53-bit significand) has, as ``float.as_integer_ratio``,
+        the denominator ``2^(max(0, -p) + shift)`` after the scaling (doubled, and ``b 2^max(0,p)``
+        squared, for ``l2``); ``k`` is the largest, and each numerator is shifted up to it."""
+        t = int(weights.shape[0])
+        pos = np.flatnonzero(weights > 0)
+        if pos.size == 0:
+            return ExactLoads(np.zeros((1, t), dtype=np.int64), 0)
+        mant, e = np.frexp(weights[pos])
+        m = np.ldexp(mant, 53).astype(np.int64)  # exact: the significand as an integer < 2^53
+        low = m & -m
+        tz = (np.frexp(low.astype(np.float64))[1] - 1).astype(np.int64)
+        b = m >> tz  # odd, < 2^53
+        p = e.astype(np.int64) - 53 + tz  # w == b * 2^p
+        den = np.maximum(0, -p) + shift
+        extra = np.maximum(0, p)
+        if not square:
+            k = int(den.max())
+            shifts = k - den + extra  # nums = b << shifts
+            if int((shifts - tz).max()) <= 62 - 53:
+                # Every numerator (b has 53 - tz bits) fits in int64, the usual case: limbs straight
+                # from it.
+                nums = np.zeros(t, dtype=np.int64)
+                nums[pos] = b << shifts
+                limbs = np.stack([(nums >> (LIMB_BITS * j)) & _LIMB_MASK for j in range(3)])
+                return ExactLoads(limbs, k)
+            base = np.stack([b & _LIMB_MASK, (b >> LIMB_BITS) & _LIMB_MASK, b >> (2 * LIMB_BITS)])
+        else:
+            # b^2 from three 24-bit limbs (products < 2^48, column sums < 2^50: exact in int64).
+            b3 = np.stack([b & _LIMB_MASK, (b >> LIMB_BITS) & _LIMB_MASK, b >> (2 * LIMB_BITS)])
+            base = np.zeros((6, pos.size), dtype=np.int64)
+            for i in range(3):
+                for j in range(3):
+                    base[i + j] += b3[i] * b3[j]
+            _carry(base)
+            den, extra = 2 * den, 2 * extra
+            k = int(den.max())
+            shifts = k - den + extra
+        q, r = shifts // LIMB_BITS, shifts % LIMB_BITS
+        width = int(q.max()) + base.shape[0] + 1
+        if t * width > LIMB_TABLE_LIMIT:
+            return ExactLoads(None, k, _python_nums(weights, shift, square))
+        limbs = np.zeros((width, t), dtype=np.int64)
+        flat = limbs.reshape(-1)
+        for a in range(base.shape[0]):
+            v = base[a] << r  # < 2^48
+            at = (q + a) * t + pos  # one entry per query for each a: no repeated index
+            flat[at] += v & _LIMB_MASK
+            flat[at + t] += v >> LIMB_BITS
+        _carry(limbs)
+        return ExactLoads(limbs, k)
+
+    @property
+    def nums(self) -> list[int]:
+        """The integers ``nums[q]`` (one Python integer per query, built once)."""
+        if self._nums is None:
+            assert self.limbs is not None
+            width = self.limbs.shape[0]
+            if width * LIMB_BITS <= 62:
+                acc64 = np.zeros(self.limbs.shape[1], dtype=np.int64)
+                for j in range(width):
+                    acc64 += self.limbs[j] << (LIMB_BITS * j)
+                self._nums = acc64.tolist()
+            else:
+                acc = self.limbs[width - 1].astype(object)
+                for j in range(width - 2, -1, -1):
+                    acc = (acc << LIMB_BITS) + self.limbs[j].astype(object)
+                self._nums = [int(x) for x in acc.tolist()]
+        return self._nums
+
+    def total(self, indices: Sequence[int] | IntArray) -> int:
+        """``sum(nums[q] for q in indices)``: numpy sums of each limb (int64 is exact for fewer than 2^39
+        queries), then one Python step per limb."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if self.limbs is None:
+            nums = self.nums
+            return sum(nums[i] for i in idx.tolist())
+        sums = self.limbs[:, idx].sum(axis=1).tolist()
+        return sum(int(x) << (LIMB_BITS * j) for j, x in enumerate(sums))
+
+    def totals(self, cover: npt.NDArray[np.bool_], indices: IntArray) -> list[int]:
+        """For each row of the boolean matrix ``cover`` (rows x ``len(indices)``), the exact total of the
+        selected queries: float64 products of the 24-bit limbs (exact for fewer than 2^29 queries)."""
+        if self.limbs is None or cover.shape[1] >= 1 << 29:
+            nums = [self.nums[i] for i in indices.tolist()]
+            return [sum(nums[j] for j in np.flatnonzero(row).tolist()) for row in cover]
+        sums = cover.astype(np.float64) @ self.limbs[:, indices].T.astype(np.float64)
+        return [sum(int(x) << (LIMB_BITS * j) for j, x in enumerate(row)) for row in sums.tolist()]
+
+
+def _python_nums(weights: FloatArray, shift: int, square: bool) -> list[int]:
+    """The exact loads on Python integers, one step per weight (weights spanning too wide a range for
+    the numpy limbs)."""
+    pairs: list[tuple[int, int]] = []
+    for w in weights.tolist():
+        n, d = float(w).as_integer_ratio()
+        k = d.bit_length() - 1 + shift  # w / 2**E == n / 2**k, k >= 1 when w > 0
+        if square:
+            n, k = n * n, 2 * k
+        pairs.append((n, k))
+    top = max((k for n, k in pairs if n), default=0)
+    return [n << (top - k) if n else 0 for n, k in pairs]
+
+
 @dataclass(frozen=True)
 class Loads:
     """``comp = g(sum of loads)`` (MATH.md 7.2) on normalised loads.
@@ -224,20 +363,17 @@ class Loads:
         return check_representable(value, self._heaviest(idx))
 
     @cached_property
+    def exact(self) -> ExactLoads:
+        """The EXACT scaled loads as integers (:class:`ExactLoads`), computed once with numpy."""
+        if self.weights is None:
+            return ExactLoads.ones(int(self.loads.shape[0]))
+        return ExactLoads.of(self.weights, self.shift, self.name == "l2")
+
+    @property
     def units(self) -> tuple[list[int], int]:
         """``(nums, k)``: the EXACT scaled loads are ``nums[q] / 2**k`` (``f`` of the original weight over
         $2^E$, or $4^E$ for ``l2``), on integers; the stored float loads may be rounded up from them."""
-        if self.weights is None:
-            return [1] * int(self.loads.shape[0]), 0
-        pairs: list[tuple[int, int]] = []
-        for w in self.weights.tolist():
-            n, d = float(w).as_integer_ratio()
-            k = d.bit_length() - 1 + self.shift  # w / 2**E == n / 2**k, k >= 1 when w > 0
-            if self.name == "l2":
-                n, k = n * n, 2 * k
-            pairs.append((n, k))
-        top = max((k for n, k in pairs if n), default=0)
-        return [n << (top - k) if n else 0 for n, k in pairs], top
+        return self.exact.nums, self.exact.k
 
     @cached_property
     def unit_exponent(self) -> int:

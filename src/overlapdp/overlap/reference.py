@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from overlapdp.overlap.magnitude import check_representable, compose_up, normalised_loads, unscale_up
+from overlapdp.overlap.magnitude import (
+    check_representable,
+    compose_up,
+    exact_total,
+    normalised_loads,
+    unscale_up,
+)
 from overlapdp.overlap.result import (
     Comp,
     DomainTooLargeError,
@@ -183,8 +189,10 @@ def graph_overlap(
     if name == "count":
         clique, _ = nx.max_weight_clique(g, weight=None)
     else:
-        # Every maximal clique, then the best comp: exact for real-valued weights.
-        clique = max(nx.find_cliques(g), key=lambda c: math.fsum(loads[i] for i in c))
+        # Every maximal clique, then the best comp, compared exactly: float sums of the normalised
+        # loads tie where the exact ones do not (1.0 + 5e-324 against 1.0), and the first tied clique
+        # would under-report the maximum (MATH.md 7.8).
+        clique = max(nx.find_cliques(g), key=lambda c: exact_total(name, [w[i] for i in c]))
     value = float(_compose(sorted(clique), w, comp))
     colours = nx.greedy_color(g, strategy="largest_first")
     top: dict[int, float] = {}
