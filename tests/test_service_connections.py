@@ -140,6 +140,11 @@ def test_headers_not_complete_in_time_get_408_and_oversized_headers_431(tmp_path
             assert _answer(big).startswith(b"HTTP/1.1 431")
             assert world["registry"].timed_out >= 2
             assert not world["registry"].open
+            # a body larger than the header limit, sent with its headers, is not header bytes
+            alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+            queries = [f"age BETWEEN 20 AND {21 + i % 50} AND sex = {i % 2}" for i in range(300)]
+            assert alice.cost("adult", queries, epsilon=1e-4)["admissible"]
+            alice.close()
         finally:
             for s in (late, silent, big):
                 s.close()

@@ -185,12 +185,14 @@ class _Guarded(HttpToolsProtocol):
             self._close(_HEADER_TIMEOUT)
 
     def data_received(self, data: bytes) -> None:
-        if self._waiting and self.limits.max_header_bytes:
+        waiting = self._waiting
+        super().data_received(data)
+        # Counted only while no request's headers completed in these bytes: a body sent with its
+        # headers in one packet is not header bytes.
+        if waiting and self._waiting and self.limits.max_header_bytes:
             self._header_bytes += len(data)
             if self._header_bytes > self.limits.max_header_bytes:
                 self._close(_HEADER_TOO_LARGE)
-                return
-        super().data_received(data)
 
     # -- parser callbacks -----------------------------------------------------------------------
     def on_message_begin(self) -> None:
