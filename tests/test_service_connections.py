@@ -242,3 +242,59 @@ def test_an_analyst_past_their_requests_in_progress_gets_429_and_others_are_serv
         finally:
             for s in held:
                 s.close()
+
+
+def _workers_ready(service: QueryService) -> None:
+    assert service.dry_runs is not None
+    for _ in range(600):
+        if service.dry_runs.ready:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the dry-run worker did not start")
+
+
+def test_cost_runs_in_a_worker_process_and_answers_as_the_server_would(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    with _served(tmp_path, limits=Limits(cost_workers=1)) as world:
+        service: QueryService = world["service"]
+        _workers_ready(service)
+        pool = service.dry_runs
+        assert pool is not None
+        alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+        # a charge committed by the server after the worker started is seen by the worker's dry run
+        alice.query("adult", "age BETWEEN 20 AND 40", epsilon=0.5)
+        queries = ["age BETWEEN 30 AND 50", "sex = 1 AND age > 60", {"conditions": {"race": {"in": [0, 1]}}}]
+        remote = alice.cost("adult", queries, epsilon=0.25)
+        assert pool.answered == 1
+        monkeypatch.setattr(service, "dry_runs", None)  # the same dry run in the server's process
+        who = service.store.get_analyst("alice")
+        assert who is not None
+        local = service.cost(who, "adult", queries, 0.25).model_dump(mode="json")
+        monkeypatch.setattr(service, "dry_runs", pool)
+        assert remote == local
+        # the worst row (age 30-40, race 0 or 1) pays the charge (0.5) and two of the queries (0.25 each)
+        assert remote["spent_after"] == pytest.approx(1.0)
+        # the worker's refusals are the server's: same status and error
+        for bad, status in ((["age BETWEEN 30 AND"], 400), (["nosuchattribute = 1"], 400)):
+            with pytest.raises(ServiceRefused) as refused:
+                alice.cost("adult", bad, epsilon=0.25)
+            monkeypatch.setattr(service, "dry_runs", None)
+            with pytest.raises(Exception) as inproc:
+                service.cost(who, "adult", bad, 0.25)
+            monkeypatch.setattr(service, "dry_runs", pool)
+            assert refused.value.status == status
+            assert refused.value.error == type(inproc.value).__name__
+        with pytest.raises(ServiceRefused) as refused:
+            alice.cost("nosuchset", queries, epsilon=0.25)
+        assert refused.value.status == 404
+        # a budget lowered by the admin is seen by the worker
+        service.set_budget("adult", "pure", 0.9)
+        assert alice.cost("adult", queries, epsilon=0.25)["global_admits"] is False
+        # the time budget from the request's arrival travels with the job
+        real = time.monotonic
+        monkeypatch.setattr(serving, "clock", lambda: real() - 20.0)
+        with pytest.raises(ServiceRefused) as refused:
+            alice.cost("adult", queries, epsilon=0.25)
+        assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"
+        alice.close()

@@ -85,6 +85,10 @@ def serve(
             "503 when all are busy). Lowered to fit the file-descriptor limit.",
         ),
     ] = 512,
+    cost_workers: Annotated[
+        int,
+        typer.Option(min=0, help="Worker processes answering /cost dry runs (0: in the server's process)."),
+    ] = 2,
     max_connections_per_client: Annotated[
         int,
         typer.Option(
@@ -125,6 +129,7 @@ def serve(
             engine_pool=engine_pool,
             request_seconds=request_seconds,
             analyst_requests=analyst_requests,
+            cost_workers=cost_workers,
         ),
     )
     connections = ConnectionLimits(

@@ -69,6 +69,7 @@ from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
 from overlapdp.service import _runtime as runtime
+from overlapdp.service._dryrun import DryRunPool
 from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
@@ -136,6 +137,10 @@ class Limits:
     #: bounds alone (no search, about 0.1 ms per query and filter; most batches far from the budget end
     #: there, with no replica to bring up to date); larger ones go off the lock at once.
     bounds_max: int = 200
+    #: Worker processes that answer ``/cost`` dry runs (:mod:`overlapdp.service._dryrun`), started with
+    #: the service; 0: in the server's process (the library default; ``overlapdp serve`` uses 2). Needs
+    #: a ledger the workers can open by its URL (SQLite file, PostgreSQL).
+    cost_workers: int = 0
     #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
     #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
     projection_workers: int = 2
@@ -305,10 +310,19 @@ class QueryService:
         weakref.finalize(self, self.projections.close)
         for record in store.list_datasets():
             self._install(record)
+        #: ``/cost`` dry runs in worker processes (None: in this process).
+        self.dry_runs: DryRunPool | None = None
+        url = getattr(store, "url", None)
+        if self.limits.cost_workers > 0 and isinstance(url, str):
+            self.dry_runs = DryRunPool(url, self.limits.cost_workers, self.limits)
+            weakref.finalize(self, self.dry_runs.close)
+            self.dry_runs.start()
 
     def close(self) -> None:
-        """Stop the projection workers and close the ledger."""
+        """Stop the worker processes and close the ledger."""
         self.projections.close()
+        if self.dry_runs is not None:
+            self.dry_runs.close()
         self.store.close()
 
     # -- data sets --------------------------------------------------------------------------------
@@ -364,6 +378,22 @@ class QueryService:
             raise
         state = self._install(record, loaded)
         return self._admin_info(state)
+
+    def refresh_dataset(self, name: str) -> None:
+        """Read the data set's record again (budget, definition) as an admission does: for an instance
+        that only answers dry runs (:mod:`overlapdp.service._dryrun_worker`), so another instance's
+        change is seen; a changed definition replays the ledger."""
+        state = self._state(name)
+        record = self.store.get_dataset(name)
+        if record is None:
+            raise NotFound(f"unknown data set {name!r}")
+        with state.admit_lock:
+            changed = (record.definition, record.params) != state.built_for
+            state.record = record
+            if changed:
+                state.reset()
+                state.apply(self.store.loads_since(name, 0))
+            state.global_filter.budget = record.budget
 
     def set_budget(
         self, name: str, definition: str, budget: float, params: Mapping[str, Any] | None = None
@@ -716,7 +746,19 @@ class QueryService:
         deadline: float | None = None,
     ) -> CostEstimate:
         """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
-        with ``consistent``, also whether consistent answers could be computed (400 if not)."""
+        with ``consistent``, also whether consistent answers could be computed (400 if not). With
+        ``Limits.cost_workers``, it runs in a worker process (:mod:`overlapdp.service._dryrun`)."""
+        if self.dry_runs is not None:
+            deadline = self._deadline(deadline)
+            job = {
+                "analyst": analyst.name,
+                "dataset": dataset,
+                "specs": list(specs),
+                "parameter": parameter,
+                "parameter_name": parameter_name,
+                "consistent": consistent,
+            }
+            return CostEstimate.model_validate(self.dry_runs.run(job, deadline))
         state, pending = self._query(
             analyst,
             dataset,
