@@ -68,7 +68,7 @@ def serve(
         typer.Option(
             min=0, help="Requests one analyst may have in progress at once (429 beyond; 0: no limit)."
         ),
-    ] = 4,
+    ] = 2,
     header_seconds: Annotated[
         float,
         typer.Option(
@@ -108,7 +108,7 @@ def serve(
     """
     import uvicorn
 
-    from overlapdp.service.serving import ConnectionLimits, uvicorn_config
+    from overlapdp.service.serving import ConnectionLimits, uvicorn_options
 
     # A served process refuses seeded noise generators (overlapdp.mechanisms.randomness).
     os.environ["OVERLAPDP_SERVED"] = "1"
@@ -168,8 +168,14 @@ def serve(
     _heap.enable()
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
     try:
-        config = uvicorn_config(application, host, port, connections, log_level=log_level, access_log=False)
-        uvicorn.Server(config).run()
+        uvicorn.run(
+            application,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            **uvicorn_options(connections),
+        )
     finally:
         service.close()
 

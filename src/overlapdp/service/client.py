@@ -3,7 +3,8 @@
 Every spending call sends an ``Idempotency-Key`` (a fresh UUID unless given) and is retried with the
 SAME key on a transport failure, so a lost response never costs budget twice: the service answers a
 retry with the recorded answer. A 429 (the analyst already has as many requests in progress as the
-service allows) is retried after its ``Retry-After`` seconds, up to ``retries`` times, then raised.
+service allows; nothing was read) is retried after its ``Retry-After`` seconds, up to ``busy_retries``
+times (10 by default), then raised.
 
 >>> analyst = Client("http://127.0.0.1:8000", token)              # doctest: +SKIP
 >>> analyst.query("adult", "age BETWEEN 30 AND 39", epsilon=0.1)  # doctest: +SKIP
@@ -69,6 +70,7 @@ class _Base:
         *,
         timeout: float = 30.0,
         retries: int = 3,
+        busy_retries: int = 10,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(
@@ -78,6 +80,7 @@ class _Base:
             transport=transport,
         )
         self.retries = retries
+        self.busy_retries = busy_retries
 
     def close(self) -> None:
         self._http.close()
@@ -101,7 +104,7 @@ class _Base:
         headers = {}
         if spend:
             headers["Idempotency-Key"] = key or uuid.uuid4().hex
-        attempt = 0
+        attempt = busy = 0
         while True:
             try:
                 response = self._http.request(method, path, json=json, params=params, headers=headers)
@@ -112,9 +115,9 @@ class _Base:
                     raise
                 self._sleep(min(2.0, 0.1 * 2**attempt))
                 continue
-            if response.status_code == 429 and attempt < self.retries:
+            if response.status_code == 429 and busy < self.busy_retries:
                 # too many requests of this analyst in progress: nothing was read or charged
-                attempt += 1
+                busy += 1
                 self._sleep(_retry_after(response))
                 continue
             break

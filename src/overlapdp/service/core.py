@@ -128,7 +128,7 @@ class Limits:
     request_seconds: float = 10.0
     #: Requests one analyst may have in progress at once (over every endpoint); one more gets 429
     #: with ``Retry-After`` before its body is read (:class:`overlapdp.service.app.AnalystGate`).
-    analyst_requests: int = 4
+    analyst_requests: int = 2
     #: Requests of at least this many queries (every request by default: a single query too, and a
     #: session's opening) never search under the admission lock: they are tried against a snapshot off
     #: it when the filters' bounds alone cannot admit them. Smaller ones are decided under the lock.

@@ -215,19 +215,17 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     return type("GuardedHttpProtocol", (_Guarded,), {"limits": limits, "registry": _Registry()})
 
 
-def uvicorn_config(app: Any, host: str, port: int, limits: ConnectionLimits, **kwargs: Any) -> Any:
-    """The uvicorn configuration serving ``app`` behind :func:`guarded_protocol`.
+def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:
+    """The options of ``uvicorn.run`` / ``uvicorn.Config`` that serve behind :func:`guarded_protocol`.
 
     uvicorn's ``limit_concurrency`` is not set: it counts connections only when a request's headers
     are complete (503 then), after the slow ones already hold their descriptors; the guard refuses or
     evicts at accept instead."""
+    return {"http": guarded_protocol(limits), "timeout_keep_alive": limits.keep_alive_seconds}
+
+
+def uvicorn_config(app: Any, host: str, port: int, limits: ConnectionLimits, **kwargs: Any) -> Any:
+    """The uvicorn configuration serving ``app`` behind :func:`guarded_protocol`."""
     import uvicorn
 
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=guarded_protocol(limits),
-        timeout_keep_alive=limits.keep_alive_seconds,
-        **kwargs,
-    )
+    return uvicorn.Config(app, host=host, port=port, **uvicorn_options(limits), **kwargs)
