@@ -11,8 +11,9 @@ of worker processes it owns (:class:`DryRunPool`, ``Limits.cost_workers``, ``ove
   charges, exactly as one in the server does (both catch their filters up with the ledger first, as
   several service instances over one ledger do; DESIGN.md), and the data set's record and budget are
   read again for each job;
-- workers run dry runs at the lowest priority (``nice`` 19, after their start-up): a dry run takes
-  the processor time the server's requests leave (the idle class, ``SCHED_IDLE``, starved them
+- workers run at the lowest priority (``nice`` 19, from their start: the replay of the ledger must not
+  slow the server's first requests either): a dry run takes the processor time the server's requests
+  leave (the idle class, ``SCHED_IDLE``, starved them
   altogether on a busy machine: every dry run ran out of time);
 - the request's time budget holds: the job carries the deadline (the worker's dry run stops there with
   503 ``TimeBudgetExceeded``), a request waits for a free worker only until its deadline (503), and a

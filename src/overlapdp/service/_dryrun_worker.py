@@ -1,8 +1,8 @@
 """Worker process of the service's ``/cost`` dry runs (see :mod:`overlapdp.service._dryrun`).
 
 Run by the pool as ``python -c "...; main()" LEDGER LIMITS`` (LIMITS: the service's limits as JSON).
-It opens the ledger (reading only), builds a query service over it (which replays the charges),
-lowers its scheduling priority (nice 19), says ``ready``, then answers jobs until its standard input closes. Each
+It lowers its scheduling priority (nice 19), opens the ledger (reading only), builds a query service
+over it (which replays the charges), says ``ready``, then answers jobs until its standard input closes. Each
 message, both ways, is an 8-byte big-endian length and a pickle (as the projection workers'). A job:
 the analyst's name and the dry run's fields, with the seconds left on the request's time budget and
 the monotonic clock's reading when they were measured. A reply: ``{"ok": the CostEstimate as JSON}``
@@ -68,6 +68,10 @@ def _answer(service: Any, job: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print goes to standard error, never into the replies
+    # The lowest priority from the start: its imports and the replay of the ledger must not slow the
+    # server's first requests either (it takes the processor time they leave, as its dry runs do).
+    with contextlib.suppress(OSError):
+        os.nice(19)
     os.environ["OVERLAPDP_SERVED"] = "1"
     from overlapdp.service.core import Limits, QueryService
     from overlapdp.service.ledger import open_ledger
@@ -75,17 +79,15 @@ def main() -> None:
     ledger, settings = sys.argv[1], json.loads(sys.argv[2])
     service = QueryService(open_ledger(ledger), limits=Limits(**settings))
     stdin = sys.stdin.buffer
-    # Started (the ledger replayed) at the server's priority; dry runs at the lowest (nice 19: about
-    # 1.5 % of a processor against a request of the server, which preempts them when it wakes).
-    with contextlib.suppress(OSError):
-        os.nice(19)
-    _write(out, "ready")
     try:
+        _write(out, "ready")
         while True:
             job = _read(stdin)
             if job is None:
                 return
             _write(out, _answer(service, job))
+    except BrokenPipeError:
+        return  # the service is gone (killed): so is this worker, quietly
     finally:
         service.close()
 
