@@ -2,7 +2,7 @@
 
 A 1 000-query dry run is seconds of pure-Python work (parsing the queries, then the overlap searches
 of both filters and of the batch itself: about 6 s on Adult): in the server's process it held the
-interpreter lock, and eight of them in parallel delayed every other analyst by seconds (issue 27). As
+interpreter lock, and eight of them in parallel delayed every other analyst by seconds. As
 for consistent answers (:mod:`overlapdp.service._projection`), the service hands them to a small pool
 of worker processes it owns (:class:`DryRunPool`, ``Limits.cost_workers``, ``overlapdp serve`` only):
 
