@@ -36,6 +36,18 @@ Row added for issue 26 (finding 9), on a fresh SQLite ledger with the DuckDB eng
   deviation 141 and 100), its seconds and status, and another analyst's single-query latency
   meanwhile (target: delayed by < 1 s).
 
+Rows added for issue 27 (no client can exhaust the server), on a fresh SQLite ledger with the DuckDB
+engine, each printing another analyst's p99 alone (baseline) and under the attack, and their ratio
+(target: < 2x, none of their requests failing):
+
+- slow (``slow``, ``slow-proxy`` for the per-address limit off): one client holds 1 000 connections
+  that send a request's headers a byte a second (re-opening each one the server closes), the server
+  run under a 1 024 file-descriptor limit;
+- cost8: one analyst sends 8 parallel 1 000-query ``/cost`` (mixed 4-attribute queries), each thread
+  again as soon as it is answered (after ``Retry-After`` on a 429);
+- cheap50: one analyst sends 50 parallel single queries, each thread again as soon as answered (after
+  ``Retry-After`` on a 429).
+
 ``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
 ``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
 
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import http.client
 import json
@@ -61,6 +74,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -71,7 +85,9 @@ from overlapdp.samples import adult_schema, synthetic_adult  # noqa: E402
 from overlapdp.service.ledger import NewCharge, open_ledger  # noqa: E402
 
 ADMIN = "bench-admin-token-0123456789abcdef"
-SHARED_ADULT = REPO.parent / "shared" / "data" / "adult" / "adult.csv"
+SHARED_ADULT = next(
+    (p for p in (REPO.parent / "shared", REPO.parents[1] / "shared") if p.is_dir()), REPO.parent / "shared"
+) / ("data/adult/adult.csv")
 
 BASELINE_APP = """
 import sys
@@ -138,9 +154,19 @@ def quiet_client() -> Iterator[None]:
         gc.enable()
 
 
-def start(cmd: list[str], url: str) -> tuple[subprocess.Popen[bytes], float]:
+def start(cmd: list[str], url: str, fds: int | None = None) -> tuple[subprocess.Popen[bytes], float]:
+    """The server ``cmd`` (under a soft file-descriptor limit of ``fds`` when given), once it answers."""
     env = {**os.environ, "OVERLAPDP_ADMIN_TOKEN": ADMIN, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def limit() -> None:
+        if fds is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (fds, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit
+    )
     return proc, wait_ready(url, proc)
 
 
@@ -335,6 +361,162 @@ def during(url: str, tokens: list[str], path: str) -> tuple[dict[str, float], fl
         worker.join()
     conn.close()
     return summary(lat, time.monotonic() - t0, float(errors)), out[0][1], out[0][0]
+
+
+def analyst_alone(url: str, token: str, seconds: float) -> tuple[list[float], int]:
+    """One analyst's single 3-attribute queries, one after another for ``seconds``: (latencies, failures)."""
+    rng = random.Random(3)
+    host, port = url.removeprefix("http://").split(":")
+    # from another loopback address than the attackers' (127.0.0.1): another client, as on a network
+    conn = http.client.HTTPConnection(host, int(port), timeout=30, source_address=("127.0.0.2", 0))
+    lat, errors = [], 0
+    end = time.monotonic() + seconds
+    with quiet_client():
+        while time.monotonic() < end:
+            try:
+                status, took = post(
+                    conn, "/v1/datasets/adult/query", token, {"where": random_query(rng), "epsilon": 1e-6}
+                )
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                status, took = 0, 0.0
+            if status != 200:
+                errors += 1
+            else:
+                lat.append(took)
+    conn.close()
+    return lat, errors
+
+
+def p99(lat: list[float]) -> float:
+    flat = sorted(lat)
+    return 1000 * flat[min(len(flat) - 1, int(0.99 * len(flat)))] if flat else math.nan
+
+
+def hammer(
+    url: str, token: str, threads: int, path: str, body: object, stop: threading.Event
+) -> dict[str, int]:
+    """``threads`` clients of one analyst posting ``body`` to ``path`` back to back until ``stop``,
+    each waiting ``Retry-After`` after a 429: counts of the statuses seen."""
+    host, port = url.removeprefix("http://").split(":")
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+    data = json.dumps(body)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        while not stop.is_set():
+            try:
+                conn.request("POST", path, body=data, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                status, wait = str(response.status), float(response.getheader("retry-after") or 0)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                status, wait = "closed", 0.1
+            with lock:
+                seen[status] = seen.get(status, 0) + 1
+            if wait:
+                stop.wait(wait)
+        conn.close()
+
+    workers = [threading.Thread(target=client, daemon=True) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    stop.wait()
+    for w in workers:
+        w.join(timeout=120)
+    return seen
+
+
+def slow_connections(port: int, n: int, stop: threading.Event) -> dict[str, int]:
+    """``n`` connections sending a request's headers a byte a second, each re-opened when the server
+    closes it, until ``stop``: how many were opened, and closed by the server."""
+    import socket
+
+    head = b"POST /v1/datasets/adult/query HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 10_000
+    socks: list[socket.socket | None] = [None] * n
+    sent = [0] * n
+    counts = {"opened": 0, "closed by server": 0, "refused": 0}
+
+    def open_one(i: int) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.setblocking(False)
+            s.send(head[:1])
+            socks[i], sent[i] = s, 1
+            counts["opened"] += 1
+        except OSError:
+            socks[i] = None
+            counts["refused"] += 1
+
+    for i in range(n):
+        open_one(i)
+    while not stop.is_set():
+        for i in range(n):
+            s = socks[i]
+            if s is None:
+                open_one(i)
+                continue
+            try:
+                if s.recv(4096) == b"":
+                    raise ConnectionResetError
+            except BlockingIOError:
+                pass  # nothing from the server: still held
+            except OSError:
+                counts["closed by server"] += 1
+                s.close()
+                open_one(i)
+                continue
+            try:
+                s.send(head[sent[i] : sent[i] + 1])
+                sent[i] += 1
+            except OSError:
+                pass
+        stop.wait(1.0)
+    for s in socks:
+        if s is not None:
+            s.close()
+    return counts
+
+
+def _attacker(attack: Callable[[Any], dict[str, int]], stop: Any, out: Any) -> None:
+    os.nice(10)
+    out.put(attack(stop))
+
+
+def under_attack(
+    url: str, token: str, seconds: float, attack: Callable[[Any], dict[str, int]]
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The analyst's p99 alone, then while ``attack`` runs (after 2 s of it): the figures and the ratio.
+
+    The attacker runs in a process of its own at nice 10: on this one machine its own processor time
+    (1 000 sockets, 50 client threads) would otherwise be taken from the server and the analyst, which
+    an attacker on another machine does not do."""
+    import multiprocessing
+
+    analyst_alone(url, token, 1.0)  # warm-up
+    base, base_errors = analyst_alone(url, token, seconds)
+    ctx = multiprocessing.get_context("fork")
+    stop, results = ctx.Event(), ctx.Queue()
+    attacker = ctx.Process(target=_attacker, args=(attack, stop, results), daemon=True)
+    attacker.start()
+    time.sleep(2.0)
+    lat, errors = analyst_alone(url, token, seconds)
+    stop.set()
+    out = [results.get(timeout=180)]
+    attacker.join(timeout=30)
+    figures = {
+        "qps": len(lat) / seconds,
+        "p50": 1000 * statistics.median(lat) if lat else math.nan,
+        "p99": p99(lat),
+        "errors": float(errors + base_errors),
+        "max": 1000 * max(lat) if lat else math.nan,
+        "base p99": p99(base),
+        "ratio": p99(lat) / p99(base),
+    }
+    return figures, out[0] if out else {}
 
 
 def age_hours_boxes(n: int, seed: int = 5) -> list[str]:
@@ -570,14 +752,16 @@ def main() -> None:
         finally:
             stop(proc)
 
-    def serve(name: str) -> tuple[subprocess.Popen[bytes], str, float, str]:
+    def serve(
+        name: str, extra: list[str] | None = None, fds: int | None = None
+    ) -> tuple[subprocess.Popen[bytes], str, float, str]:
         ledger = str(folder / f"ledger-{name}.sqlite")
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "overlapdp.cli.main", "serve", "--ledger", ledger, "--port", str(port)]
         if args.request_seconds is not None:
             cmd += ["--request-seconds", str(args.request_seconds)]
-        proc, ready = start(cmd, url)
+        proc, ready = start(cmd + (extra or []), url, fds)
         return proc, url, ready, ledger
 
     inserted = 0.0
@@ -674,6 +858,45 @@ def main() -> None:
                 rows.append((name, r, ready, r["max"] < 1000))
             finally:
                 stop(proc)
+
+    # issue 27: another analyst's p99 alone and under each attack (target < 2x, no failure)
+    attacks: dict[str, tuple[list[str], Callable[[str, list[str], threading.Event], dict[str, int]]]] = {
+        "slow": ([], lambda url, tokens, stop: slow_connections(int(url.rsplit(":", 1)[1]), 1000, stop)),
+        "slow-proxy": (
+            ["--max-connections-per-client", "0"],
+            lambda url, tokens, stop: slow_connections(int(url.rsplit(":", 1)[1]), 1000, stop),
+        ),
+        "cost8": (
+            [],
+            lambda url, tokens, stop: hammer(
+                url,
+                tokens[0],
+                8,
+                "/v1/datasets/adult/cost",
+                {"queries": [mixed_query(random.Random(k), 4) for k in range(1000)], "epsilon": 0.001},
+                stop,
+            ),
+        ),
+        "cheap50": (
+            [],
+            lambda url, tokens, stop: hammer(
+                url, tokens[0], 50, "/v1/datasets/adult/query", {"where": "age = 30", "epsilon": 1e-6}, stop
+            ),
+        ),
+    }
+    for kind, (extra, attack) in attacks.items():
+        if kind not in wanted:
+            continue
+        proc, url, ready, _ = serve(kind, extra, fds=1024)
+        try:
+            tokens = setup_service(url, data, 2, "duckdb", quota=0.5)
+            r, seen = under_attack(url, tokens[1], args.seconds, functools.partial(attack, url, tokens))
+            print(f"(attack {kind}: {seen})")
+            rows.append(
+                (f"other analyst under attack: {kind}", r, ready, r["ratio"] < 2 and r["errors"] == 0)
+            )
+        finally:
+            stop(proc)
 
     base = rows[0][1]["qps"] if rows and rows[0][3] is None else math.nan
     header = (

@@ -168,7 +168,7 @@ def test_every_error_maps_to_the_status_the_service_intends(tmp_path: Path) -> N
 
     app.add_api_route("/raise/{name}", boom)
     # The intended statuses, as the OpenAPI description declares them (app._ERRORS).
-    declared = {400, 401, 403, 404, 405, 409, 413, 422, 503}
+    declared = {400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
     try:
         client = TestClient(app, raise_server_exceptions=False)
         for name, cls in classes.items():

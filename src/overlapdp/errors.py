@@ -299,6 +299,13 @@ class TimeBudgetExceeded(ServiceError):
     status = 503
 
 
+class TooManyRequests(ServiceError):
+    """The analyst already has as many requests in progress as the service allows at once: HTTP 429
+    with ``Retry-After`` (seconds) and ``retry_after`` in the body; nothing was read or charged."""
+
+    status = 429
+
+
 class AuthError(OverlapDPError):
     """A missing, malformed, wrong or revoked token (HTTP 401)."""
 

@@ -65,6 +65,38 @@ def serve(
             min=0.001, help="Each request's time budget in seconds (503 TimeBudgetExceeded past it)."
         ),
     ] = 10.0,
+    analyst_requests: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Requests one analyst may have in progress at once (429 beyond; 0: no limit)."
+        ),
+    ] = 2,
+    header_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Seconds a connection may take to send a request's headers, idle time included (408 past "
+            "them; 0: no limit).",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Connections held at once (the longest waiting for its headers is closed for a new one; "
+            "503 when all are busy). Lowered to fit the file-descriptor limit.",
+        ),
+    ] = 512,
+    cost_workers: Annotated[
+        int,
+        typer.Option(min=0, help="Worker processes answering /cost dry runs (0: in the server's process)."),
+    ] = 2,
+    max_connections_per_client: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Connections held at once from one client address (503 beyond; 0 behind a proxy)."
+        ),
+    ] = 64,
     log_level: Annotated[
         Literal["critical", "error", "warning", "info", "debug", "trace"],
         typer.Option(help="uvicorn log level."),
@@ -77,6 +109,8 @@ def serve(
     The admin token comes from $OVERLAPDP_ADMIN_TOKEN or is generated and printed once on stderr.
     """
     import uvicorn
+
+    from overlapdp.service.serving import ConnectionLimits, uvicorn_options
 
     # A served process refuses seeded noise generators (overlapdp.mechanisms.randomness).
     os.environ["OVERLAPDP_SERVED"] = "1"
@@ -99,7 +133,14 @@ def serve(
             max_batch=max_batch,
             engine_pool=engine_pool,
             request_seconds=request_seconds,
+            analyst_requests=analyst_requests,
+            cost_workers=cost_workers,
         ),
+    )
+    connections = ConnectionLimits(
+        header_seconds=header_seconds,
+        max_connections=_fit_descriptors(max_connections),
+        max_per_client=max_connections_per_client,
     )
     if data is not None and schema is not None:
         ds_name = name or data.stem
@@ -131,8 +172,17 @@ def serve(
     gc.freeze()
     _heap.enable()
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
-    config = uvicorn.Config(application, host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        **uvicorn_options(connections),
+    )
     try:
+        # on the socket bound above (a busy port was one line before any token was printed), behind the
+        # connection guard (service/serving.py)
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
@@ -162,6 +212,26 @@ def _bind(host: str, port: int) -> socket.socket:
         raise OverlapDPError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+#: File descriptors kept for the service's own use (ledger, engines, workers' pipes, logs).
+_RESERVED_FDS = 256
+
+
+def _fit_descriptors(wanted: int) -> int:
+    """``wanted`` connections, fewer when the process's file-descriptor limit could not hold them with
+    the service's own files: past the limit, accepting fails and every client is refused."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if wanted == 0 or soft == resource.RLIM_INFINITY or wanted + _RESERVED_FDS <= soft:
+        return wanted
+    fitted = max(16, soft - _RESERVED_FDS)
+    warn(f"--max-connections {wanted} does not fit the file-descriptor limit {soft}: using {fitted}")
+    return fitted
 
 
 def _safe(url: str) -> str:

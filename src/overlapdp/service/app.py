@@ -9,11 +9,17 @@
 - Every endpoint declares its response model (:mod:`overlapdp.service.responses`), so ``/openapi.json``
   describes every answer and every error body.
 - Bodies larger than ``Limits.max_body_bytes`` and batches larger than ``Limits.max_batch`` get 413.
+- Each request's time budget (``Limits.request_seconds``) starts when it arrives (:class:`RequestClock`):
+  a body not read by then is a 503 ``TimeBudgetExceeded``, and every later step is checked against
+  the same deadline. An analyst with ``Limits.analyst_requests`` requests in progress gets 429 with
+  ``Retry-After`` for one more (:class:`AnalystGate`), before its body is read.
 - CORS is off unless origins are given.
 """
 
+import asyncio
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Annotated, Any
 
@@ -23,8 +29,9 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError
+from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError, TooManyRequests
 from overlapdp.service import _runtime as runtime
+from overlapdp.service import serving
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard
@@ -131,6 +138,165 @@ class _BodyTooLarge(Exception):
     pass
 
 
+#: The scope key holding a request's deadline (a :data:`serving.clock` time).
+DEADLINE = "overlapdp.deadline"
+
+
+class RequestClock:
+    """ASGI middleware: each request's deadline is ``seconds`` after its arrival (stamped by the
+    connection guard when served, :mod:`overlapdp.service.serving`; else when the application is
+    called), kept in the scope for the endpoints. The body must be read by then: a body still
+    arriving at the deadline is cut (the application sees the client gone) and the request gets 503
+    ``TimeBudgetExceeded``, nothing charged. A slow body thus holds its connection no longer than the
+    request's time budget, whatever server runs the application."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrived = scope.get(serving.ARRIVED)
+        deadline = (serving.clock() if arrived is None else float(arrived)) + self.seconds
+        scope[DEADLINE] = deadline
+        late = False
+        body_done = False
+        started = False
+
+        async def timed_receive() -> Message:
+            nonlocal late, body_done
+            if body_done:
+                return await receive()  # e.g. waiting for a disconnect: not the body's time
+            left = deadline - serving.clock()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), left)
+            except TimeoutError:
+                late = True
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if late:
+                return  # whatever the application answers to the cut body, the answer is the 503
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, timed_receive, tracking_send)
+        if late and not started:
+            body = json.dumps(
+                {
+                    "error": "TimeBudgetExceeded",
+                    "detail": "the request body did not arrive within the request's time budget; "
+                    "nothing was charged",
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+
+class AnalystGate:
+    """ASGI middleware: at most ``limit`` requests of one analyst in progress at once, over every
+    analyst endpoint; one more gets 429 ``TooManyRequests`` with ``Retry-After`` (``retry_after``
+    seconds) before its body is read, so an analyst's parallel requests cannot take the server's
+    threads and processors from the others. The token is checked here (a cached hash); a request
+    without a valid analyst token goes on to the endpoint, which answers 401 (or checks the admin
+    token)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticate: Callable[[str | None], AnalystRecord],
+        limit: int,
+        retry_after: int = 1,
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.limit = limit
+        self.retry_after = retry_after
+        self._lock = threading.Lock()
+        self.running: dict[str, int] = {}
+        #: Requests refused with 429 (figures and tests).
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        who = self._analyst(scope) if scope["type"] == "http" and self.limit > 0 else None
+        if who is None:
+            await self.app(scope, receive, send)
+            return
+        with self._lock:
+            busy = self.running.get(who, 0)
+            if busy >= self.limit:
+                self.refused += 1
+            else:
+                self.running[who] = busy + 1
+        if busy >= self.limit:
+            await self._refuse(send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            with self._lock:
+                left = self.running.get(who, 1) - 1
+                if left > 0:
+                    self.running[who] = left
+                else:
+                    self.running.pop(who, None)
+
+    def _analyst(self, scope: Scope) -> str | None:
+        path = str(scope.get("path", ""))
+        if not path.startswith("/v1/") or path.startswith("/v1/admin"):
+            return None
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer":
+                    return None
+                try:
+                    return self.authenticate(token.strip()).name
+                except (AuthError, OverlapDPError):
+                    return None  # the endpoint answers 401
+        return None
+
+    async def _refuse(self, send: Send) -> None:
+        err = TooManyRequests(
+            f"this analyst already has {self.limit} requests in progress; retry after "
+            f"{self.retry_after} s (nothing was read or charged)"
+        )
+        body = json.dumps(
+            {"error": type(err).__name__, "detail": str(err), "retry_after": self.retry_after}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 429,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", str(self.retry_after).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
 async def _too_large(send: Send, limit: int) -> None:
     body = json.dumps({"error": "TooLarge", "detail": f"the request body exceeds {limit} bytes"}).encode()
     await send(
@@ -186,11 +352,18 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
     413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
     422: {"model": ValidationErrorBody, "description": "the body does not hold the documented fields"},
+    429: {
+        "model": ErrorBody,
+        "description": "the analyst already has Limits.analyst_requests requests in progress "
+        "(TooManyRequests): retry after the Retry-After header's seconds (also 'retry_after' in the "
+        "body); nothing was read or charged",
+    },
     500: {"model": ErrorBody, "description": "an internal error; nothing was charged"},
     503: {
         "model": ErrorBody,
         "description": "the ledger could not record the request (retry with its key), or the request's "
-        "time budget ran out (TimeBudgetExceeded); nothing was charged",
+        "time budget, counted from its arrival, ran out (TimeBudgetExceeded), or the server holds too "
+        "many connections (TooManyConnections); nothing was charged",
     },
 }
 
@@ -220,6 +393,9 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
         )
     app.add_middleware(BodyLimit, limit=service.limits.max_body_bytes)
+    # added last: runs first (the gate refuses before any body is read; the clock starts before it)
+    app.add_middleware(AnalystGate, authenticate=service.authenticate, limit=service.limits.analyst_requests)
+    app.add_middleware(RequestClock, seconds=service.limits.request_seconds)
 
     # -- errors -------------------------------------------------------------------------------------
     @app.exception_handler(AuthError)
@@ -233,6 +409,8 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
 
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        if exc.status == 429:  # TooManyRequests: when to come back
+            return _error(429, exc, headers={"Retry-After": "1"}, **{"retry_after": 1, **exc.details})
         return _error(exc.status, exc, **exc.details)
 
     @app.exception_handler(LedgerError)
@@ -268,8 +446,13 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     async def require_analyst(creds: Credentials) -> AnalystRecord:
         return service.authenticate(creds.credentials if creds else None)
 
+    async def request_deadline(request: Request) -> float | None:
+        value = request.scope.get(DEADLINE)
+        return None if value is None else float(value)
+
     Admin = Annotated[None, Depends(require_admin)]
     Analyst = Annotated[AnalystRecord, Depends(require_analyst)]
+    Deadline = Annotated[float | None, Depends(request_deadline)]
 
     # -- admin ----------------------------------------------------------------------------------------
     @app.post("/v1/admin/datasets", tags=["admin"], status_code=201)
@@ -344,11 +527,11 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
 
     @app.post("/v1/datasets/{name}/query", tags=["analyst"])
     def query(
-        name: str, body: QueryRequest, who: Analyst, key: IdempotencyKey = None
+        name: str, body: QueryRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> QueryAnswer | GroupedAnswer:
         """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid.
         With ``group_by``: one answer per cell of the grouped attributes' domain, charged together."""
-        out = service.query(who, name, [body.spec()], *_parameter(body), request_key=key)
+        out = service.query(who, name, [body.spec()], *_parameter(body), request_key=key, deadline=deadline)
         first = out.answers[0].group if out.answers else None
         if first is not None:
             return GroupedAnswer(
@@ -367,26 +550,36 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         )
 
     @app.post("/v1/datasets/{name}/batch", tags=["analyst"])
-    def batch(name: str, body: BatchRequest, who: Analyst, key: IdempotencyKey = None) -> BatchAnswer:
+    def batch(
+        name: str, body: BatchRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
+    ) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
         _batch_size(service, body.queries)
         return service.query(
-            who, name, body.queries, *_parameter(body), request_key=key, consistent=body.consistent
+            who,
+            name,
+            body.queries,
+            *_parameter(body),
+            request_key=key,
+            consistent=body.consistent,
+            deadline=deadline,
         )
 
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
-    def cost(name: str, body: BatchRequest, who: Analyst) -> CostEstimate:
+    def cost(name: str, body: BatchRequest, who: Analyst, deadline: Deadline) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
         _batch_size(service, body.queries)
-        return service.cost(who, name, body.queries, *_parameter(body), consistent=body.consistent)
+        return service.cost(
+            who, name, body.queries, *_parameter(body), consistent=body.consistent, deadline=deadline
+        )
 
     @app.post("/v1/datasets/{name}/sessions", tags=["analyst"], status_code=201)
     def open_session(
-        name: str, body: SessionRequest, who: Analyst, key: IdempotencyKey = None
+        name: str, body: SessionRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session (its epsilon is charged when it opens)."""
         params = body.model_dump(exclude={"kind"}, exclude_none=True)
-        return service.open_session(who, name, body.kind, params, request_key=key)
+        return service.open_session(who, name, body.kind, params, request_key=key, deadline=deadline)
 
     @app.get("/v1/sessions/{session_id}", tags=["analyst"])
     def session(session_id: str, who: Analyst) -> SessionInfo:
@@ -395,11 +588,17 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
 
     @app.post("/v1/sessions/{session_id}/query", tags=["analyst"])
     def session_query(
-        session_id: str, body: SessionQueryRequest, who: Analyst, key: IdempotencyKey = None
+        session_id: str,
+        body: SessionQueryRequest,
+        who: Analyst,
+        deadline: Deadline,
+        key: IdempotencyKey = None,
     ) -> SessionStep:
         """One step of a session: a query with a threshold (sparse vector) or a guess (guess-and-check)."""
         arg_name, arg = body.argument
-        return service.session_query(who, session_id, body.spec(), arg, request_key=key, arg_name=arg_name)
+        return service.session_query(
+            who, session_id, body.spec(), arg, request_key=key, arg_name=arg_name, deadline=deadline
+        )
 
     @app.get("/v1/me", tags=["analyst"])
     def me(who: Analyst) -> AnalystInfo:

@@ -2,7 +2,9 @@
 
 Every spending call sends an ``Idempotency-Key`` (a fresh UUID unless given) and is retried with the
 SAME key on a transport failure, so a lost response never costs budget twice: the service answers a
-retry with the recorded answer.
+retry with the recorded answer. A 429 (the analyst already has as many requests in progress as the
+service allows; nothing was read) is retried after its ``Retry-After`` seconds, up to ``busy_retries``
+times (10 by default), then raised.
 
 >>> analyst = Client("http://127.0.0.1:8000", token)              # doctest: +SKIP
 >>> analyst.query("adult", "age BETWEEN 30 AND 39", epsilon=0.1)  # doctest: +SKIP
@@ -45,7 +47,23 @@ def _one_query(query: QuerySpec) -> dict[str, Any]:
     return dict(query)
 
 
+#: Longest wait the client honours from a ``Retry-After`` header, in seconds.
+MAX_RETRY_AFTER = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Seconds a 429 asks to wait (``Retry-After`` in seconds; 1 when absent or unreadable)."""
+    try:
+        value = float(response.headers.get("retry-after", "1"))
+    except ValueError:
+        value = 1.0
+    return min(max(value, 0.0), MAX_RETRY_AFTER)
+
+
 class _Base:
+    #: How the client waits before a retry (tests replace it).
+    _sleep = staticmethod(time.sleep)
+
     def __init__(
         self,
         url: str,
@@ -53,6 +71,7 @@ class _Base:
         *,
         timeout: float = 30.0,
         retries: int = 3,
+        busy_retries: int = 10,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(
@@ -62,6 +81,7 @@ class _Base:
             transport=transport,
         )
         self.retries = retries
+        self.busy_retries = busy_retries
 
     def close(self) -> None:
         self._http.close()
@@ -85,17 +105,23 @@ class _Base:
         headers = {}
         if spend:
             headers["Idempotency-Key"] = key or uuid.uuid4().hex
-        attempt = 0
+        attempt = busy = 0
         while True:
             try:
                 response = self._http.request(method, path, json=json, params=params, headers=headers)
-                break
             except httpx.TransportError:
                 # Safe to retry: a spending call carries the same idempotency key each time.
                 attempt += 1
                 if attempt > self.retries:
                     raise
-                time.sleep(min(2.0, 0.1 * 2**attempt))
+                self._sleep(min(2.0, 0.1 * 2**attempt))
+                continue
+            if response.status_code == 429 and busy < self.busy_retries:
+                # too many requests of this analyst in progress: nothing was read or charged
+                busy += 1
+                self._sleep(_retry_after(response))
+                continue
+            break
         try:
             body = response.json()
         except ValueError:

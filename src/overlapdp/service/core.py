@@ -68,6 +68,7 @@ from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import _heap
 from overlapdp.service import _runtime as runtime
+from overlapdp.service._dryrun import DryRunPool
 from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
 from overlapdp.service.datasets import LoadedDataset, check_engine, load_dataset
@@ -119,10 +120,15 @@ class Limits:
     max_ledger_page: int = 10_000
     #: Engines opened per data set (counts run in parallel on them).
     engine_pool: int = 2
-    #: Each request's time budget in seconds, from its arrival: a request whose admission (or dry
-    #: run) is not decided by then gets 503 (:class:`TimeBudgetExceeded`), nothing charged. Checked
-    #: between the charges of a batch and inside each overlap search (its effort limit is the time left).
+    #: Each request's time budget in seconds, from its arrival (the first byte of its request line when
+    #: served: :mod:`overlapdp.service.serving`): a request whose body, parsing, counting, admission
+    #: (or dry run) is not done by then gets 503 (:class:`TimeBudgetExceeded`), nothing charged.
+    #: Checked while the body is read, between the queries being parsed, between the charges of a
+    #: batch and inside each overlap search (its effort limit is the time left).
     request_seconds: float = 10.0
+    #: Requests one analyst may have in progress at once (over every endpoint); one more gets 429
+    #: with ``Retry-After`` before its body is read (:class:`overlapdp.service.app.AnalystGate`).
+    analyst_requests: int = 2
     #: Requests of at least this many queries (every request by default: a single query too, and a
     #: session's opening) never search under the admission lock: they are tried against a snapshot off
     #: it when the filters' bounds alone cannot admit them. Smaller ones are decided under the lock.
@@ -131,6 +137,10 @@ class Limits:
     #: bounds alone (no search, about 0.1 ms per query and filter; most batches far from the budget end
     #: there, with no replica to bring up to date); larger ones go off the lock at once.
     bounds_max: int = 200
+    #: Worker processes that answer ``/cost`` dry runs (:mod:`overlapdp.service._dryrun`), started with
+    #: the service; 0: in the server's process (the library default; ``overlapdp serve`` uses 2). Needs
+    #: a ledger the workers can open by its URL (SQLite file, PostgreSQL).
+    cost_workers: int = 0
     #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
     #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
     projection_workers: int = 2
@@ -300,10 +310,19 @@ class QueryService:
         weakref.finalize(self, self.projections.close)
         for record in store.list_datasets():
             self._install(record)
+        #: ``/cost`` dry runs in worker processes (None: in this process).
+        self.dry_runs: DryRunPool | None = None
+        url = getattr(store, "url", None)
+        if self.limits.cost_workers > 0 and isinstance(url, str):
+            self.dry_runs = DryRunPool(url, self.limits.cost_workers, self.limits)
+            weakref.finalize(self, self.dry_runs.close)
+            self.dry_runs.start()
 
     def close(self) -> None:
-        """Stop the projection workers and close the ledger."""
+        """Stop the worker processes and close the ledger."""
         self.projections.close()
+        if self.dry_runs is not None:
+            self.dry_runs.close()
         self.store.close()
 
     # -- data sets --------------------------------------------------------------------------------
@@ -359,6 +378,22 @@ class QueryService:
             raise
         state = self._install(record, loaded)
         return self._admin_info(state)
+
+    def refresh_dataset(self, name: str) -> None:
+        """Read the data set's record again (budget, definition) as an admission does: for an instance
+        that only answers dry runs (:mod:`overlapdp.service._dryrun_worker`), so another instance's
+        change is seen; a changed definition replays the ledger."""
+        state = self._state(name)
+        record = self.store.get_dataset(name)
+        if record is None:
+            raise NotFound(f"unknown data set {name!r}")
+        with state.admit_lock:
+            changed = (record.definition, record.params) != state.built_for
+            state.record = record
+            if changed:
+                state.reset()
+                state.apply(self.store.loads_since(name, 0))
+            state.global_filter.budget = record.budget
 
     def set_budget(
         self, name: str, definition: str, budget: float, params: Mapping[str, Any] | None = None
@@ -559,9 +594,11 @@ class QueryService:
         return [LedgerEntry(**r.to_json()) for r in rows]
 
     # -- queries ----------------------------------------------------------------------------------
-    def _parse(self, state: _DatasetState, specs: Sequence[Any]) -> list[PredicateQuery]:
+    def _parse(
+        self, state: _DatasetState, specs: Sequence[Any], deadline: float | None = None
+    ) -> list[PredicateQuery]:
         """One query per spec (a session step); a GROUP BY is refused here."""
-        queries, _, groups, aggregates = self._expand(state, specs)
+        queries, _, groups, aggregates = self._expand(state, specs, deadline)
         if any(g is not None for g in groups):
             raise QueryError("a GROUP BY is answered by .../query or .../batch, not by a session")
         if any(a.clipping is not None for a in aggregates):
@@ -569,13 +606,14 @@ class QueryService:
         return queries
 
     def _expand(
-        self, state: _DatasetState, specs: Sequence[Any]
+        self, state: _DatasetState, specs: Sequence[Any], deadline: float | None = None
     ) -> tuple[list[PredicateQuery], list[int], list[dict[str, Any] | None], list[Aggregate]]:
         """The queries of a request, each GROUP BY expanded into its cells in place, with the position of
         the spec each query comes from, for a cell its group labels, and each query's aggregate (a count,
         or a sum or mean with the clipping bounds given in the request: :func:`parse_line`, as for a
         workload line). The cells of all GROUP BYs count toward ``max_batch`` (refused before a family
-        is expanded)."""
+        is expanded). Parsing counts against the request's time budget (``deadline``): checked before
+        each query."""
         if len(specs) > self.limits.max_batch:
             raise TooLarge(f"a batch may hold at most {self.limits.max_batch} queries, got {len(specs)}")
         if not specs:
@@ -585,6 +623,7 @@ class QueryService:
         groups: list[dict[str, Any] | None] = []
         aggregates: list[Aggregate] = []
         for i, spec in enumerate(specs):
+            _check_time(deadline)
             try:
                 key = dumps(spec)
             except ValueError:  # NaN or infinity somewhere in the query
@@ -654,6 +693,7 @@ class QueryService:
         *,
         request_key: str | None = None,
         consistent: bool = False,
+        deadline: float | None = None,
     ) -> BatchAnswer:
         """Answer a batch of counting queries (each with the same per-query parameter) atomically.
 
@@ -664,9 +704,19 @@ class QueryService:
         (:mod:`overlapdp.service._projection`) BEFORE admission, within the request's time budget:
         one that cannot finish in time is a 503 with nothing charged, one that finishes is recorded
         with the charges, so an idempotent replay returns it without computing it again.
+
+        ``deadline`` (a :func:`time.monotonic` time): when the request's time budget runs out, counted
+        from its arrival (the HTTP layer gives it); by default ``Limits.request_seconds`` from now.
         """
         state, pending = self._query(
-            analyst, dataset, specs, parameter, parameter_name, request_key, consistent=consistent
+            analyst,
+            dataset,
+            specs,
+            parameter,
+            parameter_name,
+            request_key,
+            consistent=consistent,
+            deadline=deadline,
         )
         job = pending.projection
         try:
@@ -693,11 +743,32 @@ class QueryService:
         parameter_name: str | None = None,
         *,
         consistent: bool = False,
+        deadline: float | None = None,
     ) -> CostEstimate:
         """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
-        with ``consistent``, also whether consistent answers could be computed (400 if not)."""
+        with ``consistent``, also whether consistent answers could be computed (400 if not). With
+        ``Limits.cost_workers``, it runs in a worker process (:mod:`overlapdp.service._dryrun`)."""
+        if self.dry_runs is not None:
+            deadline = self._deadline(deadline)
+            job = {
+                "analyst": analyst.name,
+                "dataset": dataset,
+                "specs": list(specs),
+                "parameter": parameter,
+                "parameter_name": parameter_name,
+                "consistent": consistent,
+            }
+            return CostEstimate.model_validate(self.dry_runs.run(job, deadline))
         state, pending = self._query(
-            analyst, dataset, specs, parameter, parameter_name, None, dry_run=True, consistent=consistent
+            analyst,
+            dataset,
+            specs,
+            parameter,
+            parameter_name,
+            None,
+            dry_run=True,
+            consistent=consistent,
+            deadline=deadline,
         )
         return self._dry_run(state, pending)
 
@@ -712,13 +783,14 @@ class QueryService:
         *,
         dry_run: bool = False,
         consistent: bool = False,
+        deadline: float | None = None,
     ) -> tuple[_DatasetState, _Pending]:
-        deadline = time.monotonic() + self.limits.request_seconds
+        deadline = self._deadline(deadline)
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
         loaded = self._loaded(state)
-        queries, items, groups, aggregates = self._expand(state, specs)
+        queries, items, groups, aggregates = self._expand(state, specs, deadline)
         mech = self._mechanism(state, parameter, parameter_name)
         design = None
         if consistent:
@@ -727,6 +799,7 @@ class QueryService:
             if any(a.clipping is not None for a in aggregates):
                 raise QueryError("'consistent' applies to counts only, not to sums or means")
             design = workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+        _check_time(deadline)
         load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
             analyst=analyst.name,
@@ -763,6 +836,7 @@ class QueryService:
                 pending.noisy = runtime.noisy_aggregates(pending.true_counts, sums, aggregates, mech)
             else:
                 pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+            _check_time(deadline)  # counted: nothing more is spent on a request out of time
             for answer, i, g in zip(pending.noisy, items, groups, strict=True):
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
                     answer["group"] = g
@@ -790,6 +864,10 @@ class QueryService:
                     pending.projection.cancel()
                 raise
         return state, pending
+
+    def _deadline(self, given: float | None) -> float:
+        """The request's deadline: the one its arrival set (HTTP), else its budget from now."""
+        return given if given is not None else _now() + self.limits.request_seconds
 
     def _snapshots(self, state: _DatasetState, analyst: str) -> tuple[float, _Snapshots]:
         """The analyst's quota, their filter and the global filter with a snapshot of each, caught up
@@ -836,8 +914,10 @@ class QueryService:
         params: Mapping[str, Any],
         *,
         request_key: str | None = None,
+        deadline: float | None = None,
     ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session; its whole budget is charged on every row now."""
+        deadline = self._deadline(deadline)
         if dataset not in analyst.quotas:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
@@ -859,7 +939,7 @@ class QueryService:
             session_kind=kind,
             session_params=public,
             session_state=secret,
-            deadline=time.monotonic() + self.limits.request_seconds,
+            deadline=deadline,
             on_bounds=self.limits.snapshot_min <= 1,
         )
         return self._submit(state, pending, SessionOpened)
@@ -873,12 +953,14 @@ class QueryService:
         *,
         request_key: str | None = None,
         arg_name: str | None = None,
+        deadline: float | None = None,
     ) -> SessionStep:
         """One step of a session: ``arg`` is the threshold (sparse vector) or the guess (guess-and-check).
 
         ``arg_name``, when given (``"threshold"`` or ``"guess"``), must be the one the session's kind
         takes: a guess sent to a sparse vector is refused (:class:`FieldRefused`), not used as a threshold.
         """
+        deadline = self._deadline(deadline)
         session = self.store.get_session(session_id)
         if session is None or session.analyst != analyst.name:
             raise NotFound("unknown session")
@@ -888,7 +970,7 @@ class QueryService:
         arg = check_finite(arg, "the threshold or guess", error=QueryError)
         state = self._state(session.dataset)
         self._loaded(state)
-        (query,) = self._parse(state, [spec])
+        (query,) = self._parse(state, [spec], deadline)
         pending = _Pending(
             analyst=analyst.name,
             kind="session-query",
@@ -899,6 +981,7 @@ class QueryService:
             loads=[0.0],
             session_id=session_id,
             step_arg=float(arg),
+            deadline=deadline,
         )
         return self._submit(state, pending, SessionStep)
 
@@ -1237,6 +1320,20 @@ class QueryService:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+#: The clock of the request deadlines (``time.monotonic``, as :func:`runtime.check_deadline`'s); tests
+#: replace it to make a step take time.
+_now = time.monotonic
+
+
+def _check_time(deadline: float | None) -> None:
+    """:class:`TimeBudgetExceeded` once ``deadline`` has passed (between the steps of a request)."""
+    if deadline is not None and _now() > deadline:
+        raise TimeBudgetExceeded(
+            "the request's time budget ran out before it could be decided; nothing was charged (retry, "
+            "or split the batch)"
+        )
 
 
 #: Most cells (distinct sets of covering queries) a batch may have for consistent answers: bounds the

@@ -23,13 +23,14 @@ def embedded_service(ledger: Path | str) -> Iterator[tuple[str, str]]:
     import uvicorn
 
     from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+    from overlapdp.service.serving import ConnectionLimits, uvicorn_config
 
     token = secrets.token_urlsafe(24)
     service = QueryService(open_ledger(ledger))
     app = create_app(service, AdminKey(token))
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+        uvicorn_config(app, "127.0.0.1", port, ConnectionLimits(), log_level="error", lifespan="off")
     )
     thread = threading.Thread(target=server.run, name="overlapdp-embedded-service", daemon=True)
     thread.start()

@@ -1,0 +1,300 @@
+"""No client can exhaust the served process (issue 27): slow connections, connection limits, the time
+budget from a request's arrival, and each analyst's bound on requests in progress.
+
+Every test runs the real application on uvicorn behind the connection guard
+(:func:`overlapdp.service.serving.uvicorn_config`, as ``overlapdp serve`` does) on a free loopback port
+in a thread, and talks to it over sockets and through the Python client. Where a deadline is checked
+the clock is injected (no assertion on elapsed time); the counts of slow connections are scaled down
+from the issue's 1 000 (benchmarks/service.py, row ``slow``, holds 1 000).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving
+from overlapdp.service import core as service_core
+from overlapdp.service.client import Client, ServiceRefused
+from overlapdp.service.embedded import _free_port
+from overlapdp.service.serving import ConnectionLimits, uvicorn_config
+from support.service import write_adult
+
+ADMIN = "test-admin-token-0123456789abcdef"
+
+
+@contextmanager
+def _served(
+    tmp_path: Path, limits: Limits | None = None, connections: ConnectionLimits | None = None
+) -> Iterator[dict[str, Any]]:
+    import uvicorn
+
+    service = QueryService(open_ledger(tmp_path / "ledger.sqlite"), limits=limits)
+    path, schema = write_adult(tmp_path, rows=500)
+    service.register_dataset("adult", str(path), schema, "duckdb", "pure", 1e6)
+    tokens = {n: service.create_analyst(n, {"adult": 1e6}).token for n in ("alice", "mallory")}
+    app = create_app(service, AdminKey(ADMIN))
+    port = _free_port()
+    config = uvicorn_config(
+        app, "127.0.0.1", port, connections or ConnectionLimits(), log_level="critical", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(400):
+        if server.started:
+            break
+        time.sleep(0.025)
+    assert server.started
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "port": port,
+            "tokens": tokens,
+            "registry": config.http_protocol_class.registry,
+            "service": service,
+        }
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        service.close()
+
+
+def _slow(
+    port: int, first: bytes = b"POST /v1/datasets/adult/query HTTP/1.1\r\nHost: x\r\n"
+) -> socket.socket:
+    """A connection that sent part of a request's headers and then nothing."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(first)
+    return s
+
+
+def _answer(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (or 10 s of silence)."""
+    out = b""
+    try:
+        while chunk := s.recv(4096):
+            out += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return out
+
+
+def test_an_analyst_is_served_while_many_slow_connections_are_held(tmp_path: Path) -> None:
+    # 150 connections trickling headers against a limit of 64 held connections: every new connection
+    # evicts the one that has waited longest for its headers, so the analyst's always gets in
+    limits = ConnectionLimits(header_seconds=0, max_connections=64, max_per_client=0)
+    with _served(tmp_path, connections=limits) as world:
+        slow = [_slow(world["port"]) for _ in range(150)]
+        try:
+            alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+            answers = [alice.query("adult", f"age BETWEEN 20 AND {30 + i}", epsilon=0.01) for i in range(10)]
+            assert all(len(a) == 1 for a in answers)
+            registry = world["registry"]
+            assert len(registry.open) <= 64
+            assert registry.evicted >= 150 - 64
+            # an evicted connection was closed by the server (it sees the end of the stream)
+            assert slow[0].recv(1) == b""
+            alice.close()
+        finally:
+            for s in slow:
+                s.close()
+
+
+def test_connections_past_the_per_client_limit_are_refused_with_503(tmp_path: Path) -> None:
+    limits = ConnectionLimits(header_seconds=0, max_connections=0, max_per_client=5)
+    with _served(tmp_path, connections=limits) as world:
+        held = [_slow(world["port"]) for _ in range(5)]
+        extra = _slow(world["port"])
+        try:
+            assert b" 503 " in _answer(extra).split(b"\r\n", 1)[0] + b" "
+            assert b"TooManyConnections" in _answer(_slow(world["port"]))
+            held.pop().close()  # a slot is free again: the next connection is served
+            time.sleep(0.2)
+            alice = Client(world["url"], world["tokens"]["alice"], retries=3)
+            assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
+            alice.close()
+        finally:
+            extra.close()
+            for s in held:
+                s.close()
+
+
+def test_headers_not_complete_in_time_get_408_and_oversized_headers_431(tmp_path: Path) -> None:
+    limits = ConnectionLimits(header_seconds=0.3, max_header_bytes=4096, max_connections=0, max_per_client=0)
+    with _served(tmp_path, connections=limits) as world:
+        late = _slow(world["port"])
+        silent = socket.create_connection(("127.0.0.1", world["port"]), timeout=10)  # never sends a byte
+        big = _slow(world["port"], b"GET /v1/me HTTP/1.1\r\nX-Pad: " + b"a" * 8000)
+        try:
+            assert _answer(late).startswith(b"HTTP/1.1 408")
+            assert _answer(silent).startswith(b"HTTP/1.1 408")
+            assert _answer(big).startswith(b"HTTP/1.1 431")
+            assert world["registry"].timed_out >= 2
+            assert not world["registry"].open
+            # a body larger than the header limit, sent with its headers, is not header bytes
+            alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+            queries = [f"age BETWEEN 20 AND {21 + i % 50} AND sex = {i % 2}" for i in range(300)]
+            assert alice.cost("adult", queries, epsilon=1e-4)["admissible"]
+            alice.close()
+        finally:
+            for s in (late, silent, big):
+                s.close()
+
+
+def _post_head(token: str, length: int, path: str = "/v1/datasets/adult/query") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def test_a_body_that_does_not_arrive_within_the_time_budget_gets_503(tmp_path: Path) -> None:
+    body = b'{"where": "age = 30", "epsilon": 0.01}'
+    with _served(tmp_path, limits=Limits(request_seconds=0.3)) as world:
+        s = _slow(world["port"], _post_head(world["tokens"]["alice"], len(body)) + body[:5])
+        try:
+            answer = _answer(s)
+            assert answer.startswith(b"HTTP/1.1 503")
+            assert b"TimeBudgetExceeded" in answer
+        finally:
+            s.close()
+        # nothing was charged
+        assert world["service"].ledger(analyst="alice") == []
+
+
+def test_the_time_budget_starts_when_the_request_arrives(tmp_path: Path, monkeypatch: Any) -> None:
+    # the arrival stamp says the request arrived 20 s ago (its headers and body took that long): its
+    # 10 s budget is spent before the endpoint runs, so it is refused and nothing is charged
+    with _served(tmp_path) as world:
+        alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+        real = time.monotonic
+        monkeypatch.setattr(serving, "clock", lambda: real() - 20.0)
+        with pytest.raises(ServiceRefused) as refused:
+            alice.query("adult", "age = 30", epsilon=0.01)
+        assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"
+        monkeypatch.setattr(serving, "clock", real)
+        assert world["service"].ledger(analyst="alice") == []
+        assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
+        alice.close()
+
+
+def test_parsing_counts_against_the_time_budget(tmp_path: Path, monkeypatch: Any) -> None:
+    # a clock that moves one second each time the service reads it: a 50-query /cost spends its 10 s
+    # budget parsing (503), a 2-query one does not
+    with _served(tmp_path) as world:
+        alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+        start = time.monotonic()
+        ticks = itertools.count()
+        monkeypatch.setattr(service_core, "_now", lambda: start + next(ticks))
+        queries = [f"age BETWEEN 20 AND {21 + i}" for i in range(50)]
+        with pytest.raises(ServiceRefused) as refused:
+            alice.cost("adult", queries, epsilon=0.01)
+        assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"
+        ticks = itertools.count()
+        assert alice.cost("adult", queries[:2], epsilon=0.01)["admissible"]
+        alice.close()
+
+
+def test_an_analyst_past_their_requests_in_progress_gets_429_and_others_are_served(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    body = b'{"where": "age = 30", "epsilon": 0.01}'
+    with _served(tmp_path, limits=Limits(analyst_requests=2)) as world:
+        tokens = world["tokens"]
+        held = [_slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3]) for _ in range(2)]
+        try:
+            mallory = Client(world["url"], tokens["mallory"], retries=0, busy_retries=0)
+            with pytest.raises(ServiceRefused) as refused:
+                mallory.query("adult", "age = 31", epsilon=0.01)
+            assert refused.value.status == 429
+            assert refused.value.error == "TooManyRequests"
+            assert refused.value.body["retry_after"] == 1
+            # raw HTTP: the Retry-After header
+            raw = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body)
+            head = _answer(raw).split(b"\r\n\r\n", 1)[0].lower()
+            assert head.startswith(b"http/1.1 429") and b"retry-after: 1" in head
+            # another analyst is not bound by mallory's requests
+            alice = Client(world["url"], tokens["alice"], retries=0)
+            assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
+            # the client waits Retry-After and retries: the wait frees a slot (a held request ends)
+            waits: list[float] = []
+
+            def wait(seconds: float) -> None:
+                waits.append(seconds)
+                held.pop().close()
+                time.sleep(0.3)  # the server sees the connection gone
+
+            monkeypatch.setattr(Client, "_sleep", staticmethod(wait))
+            patient = Client(world["url"], tokens["mallory"], retries=0)
+            assert len(patient.query("adult", "age = 31", epsilon=0.01)) == 1
+            assert waits == [1.0]
+            for c in (mallory, alice, patient):
+                c.close()
+        finally:
+            for s in held:
+                s.close()
+
+
+def _workers_ready(service: QueryService) -> None:
+    assert service.dry_runs is not None
+    for _ in range(600):
+        if service.dry_runs.ready:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the dry-run worker did not start")
+
+
+def test_cost_runs_in_a_worker_process_and_answers_as_the_server_would(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    with _served(tmp_path, limits=Limits(cost_workers=1)) as world:
+        service: QueryService = world["service"]
+        _workers_ready(service)
+        pool = service.dry_runs
+        assert pool is not None
+        alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+        # a charge committed by the server after the worker started is seen by the worker's dry run
+        alice.query("adult", "age BETWEEN 20 AND 40", epsilon=0.5)
+        queries = ["age BETWEEN 30 AND 50", "sex = 1 AND age > 60", {"conditions": {"race": {"in": [0, 1]}}}]
+        remote = alice.cost("adult", queries, epsilon=0.25)
+        assert pool.answered == 1
+        monkeypatch.setattr(service, "dry_runs", None)  # the same dry run in the server's process
+        who = service.store.get_analyst("alice")
+        assert who is not None
+        local = service.cost(who, "adult", queries, 0.25).model_dump(mode="json")
+        monkeypatch.setattr(service, "dry_runs", pool)
+        assert remote == local
+        # the worst row (age 30-40, race 0 or 1) pays the charge (0.5) and two of the queries (0.25 each)
+        assert remote["spent_after"] == pytest.approx(1.0)
+        # the worker's refusals are the server's: same status and error
+        for bad, status in ((["age BETWEEN 30 AND"], 400), (["nosuchattribute = 1"], 400)):
+            with pytest.raises(ServiceRefused) as refused:
+                alice.cost("adult", bad, epsilon=0.25)
+            monkeypatch.setattr(service, "dry_runs", None)
+            with pytest.raises(Exception) as inproc:
+                service.cost(who, "adult", bad, 0.25)
+            monkeypatch.setattr(service, "dry_runs", pool)
+            assert refused.value.status == status
+            assert refused.value.error == type(inproc.value).__name__
+        with pytest.raises(ServiceRefused) as refused:
+            alice.cost("nosuchset", queries, epsilon=0.25)
+        assert refused.value.status == 404
+        # a budget lowered by the admin is seen by the worker
+        service.set_budget("adult", "pure", 0.9)
+        assert alice.cost("adult", queries, epsilon=0.25)["global_admits"] is False
+        # the time budget from the request's arrival travels with the job
+        real = time.monotonic
+        monkeypatch.setattr(serving, "clock", lambda: real() - 20.0)
+        with pytest.raises(ServiceRefused) as refused:
+            alice.cost("adult", queries, epsilon=0.25)
+        assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"
+        alice.close()
