@@ -341,14 +341,27 @@ def test_account_and_report_read_the_demo_ledgers(
     assert doc["sequential"]["pure_epsilon"] == pytest.approx(sum(costs), rel=1e-12)
     assert doc["overlap"]["pure_epsilon"] == pytest.approx(summary.global_overlap_spent, rel=1e-12)
     try:
-        main(["report", "--schema", schema, "--ledger", str(out / name), "--out", str(tmp_path), "--json"])
+        main(["account", "--schema", schema, "--ledger", str(out / name), "--dataset", "nope"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "has no charges on 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_report_reads_the_demo_ledger(
+    demo_run: tuple[Path, DemoSummary], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`overlapdp report` on the demo's SQLite ledger (its budget curve recomputes the guarantee after
+    each charge: minutes at full effort, so a short effort here; the figures are safe bounds then)."""
+    out, _ = demo_run
+    con = sqlite3.connect(out / "ledger.sqlite")
+    charged = con.execute("SELECT count(*) FROM charges WHERE kind != 'session-query'").fetchone()[0]
+    con.close()
+    args = ["report", "--schema", str(out / "schema.json"), "--ledger", str(out / "ledger.sqlite")]
+    try:
+        main([*args, "--out", str(tmp_path), "--effort", "0.2", "--json"])
     except SystemExit as exc:
         assert exc.code == 0, capsys.readouterr().err
     rep = json.loads(capsys.readouterr().out)
     assert rep["charges"] == charged and rep["kind"] == "ledger"
     assert (tmp_path / "report.html").exists()
-    try:
-        main(["account", "--schema", schema, "--ledger", str(out / name), "--dataset", "nope"])
-    except SystemExit as exc:
-        assert exc.code == 2
-    assert "has no charges on 'nope'" in capsys.readouterr().err

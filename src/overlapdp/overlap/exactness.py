@@ -114,6 +114,15 @@ def heaviest(lw: Loads, sets: Sequence[IntArray]) -> int:
             tied = [i for i, r in enumerate(rounded) if r == top]
             if len(tied) == 1:
                 return tied[0]
+    if len(tied) > 1:
+        # Float totals of the scaled loads first (each load and each sum off by < n 2^-53 relative, and
+        # far from underflow after normalisation): a set more than 1e-9 below the top cannot be the
+        # exact maximum, so only the band is compared on integers (all of them was one exact total
+        # per set, minutes on a long ledger's RDP report).
+        approx = [float(lw.loads[sets[i]].sum()) for i in tied]
+        top = max(approx)
+        slack = top * 1e-9 + len(lw.loads) * 2.0**-1022
+        tied = [i for i, a in zip(tied, approx, strict=True) if a >= top - slack]
     totals = [lw.exact.total(sets[i]) for i in tied]
     return tied[max(range(len(tied)), key=totals.__getitem__)]
 
