@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from overlapdp.cli.demo import marginal_workload, range_workload  # noqa: E402
 from overlapdp.mechanisms.allocation import allocate  # noqa: E402
+from overlapdp.mechanisms.planning import partition_families  # noqa: E402
 from overlapdp.overlap import max_overlap  # noqa: E402
 from overlapdp.privacy import Laplace, Odometer  # noqa: E402
 from overlapdp.query import PredicateQuery, parse_where  # noqa: E402
@@ -87,19 +88,6 @@ def workloads(seed: int) -> dict[str, list[PredicateQuery]]:
     return out
 
 
-def families(qs: list[PredicateQuery]) -> int:
-    """Greedy colouring of the overlap graph: classes of pairwise disjoint queries (partitions)."""
-    colours: list[list[PredicateQuery]] = []
-    for q in sorted(qs, key=lambda q: -sum(1 for o in qs if not q.disjoint(o))):
-        for c in colours:
-            if all(q.disjoint(o) for o in c):
-                c.append(q)
-                break
-        else:
-            colours.append([q])
-    return len(colours)
-
-
 def variance(shares: np.ndarray) -> float:
     return float(np.sum(2.0 / shares**2))
 
@@ -123,7 +111,7 @@ def main() -> None:
     for name, qs in workloads(args.seed).items():
         t = len(qs)
         gamma = int(max_overlap(qs, comp="count").value)
-        fam = families(qs)
+        fam = partition_families(qs)
         t0 = time.perf_counter()
         plan = allocate(qs, b, "pure", effort=args.effort)
         took = time.perf_counter() - t0

@@ -236,7 +236,8 @@ class _Planner:
         # the even plan's worst row and one row inside each query (each query must be in a constraint,
         # or its share would be unbounded)
         held.add(gamma_res.query_indices)
-        for j, members in enumerate(_rows_inside(qs)):
+        inside = self.table.rows_inside() if self.table is not None else _rows_inside(qs)
+        for j, members in enumerate(inside):
             held.add(members or (j,))
         starts = self.table.random_rows() if self.table is not None else None
         lam: np.ndarray | None = None
@@ -413,6 +414,15 @@ class _Coverage:
         for i, t in enumerate(self.tables):
             out &= t[:, rows[:, i]].T
         return out
+
+    def rows_inside(self) -> list[tuple[int, ...]]:
+        """:func:`_rows_inside` on the tables (one matrix product, not t^2 ``covers`` calls)."""
+        rows = np.stack([t.argmax(axis=1) for t in self.tables], axis=1)
+        empty = np.zeros(self.tables[0].shape[0], dtype=bool)
+        for t in self.tables:
+            empty |= ~t.any(axis=1)  # a contradiction holds no row
+        cov = self.covering(rows)
+        return [() if empty[j] else tuple(np.flatnonzero(cov[j]).tolist()) for j in range(len(rows))]
 
     def random_rows(self) -> np.ndarray:
         return np.stack([self.rng.integers(0, n, self.STARTS) for n in self.sizes], axis=1)
