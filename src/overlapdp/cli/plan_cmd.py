@@ -13,6 +13,7 @@ from rich.table import Table
 
 from overlapdp.cli.app import app, console, emit_json, err_console
 from overlapdp.errors import OverlapDPError
+from overlapdp.privacy.neighbouring import Neighbouring
 
 _UNIT = {"pure": "ε", "zcdp": "ρ", "gdp": "μ"}
 
@@ -46,6 +47,14 @@ def plan(
         Literal["variance", "relative"],
         typer.Option("--objective", help="variance: least weighted total; relative: least largest weighted."),
     ] = "variance",
+    neighbouring: Annotated[
+        Neighbouring,
+        typer.Option(
+            "--neighbouring",
+            help="add_remove: a row added or removed; replace: one row moves (a pair of rows pays both "
+            "rows' shares, MATH.md 2.9).",
+        ),
+    ] = "add_remove",
     level: Annotated[float, typer.Option("--level", help="Confidence level of the error bars.")] = 0.95,
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds per overlap search (then a safe bound).")
@@ -64,7 +73,9 @@ def plan(
     workload = Workload.read_jsonl(sch, queries)
     qs = list(workload)
     if target_error is not None:
-        total, share, gamma = budget_for_error(qs, target_error, definition, level=level, effort=effort)
+        total, share, gamma = budget_for_error(
+            qs, target_error, definition, level=level, effort=effort, neighbouring=neighbouring
+        )
         if as_json:
             emit_json(
                 {
@@ -74,6 +85,7 @@ def plan(
                     "budget": total,
                     "per_query": share,
                     "gamma": gamma,
+                    "neighbouring": neighbouring,
                 }
             )
             return
@@ -86,7 +98,14 @@ def plan(
     assert budget is not None
     with err_console.status(f"planning {len(qs)} queries...", spinner="dots"):
         rp = plan_release(
-            qs, budget, definition, allocation=allocation, objective=objective, level=level, effort=effort
+            qs,
+            budget,
+            definition,
+            allocation=allocation,
+            objective=objective,
+            level=level,
+            effort=effort,
+            neighbouring=neighbouring,
         )
     if as_json:
         emit_json(rp.to_json())

@@ -27,7 +27,7 @@ zCDP, which GDP budgets are declared as). A budget may instead be given as a tar
 
 Sums and means (:mod:`overlapdp.mechanisms.sums`): a query whose aggregate is a clipped sum or mean
 gets the SAME per-query budget as a count; its noise is calibrated to the sum's sensitivity (declared
-bounds, add/remove: ``max(|lo|, |hi|)`` in units of the step), so its privacy parameter, and hence its
+bounds, add/remove: ``max(|lo|, |hi|)`` in units of the step; replace-one: ``max(hi - lo, |lo|, |hi|)``), so its privacy parameter, and hence its
 weight in the per-row accounting, is that per-query budget, like a count's (MATH.md 2.8, weighted
 overlap: a row pays the parameters of the queries covering it, whatever they aggregate). A mean spends
 half on a noisy sum and half on a noisy count of the same rows and is charged once.
@@ -59,6 +59,7 @@ from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_s
 from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.measures import DEFAULT_DELTA as DEFAULT_DELTA
 from overlapdp.privacy.measures import Measure, count_measure
+from overlapdp.privacy.neighbouring import Neighbouring
 from overlapdp.query.aggregate import COUNT, Aggregate, Clipping
 from overlapdp.tables import data_kind
 from overlapdp.validation import check_positive
@@ -211,6 +212,16 @@ class AnswerPlan:
     #: the plan was certified (``Allocation.method``)
     worst_row: float | None = None
     allocation_method: str | None = None
+    #: the neighbour relation the guarantees are for (MATH.md 2.9): under ``"replace"`` a pair of rows
+    #: pays the charges of both, so the overlap-aware side composes ``2 * gamma`` shares (the doubling
+    #: bound) and sums are calibrated to their replace-one sensitivity
+    neighbouring: Neighbouring = "add_remove"
+
+    @property
+    def payers(self) -> int:
+        """How many even shares the worst neighbouring pair pays under overlap-aware accounting:
+        ``gamma`` (add/remove: one row) or ``2 * gamma`` (replace-one: two rows, MATH.md 2.9)."""
+        return self.gamma * (2 if self.neighbouring == "replace" else 1)
 
     @property
     def allocation(self) -> str:
@@ -225,16 +236,18 @@ class AnswerPlan:
         row (overlap-aware: ``gamma`` even shares, or the allocation's certified worst row)."""
         if self.shares is None:
             g = declared_guarantee(self.per_query_budget)
-            return {"sequential": [g] * self.queries, "overlap": [g] * self.gamma}
+            return {"sequential": [g] * self.queries, "overlap": [g] * self.payers}
         every = [declared_guarantee(self.budget_of(i)) for i in range(self.queries)]
         assert self.worst_row is not None
+        # the worst pair of rows under replace-one pays at most twice the worst row (MATH.md 2.9)
+        pair = Fraction(self.worst_row) * (2 if self.neighbouring == "replace" else 1)
         worst: PureDP | ZCDP
         if isinstance(every[0], PureDP):
-            worst = PureDP(self.worst_row)
+            worst = PureDP(float_up(pair))
         elif isinstance(self.per_query_budget, GDP):
-            worst = ZCDP(float_up(Fraction(self.worst_row) / 2))  # declared rho = mu^2 / 2 per query
+            worst = ZCDP(float_up(pair / 2))  # declared rho = mu^2 / 2 per query
         else:
-            worst = ZCDP(self.worst_row)
+            worst = ZCDP(float_up(pair))
         return {"sequential": every, "overlap": [worst]}
 
     @property
@@ -259,7 +272,7 @@ class AnswerPlan:
                     mu = GDP.compose([GDP(self.per_query)] * len(gs)).mu
                 elif name == "overlap":
                     assert self.worst_row is not None
-                    mu = sqrt_up(Fraction(self.worst_row))
+                    mu = sqrt_up(Fraction(self.worst_row) * (2 if self.neighbouring == "replace" else 1))
                 else:
                     mu = GDP.compose([GDP(x) for x in self.shares]).mu
                 out[name] = {"mu": mu, "declared_zcdp_rho": ZCDP.compose(cast(list[ZCDP], gs)).rho}
@@ -301,7 +314,7 @@ class AnswerPlan:
         if seq == 0 or math.isinf(seq):
             # No noise either way (huge budgets), or too much to calibrate sequentially: the ratio of
             # the continuous scales, gamma/t (Laplace) or sqrt(gamma/t) (Gaussian).
-            ratio = self.gamma / self.queries
+            ratio = min(1.0, self.payers / self.queries)
             laplace = isinstance(self.per_query_budget, PureDP)
             return 0.0 if seq == 0 else 1 - (ratio if laplace else math.sqrt(ratio))
         return 1 - self.mean_noise_std / seq
@@ -326,6 +339,7 @@ class AnswerPlan:
             per_query["declared_zcdp_rho"] = declared.rho
         out: dict[str, Any] = {
             "definition": self.definition,
+            "neighbouring": self.neighbouring,
             "budget": {unit: self.budget},
             "accounting": self.accounting,
             "queries": self.queries,
@@ -374,6 +388,7 @@ def plan_answers(
     epsilon: float | None = None,
     allocation: str = "even",
     objective: str = "variance",
+    neighbouring: str = "add_remove",
 ) -> AnswerPlan:
     """Validate the request and share the budget (see the module docstring); draws no noise.
 
@@ -384,6 +399,13 @@ def plan_answers(
 
     The total is either ``budget`` (in the definition's unit: epsilon, rho or mu) or, given ``epsilon``
     instead, the largest budget whose (epsilon, delta) at ``delta`` is at most it (:func:`calibrate_budget`).
+
+    ``neighbouring="replace"`` states every guarantee for replace-one neighbours (MATH.md 2.9): a pair
+    of rows pays the charges covering either, so the overlap-aware even share is the one of ``2 * gamma``
+    payers (the doubling bound; ``B/(2 gamma)``, or ``B/sqrt(2 gamma)`` for GDP) and the optimal
+    allocation keeps every row within half the additive budget; a count's sensitivity is 1 under both
+    relations, so sequential shares do not change; a sum's noise is calibrated to its replace-one
+    sensitivity (:meth:`overlapdp.query.aggregate.Clipping.sensitivity`).
     """
     if (budget is None) == (epsilon is None):
         raise BudgetError(
@@ -405,8 +427,10 @@ def plan_answers(
     res = max_overlap(qs, comp="count", effort=effort)
     # Overlaps are integers: the floor of a safe upper bound is still safe; never use the lower bound.
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
+    if neighbouring not in ("add_remove", "replace"):
+        raise AnswerError(f"unknown neighbouring {neighbouring!r}; choose one of add_remove, replace")
     seq = even_share(d, b, len(qs))
-    ovl = even_share(d, b, gamma)
+    ovl = even_share(d, b, gamma * (2 if neighbouring == "replace" else 1))
     used = ovl if accounting == "overlap" else seq
     if allocation not in ("even", "optimal"):
         raise AnswerError(f"unknown allocation {allocation!r}; choose one of even, optimal")
@@ -419,7 +443,7 @@ def plan_answers(
 
         if objective not in ("variance", "relative"):
             raise AnswerError(f"unknown objective {objective!r}; choose one of variance, relative")
-        plan = allocate(qs, b, d, objective=cast(Any, objective), effort=effort)
+        plan = allocate(qs, b, d, objective=cast(Any, objective), neighbouring=neighbouring, effort=effort)
         shares = plan.shares
     try:  # every calibrated noise scale must be finite and representable (mechanisms.calibration)
         for x in (used,) if shares is None else dict.fromkeys(shares):
@@ -444,6 +468,7 @@ def plan_answers(
         shares=shares,
         worst_row=None if plan is None else plan.worst_row,
         allocation_method=None if plan is None else plan.method,
+        neighbouring=cast(Neighbouring, neighbouring),
     )
 
 
@@ -543,7 +568,8 @@ def answer_workload(
 
     ``aggregates`` (one per query, e.g. :attr:`overlapdp.query.Workload.aggregates`; default: a
     workload's own, else all counts) makes some queries clipped sums or means
-    (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's add/remove sensitivity.
+    (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's sensitivity under the
+    plan's neighbour relation.
 
     ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
     table (:func:`overlapdp.mechanisms.consistency.make_consistent`: post-processing, no privacy cost, total squared
@@ -613,7 +639,7 @@ def check_aggregates(plan: AnswerPlan, aggregates: Sequence[Aggregate]) -> None:
         if a.clipping is None:
             continue
         budget = plan.budget_of(i)
-        sensitivity = a.clipping.sensitivity("add_remove")
+        sensitivity = a.clipping.sensitivity(plan.neighbouring)
         part = budget if a.kind == "sum" else split_budget(budget)
         try:
             noise_for(part, sensitivity)
@@ -672,7 +698,13 @@ def _answer_aggregates(
         elif a.kind == "sum":
             answers.extend(
                 add_sum_noise(
-                    [sums[a.clipping][i]], a.clipping, budget, level=plan.level, ids=[q.id], rng=source
+                    [sums[a.clipping][i]],
+                    a.clipping,
+                    budget,
+                    neighbouring=plan.neighbouring,
+                    level=plan.level,
+                    ids=[q.id],
+                    rng=source,
                 )
             )
         else:
@@ -682,6 +714,7 @@ def _answer_aggregates(
                     [counts[i]],
                     a.clipping,
                     budget,
+                    neighbouring=plan.neighbouring,
                     level=plan.level,
                     ids=[q.id],
                     rng=source,

@@ -50,6 +50,7 @@ class ReleasePlan:
     families: int
     totals: dict[str, float] = field(default_factory=dict)
     allocation: Allocation | None = None
+    neighbouring: str = "add_remove"  # the relation the shares are for (MATH.md 2.9)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +60,7 @@ class ReleasePlan:
             "allocation": self.allocation_kind,
             "gamma": self.gamma,
             "families": self.families,
+            "neighbouring": self.neighbouring,
             "queries": [
                 {"id": i, "share": s, "noise_std": d, "error_bar": w}
                 for i, s, d, w in zip(self.ids, self.shares, self.stds, self.half_widths, strict=True)
@@ -138,13 +140,20 @@ def plan_release(
     def total(shares: Sequence[float]) -> float:
         return sum(noise_for(_budget(definition, s)).variance for s in shares)
 
-    def even_of(payers: int) -> list[float]:
-        return [_even(definition, b / half, payers)] * len(qs)
+    def even_of(payers: int, pair: float = half) -> list[float]:
+        return [_even(definition, b / pair, payers)] * len(qs)
 
     totals: dict[str, float] = {}
-    for name, payers in (("sequential", len(qs)), ("partitions", fam), ("even overlap", gamma)):
+    # sequential composition charges each query once whatever the relation (a count's and a sum's noise
+    # is calibrated to that relation's sensitivity), so it is not halved; a partition cell and a row's
+    # overlap are: a replaced row may leave one cell (row) and join another
+    for name, payers, pair in (
+        ("sequential", len(qs), 1.0),
+        ("partitions", fam, half),
+        ("even overlap", gamma, half),
+    ):
         try:
-            totals[name] = total(even_of(payers))
+            totals[name] = total(even_of(payers, pair))
         except BudgetError:  # a share too small to calibrate: infinite noise
             totals[name] = math.inf
     plan: Allocation | None = None
@@ -172,6 +181,7 @@ def plan_release(
         families=fam,
         totals=totals,
         allocation=plan,
+        neighbouring=neighbouring,
     )
 
 
@@ -182,12 +192,14 @@ def budget_for_error(
     *,
     level: float = 0.95,
     effort: float | None = 10.0,
+    neighbouring: str = "add_remove",
 ) -> tuple[float, float, int]:
     """The smallest total budget (to about 1e-9 relative, rounded up) whose plan answers every query of
     the workload within ``+-half_width`` at ``level``: ``(budget, per-query share, gamma)``. Equal
     targets: the minimax plan gives every query ``B / gamma`` (``B / sqrt(gamma)`` in GDP's mu), so the
     share is the smallest whose noise's half-width is at most the target (bisection on the exact
-    noise distributions), and the budget composes ``gamma`` of them."""
+    noise distributions), and the budget composes ``gamma`` of them (``2 * gamma`` under replace-one
+    neighbours, whose pair of rows pays both rows' shares: MATH.md 2.9)."""
     from overlapdp.overlap import max_overlap
 
     measure = _measure(definition)
@@ -199,6 +211,9 @@ def budget_for_error(
         raise AnswerError("the workload has no queries")
     res = max_overlap(qs, comp="count", effort=effort)
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
+    if neighbouring not in ("add_remove", "replace"):
+        raise AnswerError(f"neighbouring must be 'add_remove' or 'replace', got {neighbouring!r}")
+    payers = gamma * (2 if neighbouring == "replace" else 1)
 
     def fine(share: float) -> bool:
         try:
@@ -220,11 +235,11 @@ def budget_for_error(
         else:
             lo = mid
     share = hi
-    total = share * (math.sqrt(gamma) if measure.comp == "l2" else gamma)
+    total = share * (math.sqrt(payers) if measure.comp == "l2" else payers)
     # the total rounded up until its even share is at least the share found (even_share rounds down)
-    while _even(definition, total, gamma) < share:
+    while _even(definition, total, payers) < share:
         total = math.nextafter(total, math.inf)
-    return total, _even(definition, total, gamma), gamma
+    return total, _even(definition, total, payers), gamma
 
 
 __all__ = ["AllocationKind", "ReleasePlan", "budget_for_error", "partition_families", "plan_release"]
