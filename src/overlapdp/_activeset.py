@@ -73,7 +73,7 @@ class Solution:
 
 
 def project_cells(
-    matrix: npt.NDArray[np.bool_],
+    matrix: npt.NDArray[np.bool_] | FloatArray,
     values: FloatArray,
     variances: FloatArray,
     *,

@@ -571,9 +571,10 @@ def answer_workload(
     (:mod:`overlapdp.mechanisms.sums`): same per-query budget, noise at the sum's sensitivity under the
     plan's neighbour relation.
 
-    ``consistent=True`` (counts only) also projects the noisy answers onto the answers of a non-negative
-    table (:func:`overlapdp.mechanisms.consistency.make_consistent`: post-processing, no privacy cost, total squared
-    error never increased; MATH.md 6.5). Its cells are enumerated before any counting, so a workload beyond
+    ``consistent=True`` also projects the noisy answers onto the answers of a non-negative table
+    (:func:`overlapdp.mechanisms.consistency.make_consistent`; with sums and means,
+    :func:`~overlapdp.mechanisms.consistency.project_aggregates`: post-processing, no privacy cost,
+    weighted total squared error never increased; MATH.md 6.5, 6.5.1). Its cells are enumerated before any counting, so a workload beyond
     the cell limit fails (:class:`~overlapdp.mechanisms.consistency.ConsistencyError`) before noise is drawn.
 
     ``engine`` is an open :class:`~overlapdp.engine.Engine` or a table of any kind
@@ -587,10 +588,15 @@ def answer_workload(
     if aggregates is None:
         aggregates = getattr(queries, "aggregates", None) or None
     if aggregates is not None and any(a != COUNT for a in aggregates):
-        if consistent:
-            raise AnswerError("consistent answers are computed for counts only, not for sums or means")
         return _answer_aggregates(
-            engine, qs, list(aggregates), plan, rng=rng, served=served, groups=_groups(queries)
+            engine,
+            qs,
+            list(aggregates),
+            plan,
+            rng=rng,
+            served=served,
+            groups=_groups(queries),
+            consistent=consistent,
         )
     if consistent:
         from overlapdp.mechanisms.consistency import workload_design
@@ -676,12 +682,18 @@ def _answer_aggregates(
     rng: RngLike,
     served: bool,
     groups: dict[str, tuple[str, GroupLabels]],
+    consistent: bool = False,
 ) -> WorkloadAnswers:
     """Counts, sums and means of a mixed workload: all exact values first (data problems surface before
-    any noise), then independent noise per query at the plan's per-query budget."""
+    any noise), then independent noise per query at the plan's per-query budget; with ``consistent``,
+    their joint projection (:func:`overlapdp.mechanisms.consistency.project_aggregates`, MATH.md 6.5.1)."""
     if len(aggs) != len(qs):
         raise AnswerError("give one aggregate per query")
     check_aggregates(plan, aggs)
+    if consistent:  # the cells first: a workload beyond the limits fails before any noise
+        from overlapdp.mechanisms.consistency import workload_design
+
+        design = workload_design(qs)
     if data_kind(engine) == "engine":  # an open Engine (overlapdp.engine.base)
         counts, sums = _exact_aggregates(engine, qs, aggs)
     else:
@@ -720,4 +732,9 @@ def _answer_aggregates(
                     rng=source,
                 )
             )
-    return WorkloadAnswers(answers, plan, groups)
+    fitted = None
+    if consistent:
+        from overlapdp.mechanisms.consistency import project_aggregates
+
+        fitted = project_aggregates(design, answers, ids=[q.id for q in qs])
+    return WorkloadAnswers(answers, plan, groups, fitted)

@@ -43,6 +43,7 @@ Guarantees.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ import numpy.typing as npt
 from overlapdp._activeset import project_cells
 from overlapdp.errors import ConsistencyError as ConsistencyError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
+from overlapdp.mechanisms.sums import NoisyMean, NoisySum
 from overlapdp.overlap.atoms import compute_atoms
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
@@ -247,6 +249,110 @@ def make_consistent(
     )
 
 
+#: Most distinct clippings (summed column and bounds) projected together: each doubles the generators
+#: of every cell (MATH.md 6.5.1).
+CLIPPING_LIMIT = 4
+
+
+def project_aggregates(
+    design: Design,
+    answers: Sequence[NoisyAnswer | NoisySum | NoisyMean],
+    ids: Sequence[str | None] | None = None,
+) -> ConsistentAnswers:
+    """Consistent counts, clipped sums and means of one workload (MATH.md 6.5.1): the noisy counts and
+    sums (a mean's two halves) are projected together, in the inverse-variance weighted norm, onto the
+    answers of some table whose every row is counted once and adds to each sum a value between
+    ``min(lo, 0)`` and ``max(hi, 0)`` (a missing value adds 0), so each consistent sum lies between its
+    consistent count times those bounds; a consistent mean is its consistent sum over its consistent
+    count, clamped to the bounds (the middle of the bounds when that count is 0).
+
+    Post-processing: no privacy cost. The weighted total squared error of the released figures (counts,
+    sums, a mean's halves) never increases; per-answer errors can, so no error bars are attached.
+    ``design`` is :func:`workload_design` of the same queries, in order. At most
+    :data:`CLIPPING_LIMIT` distinct clippings (:class:`ConsistencyError` otherwise)."""
+    start = time.perf_counter()
+    t = design.matrix.shape[0]
+    if len(answers) != t:
+        raise ConsistencyError(f"answers: {len(answers)} answers for {t} queries")
+    clips = list(
+        dict.fromkeys(
+            a.clipping if isinstance(a, NoisySum) else a.sum.clipping
+            for a in answers
+            if isinstance(a, NoisySum | NoisyMean)
+        )
+    )
+    if len(clips) > CLIPPING_LIMIT:
+        raise ConsistencyError(
+            f"answers: {len(clips)} distinct sums (column and bounds); consistent answers project at "
+            f"most {CLIPPING_LIMIT} together"
+        )
+    # every row contributes (1, v_1, ..., v_k) with v_j in [L_j, H_j]: the cone of a cell is spanned by
+    # the 2^k corners of that box (MATH.md 6.5.1)
+    ends = [(min(float(c.lo), 0.0), max(float(c.hi), 0.0)) for c in clips]
+    corners = np.array(list(itertools.product(*ends)), dtype=np.float64).reshape(-1, len(clips))
+    rows: list[npt.NDArray[np.float64]] = []  # one per released figure: its factor per corner
+    values: list[float] = []
+    variances: list[float] = []
+    owner: list[int] = []
+    ones = np.ones(corners.shape[0])
+
+    def count_part(i: int, a: NoisyAnswer) -> None:
+        rows.append(ones)
+        values.append(float(a.value))
+        variances.append(a.noise.variance)
+        owner.append(i)
+
+    def sum_part(i: int, a: NoisySum) -> None:
+        rows.append(corners[:, clips.index(a.clipping)])
+        values.append(float(a.value))
+        variances.append(a.std**2)
+        owner.append(i)
+
+    for i, a in enumerate(answers):
+        if isinstance(a, NoisySum):
+            sum_part(i, a)
+        elif isinstance(a, NoisyMean):
+            sum_part(i, a.sum)
+            count_part(i, a.count)
+        else:
+            count_part(i, a)
+    cells = design.cells
+    _check_matrix(len(rows), cells * corners.shape[0])
+    cover = design.matrix[np.array(owner)].astype(np.float64)  # figures x cells
+    factor = np.stack(rows)  # figures x corners
+    matrix = (cover[:, :, None] * factor[:, None, :]).reshape(len(rows), -1)
+    y = np.asarray(values)
+    var = np.asarray(variances)
+    if not np.all(np.isfinite(y)) or not np.all(np.isfinite(var)) or np.any(var < 0):
+        raise ConsistencyError("answers: every answer and noise variance must be finite (variances >= 0)")
+    found = project_cells(matrix, y, var)
+    if found.x is None or found.fitted is None:
+        raise ConsistencyError(
+            "answers: the least-squares solver did not reach the optimum (rounding); nothing is returned"
+        )
+    fitted = [float(v) for v in found.fitted]
+    out: list[float] = []
+    k = 0
+    for a in answers:
+        if isinstance(a, NoisyMean):
+            total, count = fitted[k], fitted[k + 1]
+            k += 2
+            lo, hi = float(a.sum.clipping.lo), float(a.sum.clipping.hi)
+            out.append(min(max(total / count, lo), hi) if count > 0 else (lo + hi) / 2)
+        else:
+            out.append(fitted[k])
+            k += 1
+    return ConsistentAnswers(
+        values=out,
+        raw=[float(a.value) for a in answers],
+        cells=np.maximum(found.x, 0.0),
+        design=design,
+        ids=list(ids) if ids is not None else [None] * t,
+        solver=found.solver,
+        seconds=time.perf_counter() - start,
+    )
+
+
 def squared_error(
     values: Sequence[float], truth: Sequence[float], variances: Sequence[float] | None = None
 ) -> float:
@@ -265,6 +371,7 @@ __all__ = [
     "Design",
     "make_consistent",
     "project",
+    "project_aggregates",
     "squared_error",
     "workload_design",
 ]
