@@ -18,7 +18,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from conftest import SHARED_DATA
-from overlapdp.cli.demo import GLOBAL_BUDGET, DemoSummary, run_demo
+from overlapdp.cli.demo import GLOBAL_BUDGET, DemoSummary, marginal_workload, range_workload, run_demo
 from overlapdp.cli.main import main
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.query.sql import parse_where
@@ -64,6 +64,13 @@ def test_demo_numbers_are_consistent(demo_run: tuple[Path, DemoSummary]) -> None
     pngs = sorted(out.glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert json.loads((out / "summary.json").read_text())["global"]["budget"] == GLOBAL_BUDGET
+    # planned ahead at one quota: every row of a family of disjoint queries is in a distinct family, so
+    # partitions >= gamma, and the optimal plan is never worse than even shares
+    v = summary.planning["total_variance"]
+    assert v["sequential"] > v["partitions"] >= v["even overlap"] >= v["optimal overlap"] > 0
+    assert summary.planning["queries"] == len(range_workload(adult_raw_schema())) + len(
+        marginal_workload(adult_raw_schema())
+    )
 
 
 @pytest.mark.slow

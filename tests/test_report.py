@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -132,6 +133,20 @@ def test_workload_report_files_and_numbers(tmp_path: Path) -> None:
     assert "4" in cells and "3" in cells  # t and gamma in the spend table
     assert "γ = 3" in html and "t = 4" in html
     assert "1.73206" in cells  # gamma_l2 = sqrt(3) = 1.7320508..., rounded up
+    # sharing the budget: even overlap shares 2/3 each, four discrete Laplace counts of variance
+    # 2p/(1-p)^2, p = e^(-2/3) (closed form); sequential 1/2 each; the optimum is never worse than even
+    alloc = {p["definition"]: p for p in n["allocation"]}
+    assert set(alloc) == {"pure", "zcdp"}
+
+    def laplace_var(eps: float) -> float:
+        q = math.exp(-eps)
+        return 2 * q / (1 - q) ** 2
+
+    assert alloc["pure"]["even overlap"] == pytest.approx(4 * laplace_var(2 / 3), rel=1e-3)
+    assert alloc["pure"]["sequential"] == pytest.approx(4 * laplace_var(1 / 2), rel=1e-3)
+    for p in alloc.values():
+        assert p["optimal overlap"] <= p["even overlap"] * (1 + 1e-9) < p["sequential"]
+    assert "optimal overlap allocation" in html
 
 
 def test_heat_map_dense_and_cells_agree_on_adult() -> None:

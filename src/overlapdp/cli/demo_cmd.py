@@ -86,6 +86,17 @@ def demo(
         f"{summary.global_budget:g}. [bold green]{answered}[/] answers, where within the same quotas "
         f"sequential accounting would have allowed {seq_n} and parallel composition {par_n}."
     )
+    plan = summary.planning
+    if plan:
+        v = plan["total_variance"]
+        best = v["optimal overlap"]
+        console.print(
+            f"Planned ahead at ε = {plan['budget']:g} (no data read), the {plan['queries']} count queries' total "
+            f"noise variance: sequential {v['sequential']:,.0f} ({v['sequential'] / best:.1f}x), parallel "
+            f"composition {v['partitions']:,.0f} ({v['partitions'] / best:.2f}x), even overlap shares "
+            f"{v['even overlap']:,.0f} ({v['even overlap'] / best:.2f}x), optimal overlap-aware allocation "
+            f"{best:,.0f} (`overlapdp plan`)."
+        )
     console.print(
         f"Worst row (it pays for {summary.worst_row_queries} charges, ε = {spent(summary.worst_row_load)}): "
         f"{describe_row(summary.worst_row)}"

@@ -94,6 +94,13 @@ def _print(summary: ReportSummary) -> None:
         t.add_row("maximum overlap (γ)", f"{n['gamma']:g}")
         for s in n["spend"]:
             t.add_row(f"U ({s['comp']})", f"{s['gain']:.1%}  ({s['sequential']:.4g} → {s['overlap']:.4g})")
+        for p in n.get("allocation", []):
+            # total noise variance at the same budget: sequential / parallel / even overlap / optimal
+            t.add_row(
+                f"noise variance ({p['definition']})",
+                f"seq. {p['sequential']:.4g} / parallel {p['partitions']:.4g} / even overlap "
+                f"{p['even overlap']:.4g} / optimal {p['optimal overlap']:.4g}",
+            )
     else:
         t.add_row("charges", str(n["charges"]))
         t.add_row(f"sequential ε (δ={n['delta']:g})", _f(n["sequential_epsilon"]))
