@@ -96,6 +96,37 @@ def test_heaviest_settles_sets_tied_after_rounding() -> None:
     assert exactness.heaviest(l2, [np.array([2]), np.array([0, 1])]) == 1
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    comp=st.sampled_from(["sum", "l2"]),
+    weights=st.lists(
+        st.sampled_from([1.0, 0.25, 2.0**-60, 0.1, 0.2, 0.3, 1e-300, 3.0, 2.0**40]), min_size=1, max_size=12
+    ),
+    seed=st.integers(0, 2**31),
+    rows=st.integers(1, 40),
+)
+def test_heaviest_rows_is_heaviest_of_the_rows(comp: str, weights: list[float], seed: int, rows: int) -> None:
+    """The vectorised band comparison picks the same set as :func:`exactness.heaviest` (the first of
+    exact equals), and its total is the largest by Fractions: the few distinct weights make many rows tie
+    exactly and many more tie after rounding."""
+    lw = Loads.of(comp, np.array(weights))  # type: ignore[arg-type]
+    rng = np.random.default_rng(seed)
+    cover = rng.random((rows, len(weights))) < 0.5
+    cover[rng.integers(0, rows, rows // 2)] = cover[0]  # repeated rows, as a grid's band has
+    live = np.arange(len(weights), dtype=np.int64)
+    got = exactness.heaviest_rows(lw, cover, live)
+    assert got == exactness.heaviest(lw, [live[row] for row in cover])
+
+    def exact(row: np.ndarray) -> Fraction:
+        return sum(
+            (Fraction(w) ** (2 if comp == "l2" else 1) for w, c in zip(weights, row, strict=True) if c),
+            Fraction(0),
+        )
+
+    totals = [exact(r) for r in cover]
+    assert totals[got] == max(totals) and got == totals.index(max(totals))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 12).flatmap(

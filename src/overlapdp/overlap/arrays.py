@@ -28,7 +28,7 @@ import numpy as np
 
 from overlapdp.overlap import _clock, engine
 from overlapdp.overlap._compiled import BoolArray, Compiled, IntArray, from_intervals
-from overlapdp.overlap.exactness import BAND_TABLE_LIMIT, U, dyadic_exact, heaviest, load_error
+from overlapdp.overlap.exactness import BAND_TABLE_LIMIT, U, dyadic_exact, heaviest_rows, load_error
 from overlapdp.overlap.grid import GRID_LIMIT
 from overlapdp.overlap.magnitude import Loads
 from overlapdp.overlap.result import (
@@ -133,7 +133,7 @@ def _sweep_1d(schema: Schema, lo: IntArray, hi: IntArray, lw: Loads) -> OverlapR
         if cand.size * t > BAND_TABLE_LIMIT:
             return None
         cover = (lo[None, :] <= cand[:, None]) & (cand[:, None] < hi[None, :])
-        v = int(cand[heaviest(lw, [np.flatnonzero(row) for row in cover])])
+        v = int(cand[heaviest_rows(lw, cover, np.arange(cover.shape[1], dtype=np.int64))])
     covering = np.flatnonzero((lo <= v) & (v < hi)).astype(np.int64)
     lower = lw.compose(covering)
     row = (v,)

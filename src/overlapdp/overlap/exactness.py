@@ -127,6 +127,29 @@ def heaviest(lw: Loads, sets: Sequence[IntArray]) -> int:
     return tied[max(range(len(tied)), key=totals.__getitem__)]
 
 
+def heaviest_rows(lw: Loads, cover: BoolArray, live: IntArray) -> int:
+    """:func:`heaviest` of the sets ``live[row]`` for the rows of the boolean matrix ``cover`` (rows x
+    ``len(live)``), without a Python step per row: float totals by one matrix product, the band within
+    1e-9 of the top (as :func:`heaviest`: a set below it cannot be the exact maximum) compared on exact
+    integers limb by limb (:meth:`ExactLoads.argmax_total`), the first of equals. Equal loads leave
+    thousands of distinct sets in the band (an RDP report on 65 charges compared 6 million Python
+    integer totals: 44 s)."""
+    rows = int(cover.shape[0])
+    if rows <= 1:
+        return 0
+    if lw.weights is None:
+        return int(np.argmax(cover.sum(axis=1)))
+    approx = cover.astype(np.float64) @ lw.loads[live]
+    top = float(approx.max())
+    if not math.isfinite(top):
+        return heaviest(lw, [live[row] for row in cover])
+    slack = top * 1e-9 + len(lw.loads) * 2.0**-1022
+    band = np.flatnonzero(approx >= top - slack)
+    if band.size == 1:
+        return int(band[0])
+    return int(band[lw.exact.argmax_total(cover[band], live)])
+
+
 def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
     """The dense grid of ``c`` (all its active attributes) on the loads of ``lw``: a maximising cell and
     ``None`` when that cell is PROVEN an exact maximum (dyadic-exact, or the band resolved on
@@ -166,7 +189,7 @@ def grid_exact(c: Compiled, lw: Loads) -> tuple[tuple[int, ...], float | None]:
         else:
             for a, idx in zip(c.attributes, cells, strict=True):
                 cover &= _segment_cover(a, c.live, np.asarray(idx, dtype=np.int64))
-        i = heaviest(lw, [c.live[row] for row in cover])
+        i = heaviest_rows(lw, cover, c.live)
         winners.append((tuple(int(x[i]) for x in cells), c.live[cover[i]]))
     return winners[heaviest(lw, [s for _, s in winners])][0], None
 

@@ -304,6 +304,24 @@ class ExactLoads:
         sums = self.limbs[:, idx].sum(axis=1).tolist()
         return sum(int(x) << (LIMB_BITS * j) for j, x in enumerate(sums))
 
+    def argmax_total(self, cover: npt.NDArray[np.bool_], indices: IntArray) -> int:
+        """The first row of ``cover`` (rows x ``len(indices)``) whose selected queries have the largest
+        exact total, without a Python integer per row: the limb sums (float64 products of 24-bit limbs,
+        exact for fewer than 2^29 queries) are carried to normal form and compared limb by limb from the
+        top (the larger total has the larger top limb, then the larger next one, ...)."""
+        if self.limbs is None or cover.shape[1] >= 1 << 29:
+            totals = self.totals(cover, indices)
+            return max(range(len(totals)), key=totals.__getitem__)
+        sums = (self.limbs[:, indices].astype(np.float64) @ cover.T.astype(np.float64)).astype(np.int64)
+        _carry(sums)  # limbs x rows, each below 2^53 before the carries: int64 throughout
+        cand = np.arange(cover.shape[0])
+        for j in range(sums.shape[0] - 1, -1, -1):
+            col = sums[j, cand]
+            cand = cand[col == col.max()]
+            if cand.size == 1:
+                break
+        return int(cand[0])
+
     def totals(self, cover: npt.NDArray[np.bool_], indices: IntArray) -> list[int]:
         """For each row of the boolean matrix ``cover`` (rows x ``len(indices)``), the exact total of the
         selected queries: float64 products of the 24-bit limbs (exact for fewer than 2^29 queries)."""
