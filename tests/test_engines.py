@@ -288,3 +288,21 @@ def test_bitmap_counts_over_uneven_chunks() -> None:
     bounds = [0, 1, 63, 64, 130, 2000, 5000]
     chunks = [{p: codes[lo:hi, p] for p in range(len(schema))} for lo, hi in itertools.pairwise(bounds)]
     assert bitmap_counts(chunks, qs) == expected
+
+
+def test_duckdb_engines_share_a_database_but_not_their_tables() -> None:
+    """Engines on frames open connections to one in-memory database (opening a database costs ~20 ms):
+    each keeps its own registered frame and encoded table, engines open at once count their own rows,
+    and closing one closes its connection and leaves the other working."""
+    schema = Schema((IntAttribute("x", 0, 3),))
+    q = parse_where(schema, "x >= 2")
+    a = DuckDBEngine.from_frame(schema, pd.DataFrame({"x": [0, 2, 3, 3]}))
+    b = DuckDBEngine.from_frame(schema, pd.DataFrame({"x": [2, 1]}))
+    try:
+        assert a.counts([q]) == [3] and b.counts([q]) == [1]
+        a.close()
+        with pytest.raises(duckdb.ConnectionException):
+            a.con.execute("SELECT 1")
+        assert b.counts([q]) == [1]
+    finally:
+        b.close()
