@@ -15,7 +15,12 @@ from pathlib import Path
 import overlapdp.privacy
 
 PACKAGE = Path(overlapdp.privacy.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.rglob("*.py") if p.stem != "__init__")
+# dotted names below overlapdp.privacy: "odometer", "measures", "measures.gdp", ...
+MODULES = sorted(
+    ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+    for p in PACKAGE.rglob("*.py")
+    if p.relative_to(PACKAGE).as_posix() != "__init__.py"
+)
 
 
 def _function_level_imports(path: Path) -> list[str]:

@@ -38,7 +38,7 @@ _UP, _DOWN = 1 + 1e-12, 1 - 1e-9
 
 
 def _log_term(delta: float) -> float:
-    return 2 * math.log(2 / delta)  # 2 ln(1/delta') with delta' = delta / 2 (measures.py, the slack)
+    return 2 * math.log(2 / delta)  # 2 ln(1/delta') with delta' = delta / 2 (measures/approx.py, the slack)
 
 
 def advanced_up(s2: Fraction, delta: float) -> float:

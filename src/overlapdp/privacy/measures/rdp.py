@@ -1,0 +1,132 @@
+"""Renyi DP (a curve over orders): :class:`RDPMeasure` (MATH.md 2.4, 5.8)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+
+from overlapdp.exact import float_down, float_up
+from overlapdp.privacy import conversions as conv
+from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError
+from overlapdp.privacy.measures._checks import (
+    _vector_check,
+)
+from overlapdp.privacy.measures.base import (
+    AdditiveMeasure,
+    Comp,
+    FilterOptions,
+    FilterRule,
+    TrackSpec,
+    Value,
+    _need,
+)
+from overlapdp.privacy.mechanisms import Mechanism
+
+
+@dataclass(frozen=True)
+class RDPMeasure(AdditiveMeasure[RDP, RDP]):
+    """Rényi DP on a fixed order grid: per order, the per-row sum of epsilon(alpha) (Mironov 2017 Prop. 1;
+    MATH.md 2.4: the maximum may sit at a different row for each order)."""
+
+    orders: tuple[float, ...] = field(default=tuple(conv.DEFAULT_ORDERS))
+    name: ClassVar[str] = "rdp"
+    label: ClassVar[str] = "Rényi DP"
+    budget_type: ClassVar[type] = RDP
+    parameters: ClassVar[tuple[str, ...]] = ("orders", "epsilons")
+    comp: ClassVar[Comp] = "vector"
+    # Served: the library's RDP budget is a curve on an order grid; the service keeps one number per
+    # budget, quota and charge, so it serves Renyi DP of ONE order alpha fixed by the data set (Mironov
+    # 2017, (alpha, epsilon)-RDP): the curve of that one order.
+    amount: ClassVar[str] = "epsilon_alpha"
+    fixed: ClassVar[tuple[str, ...]] = ("alpha",)
+    tracked: ClassVar[bool] = True
+
+    def for_orders(self, orders: Sequence[float]) -> RDPMeasure:
+        return RDPMeasure(tuple(orders))
+
+    def for_budget(self, budget: RDP) -> RDPMeasure:
+        return self.for_orders(budget.orders)
+
+    def guarantee_of(self, m: Mechanism) -> RDP | None:
+        return m.rdp(self.orders)
+
+    def weight(self, g: RDP) -> tuple[float, ...]:
+        return g.epsilons
+
+    def native(self, load: np.ndarray, shift: int = 0) -> Value:
+        return tuple(float(v) for v in load)
+
+    def best_component(self, load: np.ndarray, delta: float) -> int:
+        """The order minimising the conversion (Balle et al. 2020 Thm. 21; MATH.md 5.8)."""
+        a = np.asarray(self.orders)
+        vals = load + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
+        return int(np.argmin(vals))
+
+    def to_epsilon(self, value: Value, delta: float) -> float:
+        """The conversion minimised over the orders whose epsilon is finite (inf when none is)."""
+        assert isinstance(value, tuple)
+        kept = [(a, e) for a, e in zip(self.orders, value, strict=True) if math.isfinite(e)]
+        if not kept:
+            return math.inf
+        return RDP(tuple(a for a, _ in kept), tuple(e for _, e in kept)).epsilon_at(delta)
+
+    def budget_value(self, budget: RDP) -> tuple[float, ...]:
+        return budget.epsilons
+
+    def budget(self, amount: float, params: Mapping[str, Any]) -> RDP:
+        return RDP((params["alpha"],), (amount,))
+
+    def calibrated(self, parameter: float, params: Mapping[str, Any]) -> ZCDP:
+        """The discrete Gaussian of rho = epsilon_alpha / alpha rounded DOWN, whose (alpha, alpha rho)-RDP
+        is within the declared epsilon_alpha."""
+        return ZCDP(float_down(Fraction(parameter) / Fraction(params["alpha"])))
+
+    def charged(self, load: float, params: Mapping[str, Any]) -> RDP:
+        return RDP((params["alpha"],), (load,))
+
+    def from_pure(self, epsilon: float, params: Mapping[str, Any]) -> float:
+        """min(eps, alpha eps^2/2) at the order alpha (Mironov 2017 Prop. 3; Bun and Steinke 2016)."""
+        alpha = Fraction(params["alpha"])
+        return float_up(min(Fraction(epsilon), alpha * Fraction(epsilon) ** 2 / 2))
+
+    def served_spent(self, filt: Any) -> float:
+        v = filt.value()
+        return float(v[0] if isinstance(v, tuple) else v)
+
+    def served_bound(self, filt: Any, search: Callable[[], float]) -> float:
+        return search()
+
+    def track_figures(self, tracks: Any, quota: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        """A plain sum per row at the one order."""
+        spent = float_up(tracks[0][0])
+        return spent, self.remaining(quota, spent, params)
+
+    def infinite(self) -> Value:
+        return tuple(math.inf for _ in self.orders)
+
+    def check_reset(self, old: RDP, new: RDP) -> None:
+        if new.orders != old.orders:
+            raise BudgetError("an RDP filter's budget can change only on the same orders")
+
+    def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
+        """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
+        individual Rényi filter; MATH.md 2.7), on the budget's own order grid."""
+        orders = budget.orders
+        fx = Fraction(int(factor))
+        bounds = tuple(Fraction(e) for e in budget.epsilons)
+        return FilterRule(
+            tracks=(
+                TrackSpec(
+                    "vector",
+                    lambda m: list(_need(m.rdp(orders), m, self.label).epsilons),
+                    lambda m: tuple(Fraction(e) for e in _need(m.rdp(orders), m, self.label).epsilons),
+                ),
+            ),
+            check=_vector_check(factor, np.array(budget.epsilons)),
+            exact_ok=lambda v: all(fx * x <= b for x, b in zip(v[0], bounds, strict=True)),
+        )
