@@ -117,7 +117,7 @@ class DryRunPool:
             raise _out_of_time() from None
         except (EOFError, OSError, ValueError) as exc:
             err = ServiceError(
-                f"the dry run could not be completed ({type(exc).__name__}); nothing was spent"
+                f"the request could not be completed in its worker ({type(exc).__name__}); nothing was spent"
             )
             err.status = 500
             raise err from None

@@ -359,6 +359,12 @@ class Trial:
     mark: Savepoint | None = None
     upper: float | tuple[Fraction, Fraction] | None = None
     adopted: bool = False
+    #: A trial decided in a worker process (:meth:`ServiceFilter.from_worker`): the charges the
+    #: snapshot holds beyond the state the worker decided on (its ``upper`` bounds that state plus the
+    #: batch, so :meth:`ServiceFilter.settles` counts them with those landed since). Such a trial is
+    #: never brought up to date here (no search in the server's process): it is decided again there.
+    extra: tuple[tuple[PredicateQuery | None, float, int], ...] = ()
+    remote: bool = False
 
 
 class ServiceFilter:
@@ -569,10 +575,10 @@ class ServiceFilter:
         missing = snap.charges[len(replica._log) :]
         _heap.grew(len(missing))  # (off the lock: a pooled replica lives on, like the filters)
         try:
-            for q, load, times in missing:
-                check_deadline(deadline)  # each record may search (a generic index): checked each time
-                with replica._effort(deadline):
-                    replica.record(q, load, times)
+            # in one pass (:meth:`PrivacyFilter.record_many`: no search per charge, the same filter)
+            check_deadline(deadline)
+            replica.record_many(list(missing))
+            check_deadline(deadline)
         except BaseException:
             # what it holds is still a prefix of the log: the next trial goes on from there
             self._give_back(replica)
@@ -663,9 +669,10 @@ class ServiceFilter:
         added = self.charges_since(trial.snapshot)
         if added is None or trial.snapshot.budget != self._budget:
             return False
-        if not trial.admitted or not added:
+        pending = [*trial.extra, *added]
+        if not trial.admitted or not pending:
             return True
-        return self.measure.fits_with(trial.upper, added, self._budget, self.params)
+        return self.measure.fits_with(trial.upper, pending, self._budget, self.params)
 
     def settle(
         self,
@@ -713,6 +720,45 @@ class ServiceFilter:
             self._lent = max(0, self._lent - 1)
             self._pool_cond.notify()
         return True
+
+    def from_worker(
+        self,
+        snap: FilterSnapshot,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        admitted: bool,
+        upper: float | tuple[Fraction, Fraction] | None,
+        extra: Sequence[tuple[PredicateQuery | None, float, int]],
+        deadline: float | None = None,
+    ) -> Trial:
+        """Off the lock: the trial of ``charges`` on ``snap`` from a worker process's EXACT decision on a
+        state X of this filter that ``snap`` contains (the same budget; the ledger's charges up to
+        the sequence number the worker had read), ``extra`` being the charges of ``snap`` not in X,
+        and ``upper`` (admitted only) the worker's safe bound on X's worst row with ``charges`` added.
+        No search here (DESIGN.md, "Admission in worker processes"):
+
+        - refused on X: refused on ``snap`` (loads only grow, and the test is on every row);
+        - admitted on X, nothing extra: admitted on ``snap`` (the same state); with extra charges, it
+          stands only while ``upper`` plus every load added beyond X fits the budget exactly
+          (:meth:`settles`, MATH.md 1.8), else the request is decided again by a worker.
+
+        An admitted trial's replica holds ``snap`` plus ``charges``, recorded (never refused), so that
+        :meth:`settle` adopts it as it adopts a local trial's."""
+        if snap.owner != self._uid:
+            raise ValueError("a snapshot is tried on the filter it was taken of")
+        if not admitted:
+            return Trial(self, snap, False, remote=True)
+        replica = self._replica(snap, deadline)
+        mark = replica.savepoint()
+        try:
+            check_deadline(deadline)
+            # in one pass (no search: the lazy tables take them, or the index defers its search)
+            replica.record_many([(q, load, 1) for q, load in charges])
+            check_deadline(deadline)
+        except BaseException:
+            replica.rollback(mark)
+            self._give_back(replica)
+            raise
+        return Trial(self, snap, True, replica, mark, upper, extra=tuple(extra), remote=True)
 
     def advance(
         self,
