@@ -340,6 +340,8 @@ class FilterSnapshot:
     generation: int
     charges: tuple[tuple[PredicateQuery | None, float, int], ...]
     budget: float
+    #: Every row of these charges was known within the budget (:attr:`PrivacyFilter.known_within`).
+    within: bool = False
 
 
 @dataclass
@@ -536,7 +538,9 @@ class ServiceFilter:
     def snapshot(self) -> FilterSnapshot:
         """The filter's charges and budget now (call under the data set's admission lock)."""
         self._pinned = max(self._pinned, len(self._log))
-        return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget)
+        self._sync_budget()
+        within = self._filter.known_within
+        return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget, within)
 
     def charges_since(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
         """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
@@ -579,6 +583,10 @@ class ServiceFilter:
             check_deadline(deadline)
             replica.record_many(list(missing))
             check_deadline(deadline)
+            if snap.within:
+                # the same charges and budget as the filter that knew every row within it: no search
+                # of the whole domain to show it again before the trial's first decision
+                replica._filter.assume_within()
         except BaseException:
             # what it holds is still a prefix of the log: the next trial goes on from there
             self._give_back(replica)
@@ -709,6 +717,10 @@ class ServiceFilter:
                 deadline
             ):  # (pending in the lazy tables: a record searches only without them)
                 replica.record(q, load, times)
+        # settles() showed every row of the new state within the budget (the trial's decision on this
+        # very state, or the worst-row bound plus the loads added since, MATH.md 1.8): known, so the
+        # next trial's first decision does not search the whole domain for it
+        replica._filter.assume_within()
         # adopt: the replica's library filter holds exactly this filter's charges plus the batch
         self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
         del self._retired[:-_POOL]
