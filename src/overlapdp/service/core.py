@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -997,16 +997,13 @@ class QueryService:
             p.needs = {0, 1}
             self._advance_here(state, p)
             return
-        later = [r for r in self.store.loads_since(state.record.name, seq) if r[0] <= top]
-        with state.admit_lock:  # (the parse cache is the lock's)
-            extra = [
-                [
-                    (state.parse_recorded(q), load, 1)
-                    for _, who, q, load in later
-                    if load > 0 and who == p.analyst
-                ],
-                [(state.parse_recorded(q), load, 1) for _, _, q, load in later if load > 0],
-            ]
+        later = [r for r in self.store.loads_since(state.record.name, seq) if r[0] <= top and r[3] > 0]
+        # Only their loads matter (the bound holds whatever rows they cover: every measure's fits_with),
+        # so they are not parsed: (None, load, times) per distinct load.
+        extra = [
+            _by_load(load for _, who, _, load in later if who == p.analyst),
+            _by_load(load for _, _, _, load in later),
+        ]
         pairs = list(zip(p.queries, p.loads, strict=True))
         for which, ((f, snap), (admitted, upper, budget)) in enumerate(
             zip(snaps, reply["verdicts"], strict=True)
@@ -1503,6 +1500,14 @@ class QueryService:
 #: The clock of the request deadlines (``time.monotonic``, as :func:`runtime.check_deadline`'s); tests
 #: replace it to make a step take time.
 _now = time.monotonic
+
+
+def _by_load(loads: Iterable[float]) -> list[tuple[PredicateQuery | None, float, int]]:
+    """``(None, load, times)`` for each distinct load: charges whose queries do not matter."""
+    counts: dict[float, int] = {}
+    for load in loads:
+        counts[load] = counts.get(load, 0) + 1
+    return [(None, load, k) for load, k in counts.items()]
 
 
 def _the(deadline: float | None) -> float:
