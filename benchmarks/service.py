@@ -46,7 +46,10 @@ engine, each printing another analyst's p99 alone (baseline) and under the attac
 - cost8: one analyst sends 8 parallel 1 000-query ``/cost`` (mixed 4-attribute queries), each thread
   again as soon as it is answered (after ``Retry-After`` on a 429);
 - cheap50: one analyst sends 50 parallel single queries, each thread again as soon as answered (after
-  ``Retry-After`` on a 429).
+  ``Retry-After`` on a 429);
+- batch8: one analyst sends 8 parallel 1 000-query ``/batch`` (the cost8 queries, epsilon 0.001 each
+  against a quota of 0.5: admission needs the overlap search, then refuses once the quota is used),
+  each thread again as soon as it is answered (after ``Retry-After`` on a 429).
 
 ``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
 ``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
@@ -873,6 +876,17 @@ def main() -> None:
                 tokens[0],
                 8,
                 "/v1/datasets/adult/cost",
+                {"queries": [mixed_query(random.Random(k), 4) for k in range(1000)], "epsilon": 0.001},
+                stop,
+            ),
+        ),
+        "batch8": (
+            [],
+            lambda url, tokens, stop: hammer(
+                url,
+                tokens[0],
+                8,
+                "/v1/datasets/adult/batch",
                 {"queries": [mixed_query(random.Random(k), 4) for k in range(1000)], "epsilon": 0.001},
                 stop,
             ),

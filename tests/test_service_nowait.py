@@ -75,6 +75,38 @@ def _load(rng: random.Random, budget: float) -> float:
     return rng.choice([0.1, 0.25, 0.3, 0.5, budget / 3, budget / 7, math.nextafter(budget / 4, 0.0)])
 
 
+def test_a_trial_near_the_budget_searches_only_for_its_own_decision(monkeypatch: Any) -> None:
+    """A replica of a filter that knows every row is within its budget knows it too: its trial's
+    decision is the only search (issue 22: near the quota, a whole-domain search to re-establish it
+    after each catch-up took 43% of the server's time). The decisions stay brute force's."""
+    whole: list[int] = []
+    establish = PrivacyFilter._establish_within
+
+    def counted(self: PrivacyFilter) -> bool:
+        if not self.known_within:
+            whole.append(1)  # a search over the whole domain
+        return establish(self)
+
+    monkeypatch.setattr(PrivacyFilter, "_establish_within", counted)
+    rng = random.Random(5)
+    for _ in range(6):
+        f = ServiceFilter(GRID, "pure", 1.0)
+        held: list[tuple[PredicateQuery, float]] = []
+        for _ in range(40):
+            q = _query(rng)
+            if f.try_all([(q, 0.25)]):
+                held.append((q, 0.25))
+        assert f._filter.known_within and _worst(held, False) <= 1
+        whole.clear()
+        for _ in range(5):
+            q = _query(rng)
+            snap = f.snapshot()
+            trial = f.trial(snap, [(q, 0.25)])
+            assert trial.admitted == _truth([*held, (q, 0.25)], "pure", 1.0)
+            ServiceFilter.finish(trial)
+        assert whole == []
+
+
 def _settle(
     f: ServiceFilter, trial: Any, batch: list[tuple[PredicateQuery | None, float]]
 ) -> tuple[bool, Any]:

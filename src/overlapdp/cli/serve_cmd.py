@@ -89,7 +89,11 @@ def serve(
     ] = 512,
     cost_workers: Annotated[
         int,
-        typer.Option(min=0, help="Worker processes answering /cost dry runs (0: in the server's process)."),
+        typer.Option(
+            min=0,
+            help="Worker processes answering /cost dry runs and parsing and trying /batch requests of 100 "
+            "queries or more (0: in the server's process).",
+        ),
     ] = 2,
     max_connections_per_client: Annotated[
         int,

@@ -401,6 +401,19 @@ class PrivacyFilter:
             cand = [emax(c, o) for c, o in zip(cand, tops, strict=True)]
         return bool(self._exact_ok(cand))
 
+    @property
+    def known_within(self) -> bool:
+        """Whether every row is known to be within the budget (no search needed to show it)."""
+        return self._within
+
+    def assume_within(self) -> None:
+        """The caller has SHOWN that every row is within the budget with the charges held (the same
+        charges as a filter whose :attr:`known_within` held at the same budget, or charges whose every
+        row's total is bounded within it, MATH.md 1.8), so the next threshold decision does not search
+        the whole domain to show it again (:meth:`_establish_within`). Said when it does not hold, a
+        charge over the budget could be admitted: for the service's replicas of its own filters."""
+        self._within = True
+
     def _establish_within(self) -> bool:
         """Whether every row is within budget, decided exactly when the bounds could not show it (after
         records: a replica catching up, a restart replay): the threshold search over the whole domain

@@ -1,4 +1,6 @@
-"""``/cost`` dry runs in worker processes, so that they cannot hold the interpreter lock against others.
+"""``/cost`` dry runs (and large ``/batch`` requests' parsing and trials) in worker processes, so that
+they cannot hold the interpreter lock against others. The pool is the service's one pool class
+(:class:`~overlapdp.service._workers.WorkerPool`, eager here), as the projection workers'.
 
 A 1 000-query dry run is seconds of pure-Python work (parsing the queries, then the overlap searches
 of both filters and of the batch itself: about 6 s on Adult): in the server's process it held the
@@ -28,7 +30,6 @@ from __future__ import annotations
 import json
 import select
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -36,71 +37,46 @@ from typing import Any
 
 from overlapdp import errors
 from overlapdp.errors import OverlapDPError, ServiceError, TimeBudgetExceeded
-from overlapdp.service._projection import _Worker
+from overlapdp.service._workers import WorkerPool
 
 #: The clock of the deadlines (``time.monotonic``, one clock for every process of the machine).
 _now = time.monotonic
 
 
-class DryRunPool:
-    """``size`` worker processes answering dry runs over the ledger at ``ledger_url``; ``limits``: the
-    service's :class:`~overlapdp.service.core.Limits` (the workers' own, without workers of theirs).
+class DryRunPool(WorkerPool):
+    """``size`` worker processes answering dry runs (and preparing large batches) over the ledger at
+    ``ledger_url`` (:class:`~overlapdp.service._workers.WorkerPool`, eager: started with the service,
+    each replaced when killed); ``limits``: the service's :class:`~overlapdp.service.core.Limits`
+    (the workers' own, without workers of theirs).
 
     Counters (figures and tests): ``answered`` jobs, ``spawned`` and ``killed`` workers."""
 
     def __init__(self, ledger_url: str, size: int, limits: Any, *, grace: float = 1.0) -> None:
-        self.size = max(1, int(size))
-        self.grace = grace
         settings = {**asdict(limits), "cost_workers": 0, "projection_workers": 1, "engine_pool": 1}
         # the package from where this process has it (a test's path, a checkout), not only as installed
         source = str(Path(__file__).resolve().parents[2])
         boot = f"import sys; sys.path.insert(0, {source!r}); from overlapdp.service._dryrun_worker import main; main()"
-        self.command = [sys.executable, "-c", boot, ledger_url, json.dumps(settings)]
-        self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
-        self._live: set[_Worker] = set()
-        self._closed = False
-        self.answered = self.spawned = self.killed = 0
+        super().__init__(
+            [sys.executable, "-c", boot, ledger_url, json.dumps(settings)], size, grace=grace, eager=True
+        )
+        self.answered = 0
 
     def start(self) -> None:
         """Start the workers now (each replays the ledger, then waits for jobs)."""
-        for _ in range(self.size):
-            self._spawn()
-
-    def _spawn(self) -> None:
-        with self._cond:
-            if self._closed or len(self._live) >= self.size:
-                return
-            worker = _Worker(self.command)
-            self._live.add(worker)
-            self.spawned += 1
-        threading.Thread(target=self._wait_ready, args=(worker,), daemon=True).start()
-
-    def _wait_ready(self, worker: _Worker) -> None:
-        try:
-            ok = worker.receive() == "ready"
-        except (EOFError, OSError, ValueError):
-            ok = False
-        with self._cond:
-            if ok and not self._closed and worker in self._live:
-                worker.ready = True
-                self._idle.append(worker)
-                self._cond.notify_all()
-                return
-            self._live.discard(worker)
-        worker.kill()
-        worker.stop()
-
-    @property
-    def ready(self) -> bool:
-        """Whether a worker has started (one may be busy)."""
-        with self._cond:
-            return any(w.ready for w in self._live)
+        self.start_all()
 
     def run(self, job: dict[str, Any], deadline: float) -> dict[str, Any]:
-        """The worker's reply to ``job`` (a dry run's fields), by ``deadline``. Raises the dry run's
-        error, or 503 past the deadline (also when no worker is free or ready by then)."""
+        """The worker's reply to ``job`` (a dry run's fields, or a batch's), by ``deadline``. Raises the
+        job's error, or 503 past the deadline (also when no worker is free or ready by then)."""
         worker = self._acquire(deadline)
+        if worker is None:
+            if self.closed:
+                err = ServiceError("the service is shutting down; nothing was spent")
+                err.status = 503
+                raise err
+            raise TimeBudgetExceeded(
+                "no worker was free within the request's time budget; nothing was spent (retry later)"
+            )
         healthy = False
         try:
             worker.send({**job, "seconds": deadline - _now(), "sent": _now()})
@@ -117,7 +93,7 @@ class DryRunPool:
             raise _out_of_time() from None
         except (EOFError, OSError, ValueError) as exc:
             err = ServiceError(
-                f"the dry run could not be completed ({type(exc).__name__}); nothing was spent"
+                f"the request could not be completed in its worker ({type(exc).__name__}); nothing was spent"
             )
             err.status = 500
             raise err from None
@@ -129,51 +105,6 @@ class DryRunPool:
             raise _rebuilt(reply)
         out: dict[str, Any] = reply["ok"]
         return out
-
-    def _acquire(self, deadline: float) -> _Worker:
-        with self._cond:
-            while True:
-                if self._closed:
-                    err = ServiceError("the service is shutting down; nothing was spent")
-                    err.status = 503
-                    raise err
-                if self._idle:
-                    return self._idle.pop()
-                left = deadline - _now()
-                if left <= 0:
-                    raise TimeBudgetExceeded(
-                        "no dry-run worker was free within the request's time budget; nothing was spent "
-                        "(retry later)"
-                    )
-                self._cond.wait(min(left, 0.5))
-
-    def _release(self, worker: _Worker, *, healthy: bool) -> None:
-        with self._cond:
-            if healthy and not self._closed and worker.proc.poll() is None:
-                self._idle.append(worker)
-                self._cond.notify_all()
-                return
-            self._live.discard(worker)
-        worker.kill()
-        worker.stop()
-        self._spawn()  # a fresh one replaces it (it replays the ledger before taking jobs)
-
-    @property
-    def workers(self) -> list[int]:
-        """Process ids of the live workers."""
-        with self._cond:
-            return [w.proc.pid for w in self._live]
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            workers = list(self._live)
-            self._live.clear()
-            self._idle.clear()
-            self._cond.notify_all()
-        for w in workers:
-            w.kill()
-            w.stop()
 
 
 def _rebuilt(reply: dict[str, Any]) -> OverlapDPError:

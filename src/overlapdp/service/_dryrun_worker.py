@@ -5,7 +5,9 @@ It lowers its scheduling priority (nice 19), opens the ledger (reading only), bu
 over it (which replays the charges), says ``ready``, then answers jobs until its standard input closes. Each
 message, both ways, is an 8-byte big-endian length and a pickle (as the projection workers'). A job:
 the analyst's name and the dry run's fields, with the seconds left on the request's time budget and
-the monotonic clock's reading when they were measured. A reply: ``{"ok": the CostEstimate as JSON}``
+the monotonic clock's reading when they were measured; with ``"kind": "batch"``, a large ``/batch``
+parsed and tried here (:meth:`QueryService.worker_batch`: its reply is ``{"ok": that dict}``). A reply
+of a dry run: ``{"ok": the CostEstimate as JSON}``
 or ``{"error": the exception's class name, "message", "status", "details", "field"}``. Nothing else
 writes to the pipe: file descriptor 1 is pointed at standard error before any import.
 """
@@ -43,6 +45,19 @@ def _answer(service: Any, job: dict[str, Any]) -> dict[str, Any]:
         if analyst is None or analyst.revoked:
             raise AuthError("a valid analyst token is required")
         service.refresh_dataset(job["dataset"])
+        if job.get("kind") == "batch":
+            # a large /batch: parsed and tried here, checked and committed by the server
+            return {
+                "ok": service.worker_batch(
+                    analyst,
+                    job["dataset"],
+                    job["specs"],
+                    job["parameter"],
+                    job["parameter_name"],
+                    consistent=job["consistent"],
+                    deadline=float(job["sent"]) + float(job["seconds"]),
+                )
+            }
         out = service.cost(
             analyst,
             job["dataset"],

@@ -21,21 +21,19 @@ stops them at once.
 
 from __future__ import annotations
 
-import os
 import pickle
-import struct
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from overlapdp.errors import ServiceError, TimeBudgetExceeded
+from overlapdp.service._workers import WorkerPool, _Worker
 
 _WORKER = Path(__file__).with_name("_projection_worker.py")
 
@@ -59,71 +57,17 @@ class Projected:
     seconds: float
 
 
-class _Worker:
-    """One worker process; a pipe each way (see ``_projection_worker.py`` for the messages)."""
-
-    def __init__(self, command: list[str]) -> None:
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self.ready = False
-
-    def send(self, message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        stdin = self.proc.stdin
-        assert stdin is not None
-        stdin.write(struct.pack(">Q", len(data)) + data)
-        stdin.flush()
-
-    def receive(self) -> Any:
-        """The next message; raises EOFError when the worker has ended (killed, crashed)."""
-        stdout = self.proc.stdout
-        assert stdout is not None
-        head = _read_exactly(stdout, 8)
-        (size,) = struct.unpack(">Q", head)
-        return pickle.loads(_read_exactly(stdout, size))  # our own child's reply
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-
-    def stop(self) -> None:
-        """Close its input (it exits), then make sure it is gone and reaped."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _read_exactly(stream: IO[bytes], size: int) -> bytes:
-    data = stream.read(size)
-    if data is None or len(data) < size:
-        raise EOFError("the projection worker ended")
-    return data
-
-
-class ProjectionPool:
-    """At most ``size`` worker processes, started as jobs need them. ``grace``: seconds a worker gets
-    after the deadline to stop on its own before it is killed. ``command`` replaces the worker (tests).
+class ProjectionPool(WorkerPool):
+    """At most ``size`` worker processes, started as jobs need them (:class:`WorkerPool`, lazy).
+    ``grace``: seconds a worker gets after the deadline to stop on its own before it is killed.
+    ``command`` replaces the worker (tests).
 
     Counters (for tests and figures): ``started`` jobs, ``finished`` projections, ``cut`` (stopped at
     their deadline by the solver), ``killed`` workers, ``spawned`` workers."""
 
     def __init__(self, size: int = 2, *, grace: float = 0.5, command: list[str] | None = None) -> None:
-        self.size = max(1, int(size))
-        self.grace = grace
-        self.command = command or [sys.executable, str(_WORKER)]
-        self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
-        self._live: set[_Worker] = set()
-        self._closed = False
-        self.started = self.finished = self.cut = self.killed = self.spawned = 0
+        super().__init__(command or [sys.executable, str(_WORKER)], size, grace=grace)
+        self.started = self.finished = self.cut = 0
 
     def start(
         self,
@@ -151,43 +95,6 @@ class ProjectionPool:
         threading.Thread(target=out._run, name="overlapdp-projection", daemon=True).start()
         return out
 
-    def _acquire(self, job: ProjectionJob) -> _Worker | None:
-        """An idle worker, a new one while fewer than ``size`` live, else wait for one (until the job's
-        deadline or its cancellation: None)."""
-        with self._cond:
-            while True:
-                if self._closed or job.abandoned:
-                    return None
-                if self._idle:
-                    return self._idle.pop()
-                if len(self._live) < self.size:
-                    # Started under the lock (a fork and exec, milliseconds), so the pool never holds
-                    # more than ``size``; its imports run in the child while the job waits for "ready".
-                    worker = _Worker(self.command)
-                    self._live.add(worker)
-                    self.spawned += 1
-                    return worker
-                left = job.deadline - _now()
-                if left <= 0:
-                    return None
-                self._cond.wait(min(left, 0.5))
-
-    def _release(self, worker: _Worker, *, healthy: bool) -> None:
-        with self._cond:
-            if healthy and not self._closed and worker.proc.poll() is None:
-                self._idle.append(worker)
-            else:
-                self._discard(worker)
-            self._cond.notify_all()
-
-    def _discard(self, worker: _Worker) -> None:
-        """Forget ``worker`` (under the lock) and kill it (its job's thread reaps it)."""
-        self._live.discard(worker)
-        if worker in self._idle:
-            self._idle.remove(worker)
-        worker.kill()
-        self._cond.notify_all()
-
     def kill_for(self, job: ProjectionJob) -> None:
         """Kill the worker ``job`` still holds, if it does (its thread then gets end of file and
         discards it). Both locks are held, so a worker its job has let go of is never killed."""
@@ -196,24 +103,6 @@ class ProjectionPool:
             if worker is not None and worker in self._live:
                 self.killed += 1
                 worker.kill()
-
-    @property
-    def workers(self) -> list[int]:
-        """Process ids of the live workers."""
-        with self._cond:
-            return [w.proc.pid for w in self._live]
-
-    def close(self) -> None:
-        """Stop every worker (idle ones exit on end of input; busy ones are killed)."""
-        with self._cond:
-            self._closed = True
-            workers = list(self._live)
-            self._live.clear()
-            self._idle.clear()
-            self._cond.notify_all()
-        for w in workers:
-            w.kill()
-            w.stop()
 
 
 class ProjectionJob:
@@ -233,7 +122,7 @@ class ProjectionJob:
     def _run(self) -> None:
         pool = self._pool
         try:
-            worker = pool._acquire(self)
+            worker = pool._acquire(self.deadline, lambda: self.abandoned)
         except OSError as exc:  # the worker could not be started
             self._finish(None, f"no projection worker could be started ({exc})")
             return
@@ -267,9 +156,7 @@ class ProjectionJob:
         finally:
             with self._lock:
                 self._worker = None
-            pool._release(worker, healthy=healthy)
-            if not healthy:
-                worker.stop()  # dead or killed: its pipes closed, the process reaped
+            pool._release(worker, healthy=healthy)  # (dead or killed: its pipes closed, reaped)
 
     def _finish(self, reply: dict[str, Any] | None, failure: str | None) -> None:
         pool = self._pool

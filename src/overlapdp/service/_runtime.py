@@ -340,6 +340,8 @@ class FilterSnapshot:
     generation: int
     charges: tuple[tuple[PredicateQuery | None, float, int], ...]
     budget: float
+    #: Every row of these charges was known within the budget (:attr:`PrivacyFilter.known_within`).
+    within: bool = False
 
 
 @dataclass
@@ -359,6 +361,12 @@ class Trial:
     mark: Savepoint | None = None
     upper: float | tuple[Fraction, Fraction] | None = None
     adopted: bool = False
+    #: A trial decided in a worker process (:meth:`ServiceFilter.from_worker`): the charges the
+    #: snapshot holds beyond the state the worker decided on (its ``upper`` bounds that state plus the
+    #: batch, so :meth:`ServiceFilter.settles` counts them with those landed since). Such a trial is
+    #: never brought up to date here (no search in the server's process): it is decided again there.
+    extra: tuple[tuple[PredicateQuery | None, float, int], ...] = ()
+    remote: bool = False
 
 
 class ServiceFilter:
@@ -530,7 +538,9 @@ class ServiceFilter:
     def snapshot(self) -> FilterSnapshot:
         """The filter's charges and budget now (call under the data set's admission lock)."""
         self._pinned = max(self._pinned, len(self._log))
-        return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget)
+        self._sync_budget()
+        within = self._filter.known_within
+        return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget, within)
 
     def charges_since(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
         """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
@@ -569,10 +579,14 @@ class ServiceFilter:
         missing = snap.charges[len(replica._log) :]
         _heap.grew(len(missing))  # (off the lock: a pooled replica lives on, like the filters)
         try:
-            for q, load, times in missing:
-                check_deadline(deadline)  # each record may search (a generic index): checked each time
-                with replica._effort(deadline):
-                    replica.record(q, load, times)
+            # in one pass (:meth:`PrivacyFilter.record_many`: no search per charge, the same filter)
+            check_deadline(deadline)
+            replica.record_many(list(missing))
+            check_deadline(deadline)
+            if snap.within:
+                # the same charges and budget as the filter that knew every row within it: no search
+                # of the whole domain to show it again before the trial's first decision
+                replica._filter.assume_within()
         except BaseException:
             # what it holds is still a prefix of the log: the next trial goes on from there
             self._give_back(replica)
@@ -663,9 +677,10 @@ class ServiceFilter:
         added = self.charges_since(trial.snapshot)
         if added is None or trial.snapshot.budget != self._budget:
             return False
-        if not trial.admitted or not added:
+        pending = [*trial.extra, *added]
+        if not trial.admitted or not pending:
             return True
-        return self.measure.fits_with(trial.upper, added, self._budget, self.params)
+        return self.measure.fits_with(trial.upper, pending, self._budget, self.params)
 
     def settle(
         self,
@@ -702,6 +717,10 @@ class ServiceFilter:
                 deadline
             ):  # (pending in the lazy tables: a record searches only without them)
                 replica.record(q, load, times)
+        # settles() showed every row of the new state within the budget (the trial's decision on this
+        # very state, or the worst-row bound plus the loads added since, MATH.md 1.8): known, so the
+        # next trial's first decision does not search the whole domain for it
+        replica._filter.assume_within()
         # adopt: the replica's library filter holds exactly this filter's charges plus the batch
         self._retired.append((self._filter, len(self._log), self._generation, self._filter_budget))
         del self._retired[:-_POOL]
@@ -713,6 +732,45 @@ class ServiceFilter:
             self._lent = max(0, self._lent - 1)
             self._pool_cond.notify()
         return True
+
+    def from_worker(
+        self,
+        snap: FilterSnapshot,
+        charges: Sequence[tuple[PredicateQuery | None, float]],
+        admitted: bool,
+        upper: float | tuple[Fraction, Fraction] | None,
+        extra: Sequence[tuple[PredicateQuery | None, float, int]],
+        deadline: float | None = None,
+    ) -> Trial:
+        """Off the lock: the trial of ``charges`` on ``snap`` from a worker process's EXACT decision on a
+        state X of this filter that ``snap`` contains (the same budget; the ledger's charges up to
+        the sequence number the worker had read), ``extra`` being the charges of ``snap`` not in X,
+        and ``upper`` (admitted only) the worker's safe bound on X's worst row with ``charges`` added.
+        No search here (DESIGN.md, "Admission in worker processes"):
+
+        - refused on X: refused on ``snap`` (loads only grow, and the test is on every row);
+        - admitted on X, nothing extra: admitted on ``snap`` (the same state); with extra charges, it
+          stands only while ``upper`` plus every load added beyond X fits the budget exactly
+          (:meth:`settles`, MATH.md 1.8), else the request is decided again by a worker.
+
+        An admitted trial's replica holds ``snap`` plus ``charges``, recorded (never refused), so that
+        :meth:`settle` adopts it as it adopts a local trial's."""
+        if snap.owner != self._uid:
+            raise ValueError("a snapshot is tried on the filter it was taken of")
+        if not admitted:
+            return Trial(self, snap, False, remote=True)
+        replica = self._replica(snap, deadline)
+        mark = replica.savepoint()
+        try:
+            check_deadline(deadline)
+            # in one pass (no search: the lazy tables take them, or the index defers its search)
+            replica.record_many([(q, load, 1) for q, load in charges])
+            check_deadline(deadline)
+        except BaseException:
+            replica.rollback(mark)
+            self._give_back(replica)
+            raise
+        return Trial(self, snap, True, replica, mark, upper, extra=tuple(extra), remote=True)
 
     def advance(
         self,

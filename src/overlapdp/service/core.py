@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -137,16 +137,36 @@ class Limits:
     #: bounds alone (no search, about 0.1 ms per query and filter; most batches far from the budget end
     #: there, with no replica to bring up to date); larger ones go off the lock at once.
     bounds_max: int = 200
-    #: Worker processes that answer ``/cost`` dry runs (:mod:`overlapdp.service._dryrun`), started with
-    #: the service; 0: in the server's process (the library default; ``overlapdp serve`` uses 2). Needs
+    #: Worker processes that answer ``/cost`` dry runs and parse and try large ``/batch`` requests
+    #: (:mod:`overlapdp.service._dryrun`, ``worker_batch_min``), started with the service; 0: in the
+    #: server's process (the library default; ``overlapdp serve`` uses 2). Needs
     #: a ledger the workers can open by its URL (SQLite file, PostgreSQL).
     cost_workers: int = 0
+    #: With those workers, a ``/batch`` of at least this many queries is parsed and tried there too
+    #: (:meth:`QueryService.worker_batch`); the server checks the worker's verdicts against its filters
+    #: (DESIGN.md, "Admission in worker processes") and counts, draws the noise and commits.
+    worker_batch_min: int = 100
     #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
     #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
     projection_workers: int = 2
 
 
 # -- requests waiting for admission -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch's queries (GROUP BYs expanded), the position of the spec each comes from, a cell's group
+    labels, each query's aggregate, the request's hash, the queries as recorded, and each one's load."""
+
+    queries: list[PredicateQuery]
+    items: list[int]
+    groups: list[dict[str, Any] | None]
+    aggregates: list[Aggregate]
+    request_hash: str
+    query_json: list[dict[str, Any] | None]
+    load: float
+
 
 #: (the analyst's filter, its snapshot), (the global filter, its snapshot)
 _Snapshots = tuple[
@@ -178,6 +198,8 @@ class _Pending:
     step_arg: float = 0.0
     #: When the request's time budget runs out (``time.monotonic()``).
     deadline: float | None = None
+    #: A large batch parsed and tried in a worker process: the job (sent again to decide it again).
+    worker_job: dict[str, Any] | None = None
     #: Per filter (0: the analyst's, 1: the global one), the request tried off the lock against a
     #: snapshot of it, settled under the lock by :func:`_decide`; None while it has none.
     trials: list[runtime.Trial | None] = field(default_factory=lambda: [None, None])
@@ -790,42 +812,38 @@ class QueryService:
             raise NotFound(f"unknown data set {dataset!r}")
         state = self._state(dataset)
         loaded = self._loaded(state)
-        queries, items, groups, aggregates = self._expand(state, specs, deadline)
+        job = None
+        if not dry_run and self.dry_runs is not None and len(specs) >= self.limits.worker_batch_min:
+            # parsed and tried in a worker process (nothing of it holds this process's interpreter
+            # lock); what comes back is checked against the filters here (_from_worker)
+            job = self._batch_job(analyst.name, dataset, specs, parameter, parameter_name, consistent)
+            reply = self.dry_runs.run(job, deadline)
+            prepared: _Prepared = reply["prepared"]
+        else:
+            prepared = self._prepare(state, specs, parameter, parameter_name, consistent, deadline)
+        queries, items, groups, aggregates = (
+            prepared.queries,
+            prepared.items,
+            prepared.groups,
+            prepared.aggregates,
+        )
         mech = self._mechanism(state, parameter, parameter_name)
         design = None
         if consistent:
-            # Refused before anything is counted or charged: the projection is defined for counts only,
-            # and a workload with too many cells is a 400 (numpy's enumeration releases the lock).
-            if any(a.clipping is not None for a in aggregates):
-                raise QueryError("'consistent' applies to counts only, not to sums or means")
+            # numpy's enumeration releases the interpreter lock (_prepare checked the workload)
             design = workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
         _check_time(deadline)
-        load = runtime.load_of(state.record.definition, mech.parameter)
         pending = _Pending(
             analyst=analyst.name,
             kind="dry-run" if dry_run else "query",
             request_key=_check_key(request_key),
-            request_hash=_fingerprint(
-                "query",
-                dataset,
-                # a sum's aggregate is part of what was asked (a count's hash is unchanged)
-                [
-                    q.to_json() if a == COUNT else {**q.to_json(), **a.to_json()}
-                    for q, a in zip(queries, aggregates, strict=True)
-                ],
-                mech.parameter,
-                # a consistent batch is another request (its answers carry the projection); a plain
-                # batch's hash is unchanged
-                *(["consistent"] if consistent else []),
-            ),
+            request_hash=prepared.request_hash,
             queries=list(queries),
-            query_json=[
-                _recorded_query(specs[i] if g is None else q.describe(), q)
-                for i, g, q in zip(items, groups, queries, strict=True)
-            ],
+            query_json=prepared.query_json,
             mechanism=mech,
-            loads=[load] * len(queries),
+            loads=[prepared.load] * len(queries),
             deadline=deadline,
+            worker_job=job,
         )
         if not dry_run:
             # The exact counts and the noise never depend on the ledger: both are ready before the
@@ -854,7 +872,9 @@ class QueryService:
                     deadline,
                 )
             try:
-                if len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
+                if job is not None:
+                    self._from_worker(state, pending, reply)
+                elif len(queries) > self.limits.bounds_max and len(queries) >= self.limits.snapshot_min:
                     pending.needs = {0, 1}
                     self._advance(state, pending)
                 elif len(queries) >= self.limits.snapshot_min:
@@ -865,6 +885,136 @@ class QueryService:
                 raise
         return state, pending
 
+    def _prepare(
+        self,
+        state: _DatasetState,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None,
+        consistent: bool,
+        deadline: float | None,
+    ) -> _Prepared:
+        """A batch's queries parsed (:meth:`_expand`), with what is recorded of them (their hash and
+        JSON) and each one's load: the part of a request that depends on its text alone (it runs in a
+        worker process for a large batch, :meth:`_batch_job`)."""
+        queries, items, groups, aggregates = self._expand(state, specs, deadline)
+        mech = self._mechanism(state, parameter, parameter_name)
+        if consistent:
+            # Refused before anything is counted or charged: the projection is defined for counts only,
+            # and a workload with too many cells is a 400 (numpy's enumeration releases the lock).
+            if any(a.clipping is not None for a in aggregates):
+                raise QueryError("'consistent' applies to counts only, not to sums or means")
+            workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+        _check_time(deadline)
+        request_hash = _fingerprint(
+            "query",
+            state.record.name,
+            # a sum's aggregate is part of what was asked (a count's hash is unchanged)
+            [
+                q.to_json() if a == COUNT else {**q.to_json(), **a.to_json()}
+                for q, a in zip(queries, aggregates, strict=True)
+            ],
+            mech.parameter,
+            # a consistent batch is another request (its answers carry the projection); a plain
+            # batch's hash is unchanged
+            *(["consistent"] if consistent else []),
+        )
+        query_json: list[dict[str, Any] | None] = [
+            _recorded_query(specs[i] if g is None else q.describe(), q)
+            for i, g, q in zip(items, groups, queries, strict=True)
+        ]
+        _check_time(deadline)
+        return _Prepared(
+            queries,
+            items,
+            groups,
+            aggregates,
+            request_hash,
+            query_json,
+            runtime.load_of(state.record.definition, mech.parameter),
+        )
+
+    @staticmethod
+    def _batch_job(
+        analyst: str,
+        dataset: str,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None,
+        consistent: bool,
+    ) -> dict[str, Any]:
+        return {
+            "kind": "batch",
+            "analyst": analyst,
+            "dataset": dataset,
+            "specs": list(specs),
+            "parameter": parameter,
+            "parameter_name": parameter_name,
+            "consistent": consistent,
+        }
+
+    def worker_batch(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        specs: Sequence[Any],
+        parameter: float | None,
+        parameter_name: str | None,
+        *,
+        consistent: bool = False,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
+        """A worker process's part of a large batch (:mod:`overlapdp.service._dryrun_worker`): the batch
+        prepared (:meth:`_prepare`), then tried on snapshots of both filters caught up with the ledger
+        (each filter's EXACT decision on that state, :meth:`ServiceFilter.trial`, within the deadline),
+        with the sequence number of the last ledger charge those filters hold, the definition they were
+        built for, and per filter (the analyst's, the global one) ``(admitted, upper, budget)``."""
+        deadline = self._deadline(deadline)
+        if dataset not in analyst.quotas:
+            raise NotFound(f"unknown data set {dataset!r}")
+        state = self._state(dataset)
+        prepared = self._prepare(state, specs, parameter, parameter_name, consistent, deadline)
+        pairs = list(zip(prepared.queries, [prepared.load] * len(prepared.queries), strict=True))
+        _, snaps, seq, built_for = self._snapshots_at(state, analyst.name)
+        verdicts = []
+        for f, snap in snaps:
+            trial = f.trial(snap, pairs, deadline)
+            runtime.ServiceFilter.finish(trial)
+            verdicts.append((trial.admitted, trial.upper, snap.budget))
+        return {"prepared": prepared, "seq": seq, "built_for": built_for, "verdicts": verdicts}
+
+    def _from_worker(self, state: _DatasetState, p: _Pending, reply: Mapping[str, Any]) -> None:
+        """``p``'s trials from a worker's verdicts (:meth:`worker_batch`), against fresh snapshots of
+        the filters (DESIGN.md, "Admission in worker processes"). The worker decided on X, each filter's
+        share of the ledger's charges up to ``reply["seq"]``; a snapshot taken now holds X (the filters
+        hold exactly the committed charges, and the ledger's sequence numbers are committed in order for
+        a data set: its admission lock) plus the charges committed since, read back from the ledger,
+        which the trial carries (:meth:`ServiceFilter.from_worker`). A verdict on another definition or
+        another budget is not used: the request is sent to a worker again (:meth:`_advance`)."""
+        _, snaps, top, built_for = self._snapshots_at(state, p.analyst)
+        seq = int(reply["seq"])
+        if built_for != tuple(reply["built_for"]) or seq > top:
+            p.needs = {0, 1}
+            self._advance_here(state, p)
+            return
+        later = [r for r in self.store.loads_since(state.record.name, seq) if r[0] <= top and r[3] > 0]
+        # Only their loads matter (the bound holds whatever rows they cover: every measure's fits_with),
+        # so they are not parsed: (None, load, times) per distinct load.
+        extra = [
+            _by_load(load for _, who, _, load in later if who == p.analyst),
+            _by_load(load for _, _, _, load in later),
+        ]
+        pairs = list(zip(p.queries, p.loads, strict=True))
+        for which, ((f, snap), (admitted, upper, budget)) in enumerate(
+            zip(snaps, reply["verdicts"], strict=True)
+        ):
+            if budget != snap.budget:
+                p.needs.add(which)
+                continue
+            p.trials[which] = f.from_worker(snap, pairs, bool(admitted), upper, extra[which], p.deadline)
+        if p.needs:
+            self._advance_here(state, p)
+
     def _deadline(self, given: float | None) -> float:
         """The request's deadline: the one its arrival set (HTTP), else its budget from now."""
         return given if given is not None else _now() + self.limits.request_seconds
@@ -872,6 +1022,15 @@ class QueryService:
     def _snapshots(self, state: _DatasetState, analyst: str) -> tuple[float, _Snapshots]:
         """The analyst's quota, their filter and the global filter with a snapshot of each, caught up
         with the ledger (under the admission lock: copying, no search)."""
+        quota, snaps, _, _ = self._snapshots_at(state, analyst)
+        return quota, snaps
+
+    def _snapshots_at(
+        self, state: _DatasetState, analyst: str
+    ) -> tuple[float, _Snapshots, int, tuple[str, Any]]:
+        """:meth:`_snapshots`, with the sequence number of the last ledger charge the snapshots hold and
+        the definition the filters were built for (read under the same lock: outside a group, the
+        filters hold exactly the data set's committed charges up to that number)."""
         record = self.store.get_analyst(analyst)
         if record is None or record.revoked:
             raise AuthError("a valid analyst token is required")
@@ -883,9 +1042,25 @@ class QueryService:
             mine = state.analyst_filter(analyst, quota)
             mine.budget = quota
             glob = state.global_filter
-            return quota, ((mine, mine.snapshot()), (glob, glob.snapshot()))
+            snaps = ((mine, mine.snapshot()), (glob, glob.snapshot()))
+            return quota, snaps, state.last_seq, state.built_for
 
     def _advance(self, state: _DatasetState, p: _Pending) -> None:
+        """A request prepared by a worker process is decided there again, on fresh snapshots (its trials
+        are never brought up to date here, which would search in this process: :meth:`_from_worker`);
+        any other as :meth:`_advance_here`."""
+        if p.worker_job is None or self.dry_runs is None:
+            self._advance_here(state, p)
+            return
+        for which, trial in enumerate(p.trials):
+            p.trials[which] = None
+            if trial is not None:
+                runtime.ServiceFilter.finish(trial)
+        p.needs = set()
+        reply = self.dry_runs.run(p.worker_job, _the(p.deadline))
+        self._from_worker(state, p, reply)
+
+    def _advance_here(self, state: _DatasetState, p: _Pending) -> None:
         """The filters in ``p.needs`` tried off the lock against fresh snapshots (:meth:`ServiceFilter.trial`),
         or the trials the request has brought up to them (:meth:`ServiceFilter.advance`: only the
         charges added since its last snapshot are looked at); :meth:`_admit_one` settles them under
@@ -1325,6 +1500,20 @@ class QueryService:
 #: The clock of the request deadlines (``time.monotonic``, as :func:`runtime.check_deadline`'s); tests
 #: replace it to make a step take time.
 _now = time.monotonic
+
+
+def _by_load(loads: Iterable[float]) -> list[tuple[PredicateQuery | None, float, int]]:
+    """``(None, load, times)`` for each distinct load: charges whose queries do not matter."""
+    counts: dict[float, int] = {}
+    for load in loads:
+        counts[load] = counts.get(load, 0) + 1
+    return [(None, load, k) for load, k in counts.items()]
+
+
+def _the(deadline: float | None) -> float:
+    """A request's deadline (every request has one by the time it is admitted)."""
+    assert deadline is not None
+    return deadline
 
 
 def _check_time(deadline: float | None) -> None:
