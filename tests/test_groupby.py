@@ -357,7 +357,7 @@ def test_service_answers_one_cell_per_group_charged_as_a_disjoint_family(served:
     # The disjoint family costs every row one epsilon, not eight: exactly so in the analyst's spend; an
     # answer's remaining comes from the lazy tables' worst-row bound (no search), never above the truth
     # and here well below the sequential 1.0.
-    assert 4.0 - 1e-9 <= out["remaining"] <= 4.5 + 1e-9
+    assert 4.0 - 1e-9 <= out["remaining_at_least"] <= 4.5 + 1e-9
     assert client.get("/v1/me").json()["datasets"]["t"]["spent"] == pytest.approx(0.5)
     ledger = client.get("/v1/me/ledger").json()
     assert len(ledger) == 8 and all(e["answer"]["group"] for e in ledger)

@@ -346,7 +346,10 @@ def _framework_error(exc: HTTPException) -> ServiceError:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "bad input: the detail names the field or attribute"},
     401: {"model": ErrorBody, "description": "a missing, wrong or revoked token"},
-    403: {"model": ErrorBody, "description": "the quota or the global budget cannot pay (with 'remaining')"},
+    403: {
+        "model": ErrorBody,
+        "description": "the quota or the global budget cannot pay (with 'remaining_at_least')",
+    },
     404: {"model": ErrorBody, "description": "unknown data set, analyst, session or route"},
     405: {"model": ErrorBody, "description": "a method the route does not take (see the Allow header)"},
     409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
@@ -411,7 +414,10 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
         if exc.status == 429:  # TooManyRequests: when to come back
             return _error(429, exc, headers={"Retry-After": "1"}, **{"retry_after": 1, **exc.details})
-        return _error(exc.status, exc, **exc.details)
+        details = dict(exc.details)
+        if "remaining" in details:  # a bound from the admission, named as in an answer (responses._AT_LEAST)
+            details["remaining_at_least"] = details.pop("remaining")
+        return _error(exc.status, exc, **details)
 
     @app.exception_handler(LedgerError)
     async def _ledger(_: Request, exc: LedgerError) -> JSONResponse:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from overlapdp import display
 from overlapdp._optional import missing_extra
 from overlapdp.errors import QuotaRefused as QuotaRefused
 from overlapdp.errors import ServiceRefused as ServiceRefused
@@ -208,6 +209,18 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
     )
 
 
+def _figures(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A quota line for people: ``spent`` rounded up and ``remaining`` down to 6 significant digits
+    (:mod:`overlapdp.display`), so a printed DataFrame never shows ``0.49999999999998357``, nor rounds it
+    to ``0.5``, more than is left (pandas prints floats to the nearest)."""
+    out = dict(row)
+    for key, side in (("spent", display.spent), ("remaining", display.remaining)):
+        value = out.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(side(value))
+    return out
+
+
 def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = ["seq", "id", "dataset", "analyst", "kind", "session", "request_key", "position"]
     columns += ["query", "mechanism", "cost", "answer", "created_at"]
@@ -371,7 +384,7 @@ class Client(_Base):
     def me(self) -> pd.DataFrame:
         """Quota, spend and remaining budget per data set."""
         out = self._call("GET", "/v1/me")
-        rows = [{"dataset": ds, **v} for ds, v in out["datasets"].items()]
+        rows = [_figures({"dataset": ds, **v}) for ds, v in out["datasets"].items()]
         return pd.DataFrame(rows, columns=["dataset", "definition", "quota", "spent", "remaining"])
 
     def ledger(self, dataset: str | None = None, *, page: int = 1000) -> pd.DataFrame:
@@ -444,7 +457,7 @@ class AdminClient(Client):
     def analysts(self) -> pd.DataFrame:
         rows = self._call("GET", "/v1/admin/analysts")
         flat = [
-            {"analyst": a["name"], "revoked": a["revoked"], "dataset": ds, **v}
+            _figures({"analyst": a["name"], "revoked": a["revoked"], "dataset": ds, **v})
             for a in rows
             for ds, v in a["datasets"].items()
         ]

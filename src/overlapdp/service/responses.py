@@ -40,8 +40,8 @@ def omitted(description: str | None = None) -> Any:
 class ErrorBody(BaseModel):
     """A refused request: the exception's name and a one-line reason naming the field or attribute.
 
-    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota, never more
-    than what is left), ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta): for pure DP
+    A 403 for an unpaid request also carries ``remaining_at_least`` (a lower bound on the analyst's rest
+    of the quota, as in an answer; ``GET /v1/me`` has the exact ``remaining``), ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta): for pure DP
     and zCDP a safe upper bound from the lazy admission tables, computed without an overlap search
     under the lock; the exact spend is in ``GET /v1/me``) and ``quota_admits`` /
     ``global_admits`` (whether each budget alone would have paid).
@@ -237,17 +237,39 @@ class Answer(Out):
     item: int | None = omitted("a GROUP BY cell: the position of its query in the request")
 
 
+#: What an answer says of the rest of the quota. It is named apart from ``remaining`` of ``GET /v1/me``
+#: (issue 24.3): both bound what one more query on the analyst's most charged rows may carry, but this
+#: one comes from a safe upper bound on the spend (no overlap search after an admission), so it may be
+#: below ``GET /v1/me``'s exact figure (after a GROUP BY over two attributes, 1.3 where ``/v1/me`` says 1.4).
+_AT_LEAST = (
+    "remaining_at_least: a lower bound on the analyst's rest of the quota, what one more query on the most "
+    "charged rows may carry (GET /v1/me's 'remaining' is the exact figure, never below this one): computed "
+    "from a safe upper bound on the spend, without an overlap search after the admission."
+    " GDP: sqrt(quota^2 - spent^2); approximate DP: the smaller of the basic and the advanced rule's rooms"
+)
+
+
+def _at_least(description: str | None = None) -> Any:
+    """The ``remaining`` attribute of an answer, sent as ``remaining_at_least`` (see :data:`_AT_LEAST`);
+    with ``description``, optional (None, left out of the JSON)."""
+    if description is None:
+        return Field(serialization_alias="remaining_at_least", description=_AT_LEAST)
+    return Field(
+        default=None,
+        exclude_if=_is_none,
+        serialization_alias="remaining_at_least",
+        description=f"{_AT_LEAST}; {description}",
+    )
+
+
 class QueryAnswer(Answer):
-    """``POST .../query``: one answer with its cost; ``remaining`` is null on a replayed request."""
+    """``POST .../query``: one answer with its cost; ``remaining_at_least`` is null on a replayed request."""
+
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
 
     cost: Cost
     replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
-    remaining: float | None = Field(
-        description="the analyst's rest of the quota, at most what is truly left: computed from a safe upper "
-        "bound on the spend (no overlap search after an admission); the exact spend is in the analyst's info."
-        " GDP: sqrt(quota^2 - spent^2), the largest mu one more query on the worst row may carry;"
-        " approximate DP: the smaller of the basic and the advanced rule's rooms"
-    )
+    remaining: float | None = _at_least()
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
 
@@ -255,11 +277,13 @@ class GroupedAnswer(Out):
     """``POST .../query`` with ``group_by``: one answer per cell of the grouped attributes' domain (each
     with its ``group``), charged together; the cells are disjoint, so a row pays one cell's cost."""
 
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
     group_by: list[str]
     answers: list[Answer]
     cost: Cost
     replayed: bool
-    remaining: float | None = omitted("left out on a replayed request")
+    remaining: float | None = _at_least("left out on a replayed request")
 
 
 class ConsistentCounts(Out):
@@ -276,10 +300,12 @@ class ConsistentCounts(Out):
 class BatchAnswer(Out):
     """``POST .../batch``: the answers in request order, charged together; ``consistent`` when asked."""
 
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
     answers: list[Answer]
     cost: Cost
     replayed: bool
-    remaining: float | None = omitted("left out on a replayed request")
+    remaining: float | None = _at_least("left out on a replayed request")
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
     consistent: ConsistentCounts | None = omitted("only with 'consistent': true in the request")
 
