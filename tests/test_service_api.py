@@ -268,12 +268,13 @@ def test_client_round_trip_returns_dataframes(live: dict[str, Any]) -> None:
     carol = Client(live["url"], token)
     assert list(carol.datasets()["name"]) == ["adult"]
     one = carol.query("adult", "age BETWEEN 30 AND 39", epsilon=0.25)
-    assert isinstance(one, pd.DataFrame) and list(one.columns[:5]) == [
+    assert isinstance(one, pd.DataFrame) and list(one.columns[:6]) == [
         "query",
         "count",
+        "low",
+        "high",
+        "level",
         "stddev",
-        "ci95_low",
-        "ci95_high",
     ]
     # Every query here covers the rows aged 35 to 39, whose load is then the sum under any accountant.
     many = carol.batch(

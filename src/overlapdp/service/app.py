@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
@@ -323,6 +324,12 @@ def _error(
     return JSONResponse(body, status_code=status, headers=out or None)
 
 
+def _operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI operation id: its function's name (FastAPI's default appends the path and the
+    method, ``set_quota_v1_admin_analysts__name__quotas__dataset__put``)."""
+    return route.name
+
+
 def _framework_error(exc: HTTPException) -> ServiceError:
     """The service error standing for one of the framework's own HTTP refusals (its class name is the
     body's ``error``, as for every other error)."""
@@ -350,7 +357,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "model": ErrorBody,
         "description": "the quota or the global budget cannot pay (with 'remaining_at_least')",
     },
-    404: {"model": ErrorBody, "description": "unknown data set, analyst, session or route"},
+    404: {
+        "model": ErrorBody,
+        "description": "unknown data set, analyst, session or route; no quota on the data set",
+    },
     405: {"model": ErrorBody, "description": "a method the route does not take (see the Allow header)"},
     409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
     413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
@@ -381,6 +391,9 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
             "with a durable ledger. Every answer is recorded with its charge before it is sent."
         ),
         responses=_ERRORS,
+        # readable operation ids (a generated client's method names): the route function's name, which
+        # is the Python client's method name where it has one (query, batch, cost, me, set_quota, ...)
+        generate_unique_id_function=_operation_id,
         # /docs from the package's own assets (service/docs.py: FastAPI's pages load a CDN); no /redoc
         docs_url=None,
         redoc_url=None,
@@ -469,12 +482,12 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         )
 
     @app.get("/v1/admin/datasets", tags=["admin"])
-    def admin_datasets(_: Admin) -> list[AdminDatasetInfo]:
+    def list_datasets(_: Admin) -> list[AdminDatasetInfo]:
         """Every registered data set with its file, engine, definition and global budget."""
         return service.list_datasets()
 
     @app.get("/v1/admin/datasets/{name}", tags=["admin"])
-    def dataset_status(name: str, _: Admin) -> DatasetStatus:
+    def status(name: str, _: Admin) -> DatasetStatus:
         """Spend, remaining budget and the guarantee over all analysts (concurrent composition)."""
         return service.dataset_status(name)
 
@@ -489,7 +502,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return service.create_analyst(body.name, body.quotas)
 
     @app.get("/v1/admin/analysts", tags=["admin"])
-    def list_analysts(_: Admin) -> list[AnalystInfo]:
+    def analysts(_: Admin) -> list[AnalystInfo]:
         """Every analyst with quotas, spend and remaining budget per data set."""
         return service.list_analysts()
 
@@ -505,12 +518,12 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return Revoked(name=name, revoked=True)
 
     @app.post("/v1/admin/analysts/{name}/token", tags=["admin"])
-    def rotate(name: str, _: Admin) -> NewToken:
+    def rotate_token(name: str, _: Admin) -> NewToken:
         """A new token for the analyst (the old one stops working; also lifts a revocation)."""
         return service.rotate_token(name)
 
     @app.get("/v1/admin/ledger", tags=["admin"])
-    def admin_ledger(
+    def full_ledger(
         _: Admin,
         dataset: str | None = None,
         analyst: str | None = None,
@@ -526,9 +539,18 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         """The data sets this analyst has a quota on, with their schemas."""
         return service.datasets_for(who)
 
+    def has_quota(name: str, who: AnalystRecord) -> None:
+        """An analyst without a quota on an existing data set is told so (not "unknown data set")."""
+        if name not in who.quotas and service.store.get_dataset(name) is not None:
+            raise NotFound(
+                f"analyst {who.name!r} has no quota on data set {name!r}: the custodian gives one with "
+                f"PUT /v1/admin/analysts/{who.name}/quotas/{name}"
+            )
+
     @app.get("/v1/datasets/{name}", tags=["analyst"])
     def dataset(name: str, who: Analyst) -> DatasetInfo:
         """One data set: its definition, the parameter to give, its schema."""
+        has_quota(name, who)
         return service.dataset_for(who, name)
 
     @app.post("/v1/datasets/{name}/query", tags=["analyst"])
@@ -537,6 +559,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     ) -> QueryAnswer | GroupedAnswer:
         """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid.
         With ``group_by``: one answer per cell of the grouped attributes' domain, charged together."""
+        has_quota(name, who)
         out = service.query(who, name, [body.spec()], *_parameter(body), request_key=key, deadline=deadline)
         first = out.answers[0].group if out.answers else None
         if first is not None:
@@ -560,6 +583,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         name: str, body: BatchRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
+        has_quota(name, who)
         _batch_size(service, body.queries)
         return service.query(
             who,
@@ -574,6 +598,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
     def cost(name: str, body: BatchRequest, who: Analyst, deadline: Deadline) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
+        has_quota(name, who)
         _batch_size(service, body.queries)
         return service.cost(
             who, name, body.queries, *_parameter(body), consistent=body.consistent, deadline=deadline
@@ -584,6 +609,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         name: str, body: SessionRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session (its epsilon is charged when it opens)."""
+        has_quota(name, who)
         params = body.model_dump(exclude={"kind"}, exclude_none=True)
         return service.open_session(who, name, body.kind, params, request_key=key, deadline=deadline)
 
@@ -612,7 +638,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return service.analyst_info(who)
 
     @app.get("/v1/me/ledger", tags=["analyst"])
-    def my_ledger(
+    def ledger(
         who: Analyst,
         dataset: str | None = None,
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,

@@ -13,6 +13,7 @@ times (10 by default), then raised.
 from __future__ import annotations
 
 import numbers
+import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -155,6 +156,20 @@ def _amount(value: Any) -> Any:
     return float(value)
 
 
+class AnswerFrame(pd.DataFrame):
+    """The client's answers: a pandas DataFrame that prints every column, wrapped to the terminal's width
+    rather than elided (pandas elides the middle columns of a wide frame, which hid the error bar
+    between a long query text and the 32-character charge id)."""
+
+    @property
+    def _constructor(self) -> Any:
+        return AnswerFrame
+
+    def __repr__(self) -> str:
+        width = shutil.get_terminal_size().columns
+        return self.to_string(line_width=width, max_rows=pd.get_option("display.max_rows"))
+
+
 def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per answer; a GROUP BY's cells name their query (``item``) and carry their ``group``."""
     rows = []
@@ -164,48 +179,48 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
         raise ServiceRefused(502, {"detail": "the service returned a different number of answers"})
     for n, a in enumerate(answers):
         q = queries[int(a.get("item", n))]
-        lo, hi = a.get("ci95", [None, None])
         row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
         if grouped:
             row["group"] = a.get("group")
         if summed:  # a sum or mean: its kind and value (a count's value is its count)
             row["aggregate"] = a.get("aggregate", "count")
             row["answer"] = a.get("answer", a.get("count"))
-        row.update(
-            {
-                "count": a.get("count"),
-                "stddev": a.get("stddev"),
-                "ci95_low": lo,
-                "ci95_high": hi,
-                "charge": a.get("charge"),
-                "seq": a.get("seq"),
-            }
-        )
+        row.update({"count": a.get("count"), **_error_bar(a), "stddev": a.get("stddev")})
+        row.update({"seq": a.get("seq"), "charge": a.get("charge")})  # the long ids last
         rows.append(row)
-    return pd.DataFrame(rows)
+    return AnswerFrame(rows)
+
+
+def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """An answer's error bar as the columns ``low``, ``high``, ``level``: the names the library's
+    ``WorkloadAnswers.frame`` and the CLI's JSON (``error_bar``) use (a service before issue 24 sent
+    only ``ci95``, at level 0.95)."""
+    bar = answer.get("error_bar")
+    if isinstance(bar, Mapping):
+        return {"low": bar.get("low"), "high": bar.get("high"), "level": bar.get("level")}
+    lo, hi = answer.get("ci95", [None, None])
+    return {"low": lo, "high": hi, "level": 0.95 if lo is not None else None}
 
 
 def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFrame:
     """A GROUP BY's answers: one row per cell, a column per grouped attribute, then the count."""
     rows = []
     for a in answers:
-        lo, hi = a.get("ci95", [None, None])
         group = a.get("group") or {}
         rows.append(
             {
                 **{name: group.get(name) for name in by},
                 **({"aggregate": a["aggregate"], "answer": a.get("answer")} if "aggregate" in a else {}),
                 "count": a.get("count"),
+                **_error_bar(a),
                 "stddev": a.get("stddev"),
-                "ci95_low": lo,
-                "ci95_high": hi,
-                "charge": a.get("charge"),
                 "seq": a.get("seq"),
+                "charge": a.get("charge"),
             }
         )
     extra = ["aggregate", "answer"] if any("aggregate" in a for a in answers) else []
-    return pd.DataFrame(
-        rows, columns=[*by, *extra, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"]
+    return AnswerFrame(
+        rows, columns=[*by, *extra, "count", "low", "high", "level", "stddev", "seq", "charge"]
     )
 
 
@@ -292,7 +307,8 @@ class Client(_Base):
         key: str | None = None,
         group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
-        """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id).
+        """One noisy count as a one-row DataFrame (count, its error bar ``low`` / ``high`` / ``level``,
+        stddev, ledger position and charge id).
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.

@@ -56,12 +56,12 @@ class _OneQuery(_Body):
     where: str | None = Field(
         default=None,
         description="the condition as SQL-style text (as in workload files)",
-        examples=["age BETWEEN 30 AND 39 AND sex = 1"],
+        examples=["age BETWEEN 30 AND 39 AND sex = 'Male'"],
     )
     conditions: Annotated[dict[str, Any], AfterValidator(_shallow)] | None = Field(
         default=None,
         description="the condition in JSON form, attribute -> condition (as in workload files)",
-        examples=[{"age": {"range": [30, 39]}, "sex": {"eq": 1}}],
+        examples=[{"age": {"range": [30, 39]}, "sex": {"eq": "Male"}}],
     )
 
     @model_validator(mode="after")
@@ -151,7 +151,7 @@ class BatchRequest(_Body):
         "optionally with 'group_by'; or {'sql': 'SELECT ...'}), each optionally with 'aggregate', 'of', "
         "'bounds', 'step' (a sum or mean, as in workload files); a GROUP BY counts its cells toward the "
         "batch limit",
-        examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
+        examples=[["age < 30", {"where": "age >= 30 AND sex = 'Male'"}]],
     )
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure and approx data sets)")
     rho: float | None = Field(default=None, description="per-query rho (zcdp and tcdp data sets)")

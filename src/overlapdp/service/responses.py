@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Out(BaseModel):
@@ -214,8 +214,42 @@ class Cost(Out):
     batch: BatchCost | None = omitted()
 
 
+class ErrorBar(Out):
+    """An answer's error bar: the interval ``[low, high]`` that holds the true value with probability at
+    least ``level``, from the exact noise distribution. The one name on every surface: ``error_bar`` in
+    the CLI's JSON and here, ``low`` / ``high`` / ``level`` columns in the client's and the library's
+    DataFrames (``ci95`` and ``parts.*.interval`` are its deprecated older names over HTTP)."""
+
+    level: float
+    low: int | float
+    high: int | float
+
+
+def _error_bar(interval: Any, level: Any = 0.95) -> dict[str, Any]:
+    low, high = interval
+    return {"level": level, "low": low, "high": high}
+
+
+def _with_error_bars(data: Any) -> Any:
+    """Add ``error_bar`` beside a released ``ci95`` (the service's intervals are 95%) and beside each
+    ``interval`` of a mean's ``parts`` (a recorded answer keeps the JSON it was recorded with)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    if out.get("ci95") is not None and "error_bar" not in out:
+        out["error_bar"] = _error_bar(out["ci95"])
+    parts = out.get("parts")
+    if isinstance(parts, dict):
+        fixed = dict(parts)
+        for name, part in parts.items():
+            if isinstance(part, dict) and part.get("interval") is not None and "error_bar" not in part:
+                fixed[name] = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+        out["parts"] = fixed
+    return out
+
+
 class Answer(Out):
-    """One released noisy count with its standard deviation, 95% interval and noise, and its charge; or a
+    """One released noisy count with its standard deviation, 95% ``error_bar`` and noise, and its charge; or a
     noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``, the value in
     ``answer``; a mean's two halves in ``parts``), charged as a count of the same rows."""
 
@@ -228,13 +262,18 @@ class Answer(Out):
     step: float | None = omitted("a sum or mean: the resolution")
     answer: float | None = omitted("a sum or mean: the noisy value (clipped, in the column's units)")
     stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
-    ci95: tuple[int, int] | tuple[float, float]
+    error_bar: ErrorBar
+    ci95: tuple[int, int] | tuple[float, float] = Field(
+        deprecated=True, description="deprecated: error_bar's [low, high] (kept for older clients)"
+    )
     noise: str | None = omitted("the noise distribution (left out for a mean: see parts)")
     parts: dict[str, Any] | None = omitted("a mean: its noisy sum and noisy count, half the budget each")
     group: dict[str, Any] | None = omitted(
         "a GROUP BY cell's labels, attribute -> value (categorical label, integer, or bin label)"
     )
     item: int | None = omitted("a GROUP BY cell: the position of its query in the request")
+
+    _error_bars = model_validator(mode="before")(_with_error_bars)
 
 
 #: What an answer says of the rest of the quota. It is named apart from ``remaining`` of ``GET /v1/me``
@@ -353,7 +392,7 @@ class SessionOpened(Out):
 
 class SessionAnswer(Out):
     """One step. Sparse vector: ``above`` and ``positives_left``; guess-and-check: ``ok``,
-    ``estimates_left`` and, for a failed guess, a fresh noisy ``estimate`` with its ``ci95``."""
+    ``estimates_left`` and, for a failed guess, a fresh noisy ``estimate`` with its ``error_bar``."""
 
     outcome: Literal["above", "below", "confirmed", "estimate", "exhausted"]
     above: bool | None = omitted()
@@ -361,8 +400,13 @@ class SessionAnswer(Out):
     ok: bool | None = omitted()
     estimates_left: int | None = omitted()
     estimate: int | None = omitted()
-    ci95: tuple[int, int] | None = omitted()
+    error_bar: ErrorBar | None = omitted("a failed guess: the estimate's error bar")
+    ci95: tuple[int, int] | None = Field(
+        default=None, exclude_if=_is_none, deprecated=True, description="deprecated: error_bar's [low, high]"
+    )
     closed: bool
+
+    _error_bars = model_validator(mode="before")(_with_error_bars)
 
 
 class SessionStep(Out):
