@@ -16,6 +16,7 @@ from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, A
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from overlapdp.mechanisms.answering import AnswerPlan
+    from overlapdp.query import PredicateQuery
     from overlapdp.query.aggregate import Aggregate
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
@@ -138,10 +139,10 @@ def answer(
         from overlapdp.mechanisms.consistency import NOTE
 
         console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
-    console.print(_privacy_table(plan))
+    console.print(_privacy_table(plan, result.parallel_payers if result.groups else None, list(workload)))
 
 
-def _privacy_table(plan: AnswerPlan) -> Table:
+def _privacy_table(plan: AnswerPlan, parallel: int | None, queries: list[PredicateQuery]) -> Table:
     """The privacy report: budget, shares and both guarantees in the definition's own unit (epsilon, rho,
     or mu with the zCDP rho it is declared as), each also as (epsilon, delta) at the plan's delta."""
     p = plan.to_json()
@@ -169,10 +170,17 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     for side, label in (("sequential", "sequential"), ("overlap", "overlap-aware")):
         rep.add_row(f"guarantee, {label}", _fmt(p["guarantee"][side]))
         rep.add_row(f"  as (ε, δ), {label}", f"ε = {spent(ed[side])}, δ = {_delta(plan)}")
-    # A missing value (None) is shown as SQL writes it.
-    row = (plan.witness or {}).items()
-    rep.add_row("witness row", ", ".join(f"{k} = {'NULL' if v is None else v}" for k, v in row))
-    rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%}")
+    # A missing value (None) is shown as SQL writes it; an attribute no query constrains as "any value".
+    from overlapdp.query.witness import shown_witness
+
+    row = shown_witness(plan.witness or {}, queries).items()
+    rep.add_row("witness row", ", ".join(f"{k} = {v}" for k, v in row))
+    rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%} ({plan.queries} charges)")
+    if parallel is not None:  # a GROUP BY: the peers (Tumult Analytics, OpenDP) charge it once
+        rep.add_row(
+            "noise reduction vs parallel",
+            f"{plan.noise_reduction_vs(parallel):.1%} ({parallel} charges, a GROUP BY once)",
+        )
     if "note" in p:
         rep.add_row("note", str(p["note"]))
     return rep

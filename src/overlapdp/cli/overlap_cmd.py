@@ -72,8 +72,11 @@ def overlap(
                 f"{'the first of ' if len(used) > len(names) else ''}the {len(used)} the covering queries "
                 "constrain (--json gives the whole row)"
             )
+        from overlapdp.query.witness import shown_witness
+
+        shown = shown_witness(result.witness, workload.queries)  # "any value" where nothing constrains
         for name in names:
-            row.add_row(name, str(result.witness[name]))
+            row.add_row(name, shown[name])
         console.print(row)
         if note:
             console.print(note, highlight=False)

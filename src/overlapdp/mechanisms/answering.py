@@ -306,6 +306,16 @@ class AnswerPlan:
             return 0.0 if seq == 0 else 1 - (ratio if laplace else math.sqrt(ratio))
         return 1 - self.mean_noise_std / seq
 
+    def noise_reduction_vs(self, payers: int) -> float:
+        """1 - (this plan's noise std) / (the std of an even share over ``payers`` charges), from the
+        exact discrete noise distributions; e.g. ``payers`` = :func:`parallel_payers`, the charges of
+        partition-based parallel composition (a GROUP BY charged once)."""
+        try:
+            other = self.noise_std(even_share(self.definition, self.budget, payers))
+        except BudgetError:  # the other share would need noise beyond the supported scale
+            return 1.0
+        return 0.0 if other == 0 else 1 - self.mean_noise_std / other
+
     @property
     def mean_noise_std(self) -> float:
         """The root mean square of the queries' noise standard deviations (the even share's std when
@@ -447,6 +457,15 @@ def plan_answers(
     )
 
 
+def parallel_payers(ids: Sequence[str | None], groups: dict[str, tuple[str, GroupLabels]]) -> int:
+    """How many charges partition-based parallel composition makes for the queries ``ids``: each GROUP BY
+    family once (its cells are pairwise disjoint, MATH.md 2.5; Tumult Analytics and OpenDP charge a
+    group-by so), every other query once. Overlap-aware accounting never needs more (a row is in at
+    most one cell of a family)."""
+    families = {groups[i][0] for i in ids if i is not None and i in groups}
+    return sum(1 for i in ids if i is None or i not in groups) + len(families)
+
+
 @dataclass(frozen=True)
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
@@ -472,9 +491,21 @@ class WorkloadAnswers:
                 item = {"id": item.pop("id"), "family": cell[0], "group": dict(cell[1]), **item}
             out.append(item)
         doc: dict[str, Any] = {"answers": out, "privacy": self.plan.to_json()}
+        if self.groups:  # what the peers' parallel composition would give, beside sequential
+            payers = self.parallel_payers
+            doc["privacy"]["parallel_composition"] = {
+                "payers": payers,
+                "noise_reduction": self.plan.noise_reduction_vs(payers),
+                "note": "each GROUP BY charged once (its cells are disjoint), every other query once",
+            }
         if self.consistent is not None:
             doc["consistent"] = self.consistent.to_json()
         return doc
+
+    @property
+    def parallel_payers(self) -> int:
+        """The charges of partition-based parallel composition (:func:`parallel_payers`)."""
+        return parallel_payers([a.query_id for a in self.answers], self.groups)
 
     def frame(self, family: str | None = None) -> pd.DataFrame:
         """The answers as a pandas DataFrame: with ``family``, one row per cell of that GROUP BY (a
