@@ -595,3 +595,27 @@ def test_witness_rows_say_any_value_where_no_query_constrains(
     build_report(schema, Workload.read_jsonl(schema, tmp_path / "q.jsonl"), tmp_path / "rep")
     page = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
     assert page.count("any value") == 4 and ">Female<" not in page
+
+
+def test_the_privacy_table_shows_each_kinds_noise_in_a_mixed_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24.9: a count and a clipped sum showed one noise row, the count's scale 1; the sum's noise
+    is calibrated to its sensitivity, max(|0|, |90|) = 90 steps at the same epsilon 1 (disjoint rows:
+    gamma 1), so scale 90."""
+    schema, data = _schema(), _data(300)
+    (tmp_path / "s.json").write_text(json.dumps(schema.to_json()))
+    data.to_csv(tmp_path / "d.csv", index=False)
+    lines = [
+        {"id": "young", "where": "age < 30"},
+        {"id": "ages", "where": "age >= 30", "aggregate": "sum", "of": "age", "bounds": [0, 90]},
+    ]
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    args = ["answer", "--schema", str(tmp_path / "s.json"), "--data", str(tmp_path / "d.csv")]
+    code, out, err = run(
+        [*args, "--queries", str(tmp_path / "q.jsonl"), "--definition", "pure", "--budget", "1"], capsys
+    )
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "noise, counts │ discrete Laplace, scale 1 " in text, out
+    assert "noise, sum of age │ discrete Laplace, scale 90 in steps of 1" in text, out

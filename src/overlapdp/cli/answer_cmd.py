@@ -15,7 +15,11 @@ from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from collections.abc import Sequence
+
+    from overlapdp.mechanisms import NoisyAnswer
     from overlapdp.mechanisms.answering import AnswerPlan
+    from overlapdp.mechanisms.sums import NoisyMean, NoisySum
     from overlapdp.query import PredicateQuery
     from overlapdp.query.aggregate import Aggregate
 
@@ -139,10 +143,36 @@ def answer(
         from overlapdp.mechanisms.consistency import NOTE
 
         console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
-    console.print(_privacy_table(plan, result.parallel_payers if result.groups else None, list(workload)))
+    parallel = result.parallel_payers if result.groups else None
+    console.print(_privacy_table(plan, parallel, list(workload), _noise_rows(result.answers)))
 
 
-def _privacy_table(plan: AnswerPlan, parallel: int | None, queries: list[PredicateQuery]) -> Table:
+def _noise_rows(answers: Sequence[NoisyAnswer | NoisySum | NoisyMean]) -> dict[str, str]:
+    """The noise of each kind of answer (counts, each sum, each mean's two halves), in order of first
+    appearance: a mixed workload's sums are calibrated to their clipping's sensitivity, not a count's 1."""
+    from overlapdp.mechanisms.sums import NoisyMean, NoisySum
+
+    rows: dict[str, str] = {}
+    for a in answers:
+        if isinstance(a, NoisySum):
+            key = f"noise, sum of {a.clipping.column}"
+            text = f"{a.noise.describe()} in steps of {decimal(a.clipping.step)} (std {decimal(a.std, 4)})"
+        elif isinstance(a, NoisyMean):
+            key = f"noise, mean of {a.sum.clipping.column}"
+            text = (
+                f"sum: {a.sum.noise.describe()} in steps of {decimal(a.sum.clipping.step)}; "
+                f"count: {a.count.noise.describe()} (half the budget each)"
+            )
+        else:
+            key = "noise, counts"
+            text = f"{a.noise.describe()} (std {decimal(a.std, 4)})"
+        rows.setdefault(key, text)
+    return rows
+
+
+def _privacy_table(
+    plan: AnswerPlan, parallel: int | None, queries: list[PredicateQuery], noise: dict[str, str]
+) -> Table:
     """The privacy report: budget, shares and both guarantees in the definition's own unit (epsilon, rho,
     or mu with the zCDP rho it is declared as), each also as (epsilon, delta) at the plan's delta."""
     p = plan.to_json()
@@ -157,7 +187,11 @@ def _privacy_table(plan: AnswerPlan, parallel: int | None, queries: list[Predica
     rep.add_row("max overlap (gamma)", f"{plan.gamma} ({'exact' if plan.gamma_exact else 'upper bound'})")
     if plan.shares is None:
         rep.add_row("per-query budget", _fmt(p["per_query"]))
-        rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+        if set(noise) <= {"noise, counts"}:
+            rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+        else:  # a mixed workload: each kind's own noise (a sum's scale is not a count's)
+            for key, text in noise.items():
+                rep.add_row(key, text)
     else:
         sym = _SYMBOL.get(_unit(p), "")
         rep.add_row(
