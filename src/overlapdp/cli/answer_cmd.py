@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
 from overlapdp.display import decimal, spent
 from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
@@ -113,7 +113,10 @@ def answer(
         allocation=allocation,
         objective=objective,
     )
-    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
+    with (
+        progress(f"reading {data.name} and counting ({engine})"),
+        open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng,
+    ):
         result = answer_workload(eng, workload, plan, consistent=consistent)
     if not plan.gamma_exact:
         warn(
