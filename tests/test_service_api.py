@@ -634,8 +634,10 @@ def _guide_curl_calls() -> list[tuple[str, str, Any]]:
     section = text[text.index("## 4. The HTTP API") : text.index("## 5.")]
     calls = []
     for block in re.findall(r"^```bash\n(.*?)^```", section, re.MULTILINE | re.DOTALL):
-        for command in re.split(r"\n(?=curl )", block.replace("\\\n", " ")):
-            command = command.replace("\n", " ").strip()
+        # a line may keep an answer's field: NAME=$(curl ... | python3 -c '...') (issue 24.8)
+        for command in re.split(r"\n(?=(?:[A-Z]+=\$\()?curl )", block.replace("\\\n", " ")):
+            command = re.sub(r"^[A-Z]+=\$\(", "", command.replace("\n", " ").strip())
+            command = command.split(" | python3 ")[0]
             if not command.startswith("curl "):
                 continue
             method = re.search(r"-X (\w+)", command)

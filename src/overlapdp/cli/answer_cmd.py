@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
-from overlapdp.display import decimal, spent
+from overlapdp.display import decimal, remaining, spent
 from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 
@@ -181,7 +181,10 @@ def _privacy_table(
     p = plan.to_json()
     rep = Table("privacy", "", title="privacy report", show_header=False)
     rep.add_row("definition", plan.definition)
-    budget = _fmt(p["budget"])
+    # The budget and the per-query share are amounts to type back in (a service's budget, quota and
+    # per-query parameter): rounded DOWN, so that they stay within what was asked (issue 24.4);
+    # guarantees are rounded up.
+    budget = _fmt(p["budget"], room=True)
     if plan.target_epsilon is not None:
         budget += f" (calibrated to ε ≤ {decimal(plan.target_epsilon)} at δ = {_delta(plan)})"
     rep.add_row("budget", budget)
@@ -189,7 +192,7 @@ def _privacy_table(
     rep.add_row("queries (t)", str(plan.queries))
     rep.add_row("max overlap (gamma)", f"{plan.gamma} ({'exact' if plan.gamma_exact else 'upper bound'})")
     if plan.shares is None:
-        rep.add_row("per-query budget", _fmt(p["per_query"]))
+        rep.add_row("per-query budget", _fmt(p["per_query"], room=True))
         if set(noise) <= {"noise, counts"}:
             rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
         else:  # a mixed workload: each kind's own noise (a sum's scale is not a count's)
@@ -233,12 +236,14 @@ def _delta(plan: AnswerPlan) -> str:
     return "0" if plan.delta is None else decimal(plan.delta)
 
 
-def _fmt(d: dict[str, object]) -> str:
+def _fmt(d: dict[str, object], *, room: bool = False) -> str:
     """``ρ = 0.5``; a GDP guarantee as ``μ = 1 (declared as zCDP ρ = 0.5)``. Privacy parameters are
-    rounded up (never shown below their value)."""
+    rounded up (never shown below their value); with ``room``, a budget or share to use, the amount is
+    rounded down (typed back in, it never exceeds the computed one) and the declared rho still up."""
     parts = {k: v for k, v in d.items() if k != "declared_zcdp_rho"}
+    shown = remaining if room else spent
     text = ", ".join(
-        f"{_SYMBOL.get(k, k)} = {spent(v) if isinstance(v, float | int) else v}" for k, v in parts.items()
+        f"{_SYMBOL.get(k, k)} = {shown(v) if isinstance(v, float | int) else v}" for k, v in parts.items()
     )
     rho = d.get("declared_zcdp_rho")
     if isinstance(rho, float):

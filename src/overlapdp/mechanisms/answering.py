@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
-from overlapdp import validation
+from overlapdp import display, validation
 from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.exact import float_up, sqrt_up
@@ -142,8 +142,9 @@ def _epsilon_of(g: PureDP | ZCDP, delta: float | None) -> float:
 
 
 def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) -> float:
-    """The largest total budget (to a relative 1e-12) whose guarantee, converted to (epsilon, delta) at
-    ``delta`` (:func:`resolve_delta`), is at most ``epsilon``.
+    """The largest total budget (to a relative 1e-12, then rounded down to 6 significant digits, so that
+    it prints as it is) whose guarantee, converted to (epsilon, delta) at ``delta`` (:func:`resolve_delta`),
+    is at most ``epsilon``.
 
     Pure DP: ``epsilon`` itself (an epsilon-DP budget is (epsilon, delta)-DP at every delta). zCDP: the
     largest ``rho`` whose Canonne-Kamath-Steinke conversion (2020, Prop. 12; MATH.md 5.8; the tightest
@@ -184,7 +185,11 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
             f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
             f"{m.amount} > 0; ask for a larger epsilon or delta"
         )
-    return lo
+    # A short decimal rounded DOWN (6 significant digits, overlapdp.display): the budget printed is the
+    # budget used, so it can be typed back in (a service's budget or quota, issue 24.4) and shares
+    # computed from it stay within it; smaller than the bisection's, so its (epsilon, delta) still fits.
+    short = float(display.remaining(lo))
+    return short if short > 0 else lo
 
 
 @dataclass(frozen=True)

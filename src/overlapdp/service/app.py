@@ -31,6 +31,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError, TooManyRequests
+from overlapdp.mechanisms.answer_options import DEFAULT_DELTA
 from overlapdp.service import _runtime as runtime
 from overlapdp.service import serving
 from overlapdp.service.auth import AdminKey, AuthError
@@ -473,12 +474,22 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     Analyst = Annotated[AnalystRecord, Depends(require_analyst)]
     Deadline = Annotated[float | None, Depends(request_deadline)]
 
+    def _quota_for(dataset: str, quota: float | None, epsilon: float | None) -> float:
+        """A quota in the data set's amount, or calibrated from a target epsilon at its delta."""
+        if epsilon is None:
+            return _calibrated("pure", {}, quota, None, "quota")
+        record = service.store.get_dataset(dataset)
+        if record is None:
+            raise NotFound(f"unknown data set {dataset!r}")
+        return _calibrated(record.definition, record.params, quota, epsilon, "quota")
+
     # -- admin ----------------------------------------------------------------------------------------
     @app.post("/v1/admin/datasets", tags=["admin"], status_code=201)
     def register_dataset(body: DatasetRegistration, _: Admin) -> AdminDatasetInfo:
         """Register a data set (file, schema, engine) with its privacy definition and global budget."""
+        budget = _calibrated(body.definition, body.params(), body.budget, body.epsilon, "budget")
         return service.register_dataset(
-            body.name, body.path, body.schema_, body.engine, body.definition, body.budget, body.params()
+            body.name, body.path, body.schema_, body.engine, body.definition, budget, body.params()
         )
 
     @app.get("/v1/admin/datasets", tags=["admin"])
@@ -494,12 +505,22 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.put("/v1/admin/datasets/{name}/budget", tags=["admin"])
     def set_budget(name: str, body: BudgetUpdate, _: Admin) -> AdminDatasetInfo:
         """Change the global budget (or the definition, which replays the ledger); charges stay."""
-        return service.set_budget(name, body.definition, body.budget, body.params())
+        record = service.store.get_dataset(name)
+        if record is None:
+            raise NotFound(f"unknown data set {name!r}")
+        params = {**record.params, **(body.params() or {})}
+        budget = _calibrated(body.definition, params, body.budget, body.epsilon, "budget")
+        return service.set_budget(name, body.definition, budget, body.params())
 
     @app.post("/v1/admin/analysts", tags=["admin"], status_code=201)
     def create_analyst(body: AnalystCreate, _: Admin) -> AnalystCreated:
         """Create an analyst with quotas; the token is shown here once and stored only as a hash."""
-        return service.create_analyst(body.name, body.quotas)
+        quotas = dict(body.quotas)
+        for ds, epsilon in body.quota_epsilons.items():
+            if ds in quotas:
+                raise BadRequest(f"data set {ds!r} is in both 'quotas' and 'quota_epsilons': give one")
+            quotas[ds] = _quota_for(ds, None, epsilon)
+        return service.create_analyst(body.name, quotas)
 
     @app.get("/v1/admin/analysts", tags=["admin"])
     def analysts(_: Admin) -> list[AnalystInfo]:
@@ -509,7 +530,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.put("/v1/admin/analysts/{name}/quotas/{dataset}", tags=["admin"])
     def set_quota(name: str, dataset: str, body: QuotaUpdate, _: Admin) -> AnalystInfo:
         """Set the analyst's quota on a data set (recorded charges stay)."""
-        return service.set_quota(name, dataset, body.quota)
+        return service.set_quota(name, dataset, _quota_for(dataset, body.quota, body.epsilon))
 
     @app.post("/v1/admin/analysts/{name}/revoke", tags=["admin"])
     def revoke(name: str, _: Admin) -> Revoked:
@@ -674,6 +695,34 @@ def _message(problem: Any) -> str:
             "(JSON form), the names workload files use"
         )
     return f"unknown field {name!r}"
+
+
+def _calibrated(
+    definition: str, params: Mapping[str, Any], amount: float | None, epsilon: float | None, what: str
+) -> float:
+    """A budget or quota in the definition's amount: as given, or the largest amount whose (epsilon,
+    delta) at the data set's delta is at most ``epsilon``, calibrated by the very function the CLI's
+    ``--epsilon`` uses (:func:`overlapdp.mechanisms.answering.calibrate_budget`, MATH.md 5.8); an
+    approximate-DP amount is epsilon itself at that delta."""
+    field = "budget" if what == "budget" else "quota"
+    if (amount is None) == (epsilon is None):
+        raise BadRequest(
+            f"give the {what} either as {field!r} (in the definition's amount) or as 'epsilon' "
+            "(at the data set's delta), not both and not neither"
+        )
+    if amount is not None:
+        return amount
+    from overlapdp.mechanisms.answering import calibrate_budget
+    from overlapdp.validation import check_positive
+
+    if definition == "approx":
+        return check_positive(epsilon, "epsilon")
+    if definition not in ("pure", "zcdp", "gdp"):
+        raise BadRequest(
+            f"a {definition} data set takes its {what} in its own amount ({field!r}): 'epsilon' is "
+            "calibrated for pure, zcdp, gdp and approx data sets"
+        )
+    return calibrate_budget(definition, epsilon, params.get("delta") or DEFAULT_DELTA)
 
 
 def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | None]:

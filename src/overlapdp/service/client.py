@@ -428,14 +428,18 @@ class AdminClient(Client):
         path: str,
         schema: Mapping[str, Any],
         *,
-        budget: float,
+        budget: float | None = None,
         definition: str = "pure",
         engine: str = "duckdb",
         **parameters: float | str,
     ) -> dict[str, Any]:
-        """Register a data set; ``parameters``: its definition's (``delta``, ``omega`` for tcdp,
-        ``alpha`` for rdp, ``composition`` for approx)."""
-        body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
+        """Register a data set with its global ``budget`` in the definition's amount, or ``epsilon=``, a
+        target epsilon at its ``delta``, calibrated as ``overlapdp answer --epsilon`` does;
+        ``parameters``: its definition's (``delta``, ``omega`` for tcdp, ``alpha`` for rdp,
+        ``composition`` for approx)."""
+        body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema)}
+        if budget is not None:
+            body["budget"] = budget
         body.update(definition=definition, engine=engine, **parameters)
         out: dict[str, Any] = self._call("POST", "/v1/admin/datasets", json=body)
         return out
@@ -452,16 +456,22 @@ class AdminClient(Client):
         out: dict[str, Any] = self._call("GET", f"/v1/admin/datasets/{dataset}")
         return out
 
-    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> str:
-        """Create an analyst; returns the token (shown only here)."""
-        return str(
-            self._call("POST", "/v1/admin/analysts", json={"name": name, "quotas": dict(quotas)})["token"]
-        )
+    def create_analyst(
+        self, name: str, quotas: Mapping[str, float], *, quota_epsilons: Mapping[str, float] | None = None
+    ) -> str:
+        """Create an analyst; returns the token (shown only here). ``quota_epsilons``: quotas given as a
+        target epsilon at each data set's delta."""
+        body: dict[str, Any] = {"name": name, "quotas": dict(quotas)}
+        if quota_epsilons:
+            body["quota_epsilons"] = dict(quota_epsilons)
+        return str(self._call("POST", "/v1/admin/analysts", json=body)["token"])
 
-    def set_quota(self, analyst: str, dataset: str, quota: float) -> dict[str, Any]:
-        out: dict[str, Any] = self._call(
-            "PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json={"quota": quota}
-        )
+    def set_quota(
+        self, analyst: str, dataset: str, quota: float | None = None, *, epsilon: float | None = None
+    ) -> dict[str, Any]:
+        """Set a quota in the data set's amount, or as ``epsilon`` at its delta."""
+        body = {k: v for k, v in (("quota", quota), ("epsilon", epsilon)) if v is not None}
+        out: dict[str, Any] = self._call("PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json=body)
         return out
 
     def revoke(self, analyst: str) -> None:

@@ -227,7 +227,15 @@ class DatasetRegistration(_Body):
         description="pure (epsilon), zcdp (rho), gdp (mu), rdp (epsilon_alpha at the order alpha), "
         "tcdp (rho, with omega) or approx (epsilon, with delta)",
     )
-    budget: float = Field(description="the global budget over all analysts, in the definition's amount")
+    budget: float | None = Field(
+        default=None, description="the global budget over all analysts, in the definition's amount"
+    )
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )
     delta: float | None = Field(
         default=None, description="delta of the (epsilon, delta) lines; approx: the budget's delta (1e-6)"
     )
@@ -250,7 +258,13 @@ class DatasetRegistration(_Body):
 
 class BudgetUpdate(_Body):
     definition: str
-    budget: float
+    budget: float | None = Field(default=None, description="in the definition's amount")
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )
     delta: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     omega: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     alpha: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
@@ -271,7 +285,18 @@ class BudgetUpdate(_Body):
 class AnalystCreate(_Body):
     name: str
     quotas: dict[str, float] = Field(default_factory=dict, description="data set -> quota")
+    quota_epsilons: dict[str, float] = Field(
+        default_factory=dict,
+        description="data set -> quota given as a target epsilon at the data set's delta, calibrated as "
+        "'overlapdp answer --epsilon' does (a data set in both 'quotas' and here is refused)",
+    )
 
 
 class QuotaUpdate(_Body):
-    quota: float
+    quota: float | None = Field(default=None, description="in the data set's amount")
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )
