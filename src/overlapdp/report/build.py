@@ -199,7 +199,7 @@ def workload_report(
             "Summary",
             H.paragraph(
                 f"{len(qs)} queries over {len(schema)} attributes. Sequential accounting charges t = {t:g} "
-                f"queries; the worst row is covered by only γ = {gamma:g} of them"
+                f"queries; the worst row is covered by only γ = {spent(gamma)} of them"
                 + ("" if by_comp["count"].exact else " (a safe upper bound: the search stopped early)")
                 + f", so overlap-aware accounting saves U = {by_comp['count'].gain:.1%} of the budget."
             ),

@@ -120,7 +120,7 @@ def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None)
     cbar = fig.colorbar(img, ax=ax)
     cbar.set_label(f"max per-row load ({heat.load})")
     note = "" if heat.exact else " (safe upper bounds)"
-    ax.set_title(f"Per-row load over {heat.x} × {heat.y}: maximum {heat.maximum:.4g}{note}")
+    ax.set_title(f"Per-row load over {heat.x} × {heat.y}: maximum {spent(heat.maximum, 4)}{note}")
     return _save(fig, path)
 
 
