@@ -339,6 +339,6 @@ class QuotaRefused(ServiceRefused):
     @property
     def remaining(self) -> float | None:
         """The body's ``remaining_at_least`` (a lower bound on the rest of the quota; ``remaining`` from
-        a service before issue 24)."""
+        an older service)."""
         value = self.body.get("remaining_at_least", self.body.get("remaining"))
         return None if value is None else float(value)

@@ -182,7 +182,7 @@ def _privacy_table(
     rep = Table("privacy", "", title="privacy report", show_header=False)
     rep.add_row("definition", plan.definition)
     # The budget and the per-query share are amounts to type back in (a service's budget, quota and
-    # per-query parameter): rounded DOWN, so that they stay within what was asked (issue 24.4);
+    # per-query parameter): rounded DOWN, so that they stay within what was asked;
     # guarantees are rounded up.
     budget = _fmt(p["budget"], room=True)
     if plan.target_epsilon is not None:

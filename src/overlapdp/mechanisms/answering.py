@@ -186,7 +186,7 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
             f"{m.amount} > 0; ask for a larger epsilon or delta"
         )
     # A short decimal rounded DOWN (6 significant digits, overlapdp.display): the budget printed is the
-    # budget used, so it can be typed back in (a service's budget or quota, issue 24.4) and shares
+    # budget used, so it can be typed back in (a service's budget or quota) and shares
     # computed from it stay within it; smaller than the bisection's, so its (epsilon, delta) still fits.
     short = float(display.remaining(lo))
     return short if short > 0 else lo

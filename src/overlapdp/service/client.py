@@ -193,7 +193,7 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
 
 def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
     """An answer's error bar as the columns ``low``, ``high``, ``level``: the names the library's
-    ``WorkloadAnswers.frame`` and the CLI's JSON (``error_bar``) use (a service before issue 24 sent
+    ``WorkloadAnswers.frame`` and the CLI's JSON (``error_bar``) use (an older service sent
     only ``ci95``, at level 0.95)."""
     bar = answer.get("error_bar")
     if isinstance(bar, Mapping):

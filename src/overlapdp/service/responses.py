@@ -276,8 +276,8 @@ class Answer(Out):
     _error_bars = model_validator(mode="before")(_with_error_bars)
 
 
-#: What an answer says of the rest of the quota. It is named apart from ``remaining`` of ``GET /v1/me``
-#: (issue 24.3): both bound what one more query on the analyst's most charged rows may carry, but this
+#: What an answer says of the rest of the quota. It is named apart from ``remaining`` of ``GET /v1/me``:
+#: both bound what one more query on the analyst's most charged rows may carry, but this
 #: one comes from a safe upper bound on the spend (no overlap search after an admission), so it may be
 #: below ``GET /v1/me``'s exact figure (after a GROUP BY over two attributes, 1.3 where ``/v1/me`` says 1.4).
 _AT_LEAST = (
