@@ -55,6 +55,7 @@ def test_the_service_takes_epsilon_at_the_data_sets_delta(world: dict[str, Any])
     assert rho == calibrate_budget("zcdp", 1.0, 1e-6)  # the CLI's calibration, not another one
     assert ZCDP(rho).epsilon_at(1e-6) <= 1.0 and made.json()["budget_epsilon_delta"]["epsilon"] <= 1.0
     assert _register(world, "p", definition="pure", epsilon=2.0).json()["budget"] == 2.0
+    assert _register(world, "a", definition="approx", epsilon=1.5, delta=1e-7).json()["budget"] == 1.5
     both = _register(world, "x", definition="zcdp", budget=0.1, epsilon=1.0)
     assert both.status_code == 400 and "not both" in both.json()["detail"]
     neither = _register(world, "y", definition="zcdp")

@@ -713,16 +713,18 @@ def _calibrated(
     if amount is not None:
         return amount
     from overlapdp.mechanisms.answering import calibrate_budget
+    from overlapdp.privacy.measures import measure_named
     from overlapdp.validation import check_positive
 
-    if definition == "approx":
+    m = measure_named(definition)
+    if m.counts:  # pure DP, zCDP, GDP: the CLI's calibration
+        return calibrate_budget(definition, epsilon, params.get("delta") or DEFAULT_DELTA)
+    if m.native_is_epsilon:  # (epsilon, delta)-DP: the amount is epsilon itself at the delta
         return check_positive(epsilon, "epsilon")
-    if definition not in ("pure", "zcdp", "gdp"):
-        raise BadRequest(
-            f"a {definition} data set takes its {what} in its own amount ({field!r}): 'epsilon' is "
-            "calibrated for pure, zcdp, gdp and approx data sets"
-        )
-    return calibrate_budget(definition, epsilon, params.get("delta") or DEFAULT_DELTA)
+    raise BadRequest(
+        f"a {definition} data set takes its {what} in its own amount ({field!r}): 'epsilon' is "
+        "calibrated for pure, zcdp, gdp and approx data sets"
+    )
 
 
 def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | None]:
