@@ -184,8 +184,10 @@ def test_epsilon_calibration_is_safe_and_tight(
         assert rho == pytest.approx(g["mu"] ** 2 / 2, rel=1e-9)
     # never above the target: scipy's minimum is at least the infimum, which is what the guarantee is
     assert closed_form_epsilon(rho, d) <= target * (1 + 1e-12)
-    assert closed_form_epsilon(rho, d) >= target * (1 - 1e-6)  # and not wastefully below it
-    assert peer_epsilon(rho, d) == pytest.approx(target, rel=1e-7)  # dp_accounting agrees
+    # and not wastefully below it: the calibrated budget is rounded down to 6 significant digits so that
+    # it prints as it is and can be typed back in (issue 24.4), which costs at most 1e-5 of it
+    assert closed_form_epsilon(rho, d) >= target * (1 - 2e-5)
+    assert peer_epsilon(rho, d) == pytest.approx(target, rel=2e-5)  # dp_accounting agrees
     assert closed_form_delta(rho, target) <= d * (1 + 1e-6)
     assert closed_form_delta(rho, target * (1 - 1e-4)) > d  # a slightly smaller epsilon would not hold
     # Looser closed form (Bun-Steinke 2016): rho + 2 sqrt(rho ln(1/delta)) <= E gives less rho.

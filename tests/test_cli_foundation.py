@@ -157,3 +157,31 @@ def test_console_script_runs() -> None:
         [sys.executable, "-m", "overlapdp.cli.main", "--help"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "count" in proc.stdout
+
+
+def test_reading_data_shows_progress_on_stderr_only_on_a_terminal_or_when_long() -> None:
+    """Issue 24.9: nothing said what was happening while data was read or encoded (minutes at 10 M
+    rows). A spinner on a terminal's stderr; into a pipe only a closing line, and only when long."""
+    import io
+
+    from rich.console import Console
+
+    from overlapdp.cli.app import LONG_SECONDS, progress
+
+    ticks = iter([0.0, LONG_SECONDS + 2.5])
+    pipe = io.StringIO()
+    with progress(
+        "reading adult.csv and counting (duckdb)", clock=lambda: next(ticks), out=Console(file=pipe)
+    ):
+        pass
+    assert pipe.getvalue() == f"reading adult.csv and counting (duckdb): done in {LONG_SECONDS + 2.5:.1f} s\n"
+    quick = iter([0.0, 0.2])
+    pipe = io.StringIO()
+    with progress("reading", clock=lambda: next(quick), out=Console(file=pipe)):
+        pass
+    assert pipe.getvalue() == ""  # a script's stderr stays clean
+    quick = iter([0.0, 0.2])
+    tty = io.StringIO()
+    with progress("reading adult.csv", clock=lambda: next(quick), out=Console(file=tty, force_terminal=True)):
+        pass
+    assert "reading adult.csv ..." in tty.getvalue()  # the spinner's line

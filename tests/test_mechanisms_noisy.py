@@ -21,6 +21,7 @@ from overlapdp.mechanisms import (
     noisy_count,
     noisy_counts,
 )
+from overlapdp.mechanisms.randomness import SeededRandomSource
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema, synthetic_adult
@@ -130,7 +131,7 @@ def test_noisy_counts_answer_predicate_queries_from_a_frame(kind: str) -> None:
         parse_where(schema, "sex = 1").with_id("sex1"),
     ]
     exact = [int(frame["age"].between(20, 29).sum()), int((frame["sex"] == 1).sum())]
-    answers = noisy_counts(queries, frame, PureDP(50.0), rng=source(kind, 5), level=0.99)
+    answers = noisy_counts(queries, frame, PureDP(100.0), rng=source(kind, 5), level=0.99)  # gamma 2
     assert [a.query_id for a in answers] == ["young", "sex1"]
     for a, e in zip(answers, exact, strict=True):
         assert a.low <= e <= a.high and a.high - a.low <= 2
@@ -161,3 +162,39 @@ def test_other_bad_input_is_refused_clearly() -> None:
         add_noise([1], ApproxDP(1.0, 1e-6))
     with pytest.raises(MechanismError):
         DiscreteLaplaceNoise(Fraction(0))
+
+
+def test_noisy_counts_takes_the_total_budget_and_reports_the_spend() -> None:
+    """Issue 24.2: a budget of 1.0 on overlapping queries spent 1.0 per query (gamma 2: 2.0 in all)."""
+    schema = adult_schema()
+    frame = synthetic_adult(2_000, seed=3)
+    queries = [
+        parse_where(schema, "age BETWEEN 20 AND 39").with_id("a"),
+        parse_where(schema, "age BETWEEN 30 AND 49").with_id("b"),
+        parse_where(schema, "age >= 60").with_id("c"),
+    ]
+    spans = [(20, 39), (30, 49), (60, 200)]  # brute force over every age: 30-39 lie in two, none in three
+    gamma = max(sum(lo <= x <= hi for lo, hi in spans) for x in range(0, 120))
+    answers = noisy_counts(queries, frame, PureDP(1.0), rng=SeededRandomSource(1))
+    assert answers.gamma == gamma == 2
+    assert answers.per_query == PureDP(0.5) and answers.spent == PureDP(1.0)
+    assert answers.spent == answers.budget
+    assert all(a.guarantee == PureDP(0.5) for a in answers)
+    assert answers.summary() == "spent epsilon = 1 of 1 on 3 counts (max overlap 2, epsilon = 0.5 each)"
+    # a plain number is the same total, in the definition's unit (epsilon by default), as plan_answers takes
+    floats = noisy_counts(queries, frame, 1.0, rng=SeededRandomSource(1))
+    assert [a.value for a in floats] == [a.value for a in answers]
+    rho = noisy_counts(queries, frame, 0.5, definition="zcdp", rng=SeededRandomSource(1))
+    assert rho.per_query == ZCDP(0.25) and rho.spent == ZCDP(0.5)
+    gdp = noisy_counts(queries, frame, GDP(1.0), rng=SeededRandomSource(1))
+    assert gdp.spent.rho <= 0.5  # type: ignore[union-attr]
+    # the old per-query meaning only under its own name, and the spend still reported
+    old = noisy_counts(queries, frame, per_query=PureDP(0.5), rng=SeededRandomSource(1))
+    assert old.budget is None and old.spent == PureDP(1.0)
+    for bad in (True, "0.5", None):
+        with pytest.raises((BudgetError, MechanismError)):
+            noisy_counts(queries, frame, bad)  # type: ignore[arg-type]
+    with pytest.raises(MechanismError, match="not both"):
+        noisy_counts(queries, frame, PureDP(1.0), per_query=PureDP(0.5))
+    with pytest.raises(MechanismError, match="zcdp"):
+        noisy_counts(queries, frame, PureDP(1.0), definition="zcdp")

@@ -118,3 +118,22 @@ def test_overlap_on_a_wide_schema(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 0
     assert "a9999" not in out and "--json gives the whole row" in " ".join(out.split())
     assert len(re.findall(r"│ a\d+ ", out)) == 4
+
+
+def test_overlap_values_are_rounded_up_not_to_nearest(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24.3: ``{value:g}`` printed a composed loss of 1.0811707 as 1.08117, below it; every
+    printed privacy figure goes through overlapdp.display (losses up)."""
+    from fractions import Fraction
+
+    weighted = files["queries"].parent / "w.jsonl"
+    weighted.write_text(
+        '{"id": "a", "where": "age < 5", "weight": 0.54058535}\n{"id": "b", "where": "age < 7", "weight": 0.54058535}\n'
+    )
+    args = ["overlap", "--schema", str(files["schema"]), "--queries", str(weighted), "--comp", "sum"]
+    code, out, _ = run(args, capsys)
+    assert code == 0
+    truth = Fraction(0.54058535) * 2  # brute force: ages 0-4 are in both
+    assert truth > Fraction("1.08117")
+    assert "│ 1.08118 " in out and "1.08117" not in out

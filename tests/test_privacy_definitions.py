@@ -257,3 +257,22 @@ def test_basic_and_concurrent_composition_round_up_against_exact_sums() -> None:
     r = RDP.compose([RDP((2.0, 3.0), (0.1, 0.1))] * 10)
     assert all(Fraction(e) >= exact for e in r.epsilons)
     assert PureDP.compose([PureDP(0.25)] * 4).epsilon == 1.0  # exact sums stay exact
+
+
+def test_definitions_print_short_figures_on_the_safe_side() -> None:
+    """Issue 24.3: ``TCDP(rho=0.30000000000000004)`` leaked a raw float; a guarantee prints through
+    overlapdp.display: losses rounded up (never below the value), omega down, typed figures as typed."""
+    from fractions import Fraction
+
+    from overlapdp.privacy.definitions import GDP, RDP, TCDP, ApproxDP
+
+    composed = TCDP(0.1, 5.0) + TCDP(0.2, 4.0)
+    assert repr(composed) == "TCDP(rho=0.300001, omega=4)"
+    assert Fraction("0.300001") >= Fraction(composed.rho)
+    assert str(ZCDP(0.1) + ZCDP(0.2)) == "ZCDP(rho=0.300001)"
+    assert repr(PureDP(0.5)) == "PureDP(epsilon=0.5)" and repr(GDP(1.0)) == "GDP(mu=1)"
+    assert repr(ApproxDP(1.0, 1e-6)) == "ApproxDP(epsilon=1, delta=1e-06)"
+    assert repr(TCDP(0.3, math.inf)) == "TCDP(rho=0.3, omega=inf)"
+    assert (
+        repr(RDP((2.0, 3.5), (0.1, 0.30000000000000004))) == "RDP(orders=(2, 3.5), epsilons=(0.1, 0.300001))"
+    )

@@ -340,3 +340,39 @@ def test_printed_privacy_figures_round_up_and_shares_down() -> None:
             assert Fraction(shown) <= Fraction(x) * (1 + Fraction(1, 10**5))
     assert fmt(1.0811707) == "1.08118" and _f(1.0119130) == "1.01192"
     assert Fraction(remaining(0.49999999999998357)) <= Fraction(0.49999999999998357)
+
+
+def test_plots_name_each_definitions_budget_and_heat_starts_at_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24.9: the utility plot put epsilon 1, rho 1 and mu 1 on one axis as "total budget 1"; each
+    bar group now names its own budget. The heat map's colour scale started at the smallest load (a
+    flat map of 2.0 and 2.1 looked like 0 and 1); it starts at 0."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from overlapdp.privacy.utility import utility_gain
+    from overlapdp.report import plots
+    from overlapdp.report.loads import HeatMap
+    from overlapdp.samples import adult_schema
+
+    figures: list[Figure] = []
+    real = plots._save
+
+    def keep(fig: Figure, path: Path) -> Path:
+        figures.append(fig)
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    schema = adult_schema()
+    qs = [parse_where(schema, "age BETWEEN 20 AND 29"), parse_where(schema, "age BETWEEN 25 AND 39")]
+    gains = [utility_gain(qs, 1.0, definition=d) for d in ("pure", "zcdp", "gdp")]
+    plots.plot_utility(gains, tmp_path / "u.png")
+    ax = figures[-1].axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert [label.splitlines()[-1] for label in labels] == ["total ε = 1", "total ρ = 1", "total μ = 1"]
+    assert "total budget 1" not in ax.get_title()
+    heat = HeatMap("age", "sex", ("a", "b"), ("x", "y"), np.array([[2.0, 2.1], [2.05, 2.0]]), True, "dense")
+    plots.plot_heat(heat, tmp_path / "h.png")
+    image = figures[-1].axes[0].get_images()[0]
+    assert image.get_clim() == (0.0, 2.1)

@@ -154,7 +154,7 @@ def _until_refused(w: World, token: str, amount_name: str, amount: float) -> int
         if r.status_code == 403:
             body = r.json()
             assert "quota" in body["detail"] and body["quota_admits"] is False
-            assert body["spent_epsilon_delta"]["delta"] > 0 and body["remaining"] >= 0
+            assert body["spent_epsilon_delta"]["delta"] > 0 and body["remaining_at_least"] >= 0
             return n
         assert r.status_code == 200, r.text
         assert "spent_epsilon_delta" in r.json()
@@ -491,13 +491,13 @@ def test_remaining_is_the_largest_load_one_more_charge_on_the_worst_row_may_carr
     headers = {"Authorization": f"Bearer {r.json()['token']}"}
     r = world.http.post("/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: first})
     assert r.status_code == 200, r.text
-    remaining = r.json()["remaining"]
+    remaining = r.json()["remaining_at_least"]
     assert Fraction(remaining) <= left and float(left) - remaining < 1e-9
     over = world.http.post(
         "/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: float(left) * (1 + 1e-9)}
     )
     assert over.status_code == 403
-    assert Fraction(over.json()["remaining"]) <= left
+    assert Fraction(over.json()["remaining_at_least"]) <= left
     ok = world.http.post("/v1/datasets/adult/query", headers=headers, json={**QUERY, amount_name: remaining})
     assert ok.status_code == 200, ok.text
 

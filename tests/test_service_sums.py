@@ -158,7 +158,7 @@ def test_the_client_sends_sums_and_gets_their_answers(live: dict[str, Any]) -> N
         "adult", {"sql": "SELECT race, AVG(age) FROM t GROUP BY race", "bounds": [0, 84]}, epsilon=0.25
     )
     assert list(cells["race"]) == list(range(5)) and set(cells["aggregate"]) == {"mean"}
-    assert ((cells["ci95_low"] <= cells["answer"]) & (cells["answer"] <= cells["ci95_high"])).all()
+    assert ((cells["low"] <= cells["answer"]) & (cells["answer"] <= cells["high"])).all()
     mixed = carol.batch(
         "adult",
         ["age < 30", {"where": "age >= 30", "aggregate": "mean", "of": "age", "bounds": [30, 84]}],

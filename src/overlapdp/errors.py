@@ -331,12 +331,14 @@ class ServiceRefused(OverlapDPError):
 
 
 class QuotaRefused(ServiceRefused):
-    """403: the quota (or the data set's global budget) cannot pay; ``remaining`` is the analyst's rest.
+    """403: the quota (or the data set's global budget) cannot pay; ``remaining`` is at most the analyst's rest.
 
     The client's view of the server's :class:`QuotaExceeded`; ``overlapdp.client.QuotaExceeded`` is
     this class under its old name."""
 
     @property
     def remaining(self) -> float | None:
-        value = self.body.get("remaining")
+        """The body's ``remaining_at_least`` (a lower bound on the rest of the quota; ``remaining`` from
+        an older service)."""
+        value = self.body.get("remaining_at_least", self.body.get("remaining"))
         return None if value is None else float(value)

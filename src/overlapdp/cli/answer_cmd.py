@@ -9,14 +9,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
-from overlapdp.display import decimal, spent
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
+from overlapdp.display import decimal, remaining, spent
 from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
 from overlapdp.privacy.neighbouring import Neighbouring
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
+    from collections.abc import Sequence
+
+    from overlapdp.mechanisms import NoisyAnswer
     from overlapdp.mechanisms.answering import AnswerPlan
+    from overlapdp.mechanisms.sums import NoisyMean, NoisySum
+    from overlapdp.query import PredicateQuery
     from overlapdp.query.aggregate import Aggregate
 
 _SYMBOL = {"epsilon": "ε", "rho": "ρ", "mu": "μ"}
@@ -118,7 +123,10 @@ def answer(
         objective=objective,
         neighbouring=neighbouring,
     )
-    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
+    with (
+        progress(f"reading {data.name} and counting ({engine})"),
+        open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng,
+    ):
         result = answer_workload(eng, workload, plan, consistent=consistent)
     if not plan.gamma_exact:
         warn(
@@ -148,16 +156,45 @@ def answer(
         from overlapdp.mechanisms.consistency import NOTE
 
         console.print(f"consistent: {fitted.design.cells} cells, {fitted.solver}; {NOTE}")
-    console.print(_privacy_table(plan))
+    parallel = result.parallel_payers if result.groups else None
+    console.print(_privacy_table(plan, parallel, list(workload), _noise_rows(result.answers)))
 
 
-def _privacy_table(plan: AnswerPlan) -> Table:
+def _noise_rows(answers: Sequence[NoisyAnswer | NoisySum | NoisyMean]) -> dict[str, str]:
+    """The noise of each kind of answer (counts, each sum, each mean's two halves), in order of first
+    appearance: a mixed workload's sums are calibrated to their clipping's sensitivity, not a count's 1."""
+    from overlapdp.mechanisms.sums import NoisyMean, NoisySum
+
+    rows: dict[str, str] = {}
+    for a in answers:
+        if isinstance(a, NoisySum):
+            key = f"noise, sum of {a.clipping.column}"
+            text = f"{a.noise.describe()} in steps of {decimal(a.clipping.step)} (std {decimal(a.std, 4)})"
+        elif isinstance(a, NoisyMean):
+            key = f"noise, mean of {a.sum.clipping.column}"
+            text = (
+                f"sum: {a.sum.noise.describe()} in steps of {decimal(a.sum.clipping.step)}; "
+                f"count: {a.count.noise.describe()} (half the budget each)"
+            )
+        else:
+            key = "noise, counts"
+            text = f"{a.noise.describe()} (std {decimal(a.std, 4)})"
+        rows.setdefault(key, text)
+    return rows
+
+
+def _privacy_table(
+    plan: AnswerPlan, parallel: int | None, queries: list[PredicateQuery], noise: dict[str, str]
+) -> Table:
     """The privacy report: budget, shares and both guarantees in the definition's own unit (epsilon, rho,
     or mu with the zCDP rho it is declared as), each also as (epsilon, delta) at the plan's delta."""
     p = plan.to_json()
     rep = Table("privacy", "", title="privacy report", show_header=False)
     rep.add_row("definition", plan.definition)
-    budget = _fmt(p["budget"])
+    # The budget and the per-query share are amounts to type back in (a service's budget, quota and
+    # per-query parameter): rounded DOWN, so that they stay within what was asked;
+    # guarantees are rounded up.
+    budget = _fmt(p["budget"], room=True)
     if plan.target_epsilon is not None:
         budget += f" (calibrated to ε ≤ {decimal(plan.target_epsilon)} at δ = {_delta(plan)})"
     rep.add_row("budget", budget)
@@ -165,8 +202,12 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     rep.add_row("queries (t)", str(plan.queries))
     rep.add_row("max overlap (gamma)", f"{plan.gamma} ({'exact' if plan.gamma_exact else 'upper bound'})")
     if plan.shares is None:
-        rep.add_row("per-query budget", _fmt(p["per_query"]))
-        rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+        rep.add_row("per-query budget", _fmt(p["per_query"], room=True))
+        if set(noise) <= {"noise, counts"}:
+            rep.add_row("noise", f"{p['noise']} (std {decimal(p['noise_std'], 4)})")
+        else:  # a mixed workload: each kind's own noise (a sum's scale is not a count's)
+            for key, text in noise.items():
+                rep.add_row(key, text)
     else:
         sym = _SYMBOL.get(_unit(p), "")
         rep.add_row(
@@ -179,10 +220,17 @@ def _privacy_table(plan: AnswerPlan) -> Table:
     for side, label in (("sequential", "sequential"), ("overlap", "overlap-aware")):
         rep.add_row(f"guarantee, {label}", _fmt(p["guarantee"][side]))
         rep.add_row(f"  as (ε, δ), {label}", f"ε = {spent(ed[side])}, δ = {_delta(plan)}")
-    # A missing value (None) is shown as SQL writes it.
-    row = (plan.witness or {}).items()
-    rep.add_row("witness row", ", ".join(f"{k} = {'NULL' if v is None else v}" for k, v in row))
-    rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%}")
+    # A missing value (None) is shown as SQL writes it; an attribute no query constrains as "any value".
+    from overlapdp.query.witness import shown_witness
+
+    row = shown_witness(plan.witness or {}, queries).items()
+    rep.add_row("witness row", ", ".join(f"{k} = {v}" for k, v in row))
+    rep.add_row("noise reduction vs sequential", f"{plan.noise_reduction:.1%} ({plan.queries} charges)")
+    if parallel is not None:  # a GROUP BY: the peers (Tumult Analytics, OpenDP) charge it once
+        rep.add_row(
+            "noise reduction vs parallel",
+            f"{plan.noise_reduction_vs(parallel):.1%} ({parallel} charges, a GROUP BY once)",
+        )
     if "note" in p:
         rep.add_row("note", str(p["note"]))
     return rep
@@ -198,12 +246,14 @@ def _delta(plan: AnswerPlan) -> str:
     return "0" if plan.delta is None else decimal(plan.delta)
 
 
-def _fmt(d: dict[str, object]) -> str:
+def _fmt(d: dict[str, object], *, room: bool = False) -> str:
     """``ρ = 0.5``; a GDP guarantee as ``μ = 1 (declared as zCDP ρ = 0.5)``. Privacy parameters are
-    rounded up (never shown below their value)."""
+    rounded up (never shown below their value); with ``room``, a budget or share to use, the amount is
+    rounded down (typed back in, it never exceeds the computed one) and the declared rho still up."""
     parts = {k: v for k, v in d.items() if k != "declared_zcdp_rho"}
+    shown = remaining if room else spent
     text = ", ".join(
-        f"{_SYMBOL.get(k, k)} = {spent(v) if isinstance(v, float | int) else v}" for k, v in parts.items()
+        f"{_SYMBOL.get(k, k)} = {shown(v) if isinstance(v, float | int) else v}" for k, v in parts.items()
     )
     rho = d.get("declared_zcdp_rho")
     if isinstance(rho, float):

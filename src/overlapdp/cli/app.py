@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -86,6 +89,33 @@ def emit_json(obj: Any) -> None:
 
 def warn(message: str) -> None:
     err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False)
+
+
+#: An operation that takes longer than this (seconds) says so on stderr even when it is not a terminal.
+LONG_SECONDS = 5.0
+
+
+@contextmanager
+def progress(
+    what: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    out: Console | None = None,
+    long: float = LONG_SECONDS,
+) -> Iterator[None]:
+    """Say on stderr what the command is doing while data is read, encoded and counted: a spinner when
+    stderr is a terminal, and a closing line with the time taken when it took ``long`` seconds or more
+    (also into a pipe or a log, where a spinner would only be noise). Standard output stays clean."""
+    shown = out or err_console
+    start = clock()
+    if shown.is_terminal:
+        with shown.status(f"{what} ...", spinner="dots"):
+            yield
+    else:
+        yield
+    took = clock() - start
+    if took >= long:
+        shown.print(f"{what}: done in {took:.1f} s", highlight=False)
 
 
 def _jsonable(value: Any) -> Any:

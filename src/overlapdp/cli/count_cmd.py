@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
 from overlapdp.engine.registry import EngineName
 from overlapdp.errors import OverlapDPError
 
@@ -37,7 +37,10 @@ def count(
     for q, agg in zip(workload, workload.aggregates, strict=False):
         if agg.kind != "count":  # never print a count where a sum or mean was asked for
             raise OverlapDPError(f"query {q.id!r} asks for a {agg.kind}; 'count' gives exact counts only")
-    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
+    with (
+        progress(f"reading {data.name} and counting ({engine})"),
+        open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng,
+    ):
         counts = eng.counts(list(workload))
         report = eng.report
     warn("exact counts are NOT differentially private; do not release them")

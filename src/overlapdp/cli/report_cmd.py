@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from overlapdp.cli.app import Encoding, app, console, emit_json, err_console, warn
+from overlapdp.display import spent
 from overlapdp.errors import OverlapDPError
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
@@ -91,9 +92,12 @@ def _print(summary: ReportSummary) -> None:
     t = Table(show_header=False, title=f"{summary.kind} report")
     if summary.kind == "workload":
         t.add_row("queries (t)", f"{n['t']:g}")
-        t.add_row("maximum overlap (γ)", f"{n['gamma']:g}")
+        t.add_row("maximum overlap (γ)", spent(n["gamma"]))
         for s in n["spend"]:
-            t.add_row(f"U ({s['comp']})", f"{s['gain']:.1%}  ({s['sequential']:.4g} → {s['overlap']:.4g})")
+            t.add_row(
+                f"U ({s['comp']})",
+                f"{s['gain']:.1%}  ({spent(s['sequential'], 4)} → {spent(s['overlap'], 4)})",
+            )
         for p in n.get("allocation", []):
             # total noise variance at the same budget: sequential / parallel / even overlap / optimal
             t.add_row(
@@ -108,7 +112,8 @@ def _print(summary: ReportSummary) -> None:
     if "heat_map" in n:
         h = n["heat_map"]
         t.add_row(
-            "heat map max", f"{h['maximum']:.4g} at {h['x']}={h['argmax'][0]}, {h['y']}={h['argmax'][1]}"
+            "heat map max",
+            f"{spent(h['maximum'], 4)} at {h['x']}={h['argmax'][0]}, {h['y']}={h['argmax'][1]}",
         )
     console.print(t)
     console.print(f"report: {summary.html}", highlight=False)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, warn
+from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
 from overlapdp.cli.help_format import Typer
 from overlapdp.errors import OverlapDPError, SchemaError
 
@@ -198,7 +198,10 @@ def check(
     if engine not in ENGINES:
         raise OverlapDPError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
     sch = Schema.load(schema)
-    with open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng:
+    with (
+        progress(f"reading {data.name} ({engine})"),
+        open_engine(engine, sch, data, encoding=encoding, sep=sep) as eng,
+    ):
         report = eng.report
     warn("NOT PRIVATE: exact figures about the data, for the data owner; do not release them")
     fails = bool(report.rows_outside) and sch.outside == "error"

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 from overlapdp._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise, noisy_count, noisy_counts
+    from overlapdp.mechanisms._noisy_counts import (
+        CountAnswers,
+        NoisyAnswer,
+        add_noise,
+        noisy_count,
+        noisy_counts,
+    )
     from overlapdp.mechanisms.answering import answer_workload, plan_answers
     from overlapdp.mechanisms.calibration import (
         declared_guarantee,
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
+    "CountAnswers": "_noisy_counts",
     "NoisyAnswer": "_noisy_counts",
     "add_noise": "_noisy_counts",
     "noisy_count": "_noisy_counts",
@@ -94,6 +101,7 @@ __all__ = [
     "BudgetExceededError",
     "Child",
     "ConcurrentComposition",
+    "CountAnswers",
     "Counter",
     "Coverage",
     "CoverageError",

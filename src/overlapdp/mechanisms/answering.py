@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
-from overlapdp import validation
+from overlapdp import display, validation
 from overlapdp.engine.inputs import open_data as open_table
 from overlapdp.errors import AnswerError as AnswerError
 from overlapdp.exact import float_up, sqrt_up
@@ -143,8 +143,9 @@ def _epsilon_of(g: PureDP | ZCDP, delta: float | None) -> float:
 
 
 def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) -> float:
-    """The largest total budget (to a relative 1e-12) whose guarantee, converted to (epsilon, delta) at
-    ``delta`` (:func:`resolve_delta`), is at most ``epsilon``.
+    """The largest total budget (to a relative 1e-12, then rounded down to 6 significant digits, so that
+    it prints as it is) whose guarantee, converted to (epsilon, delta) at ``delta`` (:func:`resolve_delta`),
+    is at most ``epsilon``.
 
     Pure DP: ``epsilon`` itself (an epsilon-DP budget is (epsilon, delta)-DP at every delta). zCDP: the
     largest ``rho`` whose Canonne-Kamath-Steinke conversion (2020, Prop. 12; MATH.md 5.8; the tightest
@@ -185,7 +186,11 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
             f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
             f"{m.amount} > 0; ask for a larger epsilon or delta"
         )
-    return lo
+    # A short decimal rounded DOWN (6 significant digits, overlapdp.display): the budget printed is the
+    # budget used, so it can be typed back in (a service's budget or quota) and shares
+    # computed from it stay within it; smaller than the bisection's, so its (epsilon, delta) still fits.
+    short = float(display.remaining(lo))
+    return short if short > 0 else lo
 
 
 @dataclass(frozen=True)
@@ -318,6 +323,16 @@ class AnswerPlan:
             laplace = isinstance(self.per_query_budget, PureDP)
             return 0.0 if seq == 0 else 1 - (ratio if laplace else math.sqrt(ratio))
         return 1 - self.mean_noise_std / seq
+
+    def noise_reduction_vs(self, payers: int) -> float:
+        """1 - (this plan's noise std) / (the std of an even share over ``payers`` charges), from the
+        exact discrete noise distributions; e.g. ``payers`` = :func:`parallel_payers`, the charges of
+        partition-based parallel composition (a GROUP BY charged once)."""
+        try:
+            other = self.noise_std(even_share(self.definition, self.budget, payers))
+        except BudgetError:  # the other share would need noise beyond the supported scale
+            return 1.0
+        return 0.0 if other == 0 else 1 - self.mean_noise_std / other
 
     @property
     def mean_noise_std(self) -> float:
@@ -472,6 +487,15 @@ def plan_answers(
     )
 
 
+def parallel_payers(ids: Sequence[str | None], groups: dict[str, tuple[str, GroupLabels]]) -> int:
+    """How many charges partition-based parallel composition makes for the queries ``ids``: each GROUP BY
+    family once (its cells are pairwise disjoint, MATH.md 2.5; Tumult Analytics and OpenDP charge a
+    group-by so), every other query once. Overlap-aware accounting never needs more (a row is in at
+    most one cell of a family)."""
+    families = {groups[i][0] for i in ids if i is not None and i in groups}
+    return sum(1 for i in ids if i is None or i not in groups) + len(families)
+
+
 @dataclass(frozen=True)
 class WorkloadAnswers:
     """Noisy answers with error bars and the plan that priced them (no exact figure: how many rows lie
@@ -497,9 +521,21 @@ class WorkloadAnswers:
                 item = {"id": item.pop("id"), "family": cell[0], "group": dict(cell[1]), **item}
             out.append(item)
         doc: dict[str, Any] = {"answers": out, "privacy": self.plan.to_json()}
+        if self.groups:  # what the peers' parallel composition would give, beside sequential
+            payers = self.parallel_payers
+            doc["privacy"]["parallel_composition"] = {
+                "payers": payers,
+                "noise_reduction": self.plan.noise_reduction_vs(payers),
+                "note": "each GROUP BY charged once (its cells are disjoint), every other query once",
+            }
         if self.consistent is not None:
             doc["consistent"] = self.consistent.to_json()
         return doc
+
+    @property
+    def parallel_payers(self) -> int:
+        """The charges of partition-based parallel composition (:func:`parallel_payers`)."""
+        return parallel_payers([a.query_id for a in self.answers], self.groups)
 
     def frame(self, family: str | None = None) -> pd.DataFrame:
         """The answers as a pandas DataFrame: with ``family``, one row per cell of that GROUP BY (a

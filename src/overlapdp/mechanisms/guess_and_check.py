@@ -18,7 +18,8 @@ DP; Vadhan and Wang 2021): the SVT part is ``Delta/s_1 + 2 c Delta/s_2``-DP (Lyu
 Algorithm 1 with ``epsilon_1 = Delta/s_1``, ``epsilon_2 = 2c Delta/s_2``; ``|q - g|`` is not monotonic
 between neighbours, hence the ``2c``), the Laplace part answers at most ``c`` queries and is
 ``c Delta/b``-DP; together ``epsilon_SVT + c Delta/b``. The guarantee is computed from the noise scales
-(the constructor's parameters); :meth:`GuessAndCheck.from_budget` picks scales for a total epsilon.
+(the constructor's parameters); :meth:`GuessAndCheck.from_budget` picks scales for a total epsilon
+and declares that epsilon (the scales, rounded up, give at most it).
 :meth:`GuessAndCheck.state` and :meth:`GuessAndCheck.restore` save and resume the secret state.
 All noise is the exact discrete Laplace (see :mod:`overlapdp.mechanisms.sparse_vector` for why the
 SVT proof carries over).
@@ -122,7 +123,7 @@ class GuessAndCheck:
         cc = check_c(max_failures, "max_failures")
         eps_est = eps * estimate_fraction
         eps1, eps2 = optimal_split(eps - eps_est, cc)
-        return cls(
+        mech = cls(
             data,
             tolerance=tolerance,
             max_failures=cc,
@@ -135,6 +136,12 @@ class GuessAndCheck:
             rng=rng,
             served=served,
         )
+        # The scales were rounded UP (more noise), so the guarantee they give is a hair below the
+        # epsilon asked (0.4999999969689454 for 0.5); declare and charge what was asked, never less than
+        # the scales' own guarantee (float splits may round either way), as calibration.declared_guarantee
+        # does for a count.
+        mech._guarantee = PureDP(max(eps, float_up(mech.epsilon_exact)))
+        return mech
 
     # -- privacy ----------------------------------------------------------------------------------------
     @property

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
 
+from overlapdp import display
 from overlapdp.errors import BudgetError as BudgetError
 from overlapdp.exact import float_up, sum_up
 from overlapdp.privacy import conversions as conv
@@ -35,6 +36,25 @@ def _half_square_up(x: float) -> float:
     return float_up(Fraction(x) ** 2 / 2)
 
 
+def _shown(name: str, **fields: float | tuple[float, ...]) -> str:
+    """``Name(field=value, ...)`` for people: losses, deltas and orders as short decimals rounded to the
+    safe side (:mod:`overlapdp.display`: a computed ``0.1 + 0.2`` is ``0.300001``, never ``0.3``, and no
+    ``0.30000000000000004``; a figure typed as a short decimal prints as typed); ``omega`` rounded down (a smaller omega is a weaker guarantee)."""
+
+    def one(key: str, v: float) -> str:
+        if key == "orders":  # not a privacy figure: the nearest short decimal
+            return display.decimal(v)
+        return display.remaining(v) if key == "omega" else display.spent(v)
+
+    parts = []
+    for key, value in fields.items():
+        text = (
+            "(" + ", ".join(one(key, v) for v in value) + ")" if isinstance(value, tuple) else one(key, value)
+        )
+        parts.append(f"{key}={text}")
+    return f"{name}({', '.join(parts)})"
+
+
 @runtime_checkable
 class Guarantee(Protocol):
     """Anything that can state its privacy profile: epsilon at a delta and delta at an epsilon (safe)."""
@@ -52,6 +72,9 @@ def check_delta(delta: float) -> float:
 @dataclass(frozen=True)
 class PureDP:
     """epsilon-DP."""
+
+    def __repr__(self) -> str:
+        return _shown("PureDP", epsilon=self.epsilon)
 
     epsilon: float
 
@@ -92,6 +115,9 @@ class PureDP:
 class ApproxDP:
     """(epsilon, delta)-DP."""
 
+    def __repr__(self) -> str:
+        return _shown("ApproxDP", epsilon=self.epsilon, delta=self.delta)
+
     epsilon: float
     delta: float
 
@@ -123,6 +149,9 @@ class ApproxDP:
 @dataclass(frozen=True)
 class ZCDP:
     """rho-zero-concentrated DP (Bun and Steinke 2016)."""
+
+    def __repr__(self) -> str:
+        return _shown("ZCDP", rho=self.rho)
 
     rho: float
 
@@ -158,6 +187,9 @@ class ZCDP:
 class GDP:
     """mu-Gaussian DP (Dong, Roth, Su 2022)."""
 
+    def __repr__(self) -> str:
+        return _shown("GDP", mu=self.mu)
+
     mu: float
 
     def __post_init__(self) -> None:
@@ -192,6 +224,9 @@ class GDP:
 @dataclass(frozen=True)
 class RDP:
     """Rényi DP: epsilon(alpha) at each order of a fixed grid (orders > 1)."""
+
+    def __repr__(self) -> str:
+        return _shown("RDP", orders=self.orders, epsilons=self.epsilons)
 
     orders: tuple[float, ...]
     epsilons: tuple[float, ...]
@@ -252,6 +287,9 @@ class TCDP:
 
     ``rho`` >= 0 finite, ``omega`` > 1 (``math.inf`` is rho-zCDP). Larger rho or smaller omega is a
     weaker guarantee."""
+
+    def __repr__(self) -> str:
+        return _shown("TCDP", rho=self.rho, omega=self.omega)
 
     rho: float
     omega: float

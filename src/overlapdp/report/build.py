@@ -124,10 +124,14 @@ def _heat_marker(heat: HeatMap, schema: Schema, row: tuple[int, ...] | None) -> 
     return heat.x_labels[row[px]], heat.y_labels[row[py]]
 
 
-def _witness_table(witness: dict[str, Any] | None) -> str:
+def _witness_table(witness: dict[str, Any] | None, queries: Sequence[PredicateQuery | None]) -> str:
+    """The worst row; an attribute no query constrains shows "any value" (the search filled in the first
+    value of its domain, which does not matter)."""
     if not witness:
         return H.paragraph("No witness row.")
-    return H.table(["attribute", "value"], [[k, v] for k, v in witness.items()])
+    from overlapdp.query.witness import shown_witness
+
+    return H.table(["attribute", "value"], [[k, v] for k, v in shown_witness(witness, queries).items()])
 
 
 def _budget(budget: float | None, default: float | None) -> float | None:
@@ -195,7 +199,7 @@ def workload_report(
             "Summary",
             H.paragraph(
                 f"{len(qs)} queries over {len(schema)} attributes. Sequential accounting charges t = {t:g} "
-                f"queries; the worst row is covered by only γ = {gamma:g} of them"
+                f"queries; the worst row is covered by only γ = {spent(gamma)} of them"
                 + ("" if by_comp["count"].exact else " (a safe upper bound: the search stopped early)")
                 + f", so overlap-aware accounting saves U = {by_comp['count'].gain:.1%} of the budget."
             ),
@@ -284,7 +288,7 @@ def workload_report(
     )
     if heat is not None:
         sections.append(_heat_section(heat, plots["heatmap"]))
-    sections.append(("Worst row (sum of weights)", _witness_table(by_comp["sum"].witness)))
+    sections.append(("Worst row (sum of weights)", _witness_table(by_comp["sum"].witness, qs)))
     page = H.page("overlapdp report: workload", sections)
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")
@@ -447,7 +451,7 @@ def ledger_report(
     ]
     if heat is not None:
         sections.append(_heat_section(heat, plots["heatmap"]))
-    sections.append(("Worst row", _witness_table(final.witness)))
+    sections.append(("Worst row", _witness_table(final.witness, queries)))
     page = H.page("overlapdp report: ledger", sections)
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")
@@ -539,7 +543,7 @@ def _pure_ledger_report(
     ]
     if heat is not None:
         sections.append(_heat_section(heat, plots["heatmap"]))
-    sections.append(("Worst row", _witness_table(res.witness)))
+    sections.append(("Worst row", _witness_table(res.witness, queries)))
     page = H.page("overlapdp report: ledger", sections)
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.typing import LineStyleType
 
+from overlapdp.display import spent
 from overlapdp.privacy.utility import UtilityGain
 from overlapdp.report.ledger import BudgetCurve
 from overlapdp.report.loads import HeatMap, Spend
@@ -49,6 +50,17 @@ def plot_spend(spends: Sequence[Spend], path: Path) -> Path:
     return _save(fig, path)
 
 
+#: The symbol of each definition's budget.
+_BUDGET_SYMBOL = {"pure": "ε", "zcdp": "ρ", "gdp": "μ"}
+
+
+def utility_label(g: UtilityGain) -> str:
+    """A bar group's label: the definition, its noise, and its total budget in its own unit
+    (``pure DP (Laplace) / total ε = 1``), rounded up as every privacy figure is (overlapdp.display)."""
+    symbol = _BUDGET_SYMBOL.get(g.definition, "budget")
+    return f"{_DEF_LABELS.get(g.definition, g.definition)}\ntotal {symbol} = {spent(g.budget)}"
+
+
 def plot_utility(gains: Sequence[UtilityGain], path: Path) -> Path:
     """Mean expected |noise| per query for the same total budget, sequential vs overlap-aware."""
     fig = Figure(figsize=(7, 4), layout="constrained")
@@ -63,9 +75,11 @@ def plot_utility(gains: Sequence[UtilityGain], path: Path) -> Path:
             ha="center",
             va="bottom",
         )
-    ax.set_xticks(xs, [_DEF_LABELS.get(g.definition, g.definition) for g in gains])
+    ax.set_xticks(xs, [utility_label(g) for g in gains])
     ax.set_ylabel("mean expected |noise| per query")
-    ax.set_title(f"Utility gain at total budget {gains[0].budget:g}" if gains else "Utility gain")
+    # Each definition's budget is in its own unit (epsilon 1, rho 1 and mu 1 are different budgets):
+    # named under its bars, not as one "total budget" on the axis.
+    ax.set_title("Utility gain at each definition's total budget")
     ax.margins(y=0.25)
     ax.legend()
     return _save(fig, path)
@@ -81,7 +95,18 @@ def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None)
     """Heat map of the per-row load: max over the other attributes, per (x value, y value)."""
     fig = Figure(figsize=(8, 5.5), layout="constrained")
     ax = fig.add_subplot()
-    img = ax.imshow(heat.values.T, origin="lower", aspect="auto", cmap="viridis", interpolation="nearest")
+    # The colour scale starts at 0 (no load), so equal colours mean equal loads across reports and a
+    # nearly flat map does not look like a steep one.
+    top = float(np.max(heat.values)) if heat.values.size else 0.0
+    img = ax.imshow(
+        heat.values.T,
+        origin="lower",
+        aspect="auto",
+        cmap="viridis",
+        interpolation="nearest",
+        vmin=0.0,
+        vmax=top if top > 0 else 1.0,
+    )
     xi, xl = _ticks(heat.x_labels)
     yi, yl = _ticks(heat.y_labels)
     ax.set_xticks(xi, xl, rotation=90 if max((len(s) for s in xl), default=0) > 3 else 0)
@@ -95,7 +120,7 @@ def plot_heat(heat: HeatMap, path: Path, witness: tuple[str, str] | None = None)
     cbar = fig.colorbar(img, ax=ax)
     cbar.set_label(f"max per-row load ({heat.load})")
     note = "" if heat.exact else " (safe upper bounds)"
-    ax.set_title(f"Per-row load over {heat.x} × {heat.y}: maximum {heat.maximum:.4g}{note}")
+    ax.set_title(f"Per-row load over {heat.x} × {heat.y}: maximum {spent(heat.maximum, 4)}{note}")
     return _save(fig, path)
 
 

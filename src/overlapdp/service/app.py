@@ -26,10 +26,12 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError, TooManyRequests
+from overlapdp.mechanisms.answer_options import DEFAULT_DELTA
 from overlapdp.service import _runtime as runtime
 from overlapdp.service import serving
 from overlapdp.service.auth import AdminKey, AuthError
@@ -323,6 +325,12 @@ def _error(
     return JSONResponse(body, status_code=status, headers=out or None)
 
 
+def _operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI operation id: its function's name (FastAPI's default appends the path and the
+    method, ``set_quota_v1_admin_analysts__name__quotas__dataset__put``)."""
+    return route.name
+
+
 def _framework_error(exc: HTTPException) -> ServiceError:
     """The service error standing for one of the framework's own HTTP refusals (its class name is the
     body's ``error``, as for every other error)."""
@@ -346,8 +354,14 @@ def _framework_error(exc: HTTPException) -> ServiceError:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "bad input: the detail names the field or attribute"},
     401: {"model": ErrorBody, "description": "a missing, wrong or revoked token"},
-    403: {"model": ErrorBody, "description": "the quota or the global budget cannot pay (with 'remaining')"},
-    404: {"model": ErrorBody, "description": "unknown data set, analyst, session or route"},
+    403: {
+        "model": ErrorBody,
+        "description": "the quota or the global budget cannot pay (with 'remaining_at_least')",
+    },
+    404: {
+        "model": ErrorBody,
+        "description": "unknown data set, analyst, session or route; no quota on the data set",
+    },
     405: {"model": ErrorBody, "description": "a method the route does not take (see the Allow header)"},
     409: {"model": ErrorBody, "description": "a conflict: exhausted session, reused key, unreadable rows"},
     413: {"model": ErrorBody, "description": "a body, batch or condition over its limit"},
@@ -378,6 +392,9 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
             "with a durable ledger. Every answer is recorded with its charge before it is sent."
         ),
         responses=_ERRORS,
+        # readable operation ids (a generated client's method names): the route function's name, which
+        # is the Python client's method name where it has one (query, batch, cost, me, set_quota, ...)
+        generate_unique_id_function=_operation_id,
         # /docs from the package's own assets (service/docs.py: FastAPI's pages load a CDN); no /redoc
         docs_url=None,
         redoc_url=None,
@@ -411,7 +428,10 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
         if exc.status == 429:  # TooManyRequests: when to come back
             return _error(429, exc, headers={"Retry-After": "1"}, **{"retry_after": 1, **exc.details})
-        return _error(exc.status, exc, **exc.details)
+        details = dict(exc.details)
+        if "remaining" in details:  # a bound from the admission, named as in an answer (responses._AT_LEAST)
+            details["remaining_at_least"] = details.pop("remaining")
+        return _error(exc.status, exc, **details)
 
     @app.exception_handler(LedgerError)
     async def _ledger(_: Request, exc: LedgerError) -> JSONResponse:
@@ -454,43 +474,63 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     Analyst = Annotated[AnalystRecord, Depends(require_analyst)]
     Deadline = Annotated[float | None, Depends(request_deadline)]
 
+    def _quota_for(dataset: str, quota: float | None, epsilon: float | None) -> float:
+        """A quota in the data set's amount, or calibrated from a target epsilon at its delta."""
+        if epsilon is None:
+            return _calibrated("pure", {}, quota, None, "quota")
+        record = service.store.get_dataset(dataset)
+        if record is None:
+            raise NotFound(f"unknown data set {dataset!r}")
+        return _calibrated(record.definition, record.params, quota, epsilon, "quota")
+
     # -- admin ----------------------------------------------------------------------------------------
     @app.post("/v1/admin/datasets", tags=["admin"], status_code=201)
     def register_dataset(body: DatasetRegistration, _: Admin) -> AdminDatasetInfo:
         """Register a data set (file, schema, engine) with its privacy definition and global budget."""
+        budget = _calibrated(body.definition, body.params(), body.budget, body.epsilon, "budget")
         return service.register_dataset(
-            body.name, body.path, body.schema_, body.engine, body.definition, body.budget, body.params()
+            body.name, body.path, body.schema_, body.engine, body.definition, budget, body.params()
         )
 
     @app.get("/v1/admin/datasets", tags=["admin"])
-    def admin_datasets(_: Admin) -> list[AdminDatasetInfo]:
+    def list_datasets(_: Admin) -> list[AdminDatasetInfo]:
         """Every registered data set with its file, engine, definition and global budget."""
         return service.list_datasets()
 
     @app.get("/v1/admin/datasets/{name}", tags=["admin"])
-    def dataset_status(name: str, _: Admin) -> DatasetStatus:
+    def status(name: str, _: Admin) -> DatasetStatus:
         """Spend, remaining budget and the guarantee over all analysts (concurrent composition)."""
         return service.dataset_status(name)
 
     @app.put("/v1/admin/datasets/{name}/budget", tags=["admin"])
     def set_budget(name: str, body: BudgetUpdate, _: Admin) -> AdminDatasetInfo:
         """Change the global budget (or the definition, which replays the ledger); charges stay."""
-        return service.set_budget(name, body.definition, body.budget, body.params())
+        record = service.store.get_dataset(name)
+        if record is None:
+            raise NotFound(f"unknown data set {name!r}")
+        params = {**record.params, **(body.params() or {})}
+        budget = _calibrated(body.definition, params, body.budget, body.epsilon, "budget")
+        return service.set_budget(name, body.definition, budget, body.params())
 
     @app.post("/v1/admin/analysts", tags=["admin"], status_code=201)
     def create_analyst(body: AnalystCreate, _: Admin) -> AnalystCreated:
         """Create an analyst with quotas; the token is shown here once and stored only as a hash."""
-        return service.create_analyst(body.name, body.quotas)
+        quotas = dict(body.quotas)
+        for ds, epsilon in body.quota_epsilons.items():
+            if ds in quotas:
+                raise BadRequest(f"data set {ds!r} is in both 'quotas' and 'quota_epsilons': give one")
+            quotas[ds] = _quota_for(ds, None, epsilon)
+        return service.create_analyst(body.name, quotas)
 
     @app.get("/v1/admin/analysts", tags=["admin"])
-    def list_analysts(_: Admin) -> list[AnalystInfo]:
+    def analysts(_: Admin) -> list[AnalystInfo]:
         """Every analyst with quotas, spend and remaining budget per data set."""
         return service.list_analysts()
 
     @app.put("/v1/admin/analysts/{name}/quotas/{dataset}", tags=["admin"])
     def set_quota(name: str, dataset: str, body: QuotaUpdate, _: Admin) -> AnalystInfo:
         """Set the analyst's quota on a data set (recorded charges stay)."""
-        return service.set_quota(name, dataset, body.quota)
+        return service.set_quota(name, dataset, _quota_for(dataset, body.quota, body.epsilon))
 
     @app.post("/v1/admin/analysts/{name}/revoke", tags=["admin"])
     def revoke(name: str, _: Admin) -> Revoked:
@@ -499,12 +539,12 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return Revoked(name=name, revoked=True)
 
     @app.post("/v1/admin/analysts/{name}/token", tags=["admin"])
-    def rotate(name: str, _: Admin) -> NewToken:
+    def rotate_token(name: str, _: Admin) -> NewToken:
         """A new token for the analyst (the old one stops working; also lifts a revocation)."""
         return service.rotate_token(name)
 
     @app.get("/v1/admin/ledger", tags=["admin"])
-    def admin_ledger(
+    def full_ledger(
         _: Admin,
         dataset: str | None = None,
         analyst: str | None = None,
@@ -520,9 +560,18 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         """The data sets this analyst has a quota on, with their schemas."""
         return service.datasets_for(who)
 
+    def has_quota(name: str, who: AnalystRecord) -> None:
+        """An analyst without a quota on an existing data set is told so (not "unknown data set")."""
+        if name not in who.quotas and service.store.get_dataset(name) is not None:
+            raise NotFound(
+                f"analyst {who.name!r} has no quota on data set {name!r}: the custodian gives one with "
+                f"PUT /v1/admin/analysts/{who.name}/quotas/{name}"
+            )
+
     @app.get("/v1/datasets/{name}", tags=["analyst"])
     def dataset(name: str, who: Analyst) -> DatasetInfo:
         """One data set: its definition, the parameter to give, its schema."""
+        has_quota(name, who)
         return service.dataset_for(who, name)
 
     @app.post("/v1/datasets/{name}/query", tags=["analyst"])
@@ -531,6 +580,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     ) -> QueryAnswer | GroupedAnswer:
         """Answer one counting query with noise; 403 with the remaining quota when it cannot be paid.
         With ``group_by``: one answer per cell of the grouped attributes' domain, charged together."""
+        has_quota(name, who)
         out = service.query(who, name, [body.spec()], *_parameter(body), request_key=key, deadline=deadline)
         first = out.answers[0].group if out.answers else None
         if first is not None:
@@ -554,6 +604,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         name: str, body: BatchRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> BatchAnswer:
         """Answer several queries, admitted and charged together (all or none)."""
+        has_quota(name, who)
         _batch_size(service, body.queries)
         return service.query(
             who,
@@ -568,6 +619,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
     @app.post("/v1/datasets/{name}/cost", tags=["analyst"])
     def cost(name: str, body: BatchRequest, who: Analyst, deadline: Deadline) -> CostEstimate:
         """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
+        has_quota(name, who)
         _batch_size(service, body.queries)
         return service.cost(
             who, name, body.queries, *_parameter(body), consistent=body.consistent, deadline=deadline
@@ -578,6 +630,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         name: str, body: SessionRequest, who: Analyst, deadline: Deadline, key: IdempotencyKey = None
     ) -> SessionOpened:
         """Open a sparse-vector or guess-and-check session (its epsilon is charged when it opens)."""
+        has_quota(name, who)
         params = body.model_dump(exclude={"kind"}, exclude_none=True)
         return service.open_session(who, name, body.kind, params, request_key=key, deadline=deadline)
 
@@ -606,7 +659,7 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return service.analyst_info(who)
 
     @app.get("/v1/me/ledger", tags=["analyst"])
-    def my_ledger(
+    def ledger(
         who: Analyst,
         dataset: str | None = None,
         after: Annotated[int, Query(ge=0, le=2**62)] = 0,
@@ -642,6 +695,36 @@ def _message(problem: Any) -> str:
             "(JSON form), the names workload files use"
         )
     return f"unknown field {name!r}"
+
+
+def _calibrated(
+    definition: str, params: Mapping[str, Any], amount: float | None, epsilon: float | None, what: str
+) -> float:
+    """A budget or quota in the definition's amount: as given, or the largest amount whose (epsilon,
+    delta) at the data set's delta is at most ``epsilon``, calibrated by the very function the CLI's
+    ``--epsilon`` uses (:func:`overlapdp.mechanisms.answering.calibrate_budget`, MATH.md 5.8); an
+    approximate-DP amount is epsilon itself at that delta."""
+    field = "budget" if what == "budget" else "quota"
+    if (amount is None) == (epsilon is None):
+        raise BadRequest(
+            f"give the {what} either as {field!r} (in the definition's amount) or as 'epsilon' "
+            "(at the data set's delta), not both and not neither"
+        )
+    if amount is not None:
+        return amount
+    from overlapdp.mechanisms.answering import calibrate_budget
+    from overlapdp.privacy.measures import measure_named
+    from overlapdp.validation import check_positive
+
+    m = measure_named(definition)
+    if m.counts:  # pure DP, zCDP, GDP: the CLI's calibration
+        return calibrate_budget(definition, epsilon, params.get("delta") or DEFAULT_DELTA)
+    if m.native_is_epsilon:  # (epsilon, delta)-DP: the amount is epsilon itself at the delta
+        return check_positive(epsilon, "epsilon")
+    raise BadRequest(
+        f"a {definition} data set takes its {what} in its own amount ({field!r}): 'epsilon' is "
+        "calibrated for pure, zcdp, gdp and approx data sets"
+    )
 
 
 def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | None]:

@@ -13,6 +13,7 @@ times (10 by default), then raised.
 from __future__ import annotations
 
 import numbers
+import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from overlapdp import display
 from overlapdp._optional import missing_extra
 from overlapdp.errors import QuotaRefused as QuotaRefused
 from overlapdp.errors import ServiceRefused as ServiceRefused
@@ -154,6 +156,20 @@ def _amount(value: Any) -> Any:
     return float(value)
 
 
+class AnswerFrame(pd.DataFrame):
+    """The client's answers: a pandas DataFrame that prints every column, wrapped to the terminal's width
+    rather than elided (pandas elides the middle columns of a wide frame, which hid the error bar
+    between a long query text and the 32-character charge id)."""
+
+    @property
+    def _constructor(self) -> Any:
+        return AnswerFrame
+
+    def __repr__(self) -> str:
+        width = shutil.get_terminal_size().columns
+        return self.to_string(line_width=width, max_rows=pd.get_option("display.max_rows"))
+
+
 def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per answer; a GROUP BY's cells name their query (``item``) and carry their ``group``."""
     rows = []
@@ -163,49 +179,61 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
         raise ServiceRefused(502, {"detail": "the service returned a different number of answers"})
     for n, a in enumerate(answers):
         q = queries[int(a.get("item", n))]
-        lo, hi = a.get("ci95", [None, None])
         row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
         if grouped:
             row["group"] = a.get("group")
         if summed:  # a sum or mean: its kind and value (a count's value is its count)
             row["aggregate"] = a.get("aggregate", "count")
             row["answer"] = a.get("answer", a.get("count"))
-        row.update(
-            {
-                "count": a.get("count"),
-                "stddev": a.get("stddev"),
-                "ci95_low": lo,
-                "ci95_high": hi,
-                "charge": a.get("charge"),
-                "seq": a.get("seq"),
-            }
-        )
+        row.update({"count": a.get("count"), **_error_bar(a), "stddev": a.get("stddev")})
+        row.update({"seq": a.get("seq"), "charge": a.get("charge")})  # the long ids last
         rows.append(row)
-    return pd.DataFrame(rows)
+    return AnswerFrame(rows)
+
+
+def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """An answer's error bar as the columns ``low``, ``high``, ``level``: the names the library's
+    ``WorkloadAnswers.frame`` and the CLI's JSON (``error_bar``) use (an older service sent
+    only ``ci95``, at level 0.95)."""
+    bar = answer.get("error_bar")
+    if isinstance(bar, Mapping):
+        return {"low": bar.get("low"), "high": bar.get("high"), "level": bar.get("level")}
+    lo, hi = answer.get("ci95", [None, None])
+    return {"low": lo, "high": hi, "level": 0.95 if lo is not None else None}
 
 
 def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFrame:
     """A GROUP BY's answers: one row per cell, a column per grouped attribute, then the count."""
     rows = []
     for a in answers:
-        lo, hi = a.get("ci95", [None, None])
         group = a.get("group") or {}
         rows.append(
             {
                 **{name: group.get(name) for name in by},
                 **({"aggregate": a["aggregate"], "answer": a.get("answer")} if "aggregate" in a else {}),
                 "count": a.get("count"),
+                **_error_bar(a),
                 "stddev": a.get("stddev"),
-                "ci95_low": lo,
-                "ci95_high": hi,
-                "charge": a.get("charge"),
                 "seq": a.get("seq"),
+                "charge": a.get("charge"),
             }
         )
     extra = ["aggregate", "answer"] if any("aggregate" in a for a in answers) else []
-    return pd.DataFrame(
-        rows, columns=[*by, *extra, "count", "stddev", "ci95_low", "ci95_high", "charge", "seq"]
+    return AnswerFrame(
+        rows, columns=[*by, *extra, "count", "low", "high", "level", "stddev", "seq", "charge"]
     )
+
+
+def _figures(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A quota line for people: ``spent`` rounded up and ``remaining`` down to 6 significant digits
+    (:mod:`overlapdp.display`), so a printed DataFrame never shows ``0.49999999999998357``, nor rounds it
+    to ``0.5``, more than is left (pandas prints floats to the nearest)."""
+    out = dict(row)
+    for key, side in (("spent", display.spent), ("remaining", display.remaining)):
+        value = out.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(side(value))
+    return out
 
 
 def _ledger_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -279,7 +307,8 @@ class Client(_Base):
         key: str | None = None,
         group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
-        """One noisy count as a one-row DataFrame (count, stddev, 95% interval, charge id).
+        """One noisy count as a one-row DataFrame (count, its error bar ``low`` / ``high`` / ``level``,
+        stddev, ledger position and charge id).
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.
@@ -371,7 +400,7 @@ class Client(_Base):
     def me(self) -> pd.DataFrame:
         """Quota, spend and remaining budget per data set."""
         out = self._call("GET", "/v1/me")
-        rows = [{"dataset": ds, **v} for ds, v in out["datasets"].items()]
+        rows = [_figures({"dataset": ds, **v}) for ds, v in out["datasets"].items()]
         return pd.DataFrame(rows, columns=["dataset", "definition", "quota", "spent", "remaining"])
 
     def ledger(self, dataset: str | None = None, *, page: int = 1000) -> pd.DataFrame:
@@ -399,14 +428,18 @@ class AdminClient(Client):
         path: str,
         schema: Mapping[str, Any],
         *,
-        budget: float,
+        budget: float | None = None,
         definition: str = "pure",
         engine: str = "duckdb",
         **parameters: float | str,
     ) -> dict[str, Any]:
-        """Register a data set; ``parameters``: its definition's (``delta``, ``omega`` for tcdp,
-        ``alpha`` for rdp, ``composition`` for approx)."""
-        body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema), "budget": budget}
+        """Register a data set with its global ``budget`` in the definition's amount, or ``epsilon=``, a
+        target epsilon at its ``delta``, calibrated as ``overlapdp answer --epsilon`` does;
+        ``parameters``: its definition's (``delta``, ``omega`` for tcdp, ``alpha`` for rdp,
+        ``composition`` for approx)."""
+        body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema)}
+        if budget is not None:
+            body["budget"] = budget
         body.update(definition=definition, engine=engine, **parameters)
         out: dict[str, Any] = self._call("POST", "/v1/admin/datasets", json=body)
         return out
@@ -423,16 +456,22 @@ class AdminClient(Client):
         out: dict[str, Any] = self._call("GET", f"/v1/admin/datasets/{dataset}")
         return out
 
-    def create_analyst(self, name: str, quotas: Mapping[str, float]) -> str:
-        """Create an analyst; returns the token (shown only here)."""
-        return str(
-            self._call("POST", "/v1/admin/analysts", json={"name": name, "quotas": dict(quotas)})["token"]
-        )
+    def create_analyst(
+        self, name: str, quotas: Mapping[str, float], *, quota_epsilons: Mapping[str, float] | None = None
+    ) -> str:
+        """Create an analyst; returns the token (shown only here). ``quota_epsilons``: quotas given as a
+        target epsilon at each data set's delta."""
+        body: dict[str, Any] = {"name": name, "quotas": dict(quotas)}
+        if quota_epsilons:
+            body["quota_epsilons"] = dict(quota_epsilons)
+        return str(self._call("POST", "/v1/admin/analysts", json=body)["token"])
 
-    def set_quota(self, analyst: str, dataset: str, quota: float) -> dict[str, Any]:
-        out: dict[str, Any] = self._call(
-            "PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json={"quota": quota}
-        )
+    def set_quota(
+        self, analyst: str, dataset: str, quota: float | None = None, *, epsilon: float | None = None
+    ) -> dict[str, Any]:
+        """Set a quota in the data set's amount, or as ``epsilon`` at its delta."""
+        body = {k: v for k, v in (("quota", quota), ("epsilon", epsilon)) if v is not None}
+        out: dict[str, Any] = self._call("PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json=body)
         return out
 
     def revoke(self, analyst: str) -> None:
@@ -444,7 +483,7 @@ class AdminClient(Client):
     def analysts(self) -> pd.DataFrame:
         rows = self._call("GET", "/v1/admin/analysts")
         flat = [
-            {"analyst": a["name"], "revoked": a["revoked"], "dataset": ds, **v}
+            _figures({"analyst": a["name"], "revoked": a["revoked"], "dataset": ds, **v})
             for a in rows
             for ds, v in a["datasets"].items()
         ]

@@ -56,12 +56,12 @@ class _OneQuery(_Body):
     where: str | None = Field(
         default=None,
         description="the condition as SQL-style text (as in workload files)",
-        examples=["age BETWEEN 30 AND 39 AND sex = 1"],
+        examples=["age BETWEEN 30 AND 39 AND sex = 'Male'"],
     )
     conditions: Annotated[dict[str, Any], AfterValidator(_shallow)] | None = Field(
         default=None,
         description="the condition in JSON form, attribute -> condition (as in workload files)",
-        examples=[{"age": {"range": [30, 39]}, "sex": {"eq": 1}}],
+        examples=[{"age": {"range": [30, 39]}, "sex": {"eq": "Male"}}],
     )
 
     @model_validator(mode="after")
@@ -151,7 +151,7 @@ class BatchRequest(_Body):
         "optionally with 'group_by'; or {'sql': 'SELECT ...'}), each optionally with 'aggregate', 'of', "
         "'bounds', 'step' (a sum or mean, as in workload files); a GROUP BY counts its cells toward the "
         "batch limit",
-        examples=[["age < 30", {"where": "age >= 30 AND sex = 1"}]],
+        examples=[["age < 30", {"where": "age >= 30 AND sex = 'Male'"}]],
     )
     epsilon: float | None = Field(default=None, description="per-query epsilon (pure and approx data sets)")
     rho: float | None = Field(default=None, description="per-query rho (zcdp and tcdp data sets)")
@@ -227,7 +227,15 @@ class DatasetRegistration(_Body):
         description="pure (epsilon), zcdp (rho), gdp (mu), rdp (epsilon_alpha at the order alpha), "
         "tcdp (rho, with omega) or approx (epsilon, with delta)",
     )
-    budget: float = Field(description="the global budget over all analysts, in the definition's amount")
+    budget: float | None = Field(
+        default=None, description="the global budget over all analysts, in the definition's amount"
+    )
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )
     delta: float | None = Field(
         default=None, description="delta of the (epsilon, delta) lines; approx: the budget's delta (1e-6)"
     )
@@ -250,7 +258,13 @@ class DatasetRegistration(_Body):
 
 class BudgetUpdate(_Body):
     definition: str
-    budget: float
+    budget: float | None = Field(default=None, description="in the definition's amount")
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )
     delta: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     omega: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     alpha: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
@@ -271,7 +285,18 @@ class BudgetUpdate(_Body):
 class AnalystCreate(_Body):
     name: str
     quotas: dict[str, float] = Field(default_factory=dict, description="data set -> quota")
+    quota_epsilons: dict[str, float] = Field(
+        default_factory=dict,
+        description="data set -> quota given as a target epsilon at the data set's delta, calibrated as "
+        "'overlapdp answer --epsilon' does (a data set in both 'quotas' and here is refused)",
+    )
 
 
 class QuotaUpdate(_Body):
-    quota: float
+    quota: float | None = Field(default=None, description="in the data set's amount")
+    epsilon: float | None = Field(
+        default=None,
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
+        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
+        "zcdp, gdp and approx data sets)",
+    )

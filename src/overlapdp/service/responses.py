@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Out(BaseModel):
@@ -40,8 +40,8 @@ def omitted(description: str | None = None) -> Any:
 class ErrorBody(BaseModel):
     """A refused request: the exception's name and a one-line reason naming the field or attribute.
 
-    A 403 for an unpaid request also carries ``remaining`` (the analyst's rest of the quota, never more
-    than what is left), ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta): for pure DP
+    A 403 for an unpaid request also carries ``remaining_at_least`` (a lower bound on the analyst's rest
+    of the quota, as in an answer; ``GET /v1/me`` has the exact ``remaining``), ``spent_epsilon_delta`` (the analyst's spend as (epsilon, delta): for pure DP
     and zCDP a safe upper bound from the lazy admission tables, computed without an overlap search
     under the lock; the exact spend is in ``GET /v1/me``) and ``quota_admits`` /
     ``global_admits`` (whether each budget alone would have paid).
@@ -214,8 +214,42 @@ class Cost(Out):
     batch: BatchCost | None = omitted()
 
 
+class ErrorBar(Out):
+    """An answer's error bar: the interval ``[low, high]`` that holds the true value with probability at
+    least ``level``, from the exact noise distribution. The one name on every surface: ``error_bar`` in
+    the CLI's JSON and here, ``low`` / ``high`` / ``level`` columns in the client's and the library's
+    DataFrames (``ci95`` and ``parts.*.interval`` are its deprecated older names over HTTP)."""
+
+    level: float
+    low: int | float
+    high: int | float
+
+
+def _error_bar(interval: Any, level: Any = 0.95) -> dict[str, Any]:
+    low, high = interval
+    return {"level": level, "low": low, "high": high}
+
+
+def _with_error_bars(data: Any) -> Any:
+    """Add ``error_bar`` beside a released ``ci95`` (the service's intervals are 95%) and beside each
+    ``interval`` of a mean's ``parts`` (a recorded answer keeps the JSON it was recorded with)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    if out.get("ci95") is not None and "error_bar" not in out:
+        out["error_bar"] = _error_bar(out["ci95"])
+    parts = out.get("parts")
+    if isinstance(parts, dict):
+        fixed = dict(parts)
+        for name, part in parts.items():
+            if isinstance(part, dict) and part.get("interval") is not None and "error_bar" not in part:
+                fixed[name] = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+        out["parts"] = fixed
+    return out
+
+
 class Answer(Out):
-    """One released noisy count with its standard deviation, 95% interval and noise, and its charge; or a
+    """One released noisy count with its standard deviation, 95% ``error_bar`` and noise, and its charge; or a
     noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``, the value in
     ``answer``; a mean's two halves in ``parts``), charged as a count of the same rows."""
 
@@ -228,7 +262,10 @@ class Answer(Out):
     step: float | None = omitted("a sum or mean: the resolution")
     answer: float | None = omitted("a sum or mean: the noisy value (clipped, in the column's units)")
     stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
-    ci95: tuple[int, int] | tuple[float, float]
+    error_bar: ErrorBar
+    ci95: tuple[int, int] | tuple[float, float] = Field(
+        deprecated=True, description="deprecated: error_bar's [low, high] (kept for older clients)"
+    )
     noise: str | None = omitted("the noise distribution (left out for a mean: see parts)")
     parts: dict[str, Any] | None = omitted("a mean: its noisy sum and noisy count, half the budget each")
     group: dict[str, Any] | None = omitted(
@@ -236,18 +273,42 @@ class Answer(Out):
     )
     item: int | None = omitted("a GROUP BY cell: the position of its query in the request")
 
+    _error_bars = model_validator(mode="before")(_with_error_bars)
+
+
+#: What an answer says of the rest of the quota. It is named apart from ``remaining`` of ``GET /v1/me``:
+#: both bound what one more query on the analyst's most charged rows may carry, but this
+#: one comes from a safe upper bound on the spend (no overlap search after an admission), so it may be
+#: below ``GET /v1/me``'s exact figure (after a GROUP BY over two attributes, 1.3 where ``/v1/me`` says 1.4).
+_AT_LEAST = (
+    "remaining_at_least: a lower bound on the analyst's rest of the quota, what one more query on the most "
+    "charged rows may carry (GET /v1/me's 'remaining' is the exact figure, never below this one): computed "
+    "from a safe upper bound on the spend, without an overlap search after the admission."
+    " GDP: sqrt(quota^2 - spent^2); approximate DP: the smaller of the basic and the advanced rule's rooms"
+)
+
+
+def _at_least(description: str | None = None) -> Any:
+    """The ``remaining`` attribute of an answer, sent as ``remaining_at_least`` (see :data:`_AT_LEAST`);
+    with ``description``, optional (None, left out of the JSON)."""
+    if description is None:
+        return Field(serialization_alias="remaining_at_least", description=_AT_LEAST)
+    return Field(
+        default=None,
+        exclude_if=_is_none,
+        serialization_alias="remaining_at_least",
+        description=f"{_AT_LEAST}; {description}",
+    )
+
 
 class QueryAnswer(Answer):
-    """``POST .../query``: one answer with its cost; ``remaining`` is null on a replayed request."""
+    """``POST .../query``: one answer with its cost; ``remaining_at_least`` is null on a replayed request."""
+
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
 
     cost: Cost
     replayed: bool = Field(description="true when an Idempotency-Key retry got the recorded answer")
-    remaining: float | None = Field(
-        description="the analyst's rest of the quota, at most what is truly left: computed from a safe upper "
-        "bound on the spend (no overlap search after an admission); the exact spend is in the analyst's info."
-        " GDP: sqrt(quota^2 - spent^2), the largest mu one more query on the worst row may carry;"
-        " approximate DP: the smaller of the basic and the advanced rule's rooms"
-    )
+    remaining: float | None = _at_least()
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
 
 
@@ -255,11 +316,13 @@ class GroupedAnswer(Out):
     """``POST .../query`` with ``group_by``: one answer per cell of the grouped attributes' domain (each
     with its ``group``), charged together; the cells are disjoint, so a row pays one cell's cost."""
 
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
     group_by: list[str]
     answers: list[Answer]
     cost: Cost
     replayed: bool
-    remaining: float | None = omitted("left out on a replayed request")
+    remaining: float | None = _at_least("left out on a replayed request")
 
 
 class ConsistentCounts(Out):
@@ -276,10 +339,12 @@ class ConsistentCounts(Out):
 class BatchAnswer(Out):
     """``POST .../batch``: the answers in request order, charged together; ``consistent`` when asked."""
 
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
     answers: list[Answer]
     cost: Cost
     replayed: bool
-    remaining: float | None = omitted("left out on a replayed request")
+    remaining: float | None = _at_least("left out on a replayed request")
     spent_epsilon_delta: EpsilonDelta | None = omitted("the analyst's spend; left out on a replayed request")
     consistent: ConsistentCounts | None = omitted("only with 'consistent': true in the request")
 
@@ -327,7 +392,7 @@ class SessionOpened(Out):
 
 class SessionAnswer(Out):
     """One step. Sparse vector: ``above`` and ``positives_left``; guess-and-check: ``ok``,
-    ``estimates_left`` and, for a failed guess, a fresh noisy ``estimate`` with its ``ci95``."""
+    ``estimates_left`` and, for a failed guess, a fresh noisy ``estimate`` with its ``error_bar``."""
 
     outcome: Literal["above", "below", "confirmed", "estimate", "exhausted"]
     above: bool | None = omitted()
@@ -335,8 +400,13 @@ class SessionAnswer(Out):
     ok: bool | None = omitted()
     estimates_left: int | None = omitted()
     estimate: int | None = omitted()
-    ci95: tuple[int, int] | None = omitted()
+    error_bar: ErrorBar | None = omitted("a failed guess: the estimate's error bar")
+    ci95: tuple[int, int] | None = Field(
+        default=None, exclude_if=_is_none, deprecated=True, description="deprecated: error_bar's [low, high]"
+    )
     closed: bool
+
+    _error_bars = model_validator(mode="before")(_with_error_bars)
 
 
 class SessionStep(Out):
