@@ -59,6 +59,8 @@ def _valid_body(path: str) -> dict[str, Any] | None:
         return {"queries": ["sex = 1"], "epsilon": 0.01}
     if path.endswith("/sessions"):
         return {"kind": "sparse_vector", "epsilon": 0.01}
+    if path.endswith("/plan"):
+        return {"queries": ["sex = 1", "sex = 0"], "budget": 1.0}
     return None
 
 

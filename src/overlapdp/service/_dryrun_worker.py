@@ -58,6 +58,20 @@ def _answer(service: Any, job: dict[str, Any]) -> dict[str, Any]:
                     deadline=float(job["sent"]) + float(job["seconds"]),
                 )
             }
+        if job.get("kind") == "plan":  # a release planned: no data read, nothing spent
+            return {
+                "ok": service.plan(
+                    analyst,
+                    job["dataset"],
+                    job["specs"],
+                    budget=job["budget"],
+                    target_error=job["target_error"],
+                    allocation=job["allocation"],
+                    objective=job["objective"],
+                    level=job["level"],
+                    deadline=float(job["sent"]) + float(job["seconds"]),
+                )
+            }
         out = service.cost(
             analyst,
             job["dataset"],

@@ -45,6 +45,7 @@ from overlapdp.service.models import (
     BudgetUpdate,
     DatasetRegistration,
     GuessAndCheckSession,
+    PlanRequest,
     QueryRequest,
     QuotaUpdate,
     SessionQueryRequest,
@@ -64,6 +65,7 @@ from overlapdp.service.responses import (
     LedgerEntry,
     NewToken,
     QueryAnswer,
+    ReleasePlanned,
     Revoked,
     SessionInfo,
     SessionOpened,
@@ -624,6 +626,27 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         return service.cost(
             who, name, body.queries, *_parameter(body), consistent=body.consistent, deadline=deadline
         )
+
+    @app.post("/v1/datasets/{name}/plan", tags=["analyst"])
+    def plan(name: str, body: PlanRequest, who: Analyst, deadline: Deadline) -> ReleasePlanned:
+        """Plan a release before any data is read (nothing is spent): each query's share of a total
+        budget (the optimal overlap-aware allocation by default), its noise and error bar, and the total
+        noise variance under sequential, partition-based, even overlap and optimal accounting; or, with
+        'target_error', the smallest budget that answers every query within it."""
+        has_quota(name, who)
+        _batch_size(service, body.queries)
+        planned = service.plan(
+            who,
+            name,
+            body.queries,
+            budget=body.budget,
+            target_error=body.target_error,
+            allocation=body.allocation,
+            objective=body.objective,
+            level=body.level,
+            deadline=deadline,
+        )
+        return ReleasePlanned.model_validate(planned)
 
     @app.post("/v1/datasets/{name}/sessions", tags=["analyst"], status_code=201)
     def open_session(

@@ -367,6 +367,30 @@ class Client(_Base):
         out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/cost", json=body)
         return out
 
+    def plan(
+        self,
+        dataset: str,
+        queries: Sequence[QuerySpec],
+        *,
+        budget: float | None = None,
+        target_error: int | None = None,
+        allocation: str = "optimal",
+        objective: str = "variance",
+        level: float = 0.95,
+    ) -> dict[str, Any]:
+        """A release planned before any data is read (nothing spent): with ``budget`` (the TOTAL, in the
+        data set's amount) each query's share (``queries[i]["share"]``; send those as each query's
+        amount), its noise and error bar, and ``total_variance`` under every accounting; with
+        ``target_error``, the smallest ``budget`` answering every query within it."""
+        body: dict[str, Any] = {"queries": list(queries), "allocation": allocation, "objective": objective}
+        body["level"] = level
+        if budget is not None:
+            body["budget"] = budget
+        if target_error is not None:
+            body["target_error"] = target_error
+        out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/plan", json=body)
+        return out
+
     def open_session(
         self,
         dataset: str,

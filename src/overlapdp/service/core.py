@@ -46,7 +46,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from overlapdp.errors import Conflict as Conflict
 from overlapdp.errors import FieldRefused as FieldRefused
@@ -793,6 +793,80 @@ class QueryService:
             deadline=deadline,
         )
         return self._dry_run(state, pending)
+
+    def plan(
+        self,
+        analyst: AnalystRecord,
+        dataset: str,
+        specs: Sequence[Any],
+        *,
+        budget: float | None = None,
+        target_error: int | None = None,
+        allocation: str = "optimal",
+        objective: str = "variance",
+        level: float = 0.95,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
+        """A release planned before any data is read (:func:`overlapdp.mechanisms.planning.plan_release`,
+        MATH.md 2.10): each query's share of a total ``budget`` (in the data set's amount), its noise and
+        error bar, and the total noise under every accounting; or, with ``target_error``, the smallest
+        budget answering every query within it (:func:`~overlapdp.mechanisms.planning.budget_for_error`).
+        Reads no data and spends nothing; under add/remove neighbours, as the service's guarantees. The
+        search's effort is the time left of the request (a safe plan either way). With
+        ``Limits.cost_workers`` it runs in a worker process, as a dry run does."""
+        if dataset not in analyst.quotas:
+            raise NotFound(f"unknown data set {dataset!r}")
+        if self.dry_runs is not None:
+            deadline = self._deadline(deadline)
+            job = {
+                "kind": "plan",
+                "analyst": analyst.name,
+                "dataset": dataset,
+                "specs": list(specs),
+                "budget": budget,
+                "target_error": target_error,
+                "allocation": allocation,
+                "objective": objective,
+                "level": level,
+            }
+            return self.dry_runs.run(job, deadline)
+        deadline = self._deadline(deadline)
+        state = self._state(dataset)
+        from overlapdp.mechanisms.planning import budget_for_error, plan_release
+        from overlapdp.privacy.measures import MEASURES, measure_named
+
+        definition = state.record.definition
+        if not measure_named(definition).counts:  # pure, zcdp, gdp: a count's noise is calibrated to them
+            counted = ", ".join(m.name for m in MEASURES if m.counts)
+            raise QueryError(f"a plan is made for {counted} data sets; {dataset!r} is {definition}")
+        queries, _, _, _ = self._expand(state, specs, deadline)
+        _check_time(deadline)
+        effort = max(0.05, 0.8 * (deadline - _now()))
+        if (budget is None) == (target_error is None):
+            raise QueryError("give either 'budget' or 'target_error', not both and not neither")
+        if target_error is not None:
+            total, share, gamma = budget_for_error(
+                queries, target_error, definition, level=level, effort=effort
+            )
+            return {
+                "definition": definition,
+                "target_error": target_error,
+                "level": level,
+                "budget": total,
+                "per_query": share,
+                "gamma": gamma,
+            }
+        assert budget is not None
+        rp = plan_release(
+            queries,
+            budget,
+            definition,
+            allocation=cast(Any, allocation),
+            objective=cast(Any, objective),
+            level=level,
+            effort=effort,
+        )
+        return rp.to_json()
 
     def _query(
         self,

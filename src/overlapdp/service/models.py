@@ -165,6 +165,37 @@ class BatchRequest(_Body):
     )
 
 
+class PlanRequest(_Body):
+    """A release planned before any data is read (nothing is spent): each query's share of a total
+    budget, its noise and error bar, and the same queries' total noise under every accounting."""
+
+    queries: Annotated[list[QuerySpec], AfterValidator(_no_weights)] = Field(
+        description="the queries, as in a batch",
+        examples=[["age < 30", {"where": "age >= 30 AND sex = 'Male'"}]],
+    )
+    budget: float | None = Field(
+        default=None,
+        gt=0,
+        description="the TOTAL budget to share, in the data set's amount (epsilon, rho or mu); or give "
+        "'target_error'",
+    )
+    target_error: int | None = Field(
+        default=None,
+        ge=0,
+        description="instead of 'budget': answer every query within +- this many rows at 'level', and "
+        "say the smallest total budget that does",
+    )
+    allocation: Literal["optimal", "even"] = Field(
+        default="optimal",
+        description="optimal: each query its own share where the rows can afford it (MATH.md 2.10); even: "
+        "B / gamma each",
+    )
+    objective: Literal["variance", "relative"] = Field(
+        default="variance", description="for 'optimal': least total variance, or least largest variance"
+    )
+    level: float = Field(default=0.95, gt=0, lt=1, description="confidence level of the error bars")
+
+
 class SparseVectorSession(_Body):
     """Open a sparse-vector session: "above / below" answers until ``max_positives`` of them are
     "above"; ``epsilon`` is charged on every row when it opens."""

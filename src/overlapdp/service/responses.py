@@ -349,6 +349,39 @@ class BatchAnswer(Out):
     consistent: ConsistentCounts | None = omitted("only with 'consistent': true in the request")
 
 
+class PlannedQuery(Out):
+    """One query of a planned release."""
+
+    id: str
+    share: float = Field(description="its share of the total, in the data set's amount")
+    noise_std: float = Field(description="the standard deviation of its noise at that share")
+    error_bar: int = Field(description="the half-width of its error bar at the plan's level, in rows")
+
+
+class ReleasePlanned(Out):
+    """``POST .../plan``: a release planned before any data is read; nothing is spent. With ``budget``:
+    the shares and the comparison; with ``target_error``: the smallest budget (``per_query``, ``gamma``)."""
+
+    definition: str
+    budget: float = Field(description="the total, in the data set's amount")
+    level: float
+    gamma: int = Field(description="the workload's maximum overlap")
+    allocation: str | None = Field(None, description="optimal or even (with a budget)")
+    families: int | None = Field(
+        None, description="families of disjoint queries (partition-based composition)"
+    )
+    neighbouring: str | None = None
+    queries: list[PlannedQuery] | None = None
+    total_variance: dict[str, float] | None = Field(
+        None, description="sequential, partitions, even overlap and optimal overlap, at the same guarantee"
+    )
+    certificate: dict[str, Any] | None = Field(
+        None, description="the optimal allocation's certified worst row, method, lower bound and gap"
+    )
+    target_error: int | None = None
+    per_query: float | None = Field(None, description="with target_error: each query's share")
+
+
 class CostEstimate(Out):
     """``POST .../cost``: a dry run; nothing is spent."""
 
