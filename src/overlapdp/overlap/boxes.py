@@ -7,11 +7,13 @@ the graph of meeting pairs. Two searches:
 The clique search (the default, up to ``CLIQUE_QUERIES`` boxes): the set of boxes each box meets, as a
 Python integer bitset built from sorted endpoints (:func:`meeting_sets`, no n x n array), then branch
 and bound over cliques in the manner of Tomita's MCQ with weighted greedy colourings as bounds
-(:func:`max_clique`), on the EXACT loads as Python integers (:class:`~overlapdp.overlap.magnitude.ExactLoads`):
-every comparison is exact whatever the weights, and the witness row is the largest lower end of the
-clique's boxes on every attribute. On dyadic loads (where the cell search is exact too) ``auto`` keeps
-the cell search for dense graphs (more than ``CLIQUE_DENSITY`` of the pairs meet: a colouring then
-proves little) and hands it the search past ``CLIQUE_NODES`` nodes.
+(:func:`max_clique`), on integer search loads that bound the EXACT loads from above (:class:`_Judge`:
+the exact integers on dyadic loads, else scaled once per workload with numpy so that float sums of
+them are exact); every row above the threshold is weighed on the exact integers
+(:class:`~overlapdp.overlap.magnitude.ExactLoads`), so the answer is exact whatever the weights, and
+the witness row is the largest lower end of the clique's boxes on every attribute. ``auto`` keeps the
+cell search for dense graphs (more than ``CLIQUE_DENSITY`` of the pairs meet: a colouring then proves
+little) and hands it the search past ``CLIQUE_NODES`` nodes; the cell search judges rows the same way.
 
 The cell search: a best-first divide and conquer over cells of the (compressed) coordinate space in the
 style of Chan's depth algorithm ("Klee's measure problem made easy", FOCS 2013):
@@ -56,7 +58,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Literal
@@ -177,10 +179,21 @@ def _prefix_sums(grid: FloatArray) -> None:
 class _Depth:
     """Best-first divide and conquer for the deepest point of weighted boxes ``[lo, hi)`` in ``[0, m)``."""
 
-    def __init__(self, lo: IntArray, hi: IntArray, sizes: IntArray, w: FloatArray) -> None:
+    def __init__(
+        self,
+        lo: IntArray,
+        hi: IntArray,
+        sizes: IntArray,
+        w: FloatArray,
+        judge: Callable[[IntArray], float] | None = None,
+    ) -> None:
+        """With ``judge``, ``w`` need only bound the true loads from above: rows above the threshold
+        are handed to ``judge`` (points as rows of a matrix), which weighs them exactly, keeps the
+        best, and returns the new threshold (no row whose ``w`` total is at most it beats the best)."""
         self.lo, self.hi, self.sizes, self.w = lo, hi, sizes, w
         self.d = int(lo.shape[1])
         self.nodes = 0
+        self.judge = judge
 
     def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
         """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
@@ -300,13 +313,20 @@ class _Depth:
         full = np.all((self.lo <= clo0) & (self.hi >= chi0), axis=1)
         heap: list[tuple[float, int, float, IntArray, IntArray, IntArray, int, int]] = []
 
+        def offer(value: float, point: IntArray) -> None:
+            nonlocal best, best_point
+            if value > best:
+                if self.judge is None:
+                    best, best_point = value, point
+                else:
+                    best, best_point = max(best, self.judge(point[None, :])), point
+
         def push(clo: IntArray, chi: IntArray, idx: IntArray, base: float) -> None:
             """Bound the cell; solve it at once when its grid is small, else queue it with its cut."""
             nonlocal best, best_point
             self.nodes += 1
             if idx.size == 0:
-                if base > best:
-                    best, best_point = base, clo.copy()
+                offer(base, clo.copy())
                 return
             # The crossing boxes clipped to the cell; a slab crosses it on one attribute only.
             lc = np.maximum(self.lo[idx], clo)
@@ -348,9 +368,7 @@ class _Depth:
                     others = np.ones(self.d, dtype=bool)
                     others[g] = False
                     ignored += w[sel] @ (part[sel] & others)
-                value = base + self._value(idx, point)
-                if value > best:
-                    best, best_point = value, point
+                offer(base + self._value(idx, point), point)
                 bound = top
                 if base + bound <= best:
                     return
@@ -377,10 +395,24 @@ class _Depth:
                     return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point, _, _ = self._project(clo, pl, ph, w, kept, list(range(self.d)))
-                value = base + self._value(idx, point)
-                if value > best:
-                    best, best_point = value, point
+                _, point, grid, gdims = self._project(clo, pl, ph, w, kept, list(range(self.d)))
+                offer(base + self._value(idx, point), point)
+                if self.judge is not None and grid is not None:
+                    # Every other piece above the threshold may be heavier in the true loads.
+                    flat = grid.reshape(-1)
+                    cand = np.flatnonzero(flat > best - base)
+                    cand = cand[np.argsort(-flat[cand], kind="stable")]
+                    step = 1
+                    while cand.size:
+                        take, cand = cand[:step], cand[step:]
+                        where = np.stack(np.unravel_index(take, grid.shape), axis=1)
+                        points = np.tile(point, (take.size, 1))
+                        for k, j in enumerate(gdims):
+                            points[:, j] = clo[j] + kept[j][where[:, k]]
+                        best = max(best, self.judge(points))
+                        best_point = points[0]
+                        cand = cand[flat[cand] > best - base]
+                        step = min(4 * step, 64)
                 return
             # Cut the attribute whose crossings the bound ignored most (they are what loosens it).
             j = int(np.argmax(ignored)) if ignored.max() > 0 else int(np.argmax(counts))
@@ -400,8 +432,7 @@ class _Depth:
         ]
         for b in starts.tolist():
             value, point = self._ascend((self.lo[b] + self.hi[b] - 1) // 2)
-            if value > best:
-                best, best_point = value, point
+            offer(value, point)
         push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
         while heap:
             negb, _, base, clo, chi, idx, j, cut = heap[0]
@@ -506,11 +537,18 @@ def max_clique(
     floor: float,
     deadline: float | None = None,
     node_limit: int | None = None,
+    judge: Callable[[list[int]], float] | None = None,
 ) -> CliqueOutcome:
     """The heaviest clique of the candidate bits heavier than ``floor`` (weights ``w`` by bit, bits
-    ordered heaviest first; Python integers make every comparison exact). Branch and bound in the manner of Tomita's MCQ with weighted
-    greedy colourings as bounds, depth first with an explicit stack; a node is a candidate set. At
-    the deadline or past ``node_limit`` nodes, ``upper`` is the largest colouring bound still open."""
+    ordered heaviest first; Python integers make every comparison exact). Branch and bound in the
+    manner of Tomita's MCQ with weighted greedy colourings as bounds, depth first with an explicit
+    stack; a node is a candidate set. At the deadline or past ``node_limit`` nodes, ``upper`` is the
+    largest colouring bound still open.
+
+    With ``judge``, ``w`` only need to bound the true weights from above: each maximal clique heavier
+    than the threshold goes to ``judge`` (which weighs it exactly and keeps the best), and the
+    threshold becomes its answer, a value every clique no heavier in ``w`` cannot beat; ``best`` and
+    ``members`` are then the threshold and the last clique judged."""
     best = floor
     members: list[int] | None = None
     nodes = 0
@@ -538,8 +576,8 @@ def max_clique(
             vs, bs = _colour(sub, meets, w, best - weight)
             stack.append([weight, sub, vs, bs, len(vs) - 1, v])
         elif weight > best:
-            best = weight
             members = [g[5] for g in stack[1:]] + [v]
+            best = weight if judge is None else max(best, judge(members))
     return CliqueOutcome(members, best, best, True, nodes)
 
 
@@ -653,6 +691,124 @@ class _Graph:
         return point
 
 
+class _Judge:
+    """Weighs rows exactly and keeps the heaviest (MATH.md 7.5).
+
+    The searches compare loads ``ints`` (one per live query, integers unless ``exact`` is None) with
+    ``ints[q] * div >= exact[q]`` (the exact integer loads ``nums / 2**k``), and the cell search
+    ``floats = ints * 2**-shift``, exact float sums. On dyadic loads these are the exact integers
+    themselves. On other loads, scaled to integers once with numpy: the exact ones over their greatest
+    common divisor when that keeps float sums exact (equal weights: ties stay ties), else
+    ``ceil(load * 2**s)``, a bound from above (``div = 2**(k - s)``). A row is weighed on the exact
+    integers whenever its search load passes the threshold ``best // div``, and no row at or below
+    the threshold beats ``best`` (its exact load is at most ``div`` times its search load). Without
+    ``exact`` the floats are compared as they are (``div`` 0).
+    """
+
+    def __init__(
+        self,
+        lo: IntArray,
+        hi: IntArray,
+        live: IntArray,
+        exact: ExactLoads | None,
+        ints: Sequence[float],
+        floats: FloatArray,
+        div: int,
+        shift: int,
+        floats_exact: bool,
+    ) -> None:
+        self.lo, self.hi, self.live, self.exact = lo, hi, live, exact
+        self.ints, self.floats, self.div, self.shift = ints, floats, div, shift
+        self.floats_exact = floats_exact
+        self.best: int | float = -1
+        self.point: IntArray | None = None
+        self.combo = 0
+        self.sub = np.zeros(0, dtype=np.int64)
+        self._ci = 0
+        self.weighed = 0
+
+    @staticmethod
+    def of(
+        lo: IntArray,
+        hi: IntArray,
+        live: IntArray,
+        lw: FloatArray,
+        exact: ExactLoads | None,
+        floats_exact: bool,
+        carrying: BoolArray,
+        axes: int,
+    ) -> _Judge:
+        if exact is None:
+            return _Judge(lo, hi, live, None, lw.tolist(), lw, 0, 0, True)
+        nums = [exact.nums[i] for i in live.tolist()]
+        if floats_exact:
+            return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, True)
+        # Float sums of the search loads are exact when their total times 2^axes (the cell search's
+        # largest intermediate, MATH.md 7.8) stays below 2^53.
+        limit = 1 << (52 - axes)
+        g = math.gcd(*(nums[i] for i in np.flatnonzero(carrying).tolist()))
+        if g > 0 and sum(nums) // g < limit:
+            ints = [x // g for x in nums]
+            return _Judge(lo, hi, live, exact, ints, np.array(ints, dtype=np.float64), g, 0, True)
+        n = int(lw.shape[0])
+        s = min(exact.k, 52 - axes - math.frexp(float(lw.sum()) + n)[1])
+        if s >= 0:
+            # lw >= nums / 2**k (normalised loads are exact or rounded up), so ceil(lw 2^s) 2^(k-s)
+            # bounds each exact load; the total is below (sum lw + n) 2^s < 2^(52 - axes).
+            up = np.ceil(np.ldexp(lw, s))
+            ints = up.astype(np.int64).tolist()
+            if sum(ints) < limit:
+                return _Judge(lo, hi, live, exact, ints, up, 1 << (exact.k - s), 0, True)
+        return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, False)
+
+    def start(self, combo: int, sub: IntArray) -> None:
+        """The next combination of value-set atoms and its compatible (live) queries."""
+        self._ci, self.sub = combo, sub
+
+    def threshold(self) -> int | float:
+        """In search loads: a row at or below it is no heavier than the best row (exactly)."""
+        if self.div == 0 or self.best < 0:
+            return self.best
+        return int(self.best) // self.div
+
+    def float_threshold(self) -> float:
+        t = self.threshold()
+        return float(t) if self.shift == 0 or t < 0 else float(Fraction(int(t), 1 << self.shift))
+
+    def lift(self, up: int | float) -> int | float:
+        """A bound on search loads as a bound on the exact loads."""
+        return up if self.div == 0 else int(up) * self.div
+
+    def lift_float(self, up: float) -> int | float:
+        if self.div == 0:
+            return up
+        return self.lift(math.ceil(Fraction(up) * (1 << self.shift)))
+
+    def rows(self, points: IntArray) -> float:
+        """Weigh rows (segment indices per box attribute) exactly over the current queries, keep
+        the heaviest, and return the new threshold."""
+        sub = self.sub
+        cover = np.all(
+            (self.lo[sub][None, :, :] <= points[:, None, :])
+            & (self.hi[sub][None, :, :] > points[:, None, :]),
+            axis=2,
+        )
+        self.weighed += int(points.shape[0])
+        totals: Sequence[float]
+        if self.exact is None:
+            totals = (cover.astype(np.float64) @ self.floats[sub]).tolist()
+        else:
+            totals = self.exact.totals(cover, self.live[sub])
+        i = max(range(len(totals)), key=lambda r: totals[r])
+        if totals[i] > self.best:
+            self.best, self.point, self.combo = totals[i], points[i].copy(), self._ci
+        return self.threshold()
+
+    def rows_float(self, points: IntArray) -> float:
+        self.rows(points)
+        return self.float_threshold()
+
+
 def _cells(
     lo: IntArray,
     hi: IntArray,
@@ -661,10 +817,12 @@ def _cells(
     sub: IntArray,
     floor: float,
     deadline: float | None,
+    judge: Callable[[IntArray], float] | None = None,
 ) -> tuple[IntArray | None, float, float, bool, int]:
     """The cell search (:class:`_Depth`) on the boxes ``sub``: ``(point, best, upper, exact, nodes)``,
     the point (segment indices per box attribute) None when no row beats ``floor``. Every box
-    attribute is compressed for these boxes; those they all span drop out."""
+    attribute is compressed for these boxes; those they all span drop out. ``judge`` (see
+    :class:`_Depth`) receives points as segment indices per box attribute."""
     keep_dims: list[int] = []
     kept_segs: list[IntArray] = []
     clo: list[IntArray] = []
@@ -676,9 +834,20 @@ def _cells(
             clo.append(a_lo)
             chi.append(a_hi)
         kept_segs.append(kept)
+    first = np.array([int(kept[0]) for kept in kept_segs], dtype=np.int64)
+
+    def original(points: IntArray) -> IntArray:
+        out = np.tile(first, (points.shape[0], 1))
+        for x, k in enumerate(keep_dims):
+            out[:, k] = kept_segs[k][points[:, x]]
+        return out
+
+    inner = None if judge is None else (lambda points: judge(original(points)))
     if not keep_dims:
         total = float(w[sub].sum())
         found = np.zeros(0, dtype=np.int64) if total > floor else None
+        if found is not None and judge is not None:
+            judge(first[None, :])
         p, value, up, ok, nodes = found, max(total, floor), total, True, 0
     else:
         solver = _Depth(
@@ -686,6 +855,7 @@ def _cells(
             np.stack(chi, axis=1),
             np.array([kept_segs[k].size for k in keep_dims], dtype=np.int64),
             w[sub],
+            inner,
         )
         p, value, up, ok = solver.run(floor, deadline)
         nodes = solver.nodes
@@ -745,32 +915,23 @@ def max_depth(
             )
     masks &= lw > 0
     # Every comparison on integers (exact loads) or on the floats. A combination's load is its bound.
-    ints: Sequence[float]
-    if exact is not None:
-        ints = [exact.nums[i] for i in live.tolist()]
-        ub: Sequence[float] = exact.totals(masks, live)
-    else:
-        ints = lw.tolist()
-        ub = (masks.astype(np.float64) @ lw).tolist()
-        floats_exact = True
+    ub: Sequence[float] = (
+        exact.totals(masks, live) if exact is not None else (masks.astype(np.float64) @ lw).tolist()
+    )
     order = sorted(range(len(ub)), key=lambda i: -ub[i])
     carrying = np.asarray(masks.any(axis=0), dtype=bool)
-    graph = _Graph.of(lo, hi, sizes, ints, lw, carrying, route, floats_exact)
+    judge = _Judge.of(lo, hi, live, lw, exact, floats_exact, carrying, min(len(box), GRID_AXES))
+    graph = _Graph.of(lo, hi, sizes, judge.ints, lw, carrying, route, judge.floats_exact)
 
-    def as_float(v: float) -> float:
-        # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
-        return v if exact is None else float(Fraction(int(v), 1 << exact.k))
-
-    best: int | float = -1
-    best_cell: tuple[int, ...] | None = None
     nodes = 0
     upper: int | float = -1
     done = True
+    integral = exact is not None
     seen: set[bytes] = set()
     for rank, ci in enumerate(order):
-        if ub[ci] <= best:
+        if ub[ci] <= judge.best:
             break
-        if best_cell is not None and deadline is not None and _clock.now() > deadline:
+        if judge.point is not None and deadline is not None and _clock.now() > deadline:
             upper, done = ub[ci], False
             break
         key = np.packbits(masks[ci]).tobytes()
@@ -778,47 +939,59 @@ def max_depth(
             continue
         seen.add(key)
         sub = np.flatnonzero(masks[ci])
-        point: IntArray | None = None
-        value: int | float = best
-        up: int | float = best
+        judge.start(ci, sub)
+        up: int | float = judge.best
         ok = True
         if graph is not None:
-            cq = max_clique(graph.meets, graph.weights, graph.bits(sub), best, deadline, graph.node_limit)
+            cq = max_clique(
+                graph.meets,
+                graph.weights,
+                graph.bits(sub),
+                judge.threshold(),
+                deadline,
+                graph.node_limit,
+                lambda members: judge.rows(graph.point(members)[None, :]),
+            )
             nodes += cq.nodes
-            if cq.members is not None:
-                point, value = graph.point(cq.members), cq.best
-            up, ok = cq.upper, cq.exact
-            # Past its node budget (dyadic loads only), the cell search takes over from its best row.
+            up, ok = judge.lift(cq.upper), cq.exact
+            # Past its node budget (exact floats only), the cell search takes over from its best row.
             cells = not ok and graph.node_limit is not None and cq.nodes >= graph.node_limit
         else:
             cells = True
         if cells:
-            floor = as_float(max(best, value))
-            found, cell_value, cell_up, ok, cell_nodes = _cells(lo, hi, sizes, lw, sub, floor, deadline)
+            # (On loads the judge could not make exact in floats, the engine certifies the result.)
+            integral = integral and judge.floats_exact
+            _, _, cell_up, ok, cell_nodes = _cells(
+                lo, hi, sizes, judge.floats, sub, judge.float_threshold(), deadline, judge.rows_float
+            )
             nodes += cell_nodes
-            if found is not None:
-                point = found
-                value = cell_value if exact is None else round(math.ldexp(cell_value, exact.k))
-            up = cell_up if exact is None else math.ceil(math.ldexp(cell_up, exact.k))
-        if point is not None and value > best:
-            cell = [0] * len(c.attributes)
-            for k, j in enumerate(box):
-                cell[j] = int(point[k])
-            for k, j in enumerate(enum):
-                cell[j] = int(segs[k][combo[ci, k]])
-            best, best_cell = value, tuple(cell)
+            up = judge.lift_float(cell_up)
         if not ok:
             done = False
             rest = ub[order[rank + 1]] if rank + 1 < len(order) else -1
             upper = max(up, rest)
             break
-    if best_cell is None:
+    best = judge.best
+    best_cell: tuple[int, ...] | None = None
+    if judge.point is not None:
+        cell = [0] * len(c.attributes)
+        for k, j in enumerate(box):
+            cell[j] = int(judge.point[k])
+        for k, j in enumerate(enum):
+            cell[j] = int(segs[k][combo[judge.combo, k]])
+        best_cell = tuple(cell)
+    else:
         # Nothing carries load (or nothing was reached): any row, value 0 when nothing carries load.
         best = 0 if max(ub, default=0) <= 0 else best
     if done:
         upper = best
     top = max(upper, best)
+
+    def as_float(v: float) -> float:
+        # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
+        return v if exact is None else float(Fraction(int(v), 1 << exact.k))
+
     best_f = as_float(best)
     upper_f = float(top) if exact is None else float_up(Fraction(int(top), 1 << exact.k))
-    # Integral: the clique search compared the exact integers; the cell search only on exact floats.
-    return BoxOutcome(best_cell, best_f, max(upper_f, best_f), done, nodes, exact is not None)
+    # Integral: every row was weighed on the exact integers (the searches' loads bound them above).
+    return BoxOutcome(best_cell, best_f, max(upper_f, best_f), done, nodes, integral)
