@@ -41,12 +41,12 @@ def tiny_grids(leaf: int, bound: int) -> Iterator[None]:
 @contextmanager
 def cliques_only() -> Iterator[None]:
     """Force the clique search on every workload (however dense), without a node budget."""
-    old = box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES
-    box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = 2.0, 1 << 60
+    old = box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES, box_route.CLIQUE_WEIGHTED_NODES
+    box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES, box_route.CLIQUE_WEIGHTED_NODES = 2.0, 1 << 60, 1 << 60
     try:
         yield
     finally:
-        box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES = old
+        box_route.CLIQUE_DENSITY, box_route.CLIQUE_NODES, box_route.CLIQUE_WEIGHTED_NODES = old
 
 
 def check(queries: list[PredicateQuery], weights: list[float], comp: str, r: OverlapResult) -> None:
