@@ -354,10 +354,24 @@ def test_exact_floats_prune_no_heavier_row() -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(box_workloads())
-def test_meeting_sets_match_pairwise_overlaps(work: tuple[list[PredicateQuery], list[float]]) -> None:
-    """The bitsets from sorted endpoints against the n x n comparison of every pair, any bit order."""
+@given(box_workloads(), st.sampled_from([0, box_route.WORD_QUERIES]))
+def test_meeting_sets_match_pairwise_overlaps(
+    work: tuple[list[PredicateQuery], list[float]], word_queries: int
+) -> None:
+    """The bitsets from sorted endpoints (as Python integers, or as numpy words) against the n x n
+    comparison of every pair, any bit order."""
     queries, _ = work
+    check_meeting_sets(queries, word_queries)
+
+
+@pytest.mark.parametrize("word_queries", [0, box_route.WORD_QUERIES])
+@pytest.mark.parametrize(("t", "seed"), [(63, 1), (64, 2), (65, 3), (200, 4)])
+def test_meeting_sets_span_several_words(t: int, seed: int, word_queries: int) -> None:
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 9) for j in range(4)))
+    check_meeting_sets(random_boxes(schema, t, seed), word_queries)
+
+
+def check_meeting_sets(queries: list[PredicateQuery], word_queries: int) -> None:
     c = compile_workload(queries, queries[0].schema)
     if not c.attributes or c.live.size == 0:
         return
@@ -369,7 +383,9 @@ def test_meeting_sets_match_pairwise_overlaps(work: tuple[list[PredicateQuery], 
         lo[a.query, j], hi[a.query, j] = a.lo, a.hi
     lo, hi = lo[c.live], hi[c.live]
     bit = np.random.default_rng(n).permutation(n)
-    meets = box_route.meeting_sets(lo, hi, sizes, bit)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(box_route, "WORD_QUERIES", word_queries)
+        meets = box_route.meeting_sets(lo, hi, sizes, bit)
     pairs = np.all((lo[:, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[:, None, :]), axis=2)
     for a in range(n):
         want = sum(1 << int(bit[b]) for b in range(n) if b != a and pairs[a, b])

@@ -102,6 +102,8 @@ CLIQUE_WEIGHTED_NODES = 1_000
 # follow a degeneracy order from a dense table of the meeting pairs (n^2 bytes); on sparser graphs
 # the order matters little (kept as it is); on more boxes, the decreasing degree.
 PEEL_QUERIES = 4_000
+# Up to this many boxes the meeting sets are built as numpy words (n^2 / 8 bytes a table).
+WORD_QUERIES = 4_096
 PEEL_DENSITY = 0.1
 # Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
 # exactly, MATH.md 7.8).
@@ -470,8 +472,11 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
     the boxes with ``lo < hi[a]`` (a prefix of the boxes sorted by ``lo``) that have ``hi > lo[a]`` (a
     suffix of them sorted by ``hi``): the prefix and suffix unions are built once per attribute (one
     big-integer OR per box), then each box costs two ANDs on the attributes it constrains (a box
-    spanning an attribute overlaps every box there). No n x n array is built."""
+    spanning an attribute overlaps every box there). No n x n array is built. Up to ``WORD_QUERIES``
+    boxes the same unions are numpy words (``n x n/64``), accumulated and gathered in C."""
     n, d = lo.shape
+    if n <= WORD_QUERIES:
+        return _meeting_words(lo, hi, sizes, bit)
     one = [1 << b for b in bit.tolist()]
     full = (1 << n) - 1
     meets = [full] * n
@@ -493,6 +498,38 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
     for a, b in enumerate(bit.tolist()):
         out[b] = meets[a] & ~one[a]
     return out
+
+
+def _meeting_words(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> list[int]:
+    """:func:`meeting_sets` with the prefix and suffix unions as rows of 64-bit words."""
+    n, d = lo.shape
+    nw = (n + 63) // 64
+    rows = np.arange(n)
+    word = bit // 64
+    one = np.zeros((n, nw), dtype=np.uint64)
+    one[rows, word] = np.left_shift(np.uint64(1), (bit % 64).astype(np.uint64))
+    meets = np.tile(np.bitwise_or.reduce(one, axis=0), (n, 1))
+    prefix = np.zeros((n + 1, nw), dtype=np.uint64)
+    suffix = np.zeros((n + 1, nw), dtype=np.uint64)
+    for j in range(d):
+        lj, hj = lo[:, j], hi[:, j]
+        cons = np.flatnonzero((lj > 0) | (hj < sizes[j]))
+        if cons.size == 0:
+            continue
+        by_lo = np.argsort(lj, kind="stable")
+        by_hi = np.argsort(hj, kind="stable")
+        # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
+        np.bitwise_or.accumulate(one[by_lo], axis=0, out=prefix[1:])
+        suffix[:n] = np.bitwise_or.accumulate(one[by_hi[::-1]], axis=0)[::-1]
+        before = np.searchsorted(lj[by_lo], hj[cons], side="left")  # boxes with lo < hi[a]
+        after = np.searchsorted(hj[by_hi], lj[cons], side="right")  # first box with hi > lo[a]
+        meets[cons] &= prefix[before] & suffix[after]
+    meets[rows, word] &= ~one[rows, word]
+    out = np.empty_like(meets)
+    out[bit] = meets
+    raw = out.astype("<u8").tobytes()
+    width = 8 * nw
+    return [int.from_bytes(raw[i * width : (i + 1) * width], "little") for i in range(n)]
 
 
 def _colour(cand: int, meets: list[int], w: Sequence[float], need: float) -> tuple[list[int], list[float]]:
@@ -571,9 +608,9 @@ def max_clique(
         ):
             upper = max(g[0] + g[3][g[4]] for g in stack if g[4] >= 0)
             return CliqueOutcome(members, best, max(upper, best), False, nodes)
-        nodes += 1
         v = f[2][i]
         f[4] = i - 1
+        nodes += 1
         weight = f[0] + w[v]
         sub = f[1] & meets[v]
         f[1] &= ~(1 << v)
