@@ -486,3 +486,39 @@ def test_every_bit_order_of_the_clique_search_is_exact(
         mp.setattr(box_route, "PEEL_DENSITY", peel_density)
         r = max_overlap(queries, weights, "sum", algorithm="boxes")
     assert r.exact and float(r.value) == truth
+
+
+def test_sparse_graphs_colour_the_largest_boxes_first() -> None:
+    """Narrow boxes (5 Adult attributes, 400 queries, 5% of the pairs meet): with the largest boxes in
+    the first bits the greedy colourings need fewer classes and the search colours 570 boxes in all
+    (2 326 in query order: issue 22 item 4, 6.8x the graph route where 10x is the target). The value
+    against networkx's maximum clique of the pairwise graph."""
+    import networkx as nx
+
+    from support.generators import constrained
+
+    names = ["age", "education-num", "hours-per-week", "capital-gain", "fnlwgt"]
+    queries = constrained("narrow", names, 400, 2200, sets=False)
+    coloured: list[int] = []
+    real = box_route._colour
+
+    def spy(cand: int, *args: Any) -> Any:
+        coloured.append(cand.bit_count())
+        return real(cand, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(box_route, "_colour", spy)
+        r = max_overlap(queries, algorithm="boxes")
+    c = compile_workload(queries, queries[0].schema)
+    sizes = np.array([a.size for a in c.attributes], dtype=np.int64)
+    lo = np.zeros((c.t, len(sizes)), dtype=np.int64)
+    hi = np.tile(sizes, (c.t, 1))
+    for j, a in enumerate(c.attributes):
+        lo[a.query, j], hi[a.query, j] = a.lo, a.hi
+    pairs = np.all((lo[:, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[:, None, :]), axis=2)
+    graph = nx.Graph()
+    graph.add_nodes_from(range(c.t))
+    graph.add_edges_from((int(a), int(b)) for a, b in zip(*np.nonzero(np.triu(pairs, 1)), strict=True))
+    _, truth = nx.max_weight_clique(graph, weight=None)
+    assert r.exact and r.value == truth
+    assert sum(coloured) < 1_000

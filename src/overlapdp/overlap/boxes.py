@@ -687,7 +687,16 @@ class _Graph:
         heuristic = route == "auto" and floats_exact
         # Bits in a degeneracy order, densest core first (BBMC's initial order; measured up to 6x
         # fewer nodes than by weight or volume on 2 000 boxes), from the meeting sets in any order.
-        first = meeting_sets(lo[idx], hi[idx], sizes, np.arange(m, dtype=np.int64))
+        if m <= PEEL_QUERIES:
+            # Largest boxes first: on sparse graphs (below) their greedy colourings then take fewer
+            # classes (5 Adult attributes, narrow boxes, t = 400: 570 boxes coloured, not 2 326).
+            volume = np.prod((hi[idx] - lo[idx]) / sizes, axis=1)
+            pre = np.argsort(-volume, kind="stable")
+        else:
+            pre = np.arange(m, dtype=np.int64)
+        prebits = np.empty(m, dtype=np.int64)
+        prebits[pre] = np.arange(m)
+        first = meeting_sets(lo[idx], hi[idx], sizes, prebits)
         degrees = [x.bit_count() for x in first]
         pairs = sum(degrees)
         if heuristic and pairs > CLIQUE_DENSITY * m * m:
@@ -696,11 +705,13 @@ class _Graph:
         # exceed the float range (float() of them raised OverflowError).
         wf = np.array(approx[idx], dtype=np.float64)
         wf /= max(float(wf.max()), 1e-300)
-        # (On sparse graphs the order matters little: the first pass's as it is.)
+        # (On sparse graphs the order matters less: the first pass's, by decreasing volume.)
         if m <= PEEL_QUERIES and pairs > PEEL_DENSITY * m * m:
             width = (m + 7) // 8
             rows = np.frombuffer(b"".join(x.to_bytes(width, "little") for x in first), dtype=np.uint8)
             member = np.unpackbits(rows.reshape(m, width), axis=1, count=m, bitorder="little")
+            # Rows and columns by box (the degeneracy order breaks ties by box, as measured).
+            member = member[np.ix_(prebits, prebits)]
             order = _peeled(member, wf)
             # The sets in the new order by permuting the table (cheaper than a second pass).
             packed = np.packbits(member[np.ix_(order, order)], axis=1, bitorder="little")
@@ -708,7 +719,7 @@ class _Graph:
             bits = np.empty(m, dtype=np.int64)
             bits[order] = np.arange(m)
         elif m <= PEEL_QUERIES:
-            order, bits, meets = np.arange(m, dtype=np.int64), np.arange(m, dtype=np.int64), first
+            order, bits, meets = pre, prebits, first
         else:
             order = np.argsort(-np.array(degrees), kind="stable")
             bits = np.empty(m, dtype=np.int64)
