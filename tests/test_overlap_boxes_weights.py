@@ -173,3 +173,26 @@ def test_weighted_loads_hand_over_to_the_cell_search_sooner(weights: str, budget
         r = max_overlap(queries, w, "sum", algorithm="boxes")
     assert limits and set(limits) == {getattr(box_route, budget)}
     assert r.exact and r.value == float_up(exact_dense(queries, w, schema))
+
+
+@pytest.mark.parametrize("weights", ["count", "dyadic"])
+def test_exact_search_loads_weigh_no_row_again(weights: str) -> None:
+    """When the search loads are the exact ones (counts, dyadic weights) a clique's weight is exact:
+    no row is weighed again on the exact integers (it cost 0.1-0.15 ms of 2.5 ms on 400 narrow
+    boxes), and the answer still matches a dense array over every row."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 6) for j in range(4)))
+    queries = random_boxes(schema, 120, 11)
+    w = [1.0] * 120 if weights == "count" else [float(x) for x in np.arange(120) % 7 / 4]
+    weighed: list[int] = []
+    real = box_route._Judge.rows
+
+    def spy(self: Any, points: Any) -> float:
+        weighed.append(int(points.shape[0]))
+        return real(self, points)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(box_route._Judge, "rows", spy)
+        mp.setattr(box_route, "CLIQUE_DENSITY", 2.0)
+        r = max_overlap(queries, w, "sum", algorithm="boxes")
+    assert not weighed
+    assert r.exact and r.value == float_up(exact_dense(queries, w, schema))

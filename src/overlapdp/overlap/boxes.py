@@ -501,8 +501,9 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
 
 
 def _meeting_words(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> list[int]:
-    """:func:`meeting_sets` with the prefix and suffix unions as rows of 64-bit words."""
-    n, d = lo.shape
+    """:func:`meeting_sets` with the prefix and suffix unions as rows of 64-bit words. Every box takes
+    its prefix and suffix on every attribute (a box spanning the attribute takes all boxes twice)."""
+    n = lo.shape[0]
     nw = (n + 63) // 64
     rows = np.arange(n)
     word = bit // 64
@@ -511,19 +512,18 @@ def _meeting_words(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -
     meets = np.tile(np.bitwise_or.reduce(one, axis=0), (n, 1))
     prefix = np.zeros((n + 1, nw), dtype=np.uint64)
     suffix = np.zeros((n + 1, nw), dtype=np.uint64)
-    for j in range(d):
-        lj, hj = lo[:, j], hi[:, j]
-        cons = np.flatnonzero((lj > 0) | (hj < sizes[j]))
-        if cons.size == 0:
-            continue
+    lo_t, hi_t = np.ascontiguousarray(lo.T), np.ascontiguousarray(hi.T)
+    for j in np.flatnonzero(np.any((lo > 0) | (hi < sizes), axis=0)).tolist():
+        lj, hj = lo_t[j], hi_t[j]
         by_lo = np.argsort(lj, kind="stable")
         by_hi = np.argsort(hj, kind="stable")
         # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
         np.bitwise_or.accumulate(one[by_lo], axis=0, out=prefix[1:])
         suffix[:n] = np.bitwise_or.accumulate(one[by_hi[::-1]], axis=0)[::-1]
-        before = np.searchsorted(lj[by_lo], hj[cons], side="left")  # boxes with lo < hi[a]
-        after = np.searchsorted(hj[by_hi], lj[cons], side="right")  # first box with hi > lo[a]
-        meets[cons] &= prefix[before] & suffix[after]
+        before = np.searchsorted(lj[by_lo], hj, side="left")  # boxes with lo < hi[a]
+        after = np.searchsorted(hj[by_hi], lj, side="right")  # first box with hi > lo[a]
+        meets &= prefix[before]
+        meets &= suffix[after]
     meets[rows, word] &= ~one[rows, word]
     out = np.empty_like(meets)
     out[bit] = meets
@@ -771,8 +771,12 @@ class _Judge:
         div: int,
         shift: int,
         floats_exact: bool,
+        identity: bool = False,
     ) -> None:
         self.lo, self.hi, self.live, self.exact = lo, hi, live, exact
+        # The search loads are the exact ones (or no exact ones exist): a clique's weight is exact.
+        self.identity = identity
+        self._pending: tuple[_Graph, list[int]] | None = None
         self.ints, self.floats, self.div, self.shift = ints, floats, div, shift
         self.floats_exact = floats_exact
         self.best: int | float = -1
@@ -794,10 +798,10 @@ class _Judge:
         axes: int,
     ) -> _Judge:
         if exact is None:
-            return _Judge(lo, hi, live, None, lw.tolist(), lw, 0, 0, True)
+            return _Judge(lo, hi, live, None, lw.tolist(), lw, 0, 0, True, True)
         nums = [exact.nums[i] for i in live.tolist()]
         if floats_exact:
-            return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, True)
+            return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, True, True)
         # Float sums of the search loads are exact when their total times 2^axes (the cell search's
         # largest intermediate, MATH.md 7.8) stays below 2^53.
         limit = 1 << (52 - axes)
@@ -856,8 +860,28 @@ class _Judge:
             totals = self.exact.totals(cover, self.live[sub])
         i = max(range(len(totals)), key=lambda r: totals[r])
         if totals[i] > self.best:
-            self.best, self.point, self.combo = totals[i], points[i].copy(), self._ci
+            self.best, self.point, self.combo, self._pending = totals[i], points[i].copy(), self._ci, None
         return self.threshold()
+
+    def clique(self, graph: _Graph, members: list[int]) -> float:
+        """Weigh a clique's common point (Helly); its weight itself when the search loads are exact
+        (the point, built once at the end, is covered by at least these boxes)."""
+        if not self.identity:
+            return self.rows(graph.point(members)[None, :])
+        weight = sum(graph.weights[b] for b in members)
+        if weight > self.best:
+            self.best, self.combo, self._pending, self.point = weight, self._ci, (graph, members), None
+        return self.threshold()
+
+    @property
+    def found(self) -> bool:
+        return self.point is not None or self._pending is not None
+
+    def witness(self) -> IntArray | None:
+        if self._pending is not None:
+            graph, members = self._pending
+            self.point, self._pending = graph.point(members), None
+        return self.point
 
     def rows_float(self, points: IntArray) -> float:
         self.rows(points)
@@ -986,7 +1010,7 @@ def max_depth(
     for rank, ci in enumerate(order):
         if ub[ci] <= judge.best:
             break
-        if judge.point is not None and deadline is not None and _clock.now() > deadline:
+        if judge.found and deadline is not None and _clock.now() > deadline:
             upper, done = ub[ci], False
             break
         key = np.packbits(masks[ci]).tobytes()
@@ -1005,7 +1029,7 @@ def max_depth(
                 judge.threshold(),
                 deadline,
                 graph.node_limit,
-                lambda members: judge.rows(graph.point(members)[None, :]),
+                lambda members: judge.clique(graph, members),
             )
             nodes += cq.nodes
             up, ok = judge.lift(cq.upper), cq.exact
@@ -1028,10 +1052,11 @@ def max_depth(
             break
     best = judge.best
     best_cell: tuple[int, ...] | None = None
-    if judge.point is not None:
+    point = judge.witness()
+    if point is not None:
         cell = [0] * len(c.attributes)
         for k, j in enumerate(box):
-            cell[j] = int(judge.point[k])
+            cell[j] = int(point[k])
         for k, j in enumerate(enum):
             cell[j] = int(segs[k][combo[judge.combo, k]])
         best_cell = tuple(cell)
