@@ -727,7 +727,7 @@ class _Graph:
             meets = meeting_sets(lo[idx], hi[idx], sizes, bits)
         bit = np.full(lo.shape[0], -1, dtype=np.int64)
         bit[idx] = bits
-        weights = [ints[int(idx[r])] for r in order.tolist()]
+        weights = [ints[r] for r in idx[order].tolist()]
         query = idx[order]
         equal = len(set(weights)) <= 1
         budget = CLIQUE_NODES if equal else CLIQUE_WEIGHTED_NODES
@@ -799,7 +799,8 @@ class _Judge:
     ) -> _Judge:
         if exact is None:
             return _Judge(lo, hi, live, None, lw.tolist(), lw, 0, 0, True, True)
-        nums = [exact.nums[i] for i in live.tolist()]
+        every = exact.nums  # (a property: read once)
+        nums = [every[i] for i in live.tolist()]
         if floats_exact:
             return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, True, True)
         # Float sums of the search loads are exact when their total times 2^axes (the cell search's
