@@ -18,11 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapdp.exact import float_up, sqrt_up
+from overlapdp.overlap import _clock, max_overlap
 from overlapdp.overlap import boxes as box_route
-from overlapdp.overlap import max_overlap
 from overlapdp.overlap._compiled import compile_workload
+from overlapdp.overlap.magnitude import Loads
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from test_effort import DEADLINE, SteppedClock
 from test_overlap_boxes import box_workloads, exact_truth, random_boxes
 
 # Ties (equal weights, equal sums of different weights), thirds, tiny and huge ratios, zeros.
@@ -196,3 +198,47 @@ def test_exact_search_loads_weigh_no_row_again(weights: str) -> None:
         r = max_overlap(queries, w, "sum", algorithm="boxes")
     assert not weighed
     assert r.exact and r.value == float_up(exact_dense(queries, w, schema))
+
+
+@pytest.mark.parametrize("reads", [0, 1, 2, 3, 1_000])
+def test_leaf_weighing_stops_at_the_deadline_with_a_safe_bound(reads: int) -> None:
+    """49 cells each covered by boxes of 0.1 and 0.2, a slab of 0.3 over them all: rounded up, every
+    cell ties (0.1 + 0.2 > 0.3 exactly, so the cells are also the exact maximum), and each is
+    weighed on the exact integers in turn, in one leaf. Past the deadline the rest are left
+    unweighed (before, all were, however long it took) and bounded by their search loads:
+    best <= truth <= upper, exact only when every one was weighed."""
+    schema = Schema((IntAttribute("a0", 0, 6), IntAttribute("a1", 0, 6), IntAttribute("a2", 0, 1)))
+    queries, weights = [], []
+    for i in range(7):
+        for j in range(7):
+            for w in (0.1, 0.2):
+                cov = {"a0": IndexSet.interval(i, i + 1), "a1": IndexSet.interval(j, j + 1)}
+                queries.append(PredicateQuery.from_coverages(schema, cov, id=f"q{len(queries)}"))
+                weights.append(w)
+    queries.append(PredicateQuery.from_coverages(schema, {"a2": IndexSet.interval(0, 1)}, id="slab"))
+    weights.append(0.3)
+    truth = sum(map(Fraction, (0.1, 0.2, 0.3)), Fraction(0))
+    c = compile_workload(queries, schema)
+    lw = Loads.of("sum", np.asarray(weights))
+    clock = SteppedClock(reads)
+    weighed: list[int] = []
+    real = box_route._Judge.rows
+
+    def spy(self: Any, points: Any) -> float:
+        weighed.append(int(points.shape[0]))
+        return real(self, points)
+
+    with small_search(0, 1 << 17, 1 << 16), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_clock, "now", clock)
+        mp.setattr(box_route._Judge, "rows", spy)
+        out = box_route.max_depth(c, lw.loads, DEADLINE, lw.exact, floats_exact=False)
+    assert out.cell is not None
+    row = c.row(out.cell)
+    found = sum((Fraction(w) for q, w in zip(queries, weights, strict=True) if q.covers(row)), Fraction(0))
+    assert found <= truth <= Fraction(out.upper) * Fraction(2) ** lw.shift
+    assert found == truth or not out.exact
+    if reads == 0:
+        assert sum(weighed) <= 8  # the ascent's rows and the leaf's maximum, no more
+        assert not out.exact
+    if reads == 1_000:
+        assert out.exact and found == truth and sum(weighed) >= 49

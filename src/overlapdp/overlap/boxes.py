@@ -320,6 +320,8 @@ class _Depth:
         full = np.all((self.lo <= clo0) & (self.hi >= chi0), axis=1)
         heap: list[tuple[float, int, float, IntArray, IntArray, IntArray, int, int]] = []
 
+        cut = -math.inf  # the largest search load of a row left unweighed at the deadline
+
         def offer(value: float, point: IntArray) -> None:
             nonlocal best, best_point
             if value > best:
@@ -330,7 +332,7 @@ class _Depth:
 
         def push(clo: IntArray, chi: IntArray, idx: IntArray, base: float) -> None:
             """Bound the cell; solve it at once when its grid is small, else queue it with its cut."""
-            nonlocal best, best_point
+            nonlocal best, best_point, cut
             self.nodes += 1
             if idx.size == 0:
                 offer(base, clo.copy())
@@ -411,6 +413,11 @@ class _Depth:
                     cand = cand[np.argsort(-flat[cand], kind="stable")]
                     step = 1
                     while cand.size:
+                        if deadline is not None and _clock.now() > deadline:
+                            # Out of time: the pieces left are bounded by their search loads
+                            # (by decreasing value: the first is the largest).
+                            cut = max(cut, base + float(flat[cand[0]]))
+                            break
                         take, cand = cand[:step], cand[step:]
                         where = np.stack(np.unravel_index(take, grid.shape), axis=1)
                         points = np.tile(point, (take.size, 1))
@@ -456,8 +463,8 @@ class _Depth:
                 sub = idx[meets]
                 covers = np.all((self.lo[sub] <= c_lo) & (self.hi[sub] >= c_hi), axis=1)
                 push(c_lo, c_hi, sub[~covers], base + float(self.w[sub[covers]].sum()))
-        if heap:
-            return best_point, best, max(best, -heap[0][0]), False
+        if heap or cut > best:
+            return best_point, best, max(best, cut, -heap[0][0] if heap else best), False
         return best_point, best, best, True
 
 
