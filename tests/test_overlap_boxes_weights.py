@@ -242,3 +242,31 @@ def test_leaf_weighing_stops_at_the_deadline_with_a_safe_bound(reads: int) -> No
         assert not out.exact
     if reads == 1_000:
         assert out.exact and found == truth and sum(weighed) >= 49
+
+
+def test_split_cells_finish_exact_after_the_deadline_check() -> None:
+    """Regression: the bound on rows left unweighed at the deadline was kept in a variable that the
+    search loop's split position (``cut``) overwrote, so any search that split a cell ended "not
+    exact" with that position as its bound (found by the vector-comp property test: 53 reported as
+    [53, 64])."""
+    schema = Schema(tuple(IntAttribute(f"a{j}", 0, 4) for j in range(3)))
+    spec = [
+        {"a0": (2, 3), "a1": (1, 2), "a2": (1, 2)},
+        {"a0": (2, 3), "a1": (1, 2), "a2": (4, 5)},
+        {"a0": (0, 1), "a2": (1, 2)},
+        {"a0": (1, 2), "a2": (2, 3)},
+        {"a0": (2, 3), "a1": (0, 1), "a2": (1, 4)},
+        {"a1": (0, 1), "a2": (4, 5)},
+        {"a0": (2, 3), "a1": (1, 2), "a2": (0, 2)},
+    ]
+    queries = [
+        PredicateQuery.from_coverages(
+            schema, {k: IndexSet.interval(*iv) for k, iv in box.items()}, id=f"q{i}"
+        )
+        for i, box in enumerate(spec)
+    ]
+    weights = [49.0, 0.0, 0.0, 0.25, 0.0, 49.0, 4.0]
+    with small_search(0, 1, 2), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(box_route, "CLIQUE_QUERIES", 0)
+        r = max_overlap(queries, weights, "sum", algorithm="boxes")
+    assert r.exact and r.value == 53.0 == float(exact_truth(queries, weights, "sum"))

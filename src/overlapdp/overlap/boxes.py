@@ -320,7 +320,7 @@ class _Depth:
         full = np.all((self.lo <= clo0) & (self.hi >= chi0), axis=1)
         heap: list[tuple[float, int, float, IntArray, IntArray, IntArray, int, int]] = []
 
-        cut = -math.inf  # the largest search load of a row left unweighed at the deadline
+        unweighed = -math.inf  # the largest search load of a row left unweighed at the deadline
 
         def offer(value: float, point: IntArray) -> None:
             nonlocal best, best_point
@@ -332,7 +332,7 @@ class _Depth:
 
         def push(clo: IntArray, chi: IntArray, idx: IntArray, base: float) -> None:
             """Bound the cell; solve it at once when its grid is small, else queue it with its cut."""
-            nonlocal best, best_point, cut
+            nonlocal best, best_point, unweighed
             self.nodes += 1
             if idx.size == 0:
                 offer(base, clo.copy())
@@ -416,7 +416,7 @@ class _Depth:
                         if deadline is not None and _clock.now() > deadline:
                             # Out of time: the pieces left are bounded by their search loads
                             # (by decreasing value: the first is the largest).
-                            cut = max(cut, base + float(flat[cand[0]]))
+                            unweighed = max(unweighed, base + float(flat[cand[0]]))
                             break
                         take, cand = cand[:step], cand[step:]
                         where = np.stack(np.unravel_index(take, grid.shape), axis=1)
@@ -463,8 +463,8 @@ class _Depth:
                 sub = idx[meets]
                 covers = np.all((self.lo[sub] <= c_lo) & (self.hi[sub] >= c_hi), axis=1)
                 push(c_lo, c_hi, sub[~covers], base + float(self.w[sub[covers]].sum()))
-        if heap or cut > best:
-            return best_point, best, max(best, cut, -heap[0][0] if heap else best), False
+        if heap or unweighed > best:
+            return best_point, best, max(best, unweighed, -heap[0][0] if heap else best), False
         return best_point, best, best, True
 
 
