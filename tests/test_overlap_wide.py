@@ -246,6 +246,36 @@ def test_split_finds_conflict_free_attributes_and_groups() -> None:
     assert r.value == brute_force_overlap(qs).value == 4
 
 
+@pytest.mark.parametrize("seed", range(120))
+def test_split_declines_exactly_when_one_group_and_nothing_conflict_free(seed: int) -> None:
+    """split returns None exactly when no attribute is conflict-free (its constraining intervals
+    share no value) and the others form at most one group (union-find above); it now declines at
+    once when a query constrains every attribute. Small random workloads, half of them with such a
+    query."""
+    rng = np.random.default_rng(seed)
+    d, v = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+    schema = Schema(tuple(IntAttribute(f"a{i}", 0, v - 1) for i in range(d)))
+    boxes = [
+        wide_boxes(d, v, 1, int(rng.integers(1, d + 1)), seed * 100 + i)[0]
+        for i in range(int(rng.integers(1, 9)))
+    ]
+    if seed % 2:
+        boxes.append({j: (0, v) if rng.random() < 0.5 else (0, 1) for j in range(d)})
+    qs = queries_of(schema, boxes)
+    c = compile_workload(qs, schema)
+    active = {a.position for a in c.attributes}
+    conflict_free = {
+        j
+        for j in active
+        if max(b[j][0] for b in boxes if j in b and b[j] != (0, v))
+        < min(b[j][1] for b in boxes if j in b and b[j] != (0, v))
+    }
+    rest = [{j for j, iv in b.items() if iv != (0, v) and j not in conflict_free} for b in boxes]
+    n_groups = len({min(g) for g in groups(rest) if rest[g[0]]})
+    declined = parts_mod.split(c) is None
+    assert declined == (not conflict_free and n_groups <= 1)
+
+
 def cpsat_maximum(boxes: list[Box], v: int) -> int:
     """The maximum number of boxes over one row, by a CP-SAT model: a variable per attribute, a
     literal per box that forces the row into it."""

@@ -7,11 +7,14 @@ the graph of meeting pairs. Two searches:
 The clique search (the default, up to ``CLIQUE_QUERIES`` boxes): the set of boxes each box meets, as a
 Python integer bitset built from sorted endpoints (:func:`meeting_sets`, no n x n array), then branch
 and bound over cliques in the manner of Tomita's MCQ with weighted greedy colourings as bounds
-(:func:`max_clique`), on the EXACT loads as Python integers (:class:`~overlapdp.overlap.magnitude.ExactLoads`):
-every comparison is exact whatever the weights, and the witness row is the largest lower end of the
-clique's boxes on every attribute. On dyadic loads (where the cell search is exact too) ``auto`` keeps
-the cell search for dense graphs (more than ``CLIQUE_DENSITY`` of the pairs meet: a colouring then
-proves little) and hands it the search past ``CLIQUE_NODES`` nodes.
+(:func:`max_clique`), on integer search loads that bound the EXACT loads from above (:class:`_Judge`:
+the exact integers on dyadic loads, else scaled once per workload with numpy so that float sums of
+them are exact); every row above the threshold is weighed on the exact integers
+(:class:`~overlapdp.overlap.magnitude.ExactLoads`), so the answer is exact whatever the weights, and
+the witness row is the largest lower end of the clique's boxes on every attribute. ``auto`` keeps the
+cell search for dense graphs (more than ``CLIQUE_DENSITY`` of the pairs meet: a colouring then proves
+little) and hands it the search past ``CLIQUE_NODES`` nodes (``CLIQUE_WEIGHTED_NODES`` when the loads
+differ: weighted colourings prune little); the cell search judges rows the same way.
 
 The cell search: a best-first divide and conquer over cells of the (compressed) coordinate space in the
 style of Chan's depth algorithm ("Klee's measure problem made easy", FOCS 2013):
@@ -56,7 +59,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Literal
@@ -91,10 +94,16 @@ COMBO_TABLE_LIMIT = 50_000_000
 CLIQUE_QUERIES = 20_000
 CLIQUE_DENSITY = 0.7
 CLIQUE_NODES = 100_000
+# The same on loads that are not all equal: weighted colourings prune little (8 Adult attributes,
+# t = 1 000, U[0.01, 1] weights: 100 000 nodes took 3.4-5.5 s of CPU and then the cell search, which
+# alone proves it in 1.6 s; 5 attributes: 0.18 s alone against 3.9-4.9 s).
+CLIQUE_WEIGHTED_NODES = 1_000
 # Up to this many boxes, and when more than this share of the pairs meet, the clique search's bits
 # follow a degeneracy order from a dense table of the meeting pairs (n^2 bytes); on sparser graphs
 # the order matters little (kept as it is); on more boxes, the decreasing degree.
 PEEL_QUERIES = 4_000
+# Up to this many boxes the meeting sets are built as numpy words (n^2 / 8 bytes a table).
+WORD_QUERIES = 4_096
 PEEL_DENSITY = 0.1
 # Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
 # exactly, MATH.md 7.8).
@@ -177,10 +186,21 @@ def _prefix_sums(grid: FloatArray) -> None:
 class _Depth:
     """Best-first divide and conquer for the deepest point of weighted boxes ``[lo, hi)`` in ``[0, m)``."""
 
-    def __init__(self, lo: IntArray, hi: IntArray, sizes: IntArray, w: FloatArray) -> None:
+    def __init__(
+        self,
+        lo: IntArray,
+        hi: IntArray,
+        sizes: IntArray,
+        w: FloatArray,
+        judge: Callable[[IntArray], float] | None = None,
+    ) -> None:
+        """With ``judge``, ``w`` need only bound the true loads from above: rows above the threshold
+        are handed to ``judge`` (points as rows of a matrix), which weighs them exactly, keeps the
+        best, and returns the new threshold (no row whose ``w`` total is at most it beats the best)."""
         self.lo, self.hi, self.sizes, self.w = lo, hi, sizes, w
         self.d = int(lo.shape[1])
         self.nodes = 0
+        self.judge = judge
 
     def _ascend(self, point: IntArray) -> tuple[float, IntArray]:
         """Coordinate ascent from ``point`` over all boxes: a better incumbent (a row, never a bound)."""
@@ -300,13 +320,22 @@ class _Depth:
         full = np.all((self.lo <= clo0) & (self.hi >= chi0), axis=1)
         heap: list[tuple[float, int, float, IntArray, IntArray, IntArray, int, int]] = []
 
+        unweighed = -math.inf  # the largest search load of a row left unweighed at the deadline
+
+        def offer(value: float, point: IntArray) -> None:
+            nonlocal best, best_point
+            if value > best:
+                if self.judge is None:
+                    best, best_point = value, point
+                else:
+                    best, best_point = max(best, self.judge(point[None, :])), point
+
         def push(clo: IntArray, chi: IntArray, idx: IntArray, base: float) -> None:
             """Bound the cell; solve it at once when its grid is small, else queue it with its cut."""
-            nonlocal best, best_point
+            nonlocal best, best_point, unweighed
             self.nodes += 1
             if idx.size == 0:
-                if base > best:
-                    best, best_point = base, clo.copy()
+                offer(base, clo.copy())
                 return
             # The crossing boxes clipped to the cell; a slab crosses it on one attribute only.
             lc = np.maximum(self.lo[idx], clo)
@@ -348,9 +377,7 @@ class _Depth:
                     others = np.ones(self.d, dtype=bool)
                     others[g] = False
                     ignored += w[sel] @ (part[sel] & others)
-                value = base + self._value(idx, point)
-                if value > best:
-                    best, best_point = value, point
+                offer(base + self._value(idx, point), point)
                 bound = top
                 if base + bound <= best:
                     return
@@ -377,10 +404,29 @@ class _Depth:
                     return
             if cells <= max(LEAF_CELLS, BOUND_CELLS):
                 # Small enough: the cell's exact maximum on its full grid.
-                _, point, _, _ = self._project(clo, pl, ph, w, kept, list(range(self.d)))
-                value = base + self._value(idx, point)
-                if value > best:
-                    best, best_point = value, point
+                _, point, grid, gdims = self._project(clo, pl, ph, w, kept, list(range(self.d)))
+                offer(base + self._value(idx, point), point)
+                if self.judge is not None and grid is not None:
+                    # Every other piece above the threshold may be heavier in the true loads.
+                    flat = grid.reshape(-1)
+                    cand = np.flatnonzero(flat > best - base)
+                    cand = cand[np.argsort(-flat[cand], kind="stable")]
+                    step = 1
+                    while cand.size:
+                        if deadline is not None and _clock.now() > deadline:
+                            # Out of time: the pieces left are bounded by their search loads
+                            # (by decreasing value: the first is the largest).
+                            unweighed = max(unweighed, base + float(flat[cand[0]]))
+                            break
+                        take, cand = cand[:step], cand[step:]
+                        where = np.stack(np.unravel_index(take, grid.shape), axis=1)
+                        points = np.tile(point, (take.size, 1))
+                        for k, j in enumerate(gdims):
+                            points[:, j] = clo[j] + kept[j][where[:, k]]
+                        best = max(best, self.judge(points))
+                        best_point = points[0]
+                        cand = cand[flat[cand] > best - base]
+                        step = min(4 * step, 64)
                 return
             # Cut the attribute whose crossings the bound ignored most (they are what loosens it).
             j = int(np.argmax(ignored)) if ignored.max() > 0 else int(np.argmax(counts))
@@ -400,8 +446,7 @@ class _Depth:
         ]
         for b in starts.tolist():
             value, point = self._ascend((self.lo[b] + self.hi[b] - 1) // 2)
-            if value > best:
-                best, best_point = value, point
+            offer(value, point)
         push(clo0, chi0, np.flatnonzero(~full), float(self.w[full].sum()))
         while heap:
             negb, _, base, clo, chi, idx, j, cut = heap[0]
@@ -418,8 +463,8 @@ class _Depth:
                 sub = idx[meets]
                 covers = np.all((self.lo[sub] <= c_lo) & (self.hi[sub] >= c_hi), axis=1)
                 push(c_lo, c_hi, sub[~covers], base + float(self.w[sub[covers]].sum()))
-        if heap:
-            return best_point, best, max(best, -heap[0][0]), False
+        if heap or unweighed > best:
+            return best_point, best, max(best, unweighed, -heap[0][0] if heap else best), False
         return best_point, best, best, True
 
 
@@ -434,8 +479,11 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
     the boxes with ``lo < hi[a]`` (a prefix of the boxes sorted by ``lo``) that have ``hi > lo[a]`` (a
     suffix of them sorted by ``hi``): the prefix and suffix unions are built once per attribute (one
     big-integer OR per box), then each box costs two ANDs on the attributes it constrains (a box
-    spanning an attribute overlaps every box there). No n x n array is built."""
+    spanning an attribute overlaps every box there). No n x n array is built. Up to ``WORD_QUERIES``
+    boxes the same unions are numpy words (``n x n/64``), accumulated and gathered in C."""
     n, d = lo.shape
+    if n <= WORD_QUERIES:
+        return _meeting_words(lo, hi, sizes, bit)
     one = [1 << b for b in bit.tolist()]
     full = (1 << n) - 1
     meets = [full] * n
@@ -457,6 +505,38 @@ def meeting_sets(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> 
     for a, b in enumerate(bit.tolist()):
         out[b] = meets[a] & ~one[a]
     return out
+
+
+def _meeting_words(lo: IntArray, hi: IntArray, sizes: IntArray, bit: IntArray) -> list[int]:
+    """:func:`meeting_sets` with the prefix and suffix unions as rows of 64-bit words. Every box takes
+    its prefix and suffix on every attribute (a box spanning the attribute takes all boxes twice)."""
+    n = lo.shape[0]
+    nw = (n + 63) // 64
+    rows = np.arange(n)
+    word = bit // 64
+    one = np.zeros((n, nw), dtype=np.uint64)
+    one[rows, word] = np.left_shift(np.uint64(1), (bit % 64).astype(np.uint64))
+    meets = np.tile(np.bitwise_or.reduce(one, axis=0), (n, 1))
+    prefix = np.zeros((n + 1, nw), dtype=np.uint64)
+    suffix = np.zeros((n + 1, nw), dtype=np.uint64)
+    lo_t, hi_t = np.ascontiguousarray(lo.T), np.ascontiguousarray(hi.T)
+    for j in np.flatnonzero(np.any((lo > 0) | (hi < sizes), axis=0)).tolist():
+        lj, hj = lo_t[j], hi_t[j]
+        by_lo = np.argsort(lj, kind="stable")
+        by_hi = np.argsort(hj, kind="stable")
+        # prefix[r]: the first r boxes by lo; suffix[r]: the boxes from the r-th on by hi.
+        np.bitwise_or.accumulate(one[by_lo], axis=0, out=prefix[1:])
+        suffix[:n] = np.bitwise_or.accumulate(one[by_hi[::-1]], axis=0)[::-1]
+        before = np.searchsorted(lj[by_lo], hj, side="left")  # boxes with lo < hi[a]
+        after = np.searchsorted(hj[by_hi], lj, side="right")  # first box with hi > lo[a]
+        meets &= prefix[before]
+        meets &= suffix[after]
+    meets[rows, word] &= ~one[rows, word]
+    out = np.empty_like(meets)
+    out[bit] = meets
+    raw = out.astype("<u8").tobytes()
+    width = 8 * nw
+    return [int.from_bytes(raw[i * width : (i + 1) * width], "little") for i in range(n)]
 
 
 def _colour(cand: int, meets: list[int], w: Sequence[float], need: float) -> tuple[list[int], list[float]]:
@@ -506,11 +586,18 @@ def max_clique(
     floor: float,
     deadline: float | None = None,
     node_limit: int | None = None,
+    judge: Callable[[list[int]], float] | None = None,
 ) -> CliqueOutcome:
     """The heaviest clique of the candidate bits heavier than ``floor`` (weights ``w`` by bit, bits
-    ordered heaviest first; Python integers make every comparison exact). Branch and bound in the manner of Tomita's MCQ with weighted
-    greedy colourings as bounds, depth first with an explicit stack; a node is a candidate set. At
-    the deadline or past ``node_limit`` nodes, ``upper`` is the largest colouring bound still open."""
+    ordered heaviest first; Python integers make every comparison exact). Branch and bound in the
+    manner of Tomita's MCQ with weighted greedy colourings as bounds, depth first with an explicit
+    stack; a node is a candidate set. At the deadline or past ``node_limit`` nodes, ``upper`` is the
+    largest colouring bound still open.
+
+    With ``judge``, ``w`` only need to bound the true weights from above: each maximal clique heavier
+    than the threshold goes to ``judge`` (which weighs it exactly and keeps the best), and the
+    threshold becomes its answer, a value every clique no heavier in ``w`` cannot beat; ``best`` and
+    ``members`` are then the threshold and the last clique judged."""
     best = floor
     members: list[int] | None = None
     nodes = 0
@@ -528,9 +615,9 @@ def max_clique(
         ):
             upper = max(g[0] + g[3][g[4]] for g in stack if g[4] >= 0)
             return CliqueOutcome(members, best, max(upper, best), False, nodes)
-        nodes += 1
         v = f[2][i]
         f[4] = i - 1
+        nodes += 1
         weight = f[0] + w[v]
         sub = f[1] & meets[v]
         f[1] &= ~(1 << v)
@@ -538,8 +625,8 @@ def max_clique(
             vs, bs = _colour(sub, meets, w, best - weight)
             stack.append([weight, sub, vs, bs, len(vs) - 1, v])
         elif weight > best:
-            best = weight
             members = [g[5] for g in stack[1:]] + [v]
+            best = weight if judge is None else max(best, judge(members))
     return CliqueOutcome(members, best, best, True, nodes)
 
 
@@ -607,7 +694,16 @@ class _Graph:
         heuristic = route == "auto" and floats_exact
         # Bits in a degeneracy order, densest core first (BBMC's initial order; measured up to 6x
         # fewer nodes than by weight or volume on 2 000 boxes), from the meeting sets in any order.
-        first = meeting_sets(lo[idx], hi[idx], sizes, np.arange(m, dtype=np.int64))
+        if m <= PEEL_QUERIES:
+            # Largest boxes first: on sparse graphs (below) their greedy colourings then take fewer
+            # classes (5 Adult attributes, narrow boxes, t = 400: 570 boxes coloured, not 2 326).
+            volume = np.prod((hi[idx] - lo[idx]) / sizes, axis=1)
+            pre = np.argsort(-volume, kind="stable")
+        else:
+            pre = np.arange(m, dtype=np.int64)
+        prebits = np.empty(m, dtype=np.int64)
+        prebits[pre] = np.arange(m)
+        first = meeting_sets(lo[idx], hi[idx], sizes, prebits)
         degrees = [x.bit_count() for x in first]
         pairs = sum(degrees)
         if heuristic and pairs > CLIQUE_DENSITY * m * m:
@@ -616,11 +712,13 @@ class _Graph:
         # exceed the float range (float() of them raised OverflowError).
         wf = np.array(approx[idx], dtype=np.float64)
         wf /= max(float(wf.max()), 1e-300)
-        # (On sparse graphs the order matters little: the first pass's as it is.)
+        # (On sparse graphs the order matters less: the first pass's, by decreasing volume.)
         if m <= PEEL_QUERIES and pairs > PEEL_DENSITY * m * m:
             width = (m + 7) // 8
             rows = np.frombuffer(b"".join(x.to_bytes(width, "little") for x in first), dtype=np.uint8)
             member = np.unpackbits(rows.reshape(m, width), axis=1, count=m, bitorder="little")
+            # Rows and columns by box (the degeneracy order breaks ties by box, as measured).
+            member = member[np.ix_(prebits, prebits)]
             order = _peeled(member, wf)
             # The sets in the new order by permuting the table (cheaper than a second pass).
             packed = np.packbits(member[np.ix_(order, order)], axis=1, bitorder="little")
@@ -628,7 +726,7 @@ class _Graph:
             bits = np.empty(m, dtype=np.int64)
             bits[order] = np.arange(m)
         elif m <= PEEL_QUERIES:
-            order, bits, meets = np.arange(m, dtype=np.int64), np.arange(m, dtype=np.int64), first
+            order, bits, meets = pre, prebits, first
         else:
             order = np.argsort(-np.array(degrees), kind="stable")
             bits = np.empty(m, dtype=np.int64)
@@ -636,9 +734,11 @@ class _Graph:
             meets = meeting_sets(lo[idx], hi[idx], sizes, bits)
         bit = np.full(lo.shape[0], -1, dtype=np.int64)
         bit[idx] = bits
-        weights = [ints[int(idx[r])] for r in order.tolist()]
+        weights = [ints[r] for r in idx[order].tolist()]
         query = idx[order]
-        return _Graph(meets, weights, bit, query, lo, hi, CLIQUE_NODES if heuristic else None)
+        equal = len(set(weights)) <= 1
+        budget = CLIQUE_NODES if equal else CLIQUE_WEIGHTED_NODES
+        return _Graph(meets, weights, bit, query, lo, hi, budget if heuristic else None)
 
     def bits(self, sub: IntArray) -> int:
         mask = np.zeros(self.query.shape[0], dtype=bool)
@@ -653,6 +753,149 @@ class _Graph:
         return point
 
 
+class _Judge:
+    """Weighs rows exactly and keeps the heaviest (MATH.md 7.5).
+
+    The searches compare loads ``ints`` (one per live query, integers unless ``exact`` is None) with
+    ``ints[q] * div >= exact[q]`` (the exact integer loads ``nums / 2**k``), and the cell search
+    ``floats = ints * 2**-shift``, exact float sums. On dyadic loads these are the exact integers
+    themselves. On other loads, scaled to integers once with numpy: the exact ones over their greatest
+    common divisor when that keeps float sums exact (equal weights: ties stay ties), else
+    ``ceil(load * 2**s)``, a bound from above (``div = 2**(k - s)``). A row is weighed on the exact
+    integers whenever its search load passes the threshold ``best // div``, and no row at or below
+    the threshold beats ``best`` (its exact load is at most ``div`` times its search load). Without
+    ``exact`` the floats are compared as they are (``div`` 0).
+    """
+
+    def __init__(
+        self,
+        lo: IntArray,
+        hi: IntArray,
+        live: IntArray,
+        exact: ExactLoads | None,
+        ints: Sequence[float],
+        floats: FloatArray,
+        div: int,
+        shift: int,
+        floats_exact: bool,
+        identity: bool = False,
+    ) -> None:
+        self.lo, self.hi, self.live, self.exact = lo, hi, live, exact
+        # The search loads are the exact ones (or no exact ones exist): a clique's weight is exact.
+        self.identity = identity
+        self._pending: tuple[_Graph, list[int]] | None = None
+        self.ints, self.floats, self.div, self.shift = ints, floats, div, shift
+        self.floats_exact = floats_exact
+        self.best: int | float = -1
+        self.point: IntArray | None = None
+        self.combo = 0
+        self.sub = np.zeros(0, dtype=np.int64)
+        self._ci = 0
+        self.weighed = 0
+
+    @staticmethod
+    def of(
+        lo: IntArray,
+        hi: IntArray,
+        live: IntArray,
+        lw: FloatArray,
+        exact: ExactLoads | None,
+        floats_exact: bool,
+        carrying: BoolArray,
+        axes: int,
+    ) -> _Judge:
+        if exact is None:
+            return _Judge(lo, hi, live, None, lw.tolist(), lw, 0, 0, True, True)
+        every = exact.nums  # (a property: read once)
+        nums = [every[i] for i in live.tolist()]
+        if floats_exact:
+            return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, True, True)
+        # Float sums of the search loads are exact when their total times 2^axes (the cell search's
+        # largest intermediate, MATH.md 7.8) stays below 2^53.
+        limit = 1 << (52 - axes)
+        g = math.gcd(*(nums[i] for i in np.flatnonzero(carrying).tolist()))
+        if g > 0 and sum(nums) // g < limit:
+            ints = [x // g for x in nums]
+            return _Judge(lo, hi, live, exact, ints, np.array(ints, dtype=np.float64), g, 0, True)
+        n = int(lw.shape[0])
+        s = min(exact.k, 52 - axes - math.frexp(float(lw.sum()) + n)[1])
+        if s >= 0:
+            # lw >= nums / 2**k (normalised loads are exact or rounded up), so ceil(lw 2^s) 2^(k-s)
+            # bounds each exact load; the total is below (sum lw + n) 2^s < 2^(52 - axes).
+            up = np.ceil(np.ldexp(lw, s))
+            ints = up.astype(np.int64).tolist()
+            if sum(ints) < limit:
+                return _Judge(lo, hi, live, exact, ints, up, 1 << (exact.k - s), 0, True)
+        return _Judge(lo, hi, live, exact, nums, lw, 1, exact.k, False)
+
+    def start(self, combo: int, sub: IntArray) -> None:
+        """The next combination of value-set atoms and its compatible (live) queries."""
+        self._ci, self.sub = combo, sub
+
+    def threshold(self) -> int | float:
+        """In search loads: a row at or below it is no heavier than the best row (exactly)."""
+        if self.div == 0 or self.best < 0:
+            return self.best
+        return int(self.best) // self.div
+
+    def float_threshold(self) -> float:
+        t = self.threshold()
+        return float(t) if self.shift == 0 or t < 0 else float(Fraction(int(t), 1 << self.shift))
+
+    def lift(self, up: int | float) -> int | float:
+        """A bound on search loads as a bound on the exact loads."""
+        return up if self.div == 0 else int(up) * self.div
+
+    def lift_float(self, up: float) -> int | float:
+        if self.div == 0:
+            return up
+        return self.lift(math.ceil(Fraction(up) * (1 << self.shift)))
+
+    def rows(self, points: IntArray) -> float:
+        """Weigh rows (segment indices per box attribute) exactly over the current queries, keep
+        the heaviest, and return the new threshold."""
+        sub = self.sub
+        cover = np.all(
+            (self.lo[sub][None, :, :] <= points[:, None, :])
+            & (self.hi[sub][None, :, :] > points[:, None, :]),
+            axis=2,
+        )
+        self.weighed += int(points.shape[0])
+        totals: Sequence[float]
+        if self.exact is None:
+            totals = (cover.astype(np.float64) @ self.floats[sub]).tolist()
+        else:
+            totals = self.exact.totals(cover, self.live[sub])
+        i = max(range(len(totals)), key=lambda r: totals[r])
+        if totals[i] > self.best:
+            self.best, self.point, self.combo, self._pending = totals[i], points[i].copy(), self._ci, None
+        return self.threshold()
+
+    def clique(self, graph: _Graph, members: list[int]) -> float:
+        """Weigh a clique's common point (Helly); its weight itself when the search loads are exact
+        (the point, built once at the end, is covered by at least these boxes)."""
+        if not self.identity:
+            return self.rows(graph.point(members)[None, :])
+        weight = sum(graph.weights[b] for b in members)
+        if weight > self.best:
+            self.best, self.combo, self._pending, self.point = weight, self._ci, (graph, members), None
+        return self.threshold()
+
+    @property
+    def found(self) -> bool:
+        return self.point is not None or self._pending is not None
+
+    def witness(self) -> IntArray | None:
+        if self._pending is not None:
+            graph, members = self._pending
+            self.point, self._pending = graph.point(members), None
+        return self.point
+
+    def rows_float(self, points: IntArray) -> float:
+        self.rows(points)
+        return self.float_threshold()
+
+
 def _cells(
     lo: IntArray,
     hi: IntArray,
@@ -661,10 +904,12 @@ def _cells(
     sub: IntArray,
     floor: float,
     deadline: float | None,
+    judge: Callable[[IntArray], float] | None = None,
 ) -> tuple[IntArray | None, float, float, bool, int]:
     """The cell search (:class:`_Depth`) on the boxes ``sub``: ``(point, best, upper, exact, nodes)``,
     the point (segment indices per box attribute) None when no row beats ``floor``. Every box
-    attribute is compressed for these boxes; those they all span drop out."""
+    attribute is compressed for these boxes; those they all span drop out. ``judge`` (see
+    :class:`_Depth`) receives points as segment indices per box attribute."""
     keep_dims: list[int] = []
     kept_segs: list[IntArray] = []
     clo: list[IntArray] = []
@@ -676,9 +921,20 @@ def _cells(
             clo.append(a_lo)
             chi.append(a_hi)
         kept_segs.append(kept)
+    first = np.array([int(kept[0]) for kept in kept_segs], dtype=np.int64)
+
+    def original(points: IntArray) -> IntArray:
+        out = np.tile(first, (points.shape[0], 1))
+        for x, k in enumerate(keep_dims):
+            out[:, k] = kept_segs[k][points[:, x]]
+        return out
+
+    inner = None if judge is None else (lambda points: judge(original(points)))
     if not keep_dims:
         total = float(w[sub].sum())
         found = np.zeros(0, dtype=np.int64) if total > floor else None
+        if found is not None and judge is not None:
+            judge(first[None, :])
         p, value, up, ok, nodes = found, max(total, floor), total, True, 0
     else:
         solver = _Depth(
@@ -686,6 +942,7 @@ def _cells(
             np.stack(chi, axis=1),
             np.array([kept_segs[k].size for k in keep_dims], dtype=np.int64),
             w[sub],
+            inner,
         )
         p, value, up, ok = solver.run(floor, deadline)
         nodes = solver.nodes
@@ -745,32 +1002,23 @@ def max_depth(
             )
     masks &= lw > 0
     # Every comparison on integers (exact loads) or on the floats. A combination's load is its bound.
-    ints: Sequence[float]
-    if exact is not None:
-        ints = [exact.nums[i] for i in live.tolist()]
-        ub: Sequence[float] = exact.totals(masks, live)
-    else:
-        ints = lw.tolist()
-        ub = (masks.astype(np.float64) @ lw).tolist()
-        floats_exact = True
+    ub: Sequence[float] = (
+        exact.totals(masks, live) if exact is not None else (masks.astype(np.float64) @ lw).tolist()
+    )
     order = sorted(range(len(ub)), key=lambda i: -ub[i])
     carrying = np.asarray(masks.any(axis=0), dtype=bool)
-    graph = _Graph.of(lo, hi, sizes, ints, lw, carrying, route, floats_exact)
+    judge = _Judge.of(lo, hi, live, lw, exact, floats_exact, carrying, min(len(box), GRID_AXES))
+    graph = _Graph.of(lo, hi, sizes, judge.ints, lw, carrying, route, judge.floats_exact)
 
-    def as_float(v: float) -> float:
-        # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
-        return v if exact is None else float(Fraction(int(v), 1 << exact.k))
-
-    best: int | float = -1
-    best_cell: tuple[int, ...] | None = None
     nodes = 0
     upper: int | float = -1
     done = True
+    integral = exact is not None
     seen: set[bytes] = set()
     for rank, ci in enumerate(order):
-        if ub[ci] <= best:
+        if ub[ci] <= judge.best:
             break
-        if best_cell is not None and deadline is not None and _clock.now() > deadline:
+        if judge.found and deadline is not None and _clock.now() > deadline:
             upper, done = ub[ci], False
             break
         key = np.packbits(masks[ci]).tobytes()
@@ -778,47 +1026,60 @@ def max_depth(
             continue
         seen.add(key)
         sub = np.flatnonzero(masks[ci])
-        point: IntArray | None = None
-        value: int | float = best
-        up: int | float = best
+        judge.start(ci, sub)
+        up: int | float = judge.best
         ok = True
         if graph is not None:
-            cq = max_clique(graph.meets, graph.weights, graph.bits(sub), best, deadline, graph.node_limit)
+            cq = max_clique(
+                graph.meets,
+                graph.weights,
+                graph.bits(sub),
+                judge.threshold(),
+                deadline,
+                graph.node_limit,
+                lambda members: judge.clique(graph, members),
+            )
             nodes += cq.nodes
-            if cq.members is not None:
-                point, value = graph.point(cq.members), cq.best
-            up, ok = cq.upper, cq.exact
-            # Past its node budget (dyadic loads only), the cell search takes over from its best row.
+            up, ok = judge.lift(cq.upper), cq.exact
+            # Past its node budget (exact floats only), the cell search takes over from its best row.
             cells = not ok and graph.node_limit is not None and cq.nodes >= graph.node_limit
         else:
             cells = True
         if cells:
-            floor = as_float(max(best, value))
-            found, cell_value, cell_up, ok, cell_nodes = _cells(lo, hi, sizes, lw, sub, floor, deadline)
+            # (On loads the judge could not make exact in floats, the engine certifies the result.)
+            integral = integral and judge.floats_exact
+            _, _, cell_up, ok, cell_nodes = _cells(
+                lo, hi, sizes, judge.floats, sub, judge.float_threshold(), deadline, judge.rows_float
+            )
             nodes += cell_nodes
-            if found is not None:
-                point = found
-                value = cell_value if exact is None else round(math.ldexp(cell_value, exact.k))
-            up = cell_up if exact is None else math.ceil(math.ldexp(cell_up, exact.k))
-        if point is not None and value > best:
-            cell = [0] * len(c.attributes)
-            for k, j in enumerate(box):
-                cell[j] = int(point[k])
-            for k, j in enumerate(enum):
-                cell[j] = int(segs[k][combo[ci, k]])
-            best, best_cell = value, tuple(cell)
+            up = judge.lift_float(cell_up)
         if not ok:
             done = False
             rest = ub[order[rank + 1]] if rank + 1 < len(order) else -1
             upper = max(up, rest)
             break
-    if best_cell is None:
+    best = judge.best
+    best_cell: tuple[int, ...] | None = None
+    point = judge.witness()
+    if point is not None:
+        cell = [0] * len(c.attributes)
+        for k, j in enumerate(box):
+            cell[j] = int(point[k])
+        for k, j in enumerate(enum):
+            cell[j] = int(segs[k][combo[judge.combo, k]])
+        best_cell = tuple(cell)
+    else:
         # Nothing carries load (or nothing was reached): any row, value 0 when nothing carries load.
         best = 0 if max(ub, default=0) <= 0 else best
     if done:
         upper = best
     top = max(upper, best)
+
+    def as_float(v: float) -> float:
+        # (Integers of wide-ranging weights exceed the float range; their quotient does not.)
+        return v if exact is None else float(Fraction(int(v), 1 << exact.k))
+
     best_f = as_float(best)
     upper_f = float(top) if exact is None else float_up(Fraction(int(top), 1 << exact.k))
-    # Integral: the clique search compared the exact integers; the cell search only on exact floats.
-    return BoxOutcome(best_cell, best_f, max(upper_f, best_f), done, nodes, exact is not None)
+    # Integral: every row was weighed on the exact integers (the searches' loads bound them above).
+    return BoxOutcome(best_cell, best_f, max(upper_f, best_f), done, nodes, integral)

@@ -346,11 +346,11 @@ def _scalar(
         _, cell2 = sweep_2d(c, lw.loads, None if exact_floats else lw.units[0])
         return _finish(queries, c, c.row(cell2), lw, True, 0.0, "sweep2d")
     # -- boxes route: boxes / value sets over few atoms, exact weighted depth (overlapdp.overlap.boxes).
-    # Its clique search compares the exact loads as integers (MATH.md 7.5); its cell search sums floats
-    # (bounds, slabs, cumulative sums over corner entries: intermediates at most 2^g times the total
-    # load, g <= GRID_AXES the axes of its largest grid, never 2^d on d attributes), exact only on
-    # dyadic loads (MATH.md 7.8), where alone `auto` lets it run. A forced run on other loads that
-    # reached the cell search is certified against its error bound.
+    # Its searches compare integer loads bounding the exact ones from above, scaled once per workload
+    # so that the cell search's float sums (intermediates at most 2^g times the total load, g <=
+    # GRID_AXES) are exact, and weigh every row above their threshold on the exact integers (MATH.md
+    # 7.5, 7.8): `integral`. Only when no such scaling exists is the cell search certified against its
+    # error bound.
     total = float(lw.loads[c.live].sum())
     axes = min(len(c.attributes), box_route.GRID_AXES)
     box_bound = math.ldexp(total, axes)

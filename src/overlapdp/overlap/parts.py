@@ -94,6 +94,8 @@ def split(c: Compiled) -> Parts | None:
     fixed_values = cuts[hit_at[first_hit]]
     # Connected groups of the remaining attributes: components of the bipartite graph query - attribute.
     t = c.t
+    if not conflict_free.any() and int(np.bincount(query[first], minlength=t).max()) == d:
+        return None  # a query constrains every attribute: one group (no union-find needed)
     keep = ~conflict_free[aid] & first
     eq, ea = query[keep], aid[keep]
     label_q, label_a, groups = _components(t, d, eq, ea)
