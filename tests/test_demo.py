@@ -327,6 +327,7 @@ def test_install_step_says_what_it_does(tmp_path: Path) -> None:
     assert "--upgrade pip" not in third.stderr
 
 
+@pytest.mark.slow  # 3-5 s of CPU each (an odometer report on the demo ledger)
 @pytest.mark.parametrize("name", ["ledger.sqlite", "ledger.csv"])
 def test_account_and_report_read_the_demo_ledgers(
     demo_run: tuple[Path, DemoSummary], capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str

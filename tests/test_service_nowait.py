@@ -477,6 +477,7 @@ def _row_loads(charges: list[tuple[PredicateQuery | None, float]], rows: int, se
     )
 
 
+@pytest.mark.slow  # 4.1 s of CPU
 def test_a_cost_too_large_to_search_in_time_answers_with_safe_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """A /cost's spends and the batch's own overlap cost (exact searches over 1 000 mixed queries that
     take minutes from scratch) are searched within a share of the request's time budget, then given as
@@ -661,6 +662,7 @@ def _near_budget_filter() -> ServiceFilter:
     return f
 
 
+@pytest.mark.slow  # 3.7 s of CPU
 def test_the_time_budget_holds_inside_an_admission_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """Charges whose exact decision needs the overlap index's search (1 000 mixed 4-attribute charges
     held, the budget below the bounds' worst row: minutes uncut) are cut at the request's deadline, in
