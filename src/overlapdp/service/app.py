@@ -32,8 +32,7 @@ from starlette.exceptions import HTTPException
 
 from overlapdp.errors import BadRequest, MethodNotAllowed, NotFound, OverlapDPError, TooManyRequests
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA
-from overlapdp.service import _runtime as runtime
-from overlapdp.service import serving
+from overlapdp.service import definitions, serving
 from overlapdp.service.auth import AdminKey, AuthError
 from overlapdp.service.core import FieldRefused, QueryService, ServiceError, TooLarge
 from overlapdp.service.dashboard import install_dashboard
@@ -752,9 +751,9 @@ def _calibrated(
 
 def _parameter(body: QueryRequest | BatchRequest) -> tuple[float | None, str | None]:
     """The per-query amount the body gives, and its name (at most one of them)."""
-    given = [(getattr(body, n), n) for n in runtime.AMOUNTS if getattr(body, n) is not None]
+    given = [(getattr(body, n), n) for n in definitions.AMOUNTS if getattr(body, n) is not None]
     if len(given) > 1:
-        raise BadRequest("give one of " + ", ".join(repr(n) for n in runtime.AMOUNTS) + ", not several")
+        raise BadRequest("give one of " + ", ".join(repr(n) for n in definitions.AMOUNTS) + ", not several")
     return given[0] if given else (None, None)
 
 

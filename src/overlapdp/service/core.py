@@ -16,7 +16,7 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
   filters: a request that fails fails alone. When the commit itself fails, the filters are rolled back
   to the group's savepoint (undo records, never a rebuild) and every request of the group gets 503.
 - One admission path: the filters are the library's exact :class:`PrivacyFilter` through
-  :class:`overlapdp.service._runtime.ServiceFilter` (exact at the budget).
+  :class:`overlapdp.service.filters.ServiceFilter` (exact at the budget).
 - Nobody waits for someone else's search: no overlap search runs under the data set's lock. A
   spending request of up to :attr:`Limits.bounds_max` queries (a single query too) is first tried
   under the lock on each filter's lazy bounds alone (no search; an admission there is the exact
@@ -66,8 +66,7 @@ from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.mechanisms.consistency import NOTE, workload_design
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line, parse_query
 from overlapdp.query.aggregate import COUNT, Aggregate
-from overlapdp.service import _heap
-from overlapdp.service import _runtime as runtime
+from overlapdp.service import _heap, definitions, filters, logged_filter, sessions
 from overlapdp.service._dryrun import DryRunPool
 from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache, hash_token, new_token, same_hash
@@ -170,7 +169,7 @@ class _Prepared:
 
 #: (the analyst's filter, its snapshot), (the global filter, its snapshot)
 _Snapshots = tuple[
-    tuple[runtime.ServiceFilter, runtime.FilterSnapshot], tuple[runtime.ServiceFilter, runtime.FilterSnapshot]
+    tuple[filters.ServiceFilter, filters.FilterSnapshot], tuple[filters.ServiceFilter, filters.FilterSnapshot]
 ]
 
 #: What an admitted request returns.
@@ -189,7 +188,7 @@ class _Pending:
     true_counts: list[int] = field(default_factory=list)
     #: The released answers, drawn before the request joins a group (discarded if it is refused).
     noisy: list[dict[str, Any]] = field(default_factory=list)
-    mechanism: runtime.ServedMechanism | None = None
+    mechanism: definitions.ServedMechanism | None = None
     loads: list[float] = field(default_factory=list)
     session_id: str | None = None
     session_kind: str | None = None
@@ -202,7 +201,7 @@ class _Pending:
     worker_job: dict[str, Any] | None = None
     #: Per filter (0: the analyst's, 1: the global one), the request tried off the lock against a
     #: snapshot of it, settled under the lock by :func:`_decide`; None while it has none.
-    trials: list[runtime.Trial | None] = field(default_factory=lambda: [None, None])
+    trials: list[filters.Trial | None] = field(default_factory=lambda: [None, None])
     #: The filters whose decision needs a trial off the lock (or its trial brought up to date) before
     #: the request comes back under the lock (:class:`NeedsTrial`).
     needs: set[int] = field(default_factory=set)
@@ -215,7 +214,7 @@ class _Pending:
     projection: ProjectionJob | None = None
     #: Approximate DP: (the analyst's filter, its snapshot after the admission, the quota), for the
     #: answer's figures computed off the lock.
-    account: tuple[runtime.ServiceFilter, runtime.FilterSnapshot, float] | None = None
+    account: tuple[filters.ServiceFilter, filters.FilterSnapshot, float] | None = None
     done: bool = False
     result: Result | None = None
     error: BaseException | None = None
@@ -236,7 +235,7 @@ class _DatasetState:
 
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
         # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
-        self._group: dict[int, tuple[runtime.ServiceFilter, runtime.Savepoint]] = {}
+        self._group: dict[int, tuple[filters.ServiceFilter, logged_filter.Savepoint]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -245,18 +244,18 @@ class _DatasetState:
         self.last_seq = 0
         #: The record's definition and parameters the filters were built for (a change means a reset).
         self.built_for = (self.record.definition, self.record.params)
-        self.params = runtime.check_params(self.record.definition, self.record.params)
-        self.global_filter = runtime.make_filter(
+        self.params = definitions.check_params(self.record.definition, self.record.params)
+        self.global_filter = filters.ServiceFilter(
             schema, self.record.definition, self.record.budget, self.params
         )
-        self.analyst_filters: dict[str, runtime.QuotaFilter] = {}
+        self.analyst_filters: dict[str, filters.ServiceFilter] = {}
         self._parsed: dict[str, PredicateQuery] = {}
 
     @property
     def schema(self) -> Any:
         return self._schema
 
-    def touch(self, f: runtime.ServiceFilter) -> None:
+    def touch(self, f: filters.ServiceFilter) -> None:
         """Open a savepoint on ``f`` for the group being admitted (once per filter and group)."""
         if id(f) not in self._group:
             self._group[id(f)] = (f, f.savepoint())
@@ -271,10 +270,10 @@ class _DatasetState:
                 f.rollback(sp)
             f.recycle()  # filters replaced by adopted replicas: no savepoint of the group is left
 
-    def analyst_filter(self, analyst: str, quota: float = 0.0) -> runtime.QuotaFilter:
+    def analyst_filter(self, analyst: str, quota: float = 0.0) -> filters.ServiceFilter:
         f = self.analyst_filters.get(analyst)
         if f is None:
-            f = runtime.make_filter(self.schema, self.record.definition, quota, self.params)
+            f = filters.ServiceFilter(self.schema, self.record.definition, quota, self.params)
             self.analyst_filters[analyst] = f
         return f
 
@@ -383,11 +382,11 @@ class QueryService:
         budget: float,
         params: Mapping[str, Any] | None = None,
     ) -> AdminDatasetInfo:
-        """Register a data set served under ``definition`` (:data:`runtime.SERVED`) with a global
-        ``budget`` in its amount and its fixed ``params`` (:func:`runtime.check_params`)."""
+        """Register a data set served under ``definition`` (:data:`definitions.SERVED`) with a global
+        ``budget`` in its amount and its fixed ``params`` (:func:`definitions.check_params`)."""
         _check_name("data set name", name)
-        clean = runtime.check_params(definition, params)
-        budget = runtime.check_amount("budget", budget)
+        clean = definitions.check_params(definition, params)
+        budget = definitions.check_amount("budget", budget)
         check_engine(engine)
         loaded = load_dataset(name, path, schema, engine, pool=self.limits.engine_pool)
         record = DatasetRecord(
@@ -422,13 +421,13 @@ class QueryService:
     ) -> AdminDatasetInfo:
         """Change the global budget; the definition or its parameters (``params``: None keeps them under
         the same definition) only while the data set has no charges (the ledger refuses otherwise)."""
-        runtime.check_definition(definition)
-        budget = runtime.check_amount("budget", budget)
+        definitions.served(definition)
+        budget = definitions.check_amount("budget", budget)
         state = self._state(name)
         if params is None and definition == state.record.definition:
             clean = state.record.params
         else:
-            clean = runtime.check_params(definition, params)
+            clean = definitions.check_params(definition, params)
         try:
             self.store.set_budget(name, definition, budget, clean)
         except LedgerError as exc:
@@ -450,7 +449,7 @@ class QueryService:
         return {
             "name": rec.name,
             "definition": rec.definition,
-            "parameter": runtime.served(rec.definition).amount,
+            "parameter": definitions.served(rec.definition).amount,
             "parameters": dict(state.params),
             "schema": rec.schema,
             "available": state.loaded is not None,
@@ -465,7 +464,7 @@ class QueryService:
             "engine": rec.engine,
             "budget": rec.budget,
             "budget_epsilon_delta": EpsilonDelta(
-                **runtime.epsilon_delta(rec.definition, state.params, rec.budget)
+                **definitions.epsilon_delta(rec.definition, state.params, rec.budget)
             ),
             "rows": _rows(state),
         }
@@ -504,11 +503,15 @@ class QueryService:
             seq = state.last_seq
         per_analyst = {a: f.account(s, f.budget)[0] for a, (f, s) in snaps.items()}
         spent, left = glob.account(gsnap, rec.budget)
-        guarantee = runtime.global_guarantee(rec.definition, list(per_analyst.values()), spent, state.params)
+        guarantee = definitions.global_guarantee(
+            rec.definition, list(per_analyst.values()), spent, state.params
+        )
         return DatasetStatus(
             **admin,
             spent=spent,
-            spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(rec.definition, state.params, spent)),
+            spent_epsilon_delta=EpsilonDelta(
+                **definitions.epsilon_delta(rec.definition, state.params, spent)
+            ),
             remaining=left,
             spent_by_analyst=per_analyst,
             guarantee=Guarantee(**guarantee),
@@ -533,7 +536,7 @@ class QueryService:
         for ds, amount in quotas.items():
             if self.store.get_dataset(ds) is None:
                 raise NotFound(f"unknown data set {ds!r}")
-            clean[ds] = runtime.check_amount(f"quota for {ds!r}", amount)
+            clean[ds] = definitions.check_amount(f"quota for {ds!r}", amount)
         return clean
 
     def set_quota(self, analyst: str, dataset: str, quota: float) -> AnalystInfo:
@@ -596,14 +599,14 @@ class QueryService:
             if f is not None and snap is not None:
                 spent, left = f.account(snap, quota)  # off the lock
             else:
-                spent, left = 0.0, runtime.remaining(defn, quota, 0.0, params)
+                spent, left = 0.0, definitions.remaining(defn, quota, 0.0, params)
             per[ds] = QuotaInfo(
                 definition=defn,  # type: ignore[arg-type]  # checked at registration
                 quota=quota,
                 spent=spent,
                 remaining=left,
-                spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, spent)),
-                quota_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(defn, params, quota)),
+                spent_epsilon_delta=EpsilonDelta(**definitions.epsilon_delta(defn, params, spent)),
+                quota_epsilon_delta=EpsilonDelta(**definitions.epsilon_delta(defn, params, quota)),
             )
         return AnalystInfo(name=analyst.name, revoked=analyst.revoked, datasets=per)
 
@@ -690,13 +693,13 @@ class QueryService:
 
     def _mechanism(
         self, state: _DatasetState, parameter: float | None, given: str | None
-    ) -> runtime.ServedMechanism:
-        name = runtime.served(state.record.definition).amount
+    ) -> definitions.ServedMechanism:
+        name = definitions.served(state.record.definition).amount
         if parameter is None or (given is not None and given != name):
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
             )
-        return runtime.mechanism_for(state.record.definition, parameter, state.params)
+        return definitions.mechanism_for(state.record.definition, parameter, state.params)
 
     def _loaded(self, state: _DatasetState) -> LoadedDataset:
         if state.loaded is None:
@@ -925,9 +928,9 @@ class QueryService:
             pending.true_counts = loaded.counts(queries)
             if any(a.clipping is not None for a in aggregates):
                 sums = loaded.sums(queries, aggregates)
-                pending.noisy = runtime.noisy_aggregates(pending.true_counts, sums, aggregates, mech)
+                pending.noisy = definitions.noisy_aggregates(pending.true_counts, sums, aggregates, mech)
             else:
-                pending.noisy = runtime.noisy_counts(pending.true_counts, mech)
+                pending.noisy = definitions.noisy_counts(pending.true_counts, mech)
             _check_time(deadline)  # counted: nothing more is spent on a request out of time
             for answer, i, g in zip(pending.noisy, items, groups, strict=True):
                 if g is not None:  # recorded with the answer, so a replay returns the labels too
@@ -1005,7 +1008,7 @@ class QueryService:
             aggregates,
             request_hash,
             query_json,
-            runtime.load_of(state.record.definition, mech.parameter),
+            definitions.load_of(state.record.definition, mech.parameter),
         )
 
     @staticmethod
@@ -1053,7 +1056,7 @@ class QueryService:
         verdicts = []
         for f, snap in snaps:
             trial = f.trial(snap, pairs, deadline)
-            runtime.ServiceFilter.finish(trial)
+            filters.ServiceFilter.finish(trial)
             verdicts.append((trial.admitted, trial.upper, snap.budget))
         return {"prepared": prepared, "seq": seq, "built_for": built_for, "verdicts": verdicts}
 
@@ -1129,7 +1132,7 @@ class QueryService:
         for which, trial in enumerate(p.trials):
             p.trials[which] = None
             if trial is not None:
-                runtime.ServiceFilter.finish(trial)
+                filters.ServiceFilter.finish(trial)
         p.needs = set()
         reply = self.dry_runs.run(p.worker_job, _the(p.deadline))
         self._from_worker(state, p, reply)
@@ -1152,7 +1155,7 @@ class QueryService:
                 try:
                     p.trials[which] = f.advance(old, snap, pairs, p.deadline)
                 except BaseException:
-                    runtime.ServiceFilter.finish(old)
+                    filters.ServiceFilter.finish(old)
                     raise
 
     def open_session(
@@ -1174,8 +1177,8 @@ class QueryService:
         if kind not in ("sparse_vector", "guess_and_check"):
             raise QueryError(f"unknown session kind {kind!r}; use 'sparse_vector' or 'guess_and_check'")
         clean = _session_params(kind, params)
-        public, secret, epsilon = runtime.open_session(kind, clean, loaded.count)
-        cost = runtime.pure_to_definition(state.record.definition, epsilon, state.params)
+        public, secret, epsilon = sessions.open_session(kind, clean, loaded.count)
+        cost = definitions.pure_to_definition(state.record.definition, epsilon, state.params)
         pending = _Pending(
             analyst=analyst.name,
             kind="session",
@@ -1183,7 +1186,7 @@ class QueryService:
             request_hash=_fingerprint("session", dataset, kind, clean),
             queries=[None],
             query_json=[None],
-            loads=[runtime.load_of(state.record.definition, cost)],
+            loads=[definitions.load_of(state.record.definition, cost)],
             session_id=uuid.uuid4().hex,
             session_kind=kind,
             session_params=public,
@@ -1258,13 +1261,13 @@ class QueryService:
                 # a filter's bounds could not admit it, or its trial could not be settled without a
                 # search: tried (or brought up to date) off the lock, then settled under it
                 pending.error, pending.done = None, False
-                runtime.check_deadline(pending.deadline)
+                logged_filter.check_deadline(pending.deadline)
                 self._advance(state, pending)
         finally:
             for trial in pending.trials:
                 if trial is not None:
                     # replicas not adopted go back to their filters' pools (by this request, off the lock)
-                    runtime.ServiceFilter.finish(trial)
+                    filters.ServiceFilter.finish(trial)
         if pending.error is not None:
             raise pending.error
         if pending.account is not None and isinstance(pending.result, BatchAnswer):
@@ -1276,8 +1279,8 @@ class QueryService:
     def _joint_figures(
         state: _DatasetState,
         out: BatchAnswer,
-        f: runtime.ServiceFilter,
-        snap: runtime.FilterSnapshot,
+        f: filters.ServiceFilter,
+        snap: filters.FilterSnapshot,
         quota: float,
     ) -> BatchAnswer:
         """Approximate DP: an answer's spend and ``remaining`` as the rows' own figures (the worst row's
@@ -1287,7 +1290,7 @@ class QueryService:
         if joint is None:
             return out
         spent, left = joint
-        line = EpsilonDelta(**runtime.epsilon_delta(state.record.definition, state.params, spent))
+        line = EpsilonDelta(**definitions.epsilon_delta(state.record.definition, state.params, spent))
         return out.model_copy(update={"remaining": left, "spent_epsilon_delta": line})
 
     def _admit(self, state: _DatasetState, batch: list[_Pending]) -> None:
@@ -1362,7 +1365,11 @@ class QueryService:
         definition = state.record.definition
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
+            {
+                "definition": definition,
+                "queries": len(p.queries),
+                definitions.served(definition).amount: value,
+            }
         )
         # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
         # overlap search here: a filter is decided on its lazy bounds or by settling its trial; one that
@@ -1390,7 +1397,7 @@ class QueryService:
                 if not own_ok
                 else "the data set's global budget cannot pay for this request",
                 remaining=remaining,
-                spent_epsilon_delta=runtime.epsilon_delta(definition, state.params, spent),
+                spent_epsilon_delta=definitions.epsilon_delta(definition, state.params, spent),
                 quota_admits=own_ok,
                 global_admits=global_ok,
             )
@@ -1411,7 +1418,7 @@ class QueryService:
                     mechanism=p.mechanism.to_json(),
                     cost={
                         "definition": definition,
-                        runtime.served(definition).amount: p.loads[i],
+                        definitions.served(definition).amount: p.loads[i],
                         "load": p.loads[i],
                     },
                     answer=answer,
@@ -1435,7 +1442,7 @@ class QueryService:
             cost=cost,
             replayed=False,
             remaining=remaining,
-            spent_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, spent)),
+            spent_epsilon_delta=EpsilonDelta(**definitions.epsilon_delta(definition, state.params, spent)),
             consistent=_consistent_counts(p.noisy),
         ), seqs
 
@@ -1465,7 +1472,7 @@ class QueryService:
                 session=p.session_id,
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
-                cost={"definition": definition, runtime.served(definition).amount: load, "load": load},
+                cost={"definition": definition, definitions.served(definition).amount: load, "load": load},
                 answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,
@@ -1487,7 +1494,7 @@ class QueryService:
         loaded = self._loaded(state)
         query = p.queries[0]
         assert query is not None
-        answer, new_state, closed = runtime.session_step(
+        answer, new_state, closed = sessions.session_step(
             session.kind, session.params, session.state, loaded.count, query, p.step_arg
         )
         session.state = new_state
@@ -1525,24 +1532,30 @@ class QueryService:
         pairs = list(zip(p.queries, p.loads, strict=True))
         mine_run = mine.dry_run(mine_snap, pairs, p.deadline)
         trial = glob.trial(global_snap, pairs, p.deadline, bound=False)
-        runtime.ServiceFilter.finish(trial)
+        filters.ServiceFilter.finish(trial)
         definition = state.record.definition
-        batch = runtime.batch_cost(state.schema, pairs, definition, p.deadline)
+        batch = filters.batch_cost(state.schema, pairs, definition, p.deadline)
         batch_exact = batch.pop("exact")
-        runtime.check_deadline(p.deadline)
+        logged_filter.check_deadline(p.deadline)
         value = p.loads[0] if p.loads else 0.0
         cost = Cost.model_validate(
-            {"definition": definition, "queries": len(p.queries), runtime.served(definition).amount: value}
+            {
+                "definition": definition,
+                "queries": len(p.queries),
+                definitions.served(definition).amount: value,
+            }
         )
         after = mine_run.after
         return CostEstimate(
             cost=cost.model_copy(update={"batch": BatchCost(**batch)}),
             spent_after=after,
-            spent_after_epsilon_delta=EpsilonDelta(**runtime.epsilon_delta(definition, state.params, after)),
+            spent_after_epsilon_delta=EpsilonDelta(
+                **definitions.epsilon_delta(definition, state.params, after)
+            ),
             admissible=mine_run.admitted and trial.admitted,
             quota_admits=mine_run.admitted,
             global_admits=trial.admitted,
-            remaining=runtime.remaining(definition, quota, mine_run.before, state.params),
+            remaining=definitions.remaining(definition, quota, mine_run.before, state.params),
             exact=mine_run.exact and batch_exact,
         )
 
@@ -1571,7 +1584,7 @@ class QueryService:
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-#: The clock of the request deadlines (``time.monotonic``, as :func:`runtime.check_deadline`'s); tests
+#: The clock of the request deadlines (``time.monotonic``, as :func:`logged_filter.check_deadline`'s); tests
 #: replace it to make a step take time.
 _now = time.monotonic
 
@@ -1604,14 +1617,14 @@ def _check_time(deadline: float | None) -> None:
 CONSISTENT_CELL_LIMIT = 20_000
 
 
-def _settles(f: runtime.ServiceFilter, p: _Pending, which: int) -> bool:
+def _settles(f: filters.ServiceFilter, p: _Pending, which: int) -> bool:
     """Whether ``f``'s decision on ``p`` needs no trial brought up to date first (under the lock)."""
     trial = p.trials[which]
     return trial is None or f.settles(trial)
 
 
 def _decide(
-    f: runtime.ServiceFilter, p: _Pending, which: int, pairs: list[tuple[PredicateQuery | None, float]]
+    f: filters.ServiceFilter, p: _Pending, which: int, pairs: list[tuple[PredicateQuery | None, float]]
 ) -> bool | None:
     """Admit ``pairs`` into ``f`` or refuse them (under the admission lock): from the request's trial
     against a snapshot when it has one (:meth:`ServiceFilter.settle`: only the charges added since are
@@ -1719,7 +1732,7 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
                 f"a {kind} session does not use {str(name)[:60]!r}; its parameters are "
                 + ", ".join(repr(a) for a in allowed),
             )
-    eps = runtime.check_amount("epsilon", params.get("epsilon"))
+    eps = definitions.check_amount("epsilon", params.get("epsilon"))
     if kind == "sparse_vector":
         return {
             "epsilon": eps,
@@ -1729,7 +1742,7 @@ def _session_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
             "monotonic": bool(params.get("monotonic", False)),
         }
     tol = check_positive(params.get("tolerance"), "tolerance", error=QueryError)
-    eps_est = runtime.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
+    eps_est = definitions.check_amount("epsilon_estimates", params.get("epsilon_estimates", eps))
     failures = check_int(params.get("max_failures", 1), "max_failures", maximum=1_000_000, error=QueryError)
     # Each failed guess releases a count with Laplace scale max_failures / epsilon_estimates.
     laplace_scale(eps_est, failures, name="epsilon_estimates")
