@@ -8,25 +8,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from overlapdp.errors import Conflict as Conflict
-from overlapdp.errors import FieldRefused as FieldRefused
-from overlapdp.errors import NotFound as NotFound
-from overlapdp.errors import (
-    QueryError,
-)
-from overlapdp.errors import QuotaExceeded as QuotaExceeded
-from overlapdp.errors import ServiceError as ServiceError
-from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
-from overlapdp.errors import TooLarge as TooLarge
-from overlapdp.errors import Unavailable as Unavailable
+from overlapdp.errors import Conflict, NotFound, QueryError
 from overlapdp.service import definitions
 from overlapdp.service.auth import AuthError, hash_token, new_token, same_hash
 from overlapdp.service.datasets import check_engine, load_dataset
-from overlapdp.service.ledger import (
-    AnalystRecord,
-    DatasetRecord,
-    LedgerError,
-)
+from overlapdp.service.ledger import AnalystRecord, DatasetRecord, LedgerError
 from overlapdp.service.responses import (
     AdminDatasetInfo,
     AnalystCreated,

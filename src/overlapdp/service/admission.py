@@ -42,28 +42,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from overlapdp.errors import Conflict as Conflict
-from overlapdp.errors import FieldRefused as FieldRefused
-from overlapdp.errors import (
-    NeedsTrial,
-    OverlapDPError,
-)
-from overlapdp.errors import NotFound as NotFound
-from overlapdp.errors import QuotaExceeded as QuotaExceeded
-from overlapdp.errors import ServiceError as ServiceError
-from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
-from overlapdp.errors import TooLarge as TooLarge
-from overlapdp.errors import Unavailable as Unavailable
+from overlapdp.errors import Conflict, NeedsTrial, NotFound, OverlapDPError, QuotaExceeded, ServiceError
 from overlapdp.mechanisms.consistency import NOTE
 from overlapdp.query import PredicateQuery
 from overlapdp.service import _heap, definitions, filters, logged_filter, session_mechanisms
 from overlapdp.service.auth import AuthError
-from overlapdp.service.ledger import (
-    AdmissionTransaction,
-    ChargeRecord,
-    NewCharge,
-    SessionRecord,
-)
+from overlapdp.service.ledger import AdmissionTransaction, ChargeRecord, NewCharge, SessionRecord
 from overlapdp.service.responses import (
     Answer,
     BatchAnswer,

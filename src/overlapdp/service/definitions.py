@@ -27,10 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from overlapdp.mechanisms import (
-    add_noise,
-    noise_for,
-)
+from overlapdp.mechanisms import add_noise, noise_for
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, ZCDP, PureDP, check_delta
 from overlapdp.privacy.measures import DEFAULT_DELTA, MEASURES, FilterOptions, Measure

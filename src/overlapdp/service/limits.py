@@ -22,7 +22,7 @@ class Limits:
     #: batch and inside each overlap search (its effort limit is the time left).
     request_seconds: float = 10.0
     #: Requests one analyst may have in progress at once (over every endpoint); one more gets 429
-    #: with ``Retry-After`` before its body is read (:class:`overlapdp.service.app.AnalystGate`).
+    #: with ``Retry-After`` before its body is read (:class:`overlapdp.service.middleware.AnalystGate`).
     analyst_requests: int = 2
     #: Requests of at least this many queries (every request by default: a single query too, and a
     #: session's opening) never search under the admission lock: they are tried against a snapshot off

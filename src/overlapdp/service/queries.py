@@ -8,34 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from overlapdp.errors import Conflict as Conflict
-from overlapdp.errors import FieldRefused as FieldRefused
-from overlapdp.errors import NotFound as NotFound
-from overlapdp.errors import (
-    QueryError,
-    QueryTooComplexError,
-)
-from overlapdp.errors import QuotaExceeded as QuotaExceeded
-from overlapdp.errors import ServiceError as ServiceError
-from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
-from overlapdp.errors import TooLarge as TooLarge
-from overlapdp.errors import Unavailable as Unavailable
+from overlapdp.errors import NotFound, QueryError, QueryTooComplexError, TooLarge
 from overlapdp.mechanisms.consistency import workload_design
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line
 from overlapdp.query.aggregate import COUNT, Aggregate
 from overlapdp.service import definitions, filters, logged_filter, shared
 from overlapdp.service.admission import Admission
-from overlapdp.service.ledger import (
-    AnalystRecord,
-)
+from overlapdp.service.ledger import AnalystRecord
 from overlapdp.service.ledger.base import dumps
-from overlapdp.service.responses import (
-    BatchAnswer,
-    BatchCost,
-    Cost,
-    CostEstimate,
-    EpsilonDelta,
-)
+from overlapdp.service.responses import BatchAnswer, BatchCost, Cost, CostEstimate, EpsilonDelta
 from overlapdp.service.shared import (
     DatasetState,
     Pending,

@@ -8,13 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from overlapdp.mechanisms import (
-    GuessAndCheck,
-    MechanismError,
-    SnapshotError,
-    SparseVector,
-    ThresholdState,
-)
+from overlapdp.mechanisms import GuessAndCheck, MechanismError, SnapshotError, SparseVector, ThresholdState
 from overlapdp.privacy import BudgetError
 from overlapdp.query import PredicateQuery
 from overlapdp.service.definitions import check_amount

@@ -9,28 +9,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from overlapdp.errors import Conflict as Conflict
-from overlapdp.errors import FieldRefused as FieldRefused
-from overlapdp.errors import NotFound as NotFound
-from overlapdp.errors import (
-    QueryError,
-)
-from overlapdp.errors import QuotaExceeded as QuotaExceeded
-from overlapdp.errors import ServiceError as ServiceError
-from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
-from overlapdp.errors import TooLarge as TooLarge
-from overlapdp.errors import Unavailable as Unavailable
+from overlapdp.errors import FieldRefused, NotFound, QueryError
 from overlapdp.mechanisms.calibration import laplace_scale
 from overlapdp.service import definitions, session_mechanisms
-from overlapdp.service.ledger import (
-    AnalystRecord,
-)
+from overlapdp.service.ledger import AnalystRecord
 from overlapdp.service.queries import Queries
-from overlapdp.service.responses import (
-    SessionInfo,
-    SessionOpened,
-    SessionStep,
-)
+from overlapdp.service.responses import SessionInfo, SessionOpened, SessionStep
 from overlapdp.service.session_mechanisms import session_json
 from overlapdp.service.shared import Pending, check_key, fingerprint, recorded_query
 from overlapdp.validation import check_finite, check_int, check_positive

@@ -13,18 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from overlapdp.errors import Conflict as Conflict
-from overlapdp.errors import FieldRefused as FieldRefused
-from overlapdp.errors import NotFound as NotFound
-from overlapdp.errors import (
-    OverlapDPError,
-    QueryError,
-)
-from overlapdp.errors import QuotaExceeded as QuotaExceeded
-from overlapdp.errors import ServiceError as ServiceError
-from overlapdp.errors import TimeBudgetExceeded as TimeBudgetExceeded
-from overlapdp.errors import TooLarge as TooLarge
-from overlapdp.errors import Unavailable as Unavailable
+from overlapdp.errors import NotFound, OverlapDPError, QueryError, TimeBudgetExceeded, Unavailable
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.service import definitions, filters, logged_filter
@@ -32,18 +21,10 @@ from overlapdp.service._dryrun import DryRunPool
 from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache
 from overlapdp.service.datasets import LoadedDataset, load_dataset
-from overlapdp.service.ledger import (
-    DatasetRecord,
-    LedgerStore,
-)
+from overlapdp.service.ledger import DatasetRecord, LedgerStore
 from overlapdp.service.ledger.base import LoadRow, dumps
 from overlapdp.service.limits import Limits
-from overlapdp.service.responses import (
-    BatchAnswer,
-    CostEstimate,
-    SessionOpened,
-    SessionStep,
-)
+from overlapdp.service.responses import BatchAnswer, CostEstimate, SessionOpened, SessionStep
 
 # -- requests waiting for admission -------------------------------------------------------------------
 
