@@ -27,7 +27,7 @@ from overlapdp.service._projection import ProjectionPool
 from overlapdp.service.administration import Administration
 from overlapdp.service.auth import TokenCache
 from overlapdp.service.ledger import LedgerStore
-from overlapdp.service.limits import Limits as Limits
+from overlapdp.service.limits import Limits
 from overlapdp.service.sessions import Sessions
 from overlapdp.service.shared import DatasetState
 
