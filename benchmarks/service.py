@@ -582,7 +582,7 @@ def lock_hold(held: int = 10_000, repeats: int = 20) -> str:
     settle under the lock, the trial off it), medians after two warm-ups (the first trial builds the
     replica)."""
     from overlapdp.query import parse_where
-    from overlapdp.service._runtime import ServiceFilter
+    from overlapdp.service.filters import ServiceFilter
 
     schema = adult_schema()
     rng = random.Random(1)

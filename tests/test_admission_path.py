@@ -189,7 +189,7 @@ def test_filter_is_exact_at_the_budget_and_record_never_refuses() -> None:
 def test_filter_savepoints_and_budget_changes() -> None:
     f = PrivacyFilter(GRID, ZCDP(1.0))
     q1, q2 = parse_where(GRID, "a < 4"), parse_where(GRID, "a >= 2 AND b = 1")
-    from overlapdp.service._runtime import Charged
+    from overlapdp.service.logged_filter import Charged
 
     sp = f.savepoint()
     assert f.try_charge(Charged("zcdp", 0.75), q1, "x").admitted
@@ -219,7 +219,7 @@ def test_filter_decisions_match_exact_enumeration_near_the_budget(seed: int) -> 
     above or just below the remaining budget of their worst row: the adapter the service uses admits
     exactly when the brute-force exact maximum stays within the budget, and its spend is that exact
     maximum rounded up."""
-    from overlapdp.service._runtime import ServiceFilter
+    from overlapdp.service.filters import ServiceFilter
 
     rng = np.random.default_rng(seed)
     budget = [1.0, 0.3, 8192.0][seed]

@@ -448,9 +448,9 @@ def test_http_batch_flag(http: dict[str, Any]) -> None:
 def test_http_cell_limit_refuses_before_charging(
     http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import overlapdp.service.core as core
+    import overlapdp.service.queries as queries
 
-    monkeypatch.setattr(core, "CONSISTENT_CELL_LIMIT", 3)
+    monkeypatch.setattr(queries, "CONSISTENT_CELL_LIMIT", 3)
     client: TestClient = http["client"]
     headers = {"Authorization": f"Bearer {http['token']}"}
     body = {"queries": HTTP_QUERIES, "epsilon": 0.1, "consistent": True}

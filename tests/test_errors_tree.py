@@ -32,7 +32,7 @@ from overlapdp.errors import OverlapDPError
 SRC = Path(overlapdp.__file__).parent
 # A private control-flow signal of the ASGI body-size middleware: raised inside the receive callable and
 # caught by the same middleware, which answers 413 itself; never reaches a caller or a handler.
-PRIVATE_SIGNALS = {("overlapdp.service.app", "_BodyTooLarge")}
+PRIVATE_SIGNALS = {("overlapdp.service.middleware", "_BodyTooLarge")}
 
 
 def _modules() -> Iterator[tuple[str, Any, Path]]:

@@ -28,7 +28,7 @@ from overlapdp.mechanisms import (
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, Schema
 from overlapdp.schema.attributes import IntAttribute
-from overlapdp.service import _runtime as runtime
+from overlapdp.service import session_mechanisms
 
 SCHEMA = Schema((IntAttribute("i", 0, 19),))
 QUERIES = [
@@ -252,11 +252,15 @@ def test_restore_refuses_a_mechanism_that_has_answered_and_a_plain_dict(build: C
 
 
 def test_service_sessions_store_the_mechanism_snapshot_and_resume_from_it() -> None:
-    params, state, _ = runtime.open_session("sparse_vector", {"epsilon": 1.0, "max_positives": 1}, count)
+    params, state, _ = session_mechanisms.open_session(
+        "sparse_vector", {"epsilon": 1.0, "max_positives": 1}, count
+    )
     assert ThresholdState.from_json(state).mechanism == "sparse_vector"
     # Whatever rho the session drew, one far below pins the answer: restored, not drawn afresh.
     pinned = {**state, "threshold_noise": -(10**6), "queries": 2}
-    answer, after, closed = runtime.session_step("sparse_vector", params, pinned, count, QUERIES[0], 1000)
+    answer, after, closed = session_mechanisms.session_step(
+        "sparse_vector", params, pinned, count, QUERIES[0], 1000
+    )
     assert answer["outcome"] == "above" and closed
     assert after == {**pinned, "positives": 1, "queries": 3}
 
@@ -267,20 +271,24 @@ def test_service_resumes_a_session_stored_before_snapshots_named_their_mechanism
     raw = (
         {"epsilon": 1.0, "max_positives": 1} if kind == "sparse_vector" else {"epsilon": 1.0, "tolerance": 1}
     )
-    params, _, _ = runtime.open_session(kind, raw, count)
+    params, _, _ = session_mechanisms.open_session(kind, raw, count)
     old = {"threshold_noise": -(10**6), "positives": 0, "queries": 5}
     # count(q0) = 3: threshold 1000 / guess 1003 is far off, but rho = -10^6 makes it cross.
     arg = 1000 if kind == "sparse_vector" else 1003
-    answer, after, closed = runtime.session_step(kind, params, old, count, QUERIES[0], arg)
+    answer, after, closed = session_mechanisms.session_step(kind, params, old, count, QUERIES[0], arg)
     assert answer["outcome"] in ("above", "estimate") and closed
     assert after["threshold_noise"] == -(10**6) and after["queries"] == 6 and after["positives"] == 1
 
 
 def test_service_fails_internally_on_a_stored_state_of_another_mechanism() -> None:
-    params, _, _ = runtime.open_session("sparse_vector", {"epsilon": 1.0, "max_positives": 1}, count)
-    _, other, _ = runtime.open_session("sparse_vector", {"epsilon": 1.0, "max_positives": 2}, count)
+    params, _, _ = session_mechanisms.open_session(
+        "sparse_vector", {"epsilon": 1.0, "max_positives": 1}, count
+    )
+    _, other, _ = session_mechanisms.open_session(
+        "sparse_vector", {"epsilon": 1.0, "max_positives": 2}, count
+    )
     with pytest.raises(RuntimeError, match="does not fit"):  # the ledger's fault: a 500, not a 400
-        runtime.session_step("sparse_vector", params, other, count, QUERIES[0], 1)
+        session_mechanisms.session_step("sparse_vector", params, other, count, QUERIES[0], 1)
 
 
 def private_writes(source: str) -> list[tuple[int, str]]:

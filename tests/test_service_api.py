@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.core import FieldRefused
-from support.service import ADMIN_TOKEN, in_process, write_adult
+from support.service import ADMIN_TOKEN, api_routes, in_process, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -66,7 +66,7 @@ def _valid_body(path: str) -> dict[str, Any] | None:
 
 def _analyst_calls(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
     calls = []
-    for route in world["app"].routes:
+    for route in api_routes(world["app"]):
         if (
             not isinstance(route, APIRoute)
             or not route.path.startswith("/v1/")
@@ -112,7 +112,7 @@ def test_every_analyst_endpoint_refuses_missing_wrong_and_revoked_tokens(world: 
 def test_admin_endpoints_refuse_analyst_tokens(world: dict[str, Any]) -> None:
     client: TestClient = world["client"]
     admin_routes = [
-        r for r in world["app"].routes if isinstance(r, APIRoute) and r.path.startswith("/v1/admin")
+        r for r in api_routes(world["app"]) if isinstance(r, APIRoute) and r.path.startswith("/v1/admin")
     ]
     assert len(admin_routes) >= 8
     for route in admin_routes:
@@ -463,7 +463,7 @@ def _declares_fields(spec: dict[str, Any], schema: dict[str, Any]) -> bool:
 
 def test_openapi_declares_a_response_schema_for_every_route(world: dict[str, Any]) -> None:
     spec = world["client"].get("/openapi.json").json()
-    routes = [r for r in world["app"].routes if isinstance(r, APIRoute) and r.include_in_schema]
+    routes = [r for r in api_routes(world["app"]) if isinstance(r, APIRoute) and r.include_in_schema]
     assert len(routes) >= 20
     for route in routes:
         for method in route.methods:
@@ -480,7 +480,7 @@ def test_openapi_declares_a_response_schema_for_every_route(world: dict[str, Any
                 assert {"error", "detail"} <= set(error["properties"]), (method, route.path, code)
     # Routes left out of the description are the dashboard's static page and script, and /docs (Swagger
     # UI from the package's assets, service/docs.py) only.
-    hidden = {r.path for r in world["app"].routes if isinstance(r, APIRoute) and not r.include_in_schema}
+    hidden = {r.path for r in api_routes(world["app"]) if isinstance(r, APIRoute) and not r.include_in_schema}
     assert hidden == {"/dashboard", "/dashboard/app.js", "/docs"}
 
 
@@ -621,7 +621,7 @@ def _guide_endpoint_table() -> set[tuple[str, str]]:
 def test_the_guide_endpoint_table_lists_every_route(world: dict[str, Any]) -> None:
     routes = {
         (method, route.path)
-        for route in world["app"].routes
+        for route in api_routes(world["app"])
         if isinstance(route, APIRoute) and route.include_in_schema
         for method in route.methods
     }
@@ -664,7 +664,7 @@ def test_every_request_body_of_the_guide_is_valid_and_every_field_is_documented(
     exactly these names), every route with a body has an example, and every body field is named."""
     jsonschema_rs = pytest.importorskip("jsonschema_rs")
     spec = world["client"].get("/openapi.json").json()
-    routes = [r for r in world["app"].routes if isinstance(r, APIRoute) and r.include_in_schema]
+    routes = [r for r in api_routes(world["app"]) if isinstance(r, APIRoute) and r.include_in_schema]
     with_body = {(m, r.path) for r in routes for m in r.methods if r.body_field is not None}
     shown = set()
     for method, path, body in _guide_curl_calls():

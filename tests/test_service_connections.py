@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving
-from overlapdp.service import core as service_core
+from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving, shared
 from overlapdp.service.client import Client, ServiceRefused
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
@@ -194,7 +193,7 @@ def test_parsing_counts_against_the_time_budget(tmp_path: Path, monkeypatch: Any
         alice = Client(world["url"], world["tokens"]["alice"], retries=0)
         start = time.monotonic()
         ticks = itertools.count()
-        monkeypatch.setattr(service_core, "_now", lambda: start + next(ticks))
+        monkeypatch.setattr(shared, "_now", lambda: start + next(ticks))
         queries = [f"age BETWEEN 20 AND {21 + i}" for i in range(50)]
         with pytest.raises(ServiceRefused) as refused:
             alice.cost("adult", queries, epsilon=0.01)

@@ -27,8 +27,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from overlapdp.privacy.definitions import RDP, TCDP, ZCDP
-from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
-from overlapdp.service import _runtime as runtime
+from overlapdp.service import AdminKey, QueryService, create_app, definitions, logged_filter, open_ledger
 from overlapdp.service.client import AdminClient, Client, QuotaExceeded
 from support.service import ADMIN_TOKEN, REPO, free_port, write_adult
 
@@ -165,7 +164,7 @@ def _until_refused(w: World, token: str, amount_name: str, amount: float) -> int
 @pytest.mark.parametrize("definition", list(CASES))
 def test_each_definition_is_served_end_to_end(world: World, definition: str) -> None:
     params, amount, quota, most = CASES[definition]
-    name = runtime.served(definition).amount
+    name = definitions.served(definition).amount
     info = _register(world, definition, params, 100 * quota)
     assert info["definition"] == definition and info["parameter"] == name
     assert info["parameters"]["delta"] == params.get("delta", DELTA)
@@ -433,7 +432,7 @@ def test_replayed_copies_of_a_gdp_charge_compose_in_l2() -> None:
     from overlapdp.privacy.definitions import GDP
 
     f, q = _grid_filter(GDP(10.0))
-    f.record(runtime.Charged("gdp", 0.3), q, "g", times=11)
+    f.record(logged_filter.Charged("gdp", 0.3), q, "g", times=11)
     exact = 11 * Fraction(0.3) ** 2
     value = f.value()
     assert Fraction(value) ** 2 >= exact and Fraction(math.nextafter(value, 0)) ** 2 < exact
@@ -442,7 +441,7 @@ def test_replayed_copies_of_a_gdp_charge_compose_in_l2() -> None:
 def test_replayed_copies_of_an_rdp_charge_never_report_below_their_exact_sum() -> None:
     """9 copies of 0.1 are 9 * Fraction(0.1) > 0.9: the old replay's float 9 * 0.1 = 0.9 under-reported."""
     f, q = _grid_filter(RDP((8.0,), (10.0,)))
-    f.record(runtime.Charged("rdp", 0.1, 8.0), q, "r", times=9)
+    f.record(logged_filter.Charged("rdp", 0.1, 8.0), q, "r", times=9)
     (value,) = f.value()
     exact = 9 * Fraction(0.1)
     assert Fraction(value) >= exact and Fraction(math.nextafter(value, 0)) < exact
@@ -457,7 +456,7 @@ def test_filter_budgets_of_every_definition_change_in_place() -> None:
         (ApproxDP(0.25, 1e-6), ApproxDP(0.5, 1e-6), 0.25, "approx"),
     ]:
         f, q = _grid_filter(budget)
-        charge = runtime.Charged(definition, amount, 8.0)
+        charge = logged_filter.Charged(definition, amount, 8.0)
         assert f.try_charge(charge, q, "x").admitted
         assert not f.try_charge(charge, q, "y").admitted
         f.set_budget(raised)
@@ -510,4 +509,4 @@ def test_the_api_literals_list_the_measures() -> None:
     from overlapdp.service.responses import AmountName, DefinitionName
 
     assert get_args(DefinitionName) == tuple(m.name for m in MEASURES)
-    assert set(get_args(AmountName)) == {m.amount for m in MEASURES} == set(runtime.AMOUNTS)
+    assert set(get_args(AmountName)) == {m.amount for m in MEASURES} == set(definitions.AMOUNTS)

@@ -16,7 +16,7 @@ from overlapdp.errors import QuotaExceeded
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.service import QueryService, _heap, open_ledger
-from overlapdp.service._runtime import ServiceFilter
+from overlapdp.service.filters import ServiceFilter
 from support.service import write_adult
 
 

@@ -25,7 +25,7 @@ from overlapdp.privacy.definitions import PureDP
 from overlapdp.privacy.mechanisms import OpaqueApproxDP
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_query
-from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+from overlapdp.service import AdminKey, QueryService, create_app, open_ledger, shared
 from overlapdp.service import core as service_core
 from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.core import ServiceError
@@ -224,7 +224,7 @@ def test_a_failing_request_fails_alone_and_the_filters_are_never_rebuilt(
     state = service._state("adult")
 
     resets: list[int] = []
-    monkeypatch.setattr(service_core._DatasetState, "reset", lambda self: resets.append(1))
+    monkeypatch.setattr(shared.DatasetState, "reset", lambda self: resets.append(1))
     full_reads: list[int] = []
     real_loads_since = type(service.store).loads_since
 

@@ -37,7 +37,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
-from overlapdp.service._runtime import ServiceFilter
+from overlapdp.service.filters import ServiceFilter
 from support.service import ADMIN_TOKEN, write_adult
 
 GRID = Schema((IntAttribute("a", 0, 7), IntAttribute("b", 0, 3)))
@@ -530,7 +530,7 @@ def test_a_cost_too_large_to_search_in_time_answers_with_safe_bounds(monkeypatch
 
 def runtime_batch_cost(charges: list[tuple[PredicateQuery | None, float]], deadline: float) -> dict[str, Any]:
     from overlapdp.samples import adult_schema
-    from overlapdp.service._runtime import batch_cost
+    from overlapdp.service.filters import batch_cost
 
     return batch_cost(adult_schema(), charges, "pure", deadline)
 
@@ -729,7 +729,7 @@ def test_a_charge_of_remaining_on_every_row_is_admitted(definition: str, seed: i
     row) is admitted, computed from the exact spend and from the bound an answer uses. Approximate DP:
     the filter's value is the smaller of two rules' epsilons, and quota - spent overstated the room
     (4.46 reported after 100 charges of 0.01 on one row of a budget of 5, where 4.0 is refused)."""
-    from overlapdp.service._runtime import remaining
+    from overlapdp.service.definitions import remaining
 
     rng = random.Random(seed)
     budget = 5.0
@@ -900,7 +900,7 @@ def test_concurrent_trials_near_the_budget_wait_for_a_pooled_replica(monkeypatch
     monkeypatch.setattr(ServiceFilter, "__init__", counted)
     # The third request's wait for a replica (1 s in service) made long: the give-back below comes
     # after this thread's 0.3 s pause, which a loaded machine can stretch past 1 s (a bound on a hang)
-    monkeypatch.setattr("overlapdp.service._runtime._POOL_WAIT", 600.0)
+    monkeypatch.setattr("overlapdp.service.filters._POOL_WAIT", 600.0)
     batch = [(_query(rng), 0.05)]
     held = [f.trial(f.snapshot(), batch) for _ in range(2)]  # two requests hold their replicas
     assert built[0] == 2

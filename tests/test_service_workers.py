@@ -36,9 +36,9 @@ import pytest
 
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving
-from overlapdp.service._runtime import ServiceFilter
 from overlapdp.service.client import Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.embedded import _free_port
+from overlapdp.service.filters import ServiceFilter
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
 from support.service import write_adult
 

@@ -174,3 +174,19 @@ for _name in list(LedgerStore.__abstractmethods__):
     if _name != "admission":
         setattr(FailingCommit, _name, lambda self, *a, _n=_name, **k: getattr(self.inner, _n)(*a, **k))
 FailingCommit.__abstractmethods__ = frozenset()
+
+
+def api_routes(app: Any) -> list[Any]:
+    """Every :class:`fastapi.routing.APIRoute` of ``app`` in order, those of its included routers too
+    (the service has one router per resource, ``service/routes/``): FastAPI before 0.16x copies an
+    included router's routes into ``app.routes``; later versions keep the router there as one entry
+    holding them (``original_router``)."""
+    from fastapi.routing import APIRoute
+
+    out: list[Any] = []
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            out.append(route)
+        elif hasattr(route, "original_router"):
+            out.extend(api_routes(route.original_router))
+    return out

@@ -4,7 +4,7 @@
 solver below it compares ``now()`` with that same deadline (DESIGN.md, the effort limit). Wall-clock
 (``time.monotonic``), not CPU time: the limit bounds the caller's wait, which includes time lost to
 other processes on a loaded machine. The service's request deadlines are read on it too
-(``overlapdp.service._runtime``): a search's effort is the time left before one. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
+(``overlapdp.service.filters``): a search's effort is the time left before one. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
 ...)``) to drive a deadline without sleeping, so callers read it as ``_clock.now()``, never as an
 imported name.
 """

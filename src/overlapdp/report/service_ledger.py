@@ -6,7 +6,7 @@ query as JSON, the mechanism and the cost as JSON, the time. The demo writes the
 ``ledger.csv`` (:meth:`~overlapdp.service.client.AdminClient.full_ledger`, structured cells as JSON).
 
 Each row becomes the charge the service admitted, by the guarantee it charged (its cost's per-row
-load in the data set's definition: ``service/_runtime.py``, ``ServedMechanism``), never less:
+load in the data set's definition: ``service/definitions.py``, ``ServedMechanism``), never less:
 
 - pure DP and approximate DP: the discrete Laplace's pure epsilon (an (epsilon, 0) charge);
 - zCDP and tCDP: rho-zCDP (the discrete Gaussian; (rho, inf)-tCDP, MATH.md 5.9);

@@ -11,15 +11,16 @@ from overlapdp._lazy import lazy_exports
 if TYPE_CHECKING:
     from overlapdp.service.app import create_app
     from overlapdp.service.auth import AdminKey, AuthError
-    from overlapdp.service.core import Limits, QueryService, ServiceError
+    from overlapdp.service.core import QueryService, ServiceError
     from overlapdp.service.ledger import LedgerError, LedgerStore, open_ledger
+    from overlapdp.service.limits import Limits
 
 # Public name -> submodule that defines it, imported on first use (overlapdp/_lazy.py).
 _EXPORTS = {
     "create_app": "app",
     "AdminKey": "auth",
     "AuthError": "auth",
-    "Limits": "core",
+    "Limits": "limits",
     "QueryService": "core",
     "ServiceError": "core",
     "LedgerError": "ledger",

@@ -46,7 +46,7 @@ _now = time.monotonic
 class DryRunPool(WorkerPool):
     """``size`` worker processes answering dry runs (and preparing large batches) over the ledger at
     ``ledger_url`` (:class:`~overlapdp.service._workers.WorkerPool`, eager: started with the service,
-    each replaced when killed); ``limits``: the service's :class:`~overlapdp.service.core.Limits`
+    each replaced when killed); ``limits``: the service's :class:`~overlapdp.service.limits.Limits`
     (the workers' own, without workers of theirs).
 
     Counters (figures and tests): ``answered`` jobs, ``spawned`` and ``killed`` workers."""

@@ -102,8 +102,9 @@ def main() -> None:
     with contextlib.suppress(OSError):
         os.nice(19)
     os.environ["OVERLAPDP_SERVED"] = "1"
-    from overlapdp.service.core import Limits, QueryService
+    from overlapdp.service.core import QueryService
     from overlapdp.service.ledger import open_ledger
+    from overlapdp.service.limits import Limits
 
     ledger, settings = sys.argv[1], json.loads(sys.argv[2])
     service = QueryService(open_ledger(ledger), limits=Limits(**settings))

@@ -14,7 +14,7 @@ installs httptools) and, per connection:
   it was opened or after its last response (idle time included; keep-alive still closes an idle
   connection sooner), and with 431 once they pass ``max_header_bytes``;
 - stamps the time a request's first byte arrived into its scope (``overlapdp.arrived``): its time
-  budget starts there, so reading its body (:class:`overlapdp.service.app.RequestClock`) and every
+  budget starts there, so reading its body (:class:`overlapdp.service.middleware.RequestClock`) and every
   later step count against it;
 - holds at most ``max_connections`` connections in all: at the limit a new connection evicts the
   oldest one that has not sent a complete request yet (the slow-header kind; an analyst's request
@@ -24,7 +24,7 @@ installs httptools) and, per connection:
   limit each client, see docs/service.md).
 
 The body of a request is read by the application within the request's time budget
-(:class:`overlapdp.service.app.RequestClock`), not here.
+(:class:`overlapdp.service.middleware.RequestClock`), not here.
 """
 
 from __future__ import annotations

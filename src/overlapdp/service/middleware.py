@@ -1,0 +1,239 @@
+"""The service's ASGI middleware: a body size limit (:class:`BodyLimit`), each request's time budget
+from its arrival (:class:`RequestClock`) and the analysts' requests in progress (:class:`AnalystGate`)."""
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from overlapdp.errors import OverlapDPError, TooManyRequests
+from overlapdp.service import serving
+from overlapdp.service.auth import AuthError
+from overlapdp.service.ledger import AnalystRecord
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI middleware: a body longer than ``limit`` bytes gets 413 before the endpoint sees it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_long = int(value) > self.limit
+                except ValueError:
+                    too_long = True
+                if too_long:
+                    await _too_large(send, self.limit)
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await _too_large(send, self.limit)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+#: The scope key holding a request's deadline (a :data:`serving.clock` time).
+DEADLINE = "overlapdp.deadline"
+
+
+class RequestClock:
+    """ASGI middleware: each request's deadline is ``seconds`` after its arrival (stamped by the
+    connection guard when served, :mod:`overlapdp.service.serving`; else when the application is
+    called), kept in the scope for the endpoints. The body must be read by then: a body still
+    arriving at the deadline is cut (the application sees the client gone) and the request gets 503
+    ``TimeBudgetExceeded``, nothing charged. A slow body thus holds its connection no longer than the
+    request's time budget, whatever server runs the application."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrived = scope.get(serving.ARRIVED)
+        deadline = (serving.clock() if arrived is None else float(arrived)) + self.seconds
+        scope[DEADLINE] = deadline
+        late = False
+        body_done = False
+        started = False
+
+        async def timed_receive() -> Message:
+            nonlocal late, body_done
+            if body_done:
+                return await receive()  # e.g. waiting for a disconnect: not the body's time
+            left = deadline - serving.clock()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), left)
+            except TimeoutError:
+                late = True
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if late:
+                return  # whatever the application answers to the cut body, the answer is the 503
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, timed_receive, tracking_send)
+        if late and not started:
+            body = json.dumps(
+                {
+                    "error": "TimeBudgetExceeded",
+                    "detail": "the request body did not arrive within the request's time budget; "
+                    "nothing was charged",
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+
+class AnalystGate:
+    """ASGI middleware: at most ``limit`` requests of one analyst in progress at once, over every
+    analyst endpoint; one more gets 429 ``TooManyRequests`` with ``Retry-After`` (``retry_after``
+    seconds) before its body is read, so an analyst's parallel requests cannot take the server's
+    threads and processors from the others. The token is checked here (a cached hash); a request
+    without a valid analyst token goes on to the endpoint, which answers 401 (or checks the admin
+    token)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticate: Callable[[str | None], AnalystRecord],
+        limit: int,
+        retry_after: int = 1,
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.limit = limit
+        self.retry_after = retry_after
+        self._lock = threading.Lock()
+        self.running: dict[str, int] = {}
+        #: Requests refused with 429 (figures and tests).
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        who = self._analyst(scope) if scope["type"] == "http" and self.limit > 0 else None
+        if who is None:
+            await self.app(scope, receive, send)
+            return
+        with self._lock:
+            busy = self.running.get(who, 0)
+            if busy >= self.limit:
+                self.refused += 1
+            else:
+                self.running[who] = busy + 1
+        if busy >= self.limit:
+            await self._refuse(send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            with self._lock:
+                left = self.running.get(who, 1) - 1
+                if left > 0:
+                    self.running[who] = left
+                else:
+                    self.running.pop(who, None)
+
+    def _analyst(self, scope: Scope) -> str | None:
+        path = str(scope.get("path", ""))
+        if not path.startswith("/v1/") or path.startswith("/v1/admin"):
+            return None
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer":
+                    return None
+                try:
+                    return self.authenticate(token.strip()).name
+                except (AuthError, OverlapDPError):
+                    return None  # the endpoint answers 401
+        return None
+
+    async def _refuse(self, send: Send) -> None:
+        err = TooManyRequests(
+            f"this analyst already has {self.limit} requests in progress; retry after "
+            f"{self.retry_after} s (nothing was read or charged)"
+        )
+        body = json.dumps(
+            {"error": type(err).__name__, "detail": str(err), "retry_after": self.retry_after}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 429,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", str(self.retry_after).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = json.dumps({"error": "TooLarge", "detail": f"the request body exceeds {limit} bytes"}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
