@@ -566,28 +566,9 @@ class WorkloadAnswers:
 
 
 def _answer_json(a: NoisyAnswer | NoisySum | NoisyMean) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": a.query_id,
-        "answer": a.value,
-        "error_bar": {"level": a.level, "low": a.low, "high": a.high},
-    }
-    if isinstance(a, NoisySum):
-        out.update(aggregate="sum", **a.clipping.to_json())
-        out.update(sensitivity=a.sensitivity * a.clipping.step, noise=a.noise.describe(), noise_std=a.std)
-    elif isinstance(a, NoisyMean):
-        out.update(aggregate="mean", **a.sum.clipping.to_json())
-        out["parts"] = {
-            "split": "half the query's budget each",
-            "sum": {
-                "answer": a.sum.value,
-                "error_bar": {"level": a.sum.level, "low": a.sum.low, "high": a.sum.high},
-            },
-            "count": {
-                "answer": a.count.value,
-                "error_bar": {"level": a.count.level, "low": a.count.low, "high": a.count.high},
-            },
-        }
-    return out
+    """An answer in the CLI's JSON: the answer's own ``to_json`` (one shape, ``answer`` and
+    ``error_bar``, for the library and the CLI)."""
+    return dict(a.to_json())
 
 
 def answer_workload(
