@@ -232,10 +232,13 @@ def _error_bar(interval: Any, level: Any = 0.95) -> dict[str, Any]:
 
 def _with_error_bars(data: Any) -> Any:
     """Add ``error_bar`` beside a released ``ci95`` (the service's intervals are 95%) and beside each
-    ``interval`` of a mean's ``parts`` (a recorded answer keeps the JSON it was recorded with)."""
+    ``interval`` of a mean's ``parts``, and a count's ``answer`` beside its ``count``: a recorded answer
+    keeps the JSON it was recorded with (older ledgers have neither), a replay gets today's names."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
+    if out.get("count") is not None and out.get("answer") is None and out.get("aggregate") is None:
+        out["answer"] = out["count"]
     if out.get("ci95") is not None and "error_bar" not in out:
         out["error_bar"] = _error_bar(out["ci95"])
     parts = out.get("parts")
@@ -250,17 +253,26 @@ def _with_error_bars(data: Any) -> Any:
 
 class Answer(Out):
     """One released noisy count with its standard deviation, 95% ``error_bar`` and noise, and its charge; or a
-    noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``, the value in
-    ``answer``; a mean's two halves in ``parts``), charged as a count of the same rows."""
+    noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``; a mean's two halves in
+    ``parts``), charged as a count of the same rows. The noisy value is ``answer`` whatever the aggregate,
+    as in the CLI's JSON and the DataFrames (a count's ``count`` is its deprecated older name)."""
 
     charge: str = Field(description="the ledger id of the charge")
     seq: int = Field(description="the ledger position of the charge")
-    count: int | None = omitted("the noisy count (a count query)")
+    answer: int | float = Field(
+        description="the noisy value: a count's noisy count (an integer), or a sum's or mean's clipped"
+        " noisy value in the column's units"
+    )
+    count: int | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        deprecated=True,
+        description="deprecated: a count's answer (kept for older clients; left out for a sum or mean)",
+    )
     aggregate: Literal["sum", "mean"] | None = omitted("a sum or mean (left out for a count)")
     of: str | None = omitted("a sum or mean: the attribute")
     bounds: tuple[float, float] | None = omitted("a sum or mean: the declared clipping bounds")
     step: float | None = omitted("a sum or mean: the resolution")
-    answer: float | None = omitted("a sum or mean: the noisy value (clipped, in the column's units)")
     stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
     error_bar: ErrorBar
     ci95: tuple[int, int] | tuple[float, float] = Field(
