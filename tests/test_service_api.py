@@ -276,7 +276,7 @@ def test_client_round_trip_returns_dataframes(live: dict[str, Any]) -> None:
         "low",
         "high",
         "level",
-        "stddev",
+        "noise_std",
     ]
     # Every query here covers the rows aged 35 to 39, whose load is then the sum under any accountant.
     many = carol.batch(

@@ -180,12 +180,16 @@ def test_http_names_a_counts_value_answer_and_keeps_count_deprecated(
     assert [a.get("aggregate") for a in batch] == [None, "sum", "mean"]
     assert all(a["error_bar"]["low"] <= a["answer"] <= a["error_bar"]["high"] for a in batch)
     assert "count" in batch[0] and "count" not in batch[1] and "count" not in batch[2]
+    # the noise's standard deviation: noise_std, as in the CLI's JSON and a plan (stddev deprecated)
+    assert batch[0]["noise_std"] == batch[0]["stddev"] > 0 and batch[1]["noise_std"] > 0
+    assert all(batch[2]["parts"][p]["noise_std"] > 0 for p in ("sum", "count"))
     cells = client.post(
         "/v1/datasets/adult/query", headers=headers, json={**body, "group_by": ["sex"]}
     ).json()["answers"]
     assert all(isinstance(c["answer"], int) and c["count"] == c["answer"] for c in cells)
     spec = client.get("/openapi.json").json()["components"]["schemas"]["Answer"]
     assert "answer" in spec["required"] and spec["properties"]["count"].get("deprecated") is True
+    assert spec["properties"]["stddev"].get("deprecated") is True
     assert not spec["properties"]["answer"].get("deprecated")
 
 
@@ -207,6 +211,9 @@ def test_the_client_tables_name_the_value_answer(tmp_path: Path) -> None:
         with pytest.warns(DeprecationWarning, match="'count' is now 'answer'"):
             old = one["count"]
         assert old.tolist() == one["answer"].tolist()
+        with pytest.warns(DeprecationWarning, match="'stddev' is now 'noise_std'"):
+            assert mixed["stddev"].equals(mixed["noise_std"])
+        assert "stddev" not in mixed.columns and (mixed["noise_std"][:2] > 0).all()  # a mean's: see parts
         ann.close()
         admin.close()
 
@@ -250,4 +257,5 @@ def test_the_library_and_cli_json_name_the_value_answer(
     code, out, err = run(args, capsys)
     assert code == 0, err
     (printed,) = json.loads(out)["answers"]
-    assert set(printed) >= {"id", "answer", "error_bar"} and "value" not in printed and "count" not in printed
+    assert set(printed) >= {"id", "answer", "error_bar", "noise_std"} and "value" not in printed
+    assert "count" not in printed and "std" not in printed and "stddev" not in printed

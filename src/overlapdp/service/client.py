@@ -157,29 +157,31 @@ def _amount(value: Any) -> Any:
     return float(value)
 
 
+#: The answer tables' older column names, read as the new ones (with a DeprecationWarning).
+_RENAMED = {"count": "answer", "stddev": "noise_std"}
+
+
 class AnswerFrame(pd.DataFrame):
     """The client's answers: a pandas DataFrame that prints every column, wrapped to the terminal's width
     rather than elided (pandas elides the middle columns of a wide frame, which hid the error bar
     between a long query text and the 32-character charge id).
 
     The noisy value is the column ``answer`` for every aggregate, as in the library's
-    ``WorkloadAnswers.frame`` and the CLI's JSON. Its older name ``count`` is not a column (two columns
-    of one number would print the concept twice, and a sum's row would have an empty ``count``), but
-    ``frame["count"]`` still reads ``answer`` with a ``DeprecationWarning``, so code written against
-    older clients keeps working while it is moved to the one name."""
+    ``WorkloadAnswers.frame`` and the CLI's JSON, and the noise's standard deviation ``noise_std``, as
+    in the CLI's JSON and a plan. Their older names ``count`` and ``stddev`` are not columns (two
+    columns of one number would print the concept twice, and a sum's row would have an empty
+    ``count``), but ``frame["count"]`` and ``frame["stddev"]`` still read the new columns with a
+    ``DeprecationWarning``, so code written against older clients keeps working while it moves."""
 
     @property
     def _constructor(self) -> Any:
         return AnswerFrame
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str) and key == "count" and "count" not in self.columns and "answer" in self:
-            warnings.warn(
-                "the column 'count' is now 'answer' (the noisy value of every aggregate)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            key = "answer"
+        new = _RENAMED.get(key) if isinstance(key, str) else None
+        if new is not None and key not in self.columns and new in self.columns:
+            warnings.warn(f"the column {key!r} is now {new!r}", DeprecationWarning, stacklevel=2)
+            key = new
         return super().__getitem__(key)
 
     def __repr__(self) -> str:
@@ -201,7 +203,7 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
             row["group"] = a.get("group")
         if summed:  # a sum or mean among the answers: each row's kind
             row["aggregate"] = a.get("aggregate", "count")
-        row.update({"answer": _value(a), **_error_bar(a), "stddev": a.get("stddev")})
+        row.update({"answer": _value(a), **_error_bar(a), "noise_std": _noise_std(a)})
         row.update({"seq": a.get("seq"), "charge": a.get("charge")})  # the long ids last
         rows.append(row)
     return AnswerFrame(rows)
@@ -211,6 +213,11 @@ def _value(answer: Mapping[str, Any]) -> Any:
     """An answer's noisy value: ``answer`` (an older service sent a count's only as ``count``)."""
     value = answer.get("answer")
     return answer.get("count") if value is None else value
+
+
+def _noise_std(answer: Mapping[str, Any]) -> Any:
+    """An answer's noise standard deviation: ``noise_std`` (an older service sent only ``stddev``)."""
+    return answer.get("noise_std", answer.get("stddev"))
 
 
 def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,14 +242,14 @@ def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFra
                 **({"aggregate": a["aggregate"]} if "aggregate" in a else {}),
                 "answer": _value(a),
                 **_error_bar(a),
-                "stddev": a.get("stddev"),
+                "noise_std": _noise_std(a),
                 "seq": a.get("seq"),
                 "charge": a.get("charge"),
             }
         )
     extra = ["aggregate"] if any("aggregate" in a for a in answers) else []
     return AnswerFrame(
-        rows, columns=[*by, *extra, "answer", "low", "high", "level", "stddev", "seq", "charge"]
+        rows, columns=[*by, *extra, "answer", "low", "high", "level", "noise_std", "seq", "charge"]
     )
 
 
@@ -330,7 +337,7 @@ class Client(_Base):
         group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """One noisy count as a one-row DataFrame (its noisy value ``answer``, its error bar ``low`` /
-        ``high`` / ``level``, stddev, ledger position and charge id).
+        ``high`` / ``level``, ``noise_std``, ledger position and charge id).
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.

@@ -232,21 +232,29 @@ def _error_bar(interval: Any, level: Any = 0.95) -> dict[str, Any]:
 
 def _with_error_bars(data: Any) -> Any:
     """Add ``error_bar`` beside a released ``ci95`` (the service's intervals are 95%) and beside each
-    ``interval`` of a mean's ``parts``, and a count's ``answer`` beside its ``count``: a recorded answer
-    keeps the JSON it was recorded with (older ledgers have neither), a replay gets today's names."""
+    ``interval`` of a mean's ``parts``, a count's ``answer`` beside its ``count`` and ``noise_std``
+    beside ``stddev``: a recorded answer keeps the JSON it was recorded with (the older names), a replay
+    gets today's names too."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
     if out.get("count") is not None and out.get("answer") is None and out.get("aggregate") is None:
         out["answer"] = out["count"]
+    if out.get("stddev") is not None and "noise_std" not in out:
+        out["noise_std"] = out["stddev"]
     if out.get("ci95") is not None and "error_bar" not in out:
         out["error_bar"] = _error_bar(out["ci95"])
     parts = out.get("parts")
     if isinstance(parts, dict):
         fixed = dict(parts)
         for name, part in parts.items():
-            if isinstance(part, dict) and part.get("interval") is not None and "error_bar" not in part:
-                fixed[name] = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+            if not isinstance(part, dict):
+                continue
+            if part.get("interval") is not None and "error_bar" not in part:
+                part = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+            if part.get("stddev") is not None and "noise_std" not in part:
+                part = {**part, "noise_std": part["stddev"]}
+            fixed[name] = part
         out["parts"] = fixed
     return out
 
@@ -255,7 +263,8 @@ class Answer(Out):
     """One released noisy count with its standard deviation, 95% ``error_bar`` and noise, and its charge; or a
     noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``; a mean's two halves in
     ``parts``), charged as a count of the same rows. The noisy value is ``answer`` whatever the aggregate,
-    as in the CLI's JSON and the DataFrames (a count's ``count`` is its deprecated older name)."""
+    as in the CLI's JSON and the DataFrames (a count's ``count`` is its deprecated older name); the
+    noise's standard deviation ``noise_std`` (``stddev`` is its deprecated older name)."""
 
     charge: str = Field(description="the ledger id of the charge")
     seq: int = Field(description="the ledger position of the charge")
@@ -273,7 +282,16 @@ class Answer(Out):
     of: str | None = omitted("a sum or mean: the attribute")
     bounds: tuple[float, float] | None = omitted("a sum or mean: the declared clipping bounds")
     step: float | None = omitted("a sum or mean: the resolution")
-    stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
+    noise_std: float | None = omitted(
+        "the noise's standard deviation, as in the CLI's JSON and a plan's queries (left out for a mean:"
+        " see parts)"
+    )
+    stddev: float | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        deprecated=True,
+        description="deprecated: noise_std (kept for older clients)",
+    )
     error_bar: ErrorBar
     ci95: tuple[int, int] | tuple[float, float] = Field(
         deprecated=True, description="deprecated: error_bar's [low, high] (kept for older clients)"
