@@ -251,3 +251,18 @@ def test_count_exact_still_works(files: dict[str, Path], capsys: pytest.CaptureF
         int((f["age"] >= 30).sum()),
         int((f["sex"] == 1).sum()),
     ]
+
+
+def test_a_plans_repr_rounds_its_privacy_figures_to_the_safe_side() -> None:
+    """The dataclass repr printed ``budget=0.30000000000000004`` and ``overlap_share=0.23333333333333334``:
+    now the CLI's figures (budget and shares down, delta up), each on a known side of the exact value."""
+    schema = adult_schema()
+    queries = _workload(schema, ["age < 30", "age >= 25", "sex = 1"])  # gamma 3 (a man aged 25-29)
+    plan = plan_answers(queries, 0.1 + 0.2, "zcdp", delta=1e-6 + 1e-7 / 3)
+    text = repr(plan)
+    assert "0.30000000000000004" not in text and "budget=0.3," in text
+    assert "overlap_share=0.1," in text and "delta=1.03334e-06" in text
+    seq = plan_answers(queries, 0.7, "pure", accounting="sequential")
+    shown = repr(seq).split("sequential_share=")[1].split(",")[0]
+    assert shown == "0.233333" and Fraction(shown) <= Fraction(seq.sequential_share)
+    assert "AnswerPlan(definition='pure'" in repr(seq) and "0.23333333333333334" not in repr(seq)

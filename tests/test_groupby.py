@@ -431,9 +431,9 @@ def test_client_returns_a_dataframe_with_one_row_per_cell(tmp_path: Path) -> Non
         frame = ann.query("t", "age >= 30", group_by=["sex", "race"], epsilon=1e6)
         assert list(frame.columns[:2]) == ["sex", "race"] and len(frame) == 8
         truth = _pandas_cells(data[data["age"] >= 30], ["sex", "race"], {"sex": SEXES, "race": RACES})
-        assert {(r.sex, r.race): r.count for r in frame.itertuples()} == truth
+        assert {(r.sex, r.race): r.answer for r in frame.itertuples()} == truth
         sql = ann.query("t", "SELECT children, COUNT(*) FROM t GROUP BY children", epsilon=1e6)
-        assert list(sql["children"]) == [0, 1, 2, 3, 4] and sql.loc[sql.children == 3, "count"].item() == 0
+        assert list(sql["children"]) == [0, 1, 2, 3, 4] and sql.loc[sql.children == 3, "answer"].item() == 0
         mixed = ann.batch("t", ["age < 30", {"group_by": ["sex"]}], epsilon=0.1)
         assert list(mixed["group"]) == [None, {"sex": "Female"}, {"sex": "Male"}]
         ann.close()

@@ -142,7 +142,7 @@ def test_noisy_counts_answer_predicate_queries_from_a_frame(kind: str) -> None:
         assert a.guarantee == PureDP(50.0)
     one = noisy_count(queries[0], frame, ZCDP(1.0), rng=source(kind, 6))
     assert isinstance(one.noise, DiscreteGaussianNoise) and abs(one.value - exact[0]) < 10
-    assert one.to_json()["interval"] == [one.low, one.high]
+    assert one.to_json()["error_bar"] == {"level": one.level, "low": one.low, "high": one.high}
     called = noisy_count(queries[0], lambda q: 7, PureDP(100.0), rng=source(kind, 7))
     assert abs(called.value - 7) <= 1
 

@@ -376,3 +376,42 @@ def test_plots_name_each_definitions_budget_and_heat_starts_at_zero(
     plots.plot_heat(heat, tmp_path / "h.png")
     image = figures[-1].axes[0].get_images()[0]
     assert image.get_clim() == (0.0, 2.1)
+
+
+def test_the_report_command_and_its_html_print_certified_figures_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 3 on the surfaces people read: ``overlapdp report`` on the shipped example ledger prints each
+    certified epsilon and the heat map's maximum rounded up (never below the figure its ``--json`` gives,
+    within 1e-5 of it), and report.html says the same figures; ``.6g`` printed 1.60512 for 1.6051247."""
+    from fractions import Fraction
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["report", "--schema", str(examples / "schema.json"), "--ledger", str(examples / "ledger.jsonl")]
+    code, out, err = run([*args, "--out", str(tmp_path / "j"), "--json"], capsys)
+    assert code == 0, err
+    exact = json.loads(out)
+    code, table, err = run([*args, "--out", str(tmp_path / "t")], capsys)
+    assert code == 0, err
+    html = (tmp_path / "t" / "report.html").read_text(encoding="utf-8")
+    figures = [
+        (
+            exact["sequential_epsilon"],
+            r"sequential ε \(δ=1e-06\)\s*│\s*([0-9.]+)",
+            r"certifies ε = ([0-9.]+)",
+        ),
+        (
+            exact["overlap_epsilon"],
+            r"overlap-aware ε \(δ=1e-06\)\s*│\s*([0-9.]+)",
+            r"accounting ε = ([0-9.]+)",
+        ),
+        (exact["heat_map"]["maximum"], r"heat map max\s*│\s*([0-9.]+)", None),
+    ]
+    for value, in_table, in_html in figures:
+        texts = [re.search(in_table, table)] + ([re.search(in_html, html)] if in_html else [])
+        for found in texts:
+            assert found is not None, (in_table, table, in_html)
+            shown = Fraction(found.group(1))
+            assert Fraction(value) <= shown <= Fraction(value) * (1 + Fraction(1, 1000)), (found, value)
+    assert not re.search(r"\d\.\d{8,}", table) and not re.search(r"\d\.\d{8,}", html)

@@ -272,11 +272,11 @@ def test_client_round_trip_returns_dataframes(live: dict[str, Any]) -> None:
     one = carol.query("adult", "age BETWEEN 30 AND 39", epsilon=0.25)
     assert isinstance(one, pd.DataFrame) and list(one.columns[:6]) == [
         "query",
-        "count",
+        "answer",
         "low",
         "high",
         "level",
-        "stddev",
+        "noise_std",
     ]
     # Every query here covers the rows aged 35 to 39, whose load is then the sum under any accountant.
     many = carol.batch(
@@ -321,7 +321,8 @@ def test_client_retry_after_a_lost_response_is_not_charged_twice(live: dict[str,
     ledger = admin.full_ledger()
     assert len(ledger) == 1  # the first attempt was charged once; the retry replayed it
     assert ledger.loc[0, "id"] == answer.loc[0, "charge"]
-    assert ledger.loc[0, "answer"]["count"] == answer.loc[0, "count"]
+    # the ledger keeps the answer as recorded ("count"); the client's table names it "answer"
+    assert ledger.loc[0, "answer"]["count"] == answer.loc[0, "answer"]
 
 
 # -- request bodies use the workload files' names; unknown and unused fields are refused ----------------
@@ -343,7 +344,7 @@ def test_a_query_body_takes_where_or_conditions_as_in_workload_files(world: dict
         "/v1/datasets/adult/query", headers={**bob, "Content-Type": "application/json"}, content=raw
     )
     assert r.status_code == 200, r.text
-    assert isinstance(r.json()["count"], int) and r.json()["cost"] == {
+    assert isinstance(r.json()["answer"], int) and r.json()["cost"] == {
         "definition": "pure",
         "epsilon": 0.125,
         "queries": 1,

@@ -114,7 +114,9 @@ def _library(queries: list[str], frame: Any, calls: list[str]) -> list[float]:
     schema = adult_schema()
     design = workload_design([parse_where(schema, w) for w in queries])
     before = len(calls)
-    values = project(design, frame["count"].astype(float).tolist(), (frame["stddev"] ** 2).tolist()).values
+    values = project(
+        design, frame["answer"].astype(float).tolist(), (frame["noise_std"] ** 2).tolist()
+    ).values
     del calls[before:]
     return values
 

@@ -94,7 +94,7 @@ def test_idempotency_key_replays_the_recorded_answer(ledger_url: str, tmp_path: 
     first = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
     again = service.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
     assert again.replayed and not first.replayed
-    assert [a.count for a in again.answers] == [a.count for a in first.answers]
+    assert [a.answer for a in again.answers] == [a.answer for a in first.answers]
     assert [a.charge for a in again.answers] == [a.charge for a in first.answers]
     assert len(service.store.charges()) == 2
     with pytest.raises(Conflict):
@@ -103,7 +103,7 @@ def test_idempotency_key_replays_the_recorded_answer(ledger_url: str, tmp_path: 
     service.store.close()
     restarted = QueryService(open_ledger(ledger_url))
     third = restarted.query(alice, "adult", [_query(1), _query(2)], EPS, request_key="k-1")
-    assert third.replayed and [a.count for a in third.answers] == [a.count for a in first.answers]
+    assert third.replayed and [a.answer for a in third.answers] == [a.answer for a in first.answers]
     assert len(restarted.store.charges()) == 2
     restarted.store.close()
 
@@ -190,7 +190,7 @@ def test_sqlite_commit_happens_before_the_answer(tmp_path: Path) -> None:
     out = service.query(alice, "adult", [_query(0)], EPS)
     other = sqlite3.connect(tmp_path / "l.sqlite")
     rows = other.execute("SELECT id, answer FROM charges").fetchall()
-    assert rows and rows[0][0] == out.answers[0].charge and f'"count":{out.answers[0].count}' in rows[0][1]
+    assert rows and rows[0][0] == out.answers[0].charge and f'"count":{out.answers[0].answer}' in rows[0][1]
     other.close()
     store.close()
 
@@ -279,7 +279,7 @@ def test_same_idempotency_key_on_two_instances_is_charged_once(ledger_url: str, 
     for t in threads:
         t.join(timeout=60)
     assert len(results) == 8 and sum(not r.replayed for r in results) == 1
-    counts = {tuple(a.count for a in r.answers) for r in results}
+    counts = {tuple(a.answer for a in r.answers) for r in results}
     assert len(counts) == 1
     assert len(first.store.charges()) == 2 and _ledger_sum(first.store) == 2 * Fraction(EPS)
     for svc in (first, second):

@@ -78,7 +78,7 @@ def _storm(
                         errors.append(f"{type(exc).__name__}: {exc}")
                     return
                 with lock:
-                    for charge, count in zip(frame["charge"], frame["count"], strict=True):
+                    for charge, count in zip(frame["charge"], frame["answer"], strict=True):
                         received[str(charge)] = int(count)
         finally:
             client.close()

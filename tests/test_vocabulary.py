@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from cli_helpers import run
 from overlapdp.query import Workload
 from overlapdp.samples import adult_raw_schema
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
@@ -43,7 +44,7 @@ def test_every_answer_names_its_error_bar(
     )
     body = one.json()
     assert body["error_bar"] == {"level": 0.95, "low": body["ci95"][0], "high": body["ci95"][1]}
-    assert body["error_bar"]["low"] <= body["count"] <= body["error_bar"]["high"]
+    assert body["error_bar"]["low"] <= body["answer"] <= body["error_bar"]["high"]
     mean = client.post(
         "/v1/datasets/adult/query",
         headers=headers,
@@ -143,8 +144,118 @@ def test_the_client_tables_carry_the_error_bar_as_low_high_level(tmp_path: Path)
         cells = ann.query("adult", "age >= 30", group_by=["sex"], epsilon=0.1)
         for frame in (one, cells):
             assert {"low", "high", "level"} <= set(frame.columns) and "ci95_low" not in frame.columns
-            assert ((frame["low"] <= frame["count"]) & (frame["count"] <= frame["high"])).all()
+            assert ((frame["low"] <= frame["answer"]) & (frame["answer"] <= frame["high"])).all()
             assert (frame["level"] == 0.95).all()
             assert "low" in str(frame) and "high" in str(frame)  # printed, not elided
         ann.close()
         admin.close()
+
+
+# -- the noisy value is "answer" on every surface, whatever the aggregate -------------------------------
+
+_SUM = {"where": "age >= 30", "aggregate": "sum", "of": "age", "bounds": [0, 90]}
+_MEAN = {"where": "age >= 30", "aggregate": "mean", "of": "age", "bounds": [0, 90]}
+
+
+def test_http_names_a_counts_value_answer_and_keeps_count_deprecated(
+    http: tuple[TestClient, QueryService, dict[str, str]],
+) -> None:
+    """A count's value was ``count`` over HTTP, a sum's or mean's ``answer``: now ``answer`` for all, an
+    integer for a count; ``count`` stays for older clients, marked deprecated in OpenAPI. A replay
+    (same Idempotency-Key) of a recorded answer, which the ledger keeps as stored, has the new shape."""
+    client, _, headers = http
+    keyed = {**headers, "Idempotency-Key": "k-1"}
+    body = {"where": "age >= 30", "epsilon": 0.1}
+    first = client.post("/v1/datasets/adult/query", headers=keyed, json=body).json()
+    assert isinstance(first["answer"], int) and first["count"] == first["answer"]
+    again = client.post("/v1/datasets/adult/query", headers=keyed, json=body).json()
+    assert again["replayed"] and again["answer"] == first["answer"] and again["count"] == first["count"]
+    recorded = client.get("/v1/me/ledger", headers=headers).json()
+    assert recorded[-1]["answer"]["count"] == first["answer"]  # the ledger's record, as stored
+    batch = client.post(
+        "/v1/datasets/adult/batch",
+        headers=headers,
+        json={"queries": ["age < 30", _SUM, _MEAN], "epsilon": 0.1},
+    ).json()["answers"]
+    assert [a.get("aggregate") for a in batch] == [None, "sum", "mean"]
+    assert all(a["error_bar"]["low"] <= a["answer"] <= a["error_bar"]["high"] for a in batch)
+    assert "count" in batch[0] and "count" not in batch[1] and "count" not in batch[2]
+    # the noise's standard deviation: noise_std, as in the CLI's JSON and a plan (stddev deprecated)
+    assert batch[0]["noise_std"] == batch[0]["stddev"] > 0 and batch[1]["noise_std"] > 0
+    assert all(batch[2]["parts"][p]["noise_std"] > 0 for p in ("sum", "count"))
+    cells = client.post(
+        "/v1/datasets/adult/query", headers=headers, json={**body, "group_by": ["sex"]}
+    ).json()["answers"]
+    assert all(isinstance(c["answer"], int) and c["count"] == c["answer"] for c in cells)
+    spec = client.get("/openapi.json").json()["components"]["schemas"]["Answer"]
+    assert "answer" in spec["required"] and spec["properties"]["count"].get("deprecated") is True
+    assert spec["properties"]["stddev"].get("deprecated") is True
+    assert not spec["properties"]["answer"].get("deprecated")
+
+
+def test_the_client_tables_name_the_value_answer(tmp_path: Path) -> None:
+    """The client's DataFrames had a ``count`` column (and ``answer`` only beside a sum or mean): now
+    one column ``answer`` for every aggregate; ``frame["count"]`` reads it with a DeprecationWarning."""
+    with in_process(tmp_path) as live:
+        path, schema = write_adult(live["folder"])
+        admin = AdminClient(live["url"], ADMIN_TOKEN)
+        admin.register_dataset("adult", str(path), schema, budget=3.0)
+        ann = Client(live["url"], admin.create_analyst("ann", {"adult": 1.0}))
+        one = ann.query("adult", "age >= 30", epsilon=0.1)
+        cells = ann.query("adult", "age >= 30", group_by=["sex"], epsilon=0.1)
+        mixed = ann.batch("adult", ["age < 30", _SUM, _MEAN], epsilon=0.1)
+        for frame in (one, cells, mixed):
+            assert "answer" in frame.columns and "count" not in frame.columns
+            assert "answer" in str(frame)
+        assert list(mixed["aggregate"]) == ["count", "sum", "mean"]
+        with pytest.warns(DeprecationWarning, match="'count' is now 'answer'"):
+            old = one["count"]
+        assert old.tolist() == one["answer"].tolist()
+        with pytest.warns(DeprecationWarning, match="'stddev' is now 'noise_std'"):
+            assert mixed["stddev"].equals(mixed["noise_std"])
+        assert "stddev" not in mixed.columns and (mixed["noise_std"][:2] > 0).all()  # a mean's: see parts
+        ann.close()
+        admin.close()
+
+
+def test_the_library_and_cli_json_name_the_value_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``NoisyAnswer`` / ``NoisySum`` / ``NoisyMean.to_json`` said ``value`` and ``interval``: now the
+    CLI's JSON shape, ``answer`` and ``error_bar {level, low, high}``, which the CLI itself prints, and
+    ``WorkloadAnswers.frame`` has the same ``answer`` column."""
+    from overlapdp.mechanisms import answer_workload, noisy_count, plan_answers
+    from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
+    from overlapdp.privacy import PureDP
+    from overlapdp.query import parse_where
+    from overlapdp.query.aggregate import Clipping
+    from overlapdp.samples import adult_schema, synthetic_adult
+
+    schema = adult_schema()
+    frame = synthetic_adult(500, seed=2)
+    query = parse_where(schema, "age >= 30").with_id("q")
+    count = noisy_count(query, frame, PureDP(1.0), rng=1)
+    clip = Clipping("age", 0.0, 90.0)
+    (total,) = add_sum_noise([1000], clip, PureDP(1.0), rng=1)
+    (mean,) = add_mean_noise([1000], [30], clip, PureDP(1.0), rng=1)
+    for a in (count, total, mean):
+        doc = a.to_json()
+        assert "value" not in doc and "interval" not in doc
+        assert doc["answer"] == a.value
+        assert doc["error_bar"] == {"level": a.level, "low": a.low, "high": a.high}
+    parts = mean.to_json()["parts"]
+    assert parts["count"]["answer"] == mean.count.value and parts["sum"]["answer"] == mean.sum.value
+    workload = Workload.from_lines(schema, ['{"id": "q", "where": "age >= 30"}'])
+    result = answer_workload(frame, workload.queries, plan_answers(workload.queries, 1.0, "pure"), rng=1)
+    assert list(result.frame().columns) == ["id", "answer", "low", "high", "level"]
+    assert result.to_json()["answers"][0]["answer"] == result.answers[0].value
+    (tmp_path / "schema.json").write_text(json.dumps(schema.to_json()))
+    (tmp_path / "q.jsonl").write_text('{"id": "q", "where": "age >= 30"}\n')
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    args = ["answer", "--schema", str(tmp_path / "schema.json"), "--data", str(tmp_path / "d.csv")]
+    args += ["--queries", str(tmp_path / "q.jsonl"), "--budget", "1", "--definition", "pure", "--json"]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    (printed,) = json.loads(out)["answers"]
+    assert set(printed) >= {"id", "answer", "error_bar", "noise_std"} and "value" not in printed
+    assert "count" not in printed and "std" not in printed and "stddev" not in printed

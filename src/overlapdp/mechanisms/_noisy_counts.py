@@ -48,14 +48,20 @@ class NoisyAnswer:
         return math.sqrt(self.noise.variance)
 
     def to_json(self) -> dict[str, object]:
+        """The answer as the CLI's JSON and the service give it: the noisy value is ``answer``, its
+        interval ``error_bar`` (``level``, ``low``, ``high``), whatever the aggregate."""
         return {
             "id": self.query_id,
-            "value": self.value,
-            "interval": [self.low, self.high],
-            "level": self.level,
-            "std": self.std,
+            **answer_fields(self.value, self.low, self.high, self.level),
             "noise": self.noise.describe(),
+            "noise_std": self.std,
         }
+
+
+def answer_fields(value: float, low: float, high: float, level: float) -> dict[str, object]:
+    """The one JSON shape of a released value and its error bar on every surface (the CLI's JSON,
+    ``to_json`` of each answer, the service's ``answer`` and ``error_bar``)."""
+    return {"answer": value, "error_bar": {"level": level, "low": low, "high": high}}
 
 
 def add_noise(

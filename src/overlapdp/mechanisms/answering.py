@@ -40,8 +40,8 @@ data (bad files and columns fail there) and :func:`answer_workload` counts and o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, cast
 
@@ -221,6 +221,29 @@ class AnswerPlan:
     #: pays the charges of both, so the overlap-aware side composes ``2 * gamma`` shares (the doubling
     #: bound) and sums are calibrated to their replace-one sensitivity
     neighbouring: Neighbouring = "add_remove"
+
+    def __repr__(self) -> str:
+        """The dataclass's fields, each privacy figure rounded as the CLI prints it (:mod:`overlapdp.display`):
+        the budget, the shares and the epsilon asked down (a budget of ``0.1 + 0.2`` shows as ``0.3``, never
+        ``0.30000000000000004``, and a figure typed back is admitted), the certified worst row and delta up."""
+        shown: dict[str, Callable[[float], str]] = {
+            "budget": display.remaining,
+            "sequential_share": display.remaining,
+            "overlap_share": display.remaining,
+            "target_epsilon": display.remaining,
+            "worst_row": display.spent,
+            "delta": display.spent,
+        }
+
+        def one(name: str, value: Any) -> str:
+            if name == "shares" and value is not None:
+                return "(" + ", ".join(display.remaining(v) for v in value) + ")"
+            if name in shown and isinstance(value, float | int) and not isinstance(value, bool):
+                return shown[name](value)
+            return repr(value)
+
+        body = ", ".join(f"{f.name}={one(f.name, getattr(self, f.name))}" for f in fields(self))
+        return f"AnswerPlan({body})"
 
     @property
     def payers(self) -> int:
@@ -566,28 +589,9 @@ class WorkloadAnswers:
 
 
 def _answer_json(a: NoisyAnswer | NoisySum | NoisyMean) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": a.query_id,
-        "answer": a.value,
-        "error_bar": {"level": a.level, "low": a.low, "high": a.high},
-    }
-    if isinstance(a, NoisySum):
-        out.update(aggregate="sum", **a.clipping.to_json())
-        out.update(sensitivity=a.sensitivity * a.clipping.step, noise=a.noise.describe(), noise_std=a.std)
-    elif isinstance(a, NoisyMean):
-        out.update(aggregate="mean", **a.sum.clipping.to_json())
-        out["parts"] = {
-            "split": "half the query's budget each",
-            "sum": {
-                "answer": a.sum.value,
-                "error_bar": {"level": a.sum.level, "low": a.sum.low, "high": a.sum.high},
-            },
-            "count": {
-                "answer": a.count.value,
-                "error_bar": {"level": a.count.level, "low": a.count.low, "high": a.count.high},
-            },
-        }
-    return out
+    """An answer in the CLI's JSON: the answer's own ``to_json`` (one shape, ``answer`` and
+    ``error_bar``, for the library and the CLI)."""
+    return dict(a.to_json())
 
 
 def answer_workload(

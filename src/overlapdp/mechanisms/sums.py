@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from overlapdp.exact import float_down, float_up
-from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise
+from overlapdp.mechanisms._noisy_counts import NoisyAnswer, add_noise, answer_fields
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.noise import Noise
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
@@ -65,16 +65,16 @@ class NoisySum:
         return float(self.clipping.step) * math.sqrt(self.noise.variance)
 
     def to_json(self) -> dict[str, Any]:
+        """As :meth:`NoisyAnswer.to_json` (``answer``, ``error_bar``), with the clipping, the sum's
+        sensitivity in the column's units and its noise."""
         return {
             "id": self.query_id,
+            **answer_fields(self.value, self.low, self.high, self.level),
             "aggregate": "sum",
-            "value": self.value,
-            "interval": [self.low, self.high],
-            "level": self.level,
-            "std": self.std,
-            "sensitivity": self.sensitivity * float(self.clipping.step),
-            "noise": self.noise.describe(),
             **self.clipping.to_json(),
+            "sensitivity": self.sensitivity * self.clipping.step,
+            "noise": self.noise.describe(),
+            "noise_std": self.std,
         }
 
 
@@ -92,16 +92,20 @@ class NoisyMean:
     query_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """As :meth:`NoisyAnswer.to_json` (``answer``, ``error_bar``), with the clipping and the two
+        halves it is computed from in ``parts`` (each its ``answer``, ``error_bar`` and noise)."""
+        halves = {
+            name: {
+                k: v for k, v in part.to_json().items() if k in ("answer", "error_bar", "noise", "noise_std")
+            }
+            for name, part in (("sum", self.sum), ("count", self.count))
+        }
         return {
             "id": self.query_id,
+            **answer_fields(self.value, self.low, self.high, self.level),
             "aggregate": "mean",
-            "value": self.value,
-            "interval": [self.low, self.high],
-            "level": self.level,
-            "split": "half the budget to the sum, half to the count",
-            "sum": self.sum.to_json(),
-            "count": self.count.to_json(),
             **self.sum.clipping.to_json(),
+            "parts": {"split": "half the query's budget each", **halves},
         }
 
 

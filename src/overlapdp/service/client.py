@@ -16,6 +16,7 @@ import numbers
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -156,14 +157,32 @@ def _amount(value: Any) -> Any:
     return float(value)
 
 
+#: The answer tables' older column names, read as the new ones (with a DeprecationWarning).
+_RENAMED = {"count": "answer", "stddev": "noise_std"}
+
+
 class AnswerFrame(pd.DataFrame):
     """The client's answers: a pandas DataFrame that prints every column, wrapped to the terminal's width
     rather than elided (pandas elides the middle columns of a wide frame, which hid the error bar
-    between a long query text and the 32-character charge id)."""
+    between a long query text and the 32-character charge id).
+
+    The noisy value is the column ``answer`` for every aggregate, as in the library's
+    ``WorkloadAnswers.frame`` and the CLI's JSON, and the noise's standard deviation ``noise_std``, as
+    in the CLI's JSON and a plan. Their older names ``count`` and ``stddev`` are not columns (two
+    columns of one number would print the concept twice, and a sum's row would have an empty
+    ``count``), but ``frame["count"]`` and ``frame["stddev"]`` still read the new columns with a
+    ``DeprecationWarning``, so code written against older clients keeps working while it moves."""
 
     @property
     def _constructor(self) -> Any:
         return AnswerFrame
+
+    def __getitem__(self, key: Any) -> Any:
+        new = _RENAMED.get(key) if isinstance(key, str) else None
+        if new is not None and key not in self.columns and new in self.columns:
+            warnings.warn(f"the column {key!r} is now {new!r}", DeprecationWarning, stacklevel=2)
+            key = new
+        return super().__getitem__(key)
 
     def __repr__(self) -> str:
         width = shutil.get_terminal_size().columns
@@ -182,13 +201,23 @@ def _answers_frame(queries: Sequence[QuerySpec], answers: list[dict[str, Any]]) 
         row: dict[str, Any] = {"query": q if isinstance(q, str) else str(dict(q))}
         if grouped:
             row["group"] = a.get("group")
-        if summed:  # a sum or mean: its kind and value (a count's value is its count)
+        if summed:  # a sum or mean among the answers: each row's kind
             row["aggregate"] = a.get("aggregate", "count")
-            row["answer"] = a.get("answer", a.get("count"))
-        row.update({"count": a.get("count"), **_error_bar(a), "stddev": a.get("stddev")})
+        row.update({"answer": _value(a), **_error_bar(a), "noise_std": _noise_std(a)})
         row.update({"seq": a.get("seq"), "charge": a.get("charge")})  # the long ids last
         rows.append(row)
     return AnswerFrame(rows)
+
+
+def _value(answer: Mapping[str, Any]) -> Any:
+    """An answer's noisy value: ``answer`` (an older service sent a count's only as ``count``)."""
+    value = answer.get("answer")
+    return answer.get("count") if value is None else value
+
+
+def _noise_std(answer: Mapping[str, Any]) -> Any:
+    """An answer's noise standard deviation: ``noise_std`` (an older service sent only ``stddev``)."""
+    return answer.get("noise_std", answer.get("stddev"))
 
 
 def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,24 +232,24 @@ def _error_bar(answer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _cells_frame(by: Sequence[str], answers: list[dict[str, Any]]) -> pd.DataFrame:
-    """A GROUP BY's answers: one row per cell, a column per grouped attribute, then the count."""
+    """A GROUP BY's answers: one row per cell, a column per grouped attribute, then the answer."""
     rows = []
     for a in answers:
         group = a.get("group") or {}
         rows.append(
             {
                 **{name: group.get(name) for name in by},
-                **({"aggregate": a["aggregate"], "answer": a.get("answer")} if "aggregate" in a else {}),
-                "count": a.get("count"),
+                **({"aggregate": a["aggregate"]} if "aggregate" in a else {}),
+                "answer": _value(a),
                 **_error_bar(a),
-                "stddev": a.get("stddev"),
+                "noise_std": _noise_std(a),
                 "seq": a.get("seq"),
                 "charge": a.get("charge"),
             }
         )
-    extra = ["aggregate", "answer"] if any("aggregate" in a for a in answers) else []
+    extra = ["aggregate"] if any("aggregate" in a for a in answers) else []
     return AnswerFrame(
-        rows, columns=[*by, *extra, "count", "low", "high", "level", "stddev", "seq", "charge"]
+        rows, columns=[*by, *extra, "answer", "low", "high", "level", "noise_std", "seq", "charge"]
     )
 
 
@@ -307,14 +336,14 @@ class Client(_Base):
         key: str | None = None,
         group_by: Sequence[str] | None = None,
     ) -> pd.DataFrame:
-        """One noisy count as a one-row DataFrame (count, its error bar ``low`` / ``high`` / ``level``,
-        stddev, ledger position and charge id).
+        """One noisy count as a one-row DataFrame (its noisy value ``answer``, its error bar ``low`` /
+        ``high`` / ``level``, ``noise_std``, ledger position and charge id).
 
         With ``group_by`` (or a ``"group_by"`` key in an object query), a GROUP BY: one row per cell of
         the grouped attributes' domain, a column per grouped attribute, empty cells included.
         ``query`` may be None then (every row). An object query with ``aggregate`` / ``of`` / ``bounds``
         (or ``{"sql": "SELECT SUM(col) ...", "bounds": [lo, hi]}``) asks a clipped sum or mean: the
-        table then has ``aggregate`` and ``answer`` columns."""
+        table then also has an ``aggregate`` column."""
         body: dict[str, Any] = {
             **(_one_query(query) if query is not None else {}),
             **_parameter(epsilon, rho, mu, epsilon_alpha),
@@ -342,7 +371,7 @@ class Client(_Base):
 
         ``consistent=True`` adds a column ``consistent``: the counts projected onto the answers of a
         non-negative table (post-processing, no privacy cost; the total squared error never increases,
-        a single count's can, so the interval columns belong to ``count`` only)."""
+        a single count's can, so the interval columns belong to ``answer`` only)."""
         body: dict[str, Any] = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
         if consistent:
             body["consistent"] = True

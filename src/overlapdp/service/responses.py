@@ -232,36 +232,66 @@ def _error_bar(interval: Any, level: Any = 0.95) -> dict[str, Any]:
 
 def _with_error_bars(data: Any) -> Any:
     """Add ``error_bar`` beside a released ``ci95`` (the service's intervals are 95%) and beside each
-    ``interval`` of a mean's ``parts`` (a recorded answer keeps the JSON it was recorded with)."""
+    ``interval`` of a mean's ``parts``, a count's ``answer`` beside its ``count`` and ``noise_std``
+    beside ``stddev``: a recorded answer keeps the JSON it was recorded with (the older names), a replay
+    gets today's names too."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
+    if out.get("count") is not None and out.get("answer") is None and out.get("aggregate") is None:
+        out["answer"] = out["count"]
+    if out.get("stddev") is not None and "noise_std" not in out:
+        out["noise_std"] = out["stddev"]
     if out.get("ci95") is not None and "error_bar" not in out:
         out["error_bar"] = _error_bar(out["ci95"])
     parts = out.get("parts")
     if isinstance(parts, dict):
         fixed = dict(parts)
         for name, part in parts.items():
-            if isinstance(part, dict) and part.get("interval") is not None and "error_bar" not in part:
-                fixed[name] = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+            if not isinstance(part, dict):
+                continue
+            if part.get("interval") is not None and "error_bar" not in part:
+                part = {**part, "error_bar": _error_bar(part["interval"], part.get("level", 0.95))}
+            if part.get("stddev") is not None and "noise_std" not in part:
+                part = {**part, "noise_std": part["stddev"]}
+            fixed[name] = part
         out["parts"] = fixed
     return out
 
 
 class Answer(Out):
     """One released noisy count with its standard deviation, 95% ``error_bar`` and noise, and its charge; or a
-    noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``, the value in
-    ``answer``; a mean's two halves in ``parts``), charged as a count of the same rows."""
+    noisy sum or mean (``aggregate``, its clipping ``of`` / ``bounds`` / ``step``; a mean's two halves in
+    ``parts``), charged as a count of the same rows. The noisy value is ``answer`` whatever the aggregate,
+    as in the CLI's JSON and the DataFrames (a count's ``count`` is its deprecated older name); the
+    noise's standard deviation ``noise_std`` (``stddev`` is its deprecated older name)."""
 
     charge: str = Field(description="the ledger id of the charge")
     seq: int = Field(description="the ledger position of the charge")
-    count: int | None = omitted("the noisy count (a count query)")
+    answer: int | float = Field(
+        description="the noisy value: a count's noisy count (an integer), or a sum's or mean's clipped"
+        " noisy value in the column's units"
+    )
+    count: int | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        deprecated=True,
+        description="deprecated: a count's answer (kept for older clients; left out for a sum or mean)",
+    )
     aggregate: Literal["sum", "mean"] | None = omitted("a sum or mean (left out for a count)")
     of: str | None = omitted("a sum or mean: the attribute")
     bounds: tuple[float, float] | None = omitted("a sum or mean: the declared clipping bounds")
     step: float | None = omitted("a sum or mean: the resolution")
-    answer: float | None = omitted("a sum or mean: the noisy value (clipped, in the column's units)")
-    stddev: float | None = omitted("the noise's standard deviation (left out for a mean: see parts)")
+    noise_std: float | None = omitted(
+        "the noise's standard deviation, as in the CLI's JSON and a plan's queries (left out for a mean:"
+        " see parts)"
+    )
+    stddev: float | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        deprecated=True,
+        description="deprecated: noise_std (kept for older clients)",
+    )
     error_bar: ErrorBar
     ci95: tuple[int, int] | tuple[float, float] = Field(
         deprecated=True, description="deprecated: error_bar's [low, high] (kept for older clients)"
