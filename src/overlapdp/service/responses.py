@@ -67,7 +67,7 @@ class ValidationErrorBody(BaseModel):
 
 # -- data sets -------------------------------------------------------------------------------------
 
-#: The privacy definitions a data set may be served under (``overlapdp.service._runtime.SERVED``).
+#: The privacy definitions a data set may be served under (``overlapdp.service.definitions.SERVED``).
 DefinitionName = Literal["pure", "zcdp", "gdp", "rdp", "tcdp", "approx"]
 #: The amount of each: what budgets, quotas and per-query charges are given in.
 AmountName = Literal["epsilon", "rho", "mu", "epsilon_alpha"]
