@@ -178,3 +178,53 @@ def test_consistent_answers_of_a_batch_with_a_sum_are_refused_before_any_charge(
     r = _post(world, "alice", "batch", body)
     assert r.status_code == 400 and "counts only" in r.text, r.text
     assert _spent(world["service"], world["tokens"]["alice"]) == 0
+
+
+def test_declared_bounds_are_kept_with_the_schema_and_survive_a_restart(tmp_path: Path) -> None:
+    """Issue 25 item 4: a schema registered with ``"bounds"`` on an attribute keeps them (the stored
+    schema used to drop them, so a sum over HTTP always needed 'bounds' in its body): a sum without
+    bounds is answered at the declared ones, in a batch too, after a restart as well; a body's own
+    bounds still win; a malformed declaration is refused at registration."""
+    from overlapdp.errors import SchemaError
+
+    ledger = tmp_path / "l.sqlite"
+    path, schema = write_adult(tmp_path)
+    declared = dict(schema)
+    declared["attributes"] = [
+        {**a, "bounds": [0, 60]} if a["name"] == HOURS else a  # type: ignore[dict-item]
+        for a in schema["attributes"]  # type: ignore[attr-defined]
+    ]
+    service = QueryService(open_ledger(ledger))
+    service.register_dataset("adult", str(path), declared, "pandas", "pure", 10.0)
+    token = service.create_analyst("alice", {"adult": 5.0}).token
+    d = pd.read_csv(path)
+    truth = float(d.loc[d["age"] >= 30, HOURS].clip(0, 60).sum())
+    for restart in (False, True):
+        if restart:
+            service.store.close()
+            service = QueryService(open_ledger(ledger))
+        client = TestClient(create_app(service, AdminKey(ADMIN_TOKEN)))
+        headers = {"Authorization": f"Bearer {token}"}
+        body = {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "epsilon": 0.5}
+        r = client.post("/v1/datasets/adult/query", headers=headers, json=body)
+        assert r.status_code == 200, r.text
+        a = r.json()
+        assert a["bounds"] == [0, 60]  # the declared bounds: sensitivity 60, not a body's
+        assert dlap_std(60, 0.5) <= a["noise_std"] <= dlap_std(60, 0.5) * 1.001
+        assert abs(a["answer"] - truth) <= TAIL * a["noise_std"]
+        own = client.post("/v1/datasets/adult/query", headers=headers, json={**body, "bounds": [0, 99]})
+        assert own.status_code == 200 and own.json()["bounds"] == [0, 99]
+        batch = client.post(
+            "/v1/datasets/adult/batch",
+            headers=headers,
+            json={"queries": [{k: v for k, v in body.items() if k != "epsilon"}], "epsilon": 0.1},
+        )
+        assert batch.status_code == 200 and batch.json()["answers"][0]["bounds"] == [0, 60], batch.text
+    bad = dict(schema)
+    bad["attributes"] = [
+        {**a, "bounds": [1]} if a["name"] == HOURS else a  # type: ignore[dict-item]
+        for a in schema["attributes"]  # type: ignore[attr-defined]
+    ]
+    with pytest.raises(SchemaError, match="bounds"):
+        service.register_dataset("bad", str(path), bad, "pandas", "pure", 1.0)
+    service.store.close()

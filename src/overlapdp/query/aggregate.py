@@ -216,6 +216,23 @@ def declared_bounds(schema_json: Any) -> dict[str, list[float]]:
     return out
 
 
+def with_declared_bounds(
+    schema_json: dict[str, Any], declared: Mapping[str, Sequence[float]]
+) -> dict[str, Any]:
+    """``schema_json`` (the ``{"attributes": [...]}`` form, e.g. ``Schema.to_json()``, which keeps no
+    clipping bounds) with each declared attribute's ``"bounds"`` (and ``"step"``) put back, so that a
+    stored schema keeps what :func:`declared_bounds` reads."""
+    out = dict(schema_json)
+    items = []
+    for item in schema_json.get("attributes", []):
+        got = declared.get(str(item.get("name"))) if isinstance(item, Mapping) else None
+        if got is not None:
+            item = {**item, "bounds": [got[0], got[1]], **({"step": got[2]} if len(got) > 2 else {})}
+        items.append(item)
+    out["attributes"] = items
+    return out
+
+
 def load_declared_bounds(path: str | Path) -> dict[str, list[float]]:
     """:func:`declared_bounds` of a schema file (an unreadable file is left to ``Schema.load``)."""
     try:

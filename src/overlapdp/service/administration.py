@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from overlapdp.errors import Conflict, NotFound, QueryError
+from overlapdp.query.aggregate import declared_bounds, with_declared_bounds
 from overlapdp.service import definitions
 from overlapdp.service.auth import AuthError, hash_token, new_token, same_hash
 from overlapdp.service.datasets import check_engine, load_dataset
@@ -47,10 +48,11 @@ class Administration(ServiceBase):
         clean = definitions.check_params(definition, params)
         budget = definitions.check_amount("budget", budget)
         check_engine(engine)
+        declared = declared_bounds(schema)  # a malformed 'bounds' is refused before anything is read
         loaded = load_dataset(name, path, schema, engine, pool=self.limits.engine_pool)
-        record = DatasetRecord(
-            name, str(path), loaded.schema.to_json(), engine, definition, budget, time.time(), clean
-        )
+        # the declared clipping bounds are kept with the schema: a sum or mean may then omit 'bounds'
+        stored = with_declared_bounds(loaded.schema.to_json(), declared)
+        record = DatasetRecord(name, str(path), stored, engine, definition, budget, time.time(), clean)
         try:
             self.store.put_dataset(record)
         except BaseException:

@@ -11,7 +11,7 @@ from typing import Any, cast
 from overlapdp.errors import NotFound, QueryError, QueryTooComplexError, TooLarge
 from overlapdp.mechanisms.consistency import workload_design
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line
-from overlapdp.query.aggregate import COUNT, Aggregate
+from overlapdp.query.aggregate import COUNT, Aggregate, declared_bounds
 from overlapdp.service import definitions, filters, logged_filter, shared
 from overlapdp.service.admission import Admission
 from overlapdp.service.ledger import AnalystRecord
@@ -59,6 +59,7 @@ class Queries(Admission):
             raise TooLarge(f"a batch may hold at most {self.limits.max_batch} queries, got {len(specs)}")
         if not specs:
             raise QueryError("a batch needs at least one query")
+        declared = declared_bounds(state.record.schema)  # the data set's declared clipping bounds
         out: list[PredicateQuery] = []
         items: list[int] = []
         groups: list[dict[str, Any] | None] = []
@@ -77,7 +78,7 @@ class Queries(Admission):
             agg = COUNT  # only counts are cached
             if parsed is None:
                 try:
-                    parsed, agg = parse_line(state.schema, spec, max_cells=max(room, 0))
+                    parsed, agg = parse_line(state.schema, spec, declared=declared, max_cells=max(room, 0))
                 except RecursionError:  # a condition nested deeper than the parser can follow
                     raise QueryError(f"query #{i} is nested too deeply") from None
                 except QueryTooComplexError as exc:
