@@ -441,11 +441,9 @@ class _Search:
                     deadline is not None and _clock.now() > deadline
                 ):
                     return self._open_bound(stack)
+                # a child's charges are its parent's that hold its value: exactly those meeting it
                 alive, masks, inherited = stack.pop()
                 nodes += 1
-                for j in range(k):
-                    if not masks[j].all():
-                        alive = alive & tables[j][:, masks[j]].any(axis=1)
                 if not alive.any():
                     if not fits(Fraction(0)) and on_row(
                         atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs), Fraction(0)
@@ -473,7 +471,7 @@ class _Search:
                 xs: list[np.ndarray] | None = None
                 mu_node = inherited
                 if inherited is not None:
-                    bound, err = _lagrangian(inherited, w, alive, tables, masks)
+                    bound, err = _lagrangian(inherited, w, alive, wf, masks)
                     if self.clear(bound, err):
                         stats["inherited"] = stats.get("inherited", 0) + 1
                         continue
@@ -487,7 +485,7 @@ class _Search:
                     if got is not None:
                         mu, x = got
                         mu_node = mu
-                        bound, err = _lagrangian(mu, w, alive, tables, masks)
+                        bound, err = _lagrangian(mu, w, alive, wf, masks)
                         if self.clear(bound, err):
                             continue
                         xs = [x[int(lp.off[j]) : int(lp.off[j + 1])] for j in range(k)]
@@ -583,7 +581,7 @@ class _Search:
             ub = min(float(np.where(masks[j], wa @ self.wf[j], -1.0).max()) for j in range(self.k))
             bound = self.upper(ub)
             if inherited is not None:
-                lag, err = _lagrangian(inherited, self.w, alive, self.atoms.tables, masks)
+                lag, err = _lagrangian(inherited, self.w, alive, self.wf, masks)
                 other = self.upper(lag, err)
                 if other is not None and (bound is None or other < bound):
                     bound = other
@@ -592,17 +590,19 @@ class _Search:
 
 
 def _lagrangian(
-    mu: np.ndarray, w: FloatArray, alive: BoolArray, tables: list[BoolArray], masks: list[BoolArray]
+    mu: np.ndarray, w: FloatArray, alive: BoolArray, tables: list[np.ndarray], masks: list[BoolArray]
 ) -> tuple[float, float]:
     """The Lagrangian bound of a box for multipliers ``mu`` (MATH.md 7.9) in floats, and an absolute
-    bound on its round-off (the inputs are exact floats; each term is a sum of non-negative products)."""
+    bound on its round-off (the inputs are exact floats; each term is a sum of non-negative products).
+    ``tables`` are the atoms' tables as 0/1 floats (a boolean one would be converted at every call)."""
     m = mu * alive[:, None]
     wa = np.where(alive, w, 0.0)
     s = m.sum(axis=1)
     first = np.maximum(wa - s, 0.0).sum()
     second = 0.0
-    for j, t in enumerate(tables):
-        col = m[:, j] @ t
+    # LP duals are sparse: an attribute without multipliers adds 0
+    for j in np.flatnonzero(m.any(axis=0)).tolist():
+        col = m[:, j] @ tables[j]
         second += float(col[masks[j]].max())
     total = float(first) + second
     k = len(tables)
