@@ -230,3 +230,49 @@ def test_child_bounds_never_cut_a_row_over_them(kind: str, duals: bool, seed: in
             value = float(child.values[j][v])
             bound = (Fraction(value) + Fraction(child.error(value))) * search.scale
             assert worst <= bound
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lp_duals_give_the_lp_value(seed: int) -> None:
+    """Solved to the end (no threshold given), the LP's duals give its optimal value as their Lagrangian
+    bound (MATH.md 7.9: LP duality), checked against scipy's linprog on the same relaxation built
+    independently. (A wrong objective bound once stopped HiGHS at its first iterate.)"""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(2000 + seed)
+    pb, _ = random_instance(rng, "floats")
+    search = threshold._Search(pb, lambda load: True)
+    if search.k == 0:
+        return
+    tables, n = search.atoms.tables, search.n
+    sizes = [t.shape[1] for t in tables]
+    nx = sum(sizes)
+    first = np.concatenate([[0], np.cumsum(sizes)])
+    a_ub, a_eq = [], []
+    for j, t in enumerate(tables):
+        for i in range(n):
+            if not t[i].all():
+                row = np.zeros(n + nx)
+                row[i] = 1.0
+                row[n + first[j] : n + first[j + 1]] = -t[i].astype(float)
+                a_ub.append(row)
+        row = np.zeros(n + nx)
+        row[n + first[j] : n + first[j + 1]] = 1.0
+        a_eq.append(row)
+    cost = np.concatenate([-search.w, np.zeros(nx)])
+    ref = linprog(
+        cost,
+        A_ub=np.array(a_ub) if a_ub else None,
+        b_ub=np.zeros(len(a_ub)) if a_ub else None,
+        A_eq=np.array(a_eq),
+        b_eq=np.ones(len(a_eq)),
+        bounds=(0, 1),
+    )
+    assert ref.status == 0
+    alive = np.ones(n, dtype=bool)
+    masks = [np.ones(size, dtype=bool) for size in sizes]
+    got = threshold._LP(tables, search.w).solve(alive, masks)
+    assert got is not None
+    bound, err = threshold._lagrangian(got[0], search.w, alive, search.wf, masks)
+    assert bound + err >= -ref.fun - 1e-9  # a valid bound (weak duality) ...
+    assert bound <= -ref.fun + 1e-6  # ... and the optimal one

@@ -234,7 +234,7 @@ class _LP:
         left = math.inf if deadline is None else max(deadline - _clock.now(), 1e-3)
         self.h.setOptionValue("time_limit", left)
         # HiGHS minimises -w.y: a dual objective above -enough proves the box clear
-        self.h.setOptionValue("objective_bound", -math.inf if enough is None else -enough)
+        self.h.setOptionValue("objective_bound", math.inf if enough is None else -enough)
         self.h.run()
         import highspy
 
