@@ -17,9 +17,12 @@ depth-first branch and bound over the attributes' values:
   and a bound is rounded down to a multiple of it before the test (a bound of 24.7 units proves 24);
 - the LP's solution, rounded to a row (the heaviest value of each attribute), is tried first: a row
   that does not fit ends the search with a refusal (its load summed exactly);
-- branching: on the attribute with the fewest values whose load table could still exceed the threshold
-  (fail first), one child per such value, the LP's favourite first; the other values are proved by
-  their table at once.
+- the dual simplex stops once its dual bound is below the threshold (HiGHS's objective bound): its
+  duals are still multipliers, and the bound is recomputed from them;
+- branching: the node's multipliers bound every child at once (one attribute fixed to one value);
+  the search splits the attribute with the fewest children that neither this bound nor the value's
+  table clears (fail first), one child per such value, the LP's favourite first; the other values are
+  proved at once (without highspy: the fewest values whose table exceeds the threshold).
 
 Every prune compares an exact upper bound (a Fraction) with the caller's exact test; a leaf (every charge
 of the box holding all of it) is summed with Fractions. The answer is therefore exact whatever the
