@@ -189,3 +189,90 @@ def test_the_largest_fitting_float_is_found_from_any_hint(
         assert got == hi
     else:
         assert got == theta  # floats: theta itself is the largest float <= theta
+
+
+@pytest.mark.parametrize("kind", ["equal", "floats", "magnitudes"])
+@pytest.mark.parametrize("duals", [False, True])
+@pytest.mark.parametrize("seed", range(30))
+def test_child_bounds_never_cut_a_row_over_them(kind: str, duals: bool, seed: int) -> None:
+    """The bound the branching uses to drop a child at once (the parent's multipliers with one attribute
+    fixed, MATH.md 7.9) is at least the load of every row of that child, by brute force over the real
+    rows; for random multipliers and for the LP's own duals at a random sub-box."""
+    rng = np.random.default_rng(1000 + seed)
+    pb, _ = random_instance(rng, kind)
+    search = threshold._Search(pb, lambda load: True)
+    if search.k == 0 or not search.finite:
+        return
+    tables = search.atoms.tables
+    masks = []
+    for t in tables:
+        m = rng.random(t.shape[1]) < 0.7
+        m[int(rng.integers(t.shape[1]))] = True
+        masks.append(m)
+    alive = np.ones(search.n, dtype=bool)
+    for t, m in zip(tables, masks, strict=True):
+        alive &= t[:, m].any(axis=1)
+    if duals:
+        got = threshold._LP(tables, search.w).solve(alive, masks)
+        assert got is not None
+        mu = got[0]
+    else:
+        mu = rng.uniform(0, 1, size=(search.n, search.k)) * rng.choice([0.0, 0.3, 1.0], size=(search.n, 1))
+    child = threshold._child_bounds(mu, search.w, alive, search.wf, masks)
+    for j in range(search.k):
+        for v in np.flatnonzero(masks[j]).tolist():
+            fixed = list(masks)
+            fixed[j] = np.zeros_like(masks[j])
+            fixed[j][v] = True
+            worst = Fraction(0)
+            for choice in itertools.product(*(np.flatnonzero(m).tolist() for m in fixed)):
+                worst = max(worst, row_load(pb, search.atoms.row(choice, search.nattrs)))
+            value = float(child.values[j][v])
+            bound = (Fraction(value) + Fraction(child.error(value))) * search.scale
+            assert worst <= bound
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lp_duals_give_the_lp_value(seed: int) -> None:
+    """Solved to the end (no threshold given), the LP's duals give its optimal value as their Lagrangian
+    bound (MATH.md 7.9: LP duality), checked against scipy's linprog on the same relaxation built
+    independently. (A wrong objective bound once stopped HiGHS at its first iterate.)"""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(2000 + seed)
+    pb, _ = random_instance(rng, "floats")
+    search = threshold._Search(pb, lambda load: True)
+    if search.k == 0:
+        return
+    tables, n = search.atoms.tables, search.n
+    sizes = [t.shape[1] for t in tables]
+    nx = sum(sizes)
+    first = np.concatenate([[0], np.cumsum(sizes)])
+    a_ub, a_eq = [], []
+    for j, t in enumerate(tables):
+        for i in range(n):
+            if not t[i].all():
+                row = np.zeros(n + nx)
+                row[i] = 1.0
+                row[n + first[j] : n + first[j + 1]] = -t[i].astype(float)
+                a_ub.append(row)
+        row = np.zeros(n + nx)
+        row[n + first[j] : n + first[j + 1]] = 1.0
+        a_eq.append(row)
+    cost = np.concatenate([-search.w, np.zeros(nx)])
+    ref = linprog(
+        cost,
+        A_ub=np.array(a_ub) if a_ub else None,
+        b_ub=np.zeros(len(a_ub)) if a_ub else None,
+        A_eq=np.array(a_eq),
+        b_eq=np.ones(len(a_eq)),
+        bounds=(0, 1),
+    )
+    assert ref.status == 0
+    alive = np.ones(n, dtype=bool)
+    masks = [np.ones(size, dtype=bool) for size in sizes]
+    got = threshold._LP(tables, search.w).solve(alive, masks)
+    assert got is not None
+    bound, err = threshold._lagrangian(got[0], search.w, alive, search.wf, masks)
+    assert bound + err >= -ref.fun - 1e-9  # a valid bound (weak duality) ...
+    assert bound <= -ref.fun + 1e-6  # ... and the optimal one

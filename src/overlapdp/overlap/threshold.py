@@ -17,9 +17,12 @@ depth-first branch and bound over the attributes' values:
   and a bound is rounded down to a multiple of it before the test (a bound of 24.7 units proves 24);
 - the LP's solution, rounded to a row (the heaviest value of each attribute), is tried first: a row
   that does not fit ends the search with a refusal (its load summed exactly);
-- branching: on the attribute with the fewest values whose load table could still exceed the threshold
-  (fail first), one child per such value, the LP's favourite first; the other values are proved by
-  their table at once.
+- the dual simplex stops once its dual bound is below the threshold (HiGHS's objective bound): its
+  duals are still multipliers, and the bound is recomputed from them;
+- branching: the node's multipliers bound every child at once (one attribute fixed to one value);
+  the search splits the attribute with the fewest children that neither this bound nor the value's
+  table clears (fail first), one child per such value, the LP's favourite first; the other values are
+  proved at once (without highspy: the fewest values whose table exceeds the threshold).
 
 Every prune compares an exact upper bound (a Fraction) with the caller's exact test; a leaf (every charge
 of the box holding all of it) is summed with Fractions. The answer is therefore exact whatever the
@@ -212,11 +215,18 @@ class _LP:
         self.upper = np.ones(self.ncol)
 
     def solve(
-        self, alive: BoolArray, masks: list[BoolArray], deadline: float | None = None
+        self,
+        alive: BoolArray,
+        masks: list[BoolArray],
+        deadline: float | None = None,
+        enough: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """Multipliers (charges x attributes, >= 0) and the primal x per atom, or None when HiGHS has no
         dual values. Stopped at the ``deadline`` (HiGHS's own time limit), its dual values are still
-        multipliers, so still a valid bound (MATH.md 7.9), only a weaker one."""
+        multipliers, so still a valid bound (MATH.md 7.9), only a weaker one. With ``enough``, the dual
+        simplex also stops once its bound is below it (HiGHS's objective bound): its iterates stay dual
+        feasible from the warm basis on, and any duals are multipliers; the bound is recomputed from them
+        anyway, and the primal x is then only a hint for branching."""
         upper = np.concatenate([alive.astype(float), *[m.astype(float) for m in masks]])
         diff = np.flatnonzero(upper != self.upper)
         if diff.size:  # only what changed: HiGHS keeps more of its factorisation
@@ -226,11 +236,14 @@ class _LP:
             self.upper = upper
         left = math.inf if deadline is None else max(deadline - _clock.now(), 1e-3)
         self.h.setOptionValue("time_limit", left)
+        # HiGHS minimises -w.y: a dual objective above -enough proves the box clear
+        self.h.setOptionValue("objective_bound", math.inf if enough is None else -enough)
         self.h.run()
         import highspy
 
         status = self.h.getModelStatus()
-        if status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit):
+        done = highspy.HighsModelStatus
+        if status not in (done.kOptimal, done.kTimeLimit, done.kObjectiveBound):
             return None
         sol = self.h.getSolution()
         if not sol.dual_valid:
@@ -431,11 +444,9 @@ class _Search:
                     deadline is not None and _clock.now() > deadline
                 ):
                     return self._open_bound(stack)
+                # a child's charges are its parent's that hold its value: exactly those meeting it
                 alive, masks, inherited = stack.pop()
                 nodes += 1
-                for j in range(k):
-                    if not masks[j].all():
-                        alive = alive & tables[j][:, masks[j]].any(axis=1)
                 if not alive.any():
                     if not fits(Fraction(0)) and on_row(
                         atoms.row([int(np.flatnonzero(m)[0]) for m in masks], nattrs), Fraction(0)
@@ -463,19 +474,21 @@ class _Search:
                 xs: list[np.ndarray] | None = None
                 mu_node = inherited
                 if inherited is not None:
-                    bound, err = _lagrangian(inherited, w, alive, tables, masks)
+                    bound, err = _lagrangian(inherited, w, alive, wf, masks)
                     if self.clear(bound, err):
                         stats["inherited"] = stats.get("inherited", 0) + 1
                         continue
                 if lp is None and use_lp:  # built when first needed: easy boxes never pay for it
                     lp = _LP(tables, w)
                 if lp is not None:
-                    got = lp.solve(alive, masks, deadline)
+                    # stop at a dual bound just below the threshold (the float pre-check's margins)
+                    enough = self.theta * (1 - 1e-9) if self.theta > 0 else None
+                    got = lp.solve(alive, masks, deadline, enough)
                     stats["lp"] = stats.get("lp", 0) + 1
                     if got is not None:
                         mu, x = got
                         mu_node = mu
-                        bound, err = _lagrangian(mu, w, alive, tables, masks)
+                        bound, err = _lagrangian(mu, w, alive, wf, masks)
                         if self.clear(bound, err):
                             continue
                         xs = [x[int(lp.off[j]) : int(lp.off[j + 1])] for j in range(k)]
@@ -491,11 +504,19 @@ class _Search:
                 # (when the threshold rose instead, this box is searched on under the new one)
                 if not fits(load) and on_row(atoms.row(choice, nattrs), load):
                     return None
-                pick = self._branching(masks, counts, tops)
+                cleared: BoolArray | None = None
+                if mu_node is None:
+                    pick = self._branching(masks, counts, tops)
+                else:
+                    pick, cleared = self._branching_lagrangian(mu_node, alive, masks, counts)
                 if pick < 0:  # pragma: no cover - every attribute down to one atom is a leaf
                     continue
                 c = counts[pick]
-                children = [v for v in np.flatnonzero(masks[pick]).tolist() if not self.clear(float(c[v]))]
+                children = [
+                    v
+                    for v in np.flatnonzero(masks[pick]).tolist()
+                    if not self.clear(float(c[v])) and (cleared is None or not cleared[v])
+                ]
                 pref = c if xs is None else xs[pick] + 1e-9 * c
                 children.sort(key=lambda v: float(pref[v]))  # pushed first = explored last
                 col = tables[pick]
@@ -508,6 +529,33 @@ class _Search:
             return None
         finally:
             stats["nodes"] = stats.get("nodes", 0) + nodes
+
+    def _branching_lagrangian(
+        self, mu: np.ndarray, alive: BoolArray, masks: list[BoolArray], counts: list[np.ndarray]
+    ) -> tuple[int, BoolArray | None]:
+        """Fail first by the node's multipliers: the attribute with the fewest values whose child is
+        cleared neither by its table nor by these multipliers' bound (then the smallest total excess of
+        those bounds over the threshold), and which of its values that bound clears (MATH.md 7.9; on the
+        40 hardest float decisions of two streams, 26% fewer LP solves than by the tables alone)."""
+        child = _child_bounds(mu, self.w, alive, self.wf, masks)
+        theta = self.theta
+        best: tuple[int, float] | None = None
+        pick = -1
+        for j in range(self.k):
+            if masks[j].sum() < 2:
+                continue
+            bounds = child.values[j]
+            need = masks[j] & (counts[j] > theta) & (bounds > theta)
+            key = (int(need.sum()), float((bounds - theta)[need].sum()))
+            if best is None or key < best:
+                best, pick = key, j
+        if pick < 0:
+            return pick, None
+        cleared = np.zeros(masks[pick].size, dtype=bool)
+        for v in np.flatnonzero(masks[pick]).tolist():
+            total = float(child.values[pick][v])
+            cleared[v] = self.clear(total, child.error(total))
+        return pick, cleared
 
     def _branching(self, masks: list[BoolArray], counts: list[np.ndarray], tops: list[float]) -> int:
         """Fail first: the attribute with the fewest values whose table may exceed the threshold, then
@@ -536,7 +584,7 @@ class _Search:
             ub = min(float(np.where(masks[j], wa @ self.wf[j], -1.0).max()) for j in range(self.k))
             bound = self.upper(ub)
             if inherited is not None:
-                lag, err = _lagrangian(inherited, self.w, alive, self.atoms.tables, masks)
+                lag, err = _lagrangian(inherited, self.w, alive, self.wf, masks)
                 other = self.upper(lag, err)
                 if other is not None and (bound is None or other < bound):
                     bound = other
@@ -545,17 +593,19 @@ class _Search:
 
 
 def _lagrangian(
-    mu: np.ndarray, w: FloatArray, alive: BoolArray, tables: list[BoolArray], masks: list[BoolArray]
+    mu: np.ndarray, w: FloatArray, alive: BoolArray, tables: list[np.ndarray], masks: list[BoolArray]
 ) -> tuple[float, float]:
     """The Lagrangian bound of a box for multipliers ``mu`` (MATH.md 7.9) in floats, and an absolute
-    bound on its round-off (the inputs are exact floats; each term is a sum of non-negative products)."""
+    bound on its round-off (the inputs are exact floats; each term is a sum of non-negative products).
+    ``tables`` are the atoms' tables as 0/1 floats (a boolean one would be converted at every call)."""
     m = mu * alive[:, None]
     wa = np.where(alive, w, 0.0)
     s = m.sum(axis=1)
     first = np.maximum(wa - s, 0.0).sum()
     second = 0.0
-    for j, t in enumerate(tables):
-        col = m[:, j] @ t
+    # LP duals are sparse: an attribute without multipliers adds 0
+    for j in np.flatnonzero(m.any(axis=0)).tolist():
+        col = m[:, j] @ tables[j]
         second += float(col[masks[j]].max())
     total = float(first) + second
     k = len(tables)
@@ -564,6 +614,43 @@ def _lagrangian(
     scale = float(wa.sum()) + float(m.sum()) + total
     err = 4 * (n + k + 4) * _U * scale
     return total, err
+
+
+@dataclass
+class _ChildBounds:
+    """Per attribute ``j`` and value ``v`` of a box, the Lagrangian bound (MATH.md 7.9) of the sub-box
+    that fixes attribute ``j`` to ``v``, for one set of multipliers, in floats (``values``), with the
+    absolute round-off bound ``error(value)``."""
+
+    values: list[np.ndarray]
+    scale: float
+    terms: int
+
+    def error(self, value: float) -> float:
+        return 4 * (self.terms + 4) * _U * (self.scale + value)
+
+
+def _child_bounds(
+    mu: np.ndarray, w: FloatArray, alive: BoolArray, tables: list[np.ndarray], masks: list[BoolArray]
+) -> _ChildBounds:
+    """:class:`_ChildBounds` of the box (``alive`` charges, ``masks`` per attribute) for ``mu``: the
+    multipliers stay valid in a sub-box and over a superset of its charges (MATH.md 7.9), so fixing
+    attribute ``j`` to ``v`` only replaces that attribute's largest column by the column of ``v``. Every
+    value is a float sum of non-negative floats (never a difference), as in :func:`_lagrangian`."""
+    m = mu * alive[:, None]
+    wa = np.where(alive, w, 0.0)
+    first = float(np.maximum(wa - m.sum(axis=1), 0.0).sum())
+    k = len(tables)
+    cols = [np.where(masks[j], m[:, j] @ tables[j], 0.0) for j in range(k)]
+    tops = [float(c.max()) for c in cols]
+    values = []
+    for j in range(k):
+        rest = first
+        for a in range(k):
+            if a != j:
+                rest += tops[a]
+        values.append(np.where(masks[j], rest + cols[j], -1.0))
+    return _ChildBounds(values, float(wa.sum()) + float(m.sum()), int(alive.sum()) + k)
 
 
 def _largest_fitting(fits: Callable[[Fraction], bool], hi: float, hint: float | None = None) -> float:
