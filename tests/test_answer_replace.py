@@ -152,3 +152,21 @@ def test_the_release_plan_halves_rows_and_cells_but_not_sequential_composition()
     assert replace.totals["sequential"] == add_remove.totals["sequential"]
     for side in ("partitions", "even overlap"):
         assert replace.totals[side] > 3 * add_remove.totals[side]  # half the share: ~4x the variance
+
+
+def test_every_planner_refuses_an_unknown_relation_by_name() -> None:
+    """plan_release with even shares read any value other than "replace" as add/remove, and stated its
+    plan for a relation that was never asked; every planner now refuses it, naming the choices."""
+    from overlapdp.errors import AnswerError
+    from overlapdp.mechanisms.planning import budget_for_error, error_target, plan_release
+
+    qs = workload()
+    for call in (
+        lambda: plan_release(qs, 1.0, "pure", allocation="even", neighbouring="swap"),
+        lambda: plan_release(qs, 1.0, "pure", neighbouring="swap"),
+        lambda: budget_for_error(qs, 5, "pure", neighbouring="swap"),
+        lambda: error_target(qs, 5, "pure", neighbouring="swap"),
+        lambda: plan_answers(qs, 1.0, "pure", neighbouring="swap"),
+    ):
+        with pytest.raises(AnswerError, match="'add_remove' or 'replace'"):
+            call()

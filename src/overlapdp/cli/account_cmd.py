@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from overlapdp.cli.app import Encoding, app, console, emit_json
+from overlapdp.cli.app import Encoding, NeighbouringOption, app, console, emit_json
 from overlapdp.display import DEFINITION_NAMES, decimal, guarantee, spent
-from overlapdp.privacy.neighbouring import Neighbouring
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from overlapdp.privacy.mechanisms import Mechanism
@@ -51,10 +50,7 @@ def account(
         ),
     ],
     delta: Annotated[float, typer.Option("--delta", help="Target delta for (epsilon, delta).")] = 1e-6,
-    neighbouring: Annotated[
-        Neighbouring,
-        typer.Option("--neighbouring", help="add_remove: a row added or removed; replace: one row moves."),
-    ] = "add_remove",
+    neighbouring: NeighbouringOption = "add_remove",
     effort: Annotated[
         float | None, typer.Option("--effort", help="Seconds per overlap search; past it a safe bound.")
     ] = None,

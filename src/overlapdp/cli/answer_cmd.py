@@ -9,11 +9,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import DataEncoding, Separator, app, console, emit_json, progress, warn
+from overlapdp.cli.app import (
+    DataEncoding,
+    NeighbouringOption,
+    Separator,
+    app,
+    console,
+    emit_json,
+    progress,
+    warn,
+)
 from overlapdp.display import decimal, remaining, spent
 from overlapdp.engine.registry import EngineName
 from overlapdp.mechanisms.answer_options import DEFAULT_DELTA, DEFAULT_EFFORT, Accounting, Definition
-from overlapdp.privacy.neighbouring import Neighbouring
 
 if TYPE_CHECKING:  # the command imports them when it runs, so that `overlapdp --help` stays fast
     from collections.abc import Sequence
@@ -76,14 +84,7 @@ def answer(
             "--objective", help="For --allocation optimal: least weighted total or largest variance."
         ),
     ] = "variance",
-    neighbouring: Annotated[
-        Neighbouring,
-        typer.Option(
-            "--neighbouring",
-            help="add_remove: a row added or removed; replace: one row moves (a pair of rows pays both "
-            "rows' shares, MATH.md 2.9).",
-        ),
-    ] = "add_remove",
+    neighbouring: NeighbouringOption = "add_remove",
     level: Annotated[float, typer.Option("--level", help="Confidence level of the error bars.")] = 0.95,
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds for the maximum-overlap search (then a safe bound).")

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from overlapdp.cli.help_format import Typer
+from overlapdp.privacy.neighbouring import Neighbouring
 
 app = Typer(
     name="overlapdp",
@@ -21,6 +22,16 @@ app = Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+#: ``--neighbouring``, the same on every command that states a guarantee (MATH.md 2.9)
+NeighbouringOption = Annotated[
+    Neighbouring,
+    typer.Option(
+        "--neighbouring",
+        help="add_remove: a row added or removed; replace: one row moves (a pair of rows pays both "
+        "rows' charges, MATH.md 2.9).",
+    ),
+]
 
 #: ``--encoding`` and ``--sep``, the same on every command that reads files (:mod:`overlapdp.files`):
 #: the data file's encoding where there is one (a workload beside it is always detected: the two

@@ -11,9 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from overlapdp.cli.app import app, console, emit_json, err_console
+from overlapdp.cli.app import NeighbouringOption, app, console, emit_json, err_console
 from overlapdp.errors import OverlapDPError
-from overlapdp.privacy.neighbouring import Neighbouring
 
 _UNIT = {"pure": "ε", "zcdp": "ρ", "gdp": "μ"}
 
@@ -47,14 +46,7 @@ def plan(
         Literal["variance", "relative"],
         typer.Option("--objective", help="variance: least weighted total; relative: least largest weighted."),
     ] = "variance",
-    neighbouring: Annotated[
-        Neighbouring,
-        typer.Option(
-            "--neighbouring",
-            help="add_remove: a row added or removed; replace: one row moves (a pair of rows pays both "
-            "rows' shares, MATH.md 2.9).",
-        ),
-    ] = "add_remove",
+    neighbouring: NeighbouringOption = "add_remove",
     level: Annotated[float, typer.Option("--level", help="Confidence level of the error bars.")] = 0.95,
     effort: Annotated[
         float, typer.Option("--effort", help="Seconds per overlap search (then a safe bound).")
@@ -63,7 +55,7 @@ def plan(
 ) -> None:
     """Plan a release: per-query shares, noise and error bars, and the gain over other accountings."""
     from overlapdp.display import decimal, spent
-    from overlapdp.mechanisms.planning import budget_for_error, plan_release
+    from overlapdp.mechanisms.planning import error_target, plan_release
     from overlapdp.query import Workload
     from overlapdp.schema import Schema
 
@@ -73,22 +65,13 @@ def plan(
     workload = Workload.read_jsonl(sch, queries)
     qs = list(workload)
     if target_error is not None:
-        total, share, gamma = budget_for_error(
+        target = error_target(
             qs, target_error, definition, level=level, effort=effort, neighbouring=neighbouring
         )
         if as_json:
-            emit_json(
-                {
-                    "definition": definition,
-                    "target_error": target_error,
-                    "level": level,
-                    "budget": total,
-                    "per_query": share,
-                    "gamma": gamma,
-                    "neighbouring": neighbouring,
-                }
-            )
+            emit_json(target)
             return
+        total, share, gamma = target["budget"], target["per_query"], target["gamma"]
         u = _UNIT[definition]
         console.print(
             f"every query within ±{target_error} at {level:.0%}: total {u} = {spent(total)} "

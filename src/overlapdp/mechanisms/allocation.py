@@ -40,6 +40,7 @@ import numpy as np
 
 from overlapdp.errors import AnswerError, SearchGaveUp
 from overlapdp.exact import float_up, sqrt_down
+from overlapdp.privacy.definitions import check_neighbouring
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_positive
 
@@ -138,8 +139,7 @@ class _Planner:
         measure = count_measure(definition, AnswerError)
         if objective not in ("variance", "relative"):
             raise AnswerError(f"objective must be 'variance' or 'relative', got {objective!r}")
-        if neighbouring not in ("add_remove", "replace"):
-            raise AnswerError(f"neighbouring must be 'add_remove' or 'replace', got {neighbouring!r}")
+        check_neighbouring(neighbouring, AnswerError)
         b = check_positive(budget, "budget", error=AnswerError)
         self.qs = list(queries)
         if not self.qs:

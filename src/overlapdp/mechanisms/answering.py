@@ -56,7 +56,7 @@ from overlapdp.mechanisms.answer_options import Definition as Definition
 from overlapdp.mechanisms.calibration import CountBudget, declared_guarantee, noise_for
 from overlapdp.mechanisms.randomness import RngLike, resolve_source
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum, add_mean_noise, add_sum_noise, split_budget
-from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta
+from overlapdp.privacy.definitions import GDP, ZCDP, BudgetError, PureDP, check_delta, check_neighbouring
 from overlapdp.privacy.measures import DEFAULT_DELTA as DEFAULT_DELTA
 from overlapdp.privacy.measures import Measure, count_measure
 from overlapdp.privacy.neighbouring import Neighbouring
@@ -465,8 +465,7 @@ def plan_answers(
     res = max_overlap(qs, comp="count", effort=effort)
     # Overlaps are integers: the floor of a safe upper bound is still safe; never use the lower bound.
     gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
-    if neighbouring not in ("add_remove", "replace"):
-        raise AnswerError(f"unknown neighbouring {neighbouring!r}; choose one of add_remove, replace")
+    relation = check_neighbouring(neighbouring, AnswerError)
     seq = even_share(d, b, len(qs))
     ovl = even_share(d, b, gamma * (2 if neighbouring == "replace" else 1))
     used = ovl if accounting == "overlap" else seq
@@ -506,7 +505,7 @@ def plan_answers(
         shares=shares,
         worst_row=None if plan is None else plan.worst_row,
         allocation_method=None if plan is None else plan.method,
-        neighbouring=cast(Neighbouring, neighbouring),
+        neighbouring=relation,
     )
 
 

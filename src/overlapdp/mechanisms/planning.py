@@ -24,6 +24,7 @@ from typing import Any, Literal
 from overlapdp.errors import AnswerError, BudgetError
 from overlapdp.mechanisms.allocation import Allocation, Objective, allocate
 from overlapdp.mechanisms.calibration import CountBudget, noise_for
+from overlapdp.privacy.definitions import check_neighbouring
 from overlapdp.privacy.measures import AdditiveMeasure, count_measure
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_level, check_positive
@@ -121,8 +122,6 @@ def plan_release(
 ) -> ReleasePlan:
     """Each query's share, noise and error bar (module docstring), and the comparison with the other
     accountings at the same guarantee. Draws no noise and reads no data."""
-    from overlapdp.overlap import max_overlap
-
     measure = _measure(definition)
     if allocation not in ("even", "optimal"):
         raise AnswerError(f"allocation must be 'even' or 'optimal', got {allocation!r}")
@@ -131,8 +130,8 @@ def plan_release(
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
-    res = max_overlap(qs, comp="count", effort=effort)
-    gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
+    check_neighbouring(neighbouring, AnswerError)
+    gamma = _gamma(qs, effort)
     fam = partition_families(qs)
     # replace-one neighbours: a pair of rows pays both rows' charges (MATH.md 2.9), half the additive budget
     half = 1.0 if neighbouring != "replace" else (math.sqrt(2.0) if measure.comp == "l2" else 2.0)
@@ -200,19 +199,15 @@ def budget_for_error(
     share is the smallest whose noise's half-width is at most the target (bisection on the exact
     noise distributions), and the budget composes ``gamma`` of them (``2 * gamma`` under replace-one
     neighbours, whose pair of rows pays both rows' shares: MATH.md 2.9)."""
-    from overlapdp.overlap import max_overlap
-
     measure = _measure(definition)
     if isinstance(half_width, bool) or not isinstance(half_width, int) or half_width < 0:
         raise AnswerError(f"the error target must be a whole number of rows >= 0, got {half_width!r}")
     lv = check_level(level)
+    check_neighbouring(neighbouring, AnswerError)
     qs = list(queries)
     if not qs:
         raise AnswerError("the workload has no queries")
-    res = max_overlap(qs, comp="count", effort=effort)
-    gamma = max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
-    if neighbouring not in ("add_remove", "replace"):
-        raise AnswerError(f"neighbouring must be 'add_remove' or 'replace', got {neighbouring!r}")
+    gamma = _gamma(qs, effort)
     payers = gamma * (2 if neighbouring == "replace" else 1)
 
     def fine(share: float) -> bool:
@@ -242,4 +237,45 @@ def budget_for_error(
     return total, _even(definition, total, payers), gamma
 
 
-__all__ = ["AllocationKind", "ReleasePlan", "budget_for_error", "partition_families", "plan_release"]
+def error_target(
+    queries: Sequence[PredicateQuery],
+    half_width: int,
+    definition: str,
+    *,
+    level: float = 0.95,
+    effort: float | None = 10.0,
+    neighbouring: str = "add_remove",
+) -> dict[str, Any]:
+    """:func:`budget_for_error` as the CLI's JSON and the service's answer give it: ``budget``,
+    ``per_query`` and ``gamma`` with what was asked."""
+    total, share, gamma = budget_for_error(
+        queries, half_width, definition, level=level, effort=effort, neighbouring=neighbouring
+    )
+    return {
+        "definition": definition,
+        "target_error": half_width,
+        "level": level,
+        "budget": total,
+        "per_query": share,
+        "gamma": gamma,
+        "neighbouring": neighbouring,
+    }
+
+
+def _gamma(queries: Sequence[PredicateQuery], effort: float | None) -> int:
+    """The workload's maximum overlap, or the floor of its safe upper bound when the search stops early
+    (overlaps are integers: the floor of a safe bound is safe; never the lower bound)."""
+    from overlapdp.overlap import max_overlap
+
+    res = max_overlap(queries, comp="count", effort=effort)
+    return max(1, math.floor(float(res.value if res.exact else res.upper) + 1e-9))
+
+
+__all__ = [
+    "AllocationKind",
+    "ReleasePlan",
+    "budget_for_error",
+    "error_target",
+    "partition_families",
+    "plan_release",
+]

@@ -24,10 +24,10 @@ from overlapdp.privacy.neighbouring import Neighbouring as Neighbouring  # (MATH
 from overlapdp.validation import check_positive, check_probability
 
 
-def check_neighbouring(value: str) -> Neighbouring:
-    """``value`` as a :data:`Neighbouring`, or a :class:`BudgetError` naming the choices."""
+def check_neighbouring(value: str, error: type[Exception] = BudgetError) -> Neighbouring:
+    """``value`` as a :data:`Neighbouring`, or ``error`` (a :class:`BudgetError`) naming the choices."""
     if value not in ("add_remove", "replace"):
-        raise BudgetError(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
+        raise error(f"neighbouring must be 'add_remove' or 'replace', got {value!r}")
     return "replace" if value == "replace" else "add_remove"
 
 

@@ -245,7 +245,7 @@ class Queries(Admission):
             return self.dry_runs.run(job, deadline)
         deadline = self._deadline(deadline)
         state = self._state(dataset)
-        from overlapdp.mechanisms.planning import budget_for_error, plan_release
+        from overlapdp.mechanisms.planning import error_target, plan_release
         from overlapdp.privacy.measures import MEASURES, measure_named
 
         definition = state.record.definition
@@ -258,17 +258,7 @@ class Queries(Admission):
         if (budget is None) == (target_error is None):
             raise QueryError("give either 'budget' or 'target_error', not both and not neither")
         if target_error is not None:
-            total, share, gamma = budget_for_error(
-                queries, target_error, definition, level=level, effort=effort
-            )
-            return {
-                "definition": definition,
-                "target_error": target_error,
-                "level": level,
-                "budget": total,
-                "per_query": share,
-                "gamma": gamma,
-            }
+            return error_target(queries, target_error, definition, level=level, effort=effort)
         assert budget is not None
         rp = plan_release(
             queries,
