@@ -38,6 +38,7 @@ Soundness (DESIGN.md, "Rules that keep it sound"):
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -138,6 +139,8 @@ class Admission(ServiceBase):
                     raise
 
     def _submit(self, state: DatasetState, pending: Pending, result: type[R]) -> R:
+        if pending.kind == "query" and pending.mechanism is not None:
+            _staged(state, pending)  # off the lock
         try:
             while True:
                 with state.queue_lock:
@@ -298,33 +301,12 @@ class Admission(ServiceBase):
         if p.kind == "session":
             return self._session_open(tx, state, p)
         assert p.mechanism is not None
-        answers = []
-        seqs = []
-        now = time.time()
-        for i, (qjson, answer) in enumerate(zip(p.query_json, p.noisy, strict=True)):
-            row = tx.insert(
-                NewCharge(
-                    dataset=state.record.name,
-                    analyst=p.analyst,
-                    kind="query",
-                    query=qjson,
-                    mechanism=p.mechanism.to_json(),
-                    cost={
-                        "definition": definition,
-                        definitions.served(definition).amount: p.loads[i],
-                        "load": p.loads[i],
-                    },
-                    answer=answer,
-                    request_key=p.request_key,
-                    request_hash=p.request_hash,
-                    position=i,
-                    created_at=now,
-                )
-            )
-            if row is None:
-                raise Conflict("this idempotency key is being used by a concurrent request")
-            answers.append(Answer(charge=row.id, seq=row.seq, **_released(answer)))
-            seqs.append(row.seq)
+        charges, answers = _staged(state, p)
+        seqs = tx.insert_many(charges)
+        if seqs is None:
+            raise Conflict("this idempotency key is being used by a concurrent request")
+        for answer, seq in zip(answers, seqs, strict=True):
+            answer.seq = seq
         # an upper bound on the spend (no search under the lock): ``remaining`` is never more than
         # what is left; the exact spend is in the data set status and the ledger's reports
         spent, remaining = mine.figures_bound(quota)
@@ -434,6 +416,50 @@ class Admission(ServiceBase):
             replayed=True,
             consistent=_consistent_counts([c.answer or {} for c in recorded]),
         )
+
+
+def _staged(state: DatasetState, p: Pending) -> tuple[list[NewCharge], list[Answer]]:
+    """``p``'s ledger rows (encoded) and answers (``seq`` filled in at its insert) for the data set's
+    definition; built once, before the request takes the admission lock (:meth:`Admission._submit`),
+    and again only if the definition changed meanwhile. A 1 000-query batch spent ~80 ms under the lock
+    building them there; everything in them is known before the lock but the ledger positions."""
+    definition = state.record.definition
+    if p.staged is not None and p.staged[0] == definition:
+        return p.staged[1], p.staged[2]
+    assert p.mechanism is not None
+    now = time.time()
+    mechanism = p.mechanism.to_json()
+    amount = definitions.served(definition).amount
+    ids = _new_ids(len(p.noisy))
+    charges = [
+        NewCharge(
+            dataset=state.record.name,
+            analyst=p.analyst,
+            kind="query",
+            query=qjson,
+            mechanism=mechanism,
+            cost={"definition": definition, amount: load, "load": load},
+            answer=answer,
+            request_key=p.request_key,
+            request_hash=p.request_hash,
+            position=i,
+            id=ids[i],
+            created_at=now,
+        )
+        for i, (qjson, answer, load) in enumerate(zip(p.query_json, p.noisy, p.loads, strict=True))
+    ]
+    for charge in charges:
+        _ = charge.encoded
+    answers = [Answer(charge=i, seq=0, **_released(a)) for i, a in zip(ids, p.noisy, strict=True)]
+    p.staged = (definition, charges, answers)
+    return charges, answers
+
+
+def _new_ids(n: int) -> list[str]:
+    """``n`` random charge ids (32 hex digits, as ``uuid4().hex``), from one read of the system's
+    randomness rather than one per charge."""
+    raw = os.urandom(16 * n).hex()
+    return [raw[32 * i : 32 * (i + 1)] for i in range(n)]
 
 
 def _by_load(loads: Iterable[float]) -> list[tuple[PredicateQuery | None, float, int]]:

@@ -22,9 +22,9 @@ from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache
 from overlapdp.service.datasets import LoadedDataset, load_dataset
 from overlapdp.service.ledger import DatasetRecord, LedgerStore
-from overlapdp.service.ledger.base import LoadRow, dumps
+from overlapdp.service.ledger.base import LoadRow, NewCharge, dumps
 from overlapdp.service.limits import Limits
-from overlapdp.service.responses import BatchAnswer, CostEstimate, SessionOpened, SessionStep
+from overlapdp.service.responses import Answer, BatchAnswer, CostEstimate, SessionOpened, SessionStep
 
 # -- requests waiting for admission -------------------------------------------------------------------
 
@@ -78,6 +78,9 @@ class Pending:
     #: Per filter (0: the analyst's, 1: the global one), the request tried off the lock against a
     #: snapshot of it, settled under the lock by :func:`overlapdp.service.admission._decide`; None while it has none.
     trials: list[filters.Trial | None] = field(default_factory=lambda: [None, None])
+    #: A query request's ledger rows and answers, built (and encoded) off the lock for the definition
+    #: it names, so that admission under the lock only inserts them and fills in their ``seq``.
+    staged: tuple[str, list[NewCharge], list[Answer]] | None = None
     #: The filters whose decision needs a trial off the lock (or its trial brought up to date) before
     #: the request comes back under the lock (:class:`NeedsTrial`).
     needs: set[int] = field(default_factory=set)

@@ -51,10 +51,7 @@ def charge_params(c: NewCharge) -> tuple[Any, ...]:
         c.request_key,
         c.request_hash,
         c.position,
-        None if c.query is None else dumps(c.query),
-        dumps(c.mechanism),
-        dumps(c.cost),
-        None if c.answer is None else dumps(c.answer),
+        *c.encoded,
         c.created_at or time.time(),
         float(c.cost.get("load", 0.0)),
     )
@@ -402,6 +399,20 @@ class _Admission(AdmissionTransaction):
         if row is None:
             return None
         return charge_from_row((row[0], *params[:-1]))
+
+    def insert_many(self, charges: Sequence[NewCharge]) -> list[int] | None:
+        name = self._record.name
+        if not all(c.id and c.dataset == name for c in charges):
+            return super().insert_many(charges)
+        params = [charge_params(c) for c in charges]
+        # This transaction holds the data set's lock: every row of it after ``top`` is one of these.
+        top = self._exec("SELECT COALESCE(MAX(seq), 0) FROM charges WHERE dataset = ?", (name,)).fetchone()[0]
+        self._store._executemany(self._conn, INSERT_CHARGE + " ON CONFLICT DO NOTHING", params)
+        rows = self._exec("SELECT id, seq FROM charges WHERE dataset = ? AND seq > ?", (name, top)).fetchall()
+        seq_of = {str(i): int(s) for i, s in rows}
+        if len(seq_of) != len(params):
+            return None  # one was already taken (an idempotency key used concurrently)
+        return [seq_of[p[0]] for p in params]
 
     def session(self, session_id: str) -> SessionRecord | None:
         return _read_session(self._store, self._conn, session_id)
