@@ -24,6 +24,7 @@ import pytest
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving, shared
 from overlapdp.service.client import Client, ServiceRefused
 from overlapdp.service.embedded import _free_port
+from overlapdp.service.middleware import AnalystGate
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
 from support.service import write_adult
 
@@ -60,6 +61,7 @@ def _served(
             "tokens": tokens,
             "registry": config.http_protocol_class.registry,
             "service": service,
+            "app": app,
         }
     finally:
         server.should_exit = True
@@ -207,7 +209,8 @@ def test_an_analyst_past_their_requests_in_progress_gets_429_and_others_are_serv
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     body = b'{"where": "age = 30", "epsilon": 0.01}'
-    with _served(tmp_path, limits=Limits(analyst_requests=2)) as world:
+    # both in progress run at once here (the default runs one at a time: the next test)
+    with _served(tmp_path, limits=Limits(analyst_requests=2, analyst_running=2)) as world:
         tokens = world["tokens"]
         held = [_slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3]) for _ in range(2)]
         try:
@@ -241,6 +244,64 @@ def test_an_analyst_past_their_requests_in_progress_gets_429_and_others_are_serv
         finally:
             for s in held:
                 s.close()
+
+
+def _gate(app: Any) -> AnalystGate | None:
+    """The application's analyst gate (Starlette builds its middleware at the first request)."""
+    layer = getattr(app, "middleware_stack", None)
+    while layer is not None and not isinstance(layer, AnalystGate):
+        layer = getattr(layer, "app", None)
+    return layer
+
+
+def test_an_analysts_next_request_waits_for_their_turn_and_others_are_served(tmp_path: Path) -> None:
+    # fair scheduling: one of mallory's requests runs at a time (its body arriving slowly holds the
+    # turn); the next waits in the gate, no 429, and runs when the first ends; alice is served meanwhile
+    body = b'{"where": "age = 30", "epsilon": 0.01}'
+    with _served(tmp_path, limits=Limits(analyst_requests=2, analyst_running=1)) as world:
+        tokens = world["tokens"]
+        held = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3])
+        for _ in range(200):  # the first request holds the turn (reading its body)
+            gate = _gate(world["app"])
+            if gate is not None and gate.running.get("mallory"):
+                break
+            time.sleep(0.01)
+        assert gate is not None
+        second = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body)
+        try:
+            for _ in range(200):  # the second request reached the gate and waits there
+                if gate.waited:
+                    break
+                time.sleep(0.01)
+            assert gate.waited == 1 and gate.running["mallory"] == 2
+            alice = Client(world["url"], tokens["alice"], retries=0)
+            assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
+            assert world["service"].ledger(analyst="mallory") == []  # the second still waits
+            held.sendall(body[3:])  # the first ends: the second runs
+            assert _answer(held).startswith(b"HTTP/1.1 200")
+            assert _answer(second).startswith(b"HTTP/1.1 200")
+            assert gate.refused == 0
+            assert len(world["service"].ledger(analyst="mallory")) == 2
+            alice.close()
+        finally:
+            held.close()
+            second.close()
+
+
+def test_a_request_waiting_for_its_turn_past_its_time_budget_gets_503(tmp_path: Path) -> None:
+    body = b'{"where": "age = 30", "epsilon": 0.01}'
+    with _served(tmp_path, limits=Limits(request_seconds=0.5, analyst_running=1)) as world:
+        token = world["tokens"]["mallory"]
+        held = _slow(world["port"], _post_head(token, len(body)) + body[:3])
+        second = _slow(world["port"], _post_head(token, len(body)) + body)
+        try:
+            for s in (held, second):
+                answer = _answer(s)
+                assert answer.startswith(b"HTTP/1.1 503") and b"TimeBudgetExceeded" in answer
+            assert world["service"].ledger(analyst="mallory") == []
+        finally:
+            held.close()
+            second.close()
 
 
 def _workers_ready(service: QueryService) -> None:

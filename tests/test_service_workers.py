@@ -35,8 +35,9 @@ from typing import Any
 import pytest
 
 from overlapdp.privacy.privacy_filter import PrivacyFilter
-from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving
+from overlapdp.service import AdminKey, Limits, QueryService, create_app, definitions, open_ledger, serving
 from overlapdp.service.client import Client, QuotaExceeded, ServiceRefused
+from overlapdp.service.datasets import LoadedDataset
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.filters import ServiceFilter
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
@@ -129,8 +130,12 @@ def _held(service: QueryService, analyst: str | None = None) -> list[tuple[dict[
 
 def _counted(monkeypatch: Any) -> dict[str, int]:
     """Counts of the server process's parsing and overlap decisions (a worker's are not seen here)."""
-    seen = {"parsed": 0, "decided": 0}
-    expand, try_charge = QueryService._expand, PrivacyFilter.try_charge
+    seen = {"parsed": 0, "decided": 0, "counted": 0}
+    expand, try_charge, counts = QueryService._expand, PrivacyFilter.try_charge, LoadedDataset.counts
+
+    def counted_counts(self: Any, queries: Any) -> Any:
+        seen["counted"] += len(queries)
+        return counts(self, queries)
 
     def counted_expand(self: Any, state: Any, specs: Any, deadline: Any = None) -> Any:
         seen["parsed"] += len(specs)
@@ -142,6 +147,7 @@ def _counted(monkeypatch: Any) -> dict[str, int]:
 
     monkeypatch.setattr(QueryService, "_expand", counted_expand)
     monkeypatch.setattr(PrivacyFilter, "try_charge", counted_try)
+    monkeypatch.setattr(LoadedDataset, "counts", counted_counts)
     return seen
 
 
@@ -155,10 +161,24 @@ def test_a_large_batch_is_parsed_and_tried_in_the_worker_and_others_wait_for_non
         pool = service.dry_runs
         assert pool is not None
         seen = _counted(monkeypatch)
+        noised: list[list[int]] = []
+        noisy_counts = definitions.noisy_counts
+
+        def noting(true_counts: Any, mech: Any) -> Any:
+            noised.append(list(true_counts))
+            return noisy_counts(true_counts, mech)
+
+        monkeypatch.setattr(definitions, "noisy_counts", noting)
         # 1 000 x 0.001 does not fit the quota on its sum: the overlap decides (in the worker)
         answers = world["clients"]["mallory"].batch("adult", specs, epsilon=0.001)
         assert len(answers) == 1000
-        assert seen == {"parsed": 0, "decided": 0}
+        # parsed, tried AND counted in the worker: the server process only draws the noise, on the
+        # exact counts (the same rows counted here, through the server's own engine)
+        assert seen == {"parsed": 0, "decided": 0, "counted": 0}
+        parsed = service._expand(service._state("adult"), specs)[0]
+        loaded = service._state("adult").loaded
+        assert loaded is not None
+        assert noised == [list(loaded.engine.counts(parsed))]
         assert pool.answered == 1
         assert _worst(_held(service, "mallory")) <= Fraction(0.5)
         # the worker stopped in the middle of the next batch: another analyst is answered meanwhile
@@ -194,7 +214,8 @@ def test_a_large_batch_is_parsed_and_tried_in_the_worker_and_others_wait_for_non
         if isinstance(outcome[0], Exception):
             assert isinstance(outcome[0], ServiceRefused) and outcome[0].status == 503, outcome[0]
         assert _worst(_held(service, "mallory")) <= Fraction(0.5)
-        assert seen["parsed"] == 2 and seen["decided"] <= 2  # alice's two small requests only
+        assert seen["parsed"] == 2 + 1000 and seen["decided"] <= 2  # alice's two small requests only
+        assert seen["counted"] == 2
 
 
 def _decide_stream(

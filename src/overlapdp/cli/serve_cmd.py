@@ -22,6 +22,10 @@ from overlapdp.errors import OverlapDPError
 DEFAULT_LEDGER = "overlapdp-ledger.sqlite"
 
 
+#: Seconds between the interpreter lock's hand-overs in the served process (Python's default: 0.005).
+SWITCH_INTERVAL = 0.0005
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
@@ -71,6 +75,14 @@ def serve(
             min=0, help="Requests one analyst may have in progress at once (429 beyond; 0: no limit)."
         ),
     ] = 2,
+    analyst_running: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Of an analyst's requests in progress, how many run at once; the others wait for"
+            " their turn (fair scheduling between analysts).",
+        ),
+    ] = 1,
     header_seconds: Annotated[
         float,
         typer.Option(
@@ -138,6 +150,7 @@ def serve(
             engine_pool=engine_pool,
             request_seconds=request_seconds,
             analyst_requests=analyst_requests,
+            analyst_running=analyst_running,
             cost_workers=cost_workers,
         ),
     )
@@ -175,6 +188,11 @@ def serve(
     gc.collect()
     gc.freeze()
     _heap.enable()
+    # The interpreter lock is handed over every 0.5 ms rather than every 5 ms: a thread waiting for it
+    # (a short request back from DuckDB or a commit) waits for another's slice that long at most. With
+    # one analyst's 1 000-query batches being admitted, another's p99 was 4.1-4.9x its baseline at 5 ms
+    # and 2.4-2.7x at 0.5 ms (benchmarks/service.py --rows batch8; issue 27).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
     config = uvicorn.Config(
         application,

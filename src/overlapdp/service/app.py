@@ -144,7 +144,12 @@ def create_app(service: QueryService, admin: AdminKey, *, cors_origins: list[str
         )
     app.add_middleware(BodyLimit, limit=service.limits.max_body_bytes)
     # added last: runs first (the gate refuses before any body is read; the clock starts before it)
-    app.add_middleware(AnalystGate, authenticate=service.authenticate, limit=service.limits.analyst_requests)
+    app.add_middleware(
+        AnalystGate,
+        authenticate=service.authenticate,
+        limit=service.limits.analyst_requests,
+        running=service.limits.analyst_running,
+    )
     app.add_middleware(RequestClock, seconds=service.limits.request_seconds)
 
     # -- errors -------------------------------------------------------------------------------------

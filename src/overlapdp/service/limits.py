@@ -24,6 +24,9 @@ class Limits:
     #: Requests one analyst may have in progress at once (over every endpoint); one more gets 429
     #: with ``Retry-After`` before its body is read (:class:`overlapdp.service.middleware.AnalystGate`).
     analyst_requests: int = 2
+    #: Of those, how many run at once: the others wait for their turn (fair scheduling between
+    #: analysts, :class:`overlapdp.service.middleware.AnalystGate`), within their time budget.
+    analyst_running: int = 1
     #: Requests of at least this many queries (every request by default: a single query too, and a
     #: session's opening) never search under the admission lock: they are tried against a snapshot off
     #: it when the filters' bounds alone cannot admit them. Smaller ones are decided under the lock.
