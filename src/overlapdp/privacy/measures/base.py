@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from overlapdp.exact import float_down, float_up
-from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP, check_rdp_rule
 from overlapdp.privacy.measures._checks import NEAR as NEAR
 from overlapdp.privacy.measures._checks import (
     _exact_scalar,
@@ -152,6 +152,10 @@ class FilterRule:
     #: A charge's reason never to be admitted whatever the loads (tCDP: its omega is below the budget's
     #: and it covers some row), or None: the filter refuses it with that reason before any index changes.
     refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = None
+    #: The rule is decided at the per-track (per-component) MAXIMA over every row, not row by row: rows
+    #: outside a charge's coverage enter the decision too (the Rényi "some order" rule, MATH.md 2.7.2;
+    #: a rule on several tracks without ``row_verdict`` is always so, MATH.md 2.9).
+    at_maxima: bool = False
 
     @property
     def single_sum(self) -> bool:
@@ -168,6 +172,9 @@ class FilterOptions:
     adaptive: bool = True
     delta_slack: float | None = None
     per_mechanism_delta: float | None = None
+    #: Rényi DP budgets over several orders: ``"every"`` order within its budget (the default), or
+    #: ``"some"`` order at which every row fits (MATH.md 2.7.2).
+    rdp_rule: str = "every"
 
 
 # -- the measures ----------------------------------------------------------------------------------------
@@ -194,6 +201,10 @@ class Measure(ABC, Generic[B]):
         """This measure as a filter of ``budget`` uses it (RDP: on the budget's own order grid)."""
         return self
 
+    def grid(self) -> tuple[float, ...] | None:
+        """The Rényi orders this measure keeps (RDP), or None."""
+        return None
+
     @abstractmethod
     def account(
         self,
@@ -219,6 +230,14 @@ class Measure(ABC, Generic[B]):
     @abstractmethod
     def budget_value(self, budget: B) -> Value:
         """The budget's native value, what a filter reports beside its own value."""
+
+    def check_options(self, options: FilterOptions) -> None:
+        """Raise :class:`BudgetError` on a filter option this definition does not take (the Rényi rule
+        over several orders is an RDP budget's only)."""
+        if check_rdp_rule(options.rdp_rule) != "every":
+            raise BudgetError(
+                f"rdp_rule applies to a Rényi DP budget over several orders, not to {self.label}"
+            )
 
     @abstractmethod
     def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:

@@ -12,7 +12,7 @@ import numpy as np
 
 from overlapdp.exact import float_down, float_up
 from overlapdp.privacy import conversions as conv
-from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError
+from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, check_rdp_rule
 from overlapdp.privacy.measures._checks import (
     _vector_check,
 )
@@ -51,6 +51,12 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
 
     def for_budget(self, budget: RDP) -> RDPMeasure:
         return self.for_orders(budget.orders)
+
+    def grid(self) -> tuple[float, ...]:
+        return self.orders
+
+    def check_options(self, options: FilterOptions) -> None:
+        check_rdp_rule(options.rdp_rule)
 
     def guarantee_of(self, m: Mechanism) -> RDP | None:
         return m.rdp(self.orders)
@@ -114,11 +120,21 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
             raise BudgetError("an RDP filter's budget can change only on the same orders")
 
     def rule(self, budget: RDP, factor: float, options: FilterOptions) -> FilterRule:
-        """Per order, the per-row sum within the budget's epsilon(alpha) (Feldman and Zrnic 2021, the
-        individual Rényi filter; MATH.md 2.7), on the budget's own order grid."""
+        """On the budget's own order grid, exactly at the budget (MATH.md 2.7.2):
+
+        - ``rdp_rule="every"``: per order, every row's sum within the budget's epsilon(alpha), each order
+          alone the individual Rényi filter of Feldman and Zrnic 2021 (MATH.md 2.7), so every row's run
+          is (alpha, B_alpha)-RDP at every order at once;
+        - ``rdp_rule="some"``: while at SOME order every row's sum is within budget, decided at the
+          per-order maxima over all rows (one order for every row); the run is then (epsilon,
+          sum over the orders of delta_alpha(epsilon))-DP, :meth:`RDP.epsilon_at` with ``rule="some"``.
+
+        Replace-one neighbours: at the doubled per-order maxima (MATH.md 2.9)."""
         orders = budget.orders
+        some = check_rdp_rule(options.rdp_rule, BudgetError) == "some"
         fx = Fraction(int(factor))
         bounds = tuple(Fraction(e) for e in budget.epsilons)
+        pick = any if some else all
         return FilterRule(
             tracks=(
                 TrackSpec(
@@ -127,6 +143,7 @@ class RDPMeasure(AdditiveMeasure[RDP, RDP]):
                     lambda m: tuple(Fraction(e) for e in _need(m.rdp(orders), m, self.label).epsilons),
                 ),
             ),
-            check=_vector_check(factor, np.array(budget.epsilons)),
-            exact_ok=lambda v: all(fx * x <= b for x, b in zip(v[0], bounds, strict=True)),
+            check=_vector_check(factor, np.array(budget.epsilons), some=some),
+            exact_ok=lambda v: pick(fx * x <= b for x, b in zip(v[0], bounds, strict=True)),
+            at_maxima=some,
         )
