@@ -101,9 +101,32 @@ def holds(rule: str, budget: RDP, curves: list[tuple[Fraction, ...]]) -> bool:
     return any(per_order) if rule == "some" else all(per_order)
 
 
-@settings(max_examples=80, deadline=None)
-@given(streams(), budgets(), st.sampled_from(["every", "some"]), st.sampled_from(["add_remove", "replace"]))
+_CASES = (
+    streams(),
+    budgets(),
+    st.sampled_from(["every", "some"]),
+    st.sampled_from(["add_remove", "replace"]),
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(*_CASES)
 def test_the_filter_keeps_its_rule_at_every_row(
+    stream: tuple[Schema, list[tuple[PredicateQuery, Mechanism]]], budget: RDP, rule: str, neighbouring: str
+) -> None:
+    check_stream(stream, budget, rule, neighbouring)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(*_CASES)
+def test_the_filter_keeps_its_rule_at_every_row_many(
+    stream: tuple[Schema, list[tuple[PredicateQuery, Mechanism]]], budget: RDP, rule: str, neighbouring: str
+) -> None:
+    check_stream(stream, budget, rule, neighbouring)
+
+
+def check_stream(
     stream: tuple[Schema, list[tuple[PredicateQuery, Mechanism]]], budget: RDP, rule: str, neighbouring: str
 ) -> None:
     schema, charges = stream

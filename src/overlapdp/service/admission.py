@@ -261,7 +261,7 @@ class Admission(ServiceBase):
             {
                 "definition": definition,
                 "queries": len(p.queries),
-                definitions.served(definition).amount: value,
+                definitions.amount_name(definition, state.params): value,
             }
         )
         # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
@@ -311,7 +311,7 @@ class Admission(ServiceBase):
                     mechanism=p.mechanism.to_json(),
                     cost={
                         "definition": definition,
-                        definitions.served(definition).amount: p.loads[i],
+                        definitions.amount_name(definition, state.params): p.loads[i],
                         "load": p.loads[i],
                     },
                     answer=answer,
@@ -365,7 +365,11 @@ class Admission(ServiceBase):
                 session=p.session_id,
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
-                cost={"definition": definition, definitions.served(definition).amount: load, "load": load},
+                cost={
+                    "definition": definition,
+                    definitions.amount_name(definition, state.params): load,
+                    "load": load,
+                },
                 answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,

@@ -111,7 +111,7 @@ class Queries(Admission):
     def _mechanism(
         self, state: DatasetState, parameter: float | None, given: str | None
     ) -> definitions.ServedMechanism:
-        name = definitions.served(state.record.definition).amount
+        name = definitions.amount_name(state.record.definition, state.params)
         if parameter is None or (given is not None and given != name):
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
@@ -481,7 +481,7 @@ class Queries(Admission):
             {
                 "definition": definition,
                 "queries": len(p.queries),
-                definitions.served(definition).amount: value,
+                definitions.amount_name(definition, state.params): value,
             }
         )
         after = mine_run.after
@@ -495,5 +495,6 @@ class Queries(Admission):
             quota_admits=mine_run.admitted,
             global_admits=trial.admitted,
             remaining=definitions.remaining(definition, quota, mine_run.before, state.params),
+            curve=definitions.curve_figures(definition, state.params, after, quota),
             exact=mine_run.exact and batch_exact,
         )

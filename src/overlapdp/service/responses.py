@@ -81,6 +81,16 @@ class EpsilonDelta(Out):
     delta: float
 
 
+class RenyiCurve(Out):
+    """An RDP data set served as a curve (``orders``): figures per order, each the epsilon(alpha) of the
+    Gaussian curve alpha rho of the figure's rho, rounded up (for a spend: at least the worst row's own
+    curve). Admission keeps EVERY order within the limit's curve (MATH.md 2.7.2)."""
+
+    orders: list[float]
+    spent: list[float] = Field(description="the spend's curve (its rho in 'spent')")
+    limit: list[float] = Field(description="the quota's (or the global budget's) curve")
+
+
 class DatasetInfo(Out):
     """A data set as an analyst sees it."""
 
@@ -89,7 +99,7 @@ class DatasetInfo(Out):
     parameter: AmountName = Field(description="the per-query parameter to give (also the unit of budgets)")
     parameters: dict[str, Any] = Field(
         description="the definition's fixed parameters: delta (of every (epsilon, delta) line), "
-        "omega (tcdp), alpha (rdp), composition (approx)"
+        "omega (tcdp), alpha or orders (rdp), composition (approx)"
     )
     schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
     available: bool = Field(description="whether this service instance can read the rows")
@@ -129,6 +139,7 @@ class DatasetStatus(AdminDatasetInfo):
     remaining: float
     spent_by_analyst: dict[str, float]
     guarantee: Guarantee
+    curve: RenyiCurve | None = omitted("an rdp data set served as a curve: the spend and budget per order")
     ledger_seq: int = Field(description="the last ledger position included")
 
 
@@ -142,6 +153,7 @@ class QuotaInfo(Out):
     remaining: float
     spent_epsilon_delta: EpsilonDelta
     quota_epsilon_delta: EpsilonDelta
+    curve: RenyiCurve | None = omitted("an rdp data set served as a curve: the spend and quota per order")
 
 
 class AnalystInfo(Out):
@@ -422,6 +434,9 @@ class CostEstimate(Out):
     quota_admits: bool
     global_admits: bool
     remaining: float
+    curve: RenyiCurve | None = omitted(
+        "an rdp data set served as a curve: spent_after and the quota per order"
+    )
     exact: bool = Field(
         True,
         description="false: spent_after, remaining and cost.batch.overlap are safe bounds (spent_after"

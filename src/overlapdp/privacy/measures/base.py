@@ -38,6 +38,7 @@ from overlapdp.privacy.measures._checks import (
 )
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_finite
 
 Comp = Literal["sum", "l2", "vector"]
 Value = float | tuple[float, ...]
@@ -260,6 +261,24 @@ class Measure(ABC, Generic[B]):
     amount: ClassVar[str]
     #: A served data set's parameters fixed at registration, beyond its ``delta``.
     fixed: ClassVar[tuple[str, ...]] = ()
+    #: Fixed parameters a data set may give INSTEAD of ``fixed`` (RDP: ``orders``, a curve, for ``alpha``).
+    alternatives: ClassVar[tuple[str, ...]] = ()
+
+    def amount_of(self, params: Mapping[str, Any]) -> str:
+        """The amount of a data set with these fixed ``params`` (:attr:`amount`; RDP over several
+        orders: rho)."""
+        return self.amount
+
+    def check_fixed(self, given: Mapping[str, Any], definition: str, limit: float) -> dict[str, Any]:
+        """A served data set's fixed parameters from ``given``, validated (each a number > 1 and at most
+        ``limit``, required), or :class:`BudgetError` naming the parameter."""
+        out: dict[str, Any] = {}
+        for name in self.fixed:
+            if name not in given:
+                raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
+            out[name] = _order_like(given[name], name, limit)
+        return out
+
     #: Its options beyond those, with their defaults (approximate DP: the filter's ``composition`` rule,
     #: :class:`FilterOptions`).
     options: ClassVar[tuple[tuple[str, str], ...]] = ()
@@ -345,7 +364,7 @@ class Measure(ABC, Generic[B]):
         definition has no such rule here."""
         return self.sequential(spends) if spends else 0.0
 
-    def served_spent(self, filt: Any) -> float:
+    def served_spent(self, filt: Any, params: Mapping[str, Any]) -> float:
         """The served spend of a :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` (its worst
         row's amount, rounded up: :meth:`PrivacyFilter.spent`)."""
         return float(filt.spent())
@@ -379,6 +398,14 @@ class Measure(ABC, Generic[B]):
     ) -> tuple[float, float] | None:
         """(spend, room) over every row pattern of ``charges`` (:attr:`joint` definitions), or None."""
         return None
+
+
+def _order_like(value: Any, name: str, limit: float) -> float:
+    """A served parameter that is a number > 1 and at most ``limit`` (tCDP omega, a Rényi order)."""
+    v = check_finite(value, name)
+    if not (1 < v <= limit):
+        raise BudgetError(f"{name} must be a number > 1 and at most {limit:.0e}, got {value!r}")
+    return v
 
 
 def _need(g: G | None, m: Mechanism, what: str) -> G:
