@@ -490,8 +490,10 @@ def _consistent_counts(answers: Sequence[Mapping[str, Any]]) -> ConsistentCounts
         return None
     first = fits[0]
     assert first is not None
+    values = [float(f.get("answer", f.get("count"))) for f in fits if f is not None]
     return ConsistentCounts(
-        counts=[float(f["count"]) for f in fits if f is not None],
+        answers=values,
+        counts=values,
         cells=int(first["cells"]),
         solver=str(first["solver"]),
         note=NOTE,

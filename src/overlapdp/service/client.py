@@ -369,16 +369,17 @@ class Client(_Base):
     ) -> pd.DataFrame:
         """Several noisy counts, admitted and charged together (all or none).
 
-        ``consistent=True`` adds a column ``consistent``: the counts projected onto the answers of a
-        non-negative table (post-processing, no privacy cost; the total squared error never increases,
-        a single count's can, so the interval columns belong to ``answer`` only)."""
+        ``consistent=True`` adds a column ``consistent``: the answers (counts, sums, means) projected
+        onto the answers of a non-negative table (post-processing, no privacy cost; the total squared
+        error never increases, a single answer's can, so the interval columns belong to ``answer``
+        only)."""
         body: dict[str, Any] = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
         if consistent:
             body["consistent"] = True
         out = self._call("POST", f"/v1/datasets/{dataset}/batch", json=body, key=key, spend=True)
         frame = _answers_frame(queries, out["answers"])
         if consistent:
-            frame["consistent"] = out["consistent"]["counts"]
+            frame["consistent"] = out["consistent"]["answers"]
         return frame
 
     def cost(

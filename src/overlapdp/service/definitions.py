@@ -306,10 +306,11 @@ def remaining(definition: str, quota: float, spent: float, params: Mapping[str, 
 def noisy_counts(true_counts: Sequence[int], mechanism: ServedMechanism) -> list[dict[str, Any]]:
     """Release each count plus exact integer noise (OS CSPRNG, served mode) with a 95% interval."""
     answers = add_noise(list(true_counts), mechanism.guarantee, level=0.95, served=True)
-    return [
-        {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
-        for a in answers
-    ]
+    return [_count_json(a) for a in answers]
+
+
+def _count_json(a: Any) -> dict[str, Any]:
+    return {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
 
 
 def noisy_aggregates(
@@ -318,6 +319,16 @@ def noisy_aggregates(
     aggregates: Sequence[Aggregate],
     mechanism: ServedMechanism,
 ) -> list[dict[str, Any]]:
+    """The released answers of :func:`noisy_released` (as JSON)."""
+    return noisy_released(true_counts, true_sums, aggregates, mechanism)[0]
+
+
+def noisy_released(
+    true_counts: Sequence[int],
+    true_sums: Sequence[int | None],
+    aggregates: Sequence[Aggregate],
+    mechanism: ServedMechanism,
+) -> tuple[list[dict[str, Any]], list[Any]]:
     """Counts as :func:`noisy_counts`; a sum or mean by the library's own noise
     (:func:`overlapdp.mechanisms.sums.add_sum_noise` / ``add_mean_noise``, served mode) at the query's
     per-query guarantee ``mechanism.guarantee``, its noise scaled to the sum's add/remove sensitivity
@@ -326,15 +337,19 @@ def noisy_aggregates(
     from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
 
     out: list[dict[str, Any]] = []
+    drawn: list[Any] = []  # the library's answers, for consistent answers (MATH.md 6.5.1)
     for i, agg in enumerate(aggregates):
         clip = agg.clipping
         if clip is None:
-            out.extend(noisy_counts([true_counts[i]], mechanism))
+            (a,) = add_noise([true_counts[i]], mechanism.guarantee, level=0.95, served=True)
+            out.append(_count_json(a))
+            drawn.append(a)
             continue
         units = true_sums[i]
         assert units is not None
         if agg.kind == "sum":
             (s,) = add_sum_noise([units], clip, mechanism.guarantee, level=0.95, served=True)
+            drawn.append(s)
             out.append(
                 {
                     "aggregate": "sum",
@@ -347,6 +362,7 @@ def noisy_aggregates(
             )
             continue
         (m,) = add_mean_noise([units], [true_counts[i]], clip, mechanism.guarantee, level=0.95, served=True)
+        drawn.append(m)
         out.append(
             {
                 "aggregate": "mean",
@@ -370,7 +386,7 @@ def noisy_aggregates(
                 },
             }
         )
-    return out
+    return out, drawn
 
 
 # -- the guarantee over all analysts ----------------------------------------------------------------

@@ -159,9 +159,9 @@ class BatchRequest(_Body):
     epsilon_alpha: float | None = Field(default=None, description="per-query Renyi epsilon (rdp data sets)")
     consistent: bool = Field(
         default=False,
-        description="also return consistent answers: the noisy counts projected onto the answers of a "
-        "non-negative table (post-processing, no privacy cost); a dry run only checks that they can be "
-        "computed",
+        description="also return consistent answers: the noisy counts, sums and means projected onto the "
+        "answers of a non-negative table (post-processing, no privacy cost); a dry run only checks that "
+        "they can be computed",
     )
 
 

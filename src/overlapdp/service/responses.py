@@ -368,11 +368,15 @@ class GroupedAnswer(Out):
 
 
 class ConsistentCounts(Out):
-    """The noisy counts projected onto the answers of a non-negative table (weighted least squares over
-    the workload's cells, post-processing: no privacy cost). The total squared error (weighted by
-    1/variance) never increases; a single count's error can, so no per-count interval is given."""
+    """The noisy answers projected onto the answers of a non-negative table (weighted least squares over
+    the workload's cells, post-processing: no privacy cost): counts, and with sums and means every row
+    counted once and adding to each sum a value within its bounds (MATH.md 6.5, 6.5.1; a mean is its
+    consistent sum over its consistent count, clamped to its bounds). The total squared error (weighted
+    by 1/variance) of the released figures never increases; a single answer's error can, so no
+    per-answer interval is given."""
 
-    counts: list[float] = Field(description="one per query, in request order")
+    answers: list[float] = Field(description="one per query, in request order: a count, sum or mean")
+    counts: list[float] = Field(description="deprecated: the same list (its name from counts-only batches)")
     cells: int = Field(description="cells of the table (distinct sets of covering queries)")
     solver: str
     note: str

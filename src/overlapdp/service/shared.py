@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from overlapdp.errors import NotFound, OverlapDPError, QueryError, TimeBudgetExceeded, Unavailable
+from overlapdp.mechanisms.consistency import AggregateSystem
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.service import definitions, filters, logged_filter
@@ -88,6 +89,9 @@ class Pending:
     #: for a request already recorded under its idempotency key: the replay has the recorded one).
     cells: int = 0
     projection: ProjectionJob | None = None
+    #: A consistent batch with sums or means: its projection problem (MATH.md 6.5.1), read back into
+    #: each query's consistent answer once the worker's fitted figures come.
+    system: AggregateSystem | None = None
     #: Approximate DP: (the analyst's filter, its snapshot after the admission, the quota), for the
     #: answer's figures computed off the lock.
     account: tuple[filters.ServiceFilter, filters.FilterSnapshot, float] | None = None
