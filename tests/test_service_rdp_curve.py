@@ -147,3 +147,12 @@ def test_an_rdp_curve_data_set_over_http(tmp_path: Path) -> None:
         bob = Client(srv["url"], tokens["bob"], timeout=60)
         again = ann.account("curve")
         assert (again["spent"], again["curve"], bob.account("curve")["spent"]) == before
+
+
+def test_serve_takes_orders_as_a_comma_separated_list() -> None:
+    from overlapdp.cli.serve_cmd import _orders
+    from overlapdp.errors import OverlapDPError
+
+    assert _orders("2, 4,8.5") == [2.0, 4.0, 8.5]
+    with pytest.raises(OverlapDPError, match="comma-separated numbers"):
+        _orders("2,four")
