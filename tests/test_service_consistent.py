@@ -271,3 +271,103 @@ def test_a_projection_without_an_optimal_answer_is_a_500_and_charges_nothing(
         alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"], epsilon=0.01, consistent=True)
     assert refused.value.status == 500 and "optimum" in refused.value.body["detail"]
     assert served["service"].store.charges(analyst="alice") == []
+
+
+# -- counts, sums and means together (MATH.md 6.5.1) -----------------------------------------------------
+HOURS = "hours-per-week"
+
+
+def _aggregate_batch() -> list[Any]:
+    """Counts, sums of two columns and a mean over overlapping boxes: three distinct clippings."""
+    out: list[Any] = [*_boxes(30, seed=11), "age >= 30", "age < 30", "TRUE"]
+    out += [
+        {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "bounds": [0, 99]},
+        {"where": "age < 30", "aggregate": "sum", "of": HOURS, "bounds": [0, 99]},
+        {"where": "TRUE", "aggregate": "sum", "of": HOURS, "bounds": [0, 99]},
+        {"where": "age >= 30 AND sex = 1", "aggregate": "sum", "of": "age", "bounds": [0, 84]},
+        {"where": "sex = 1", "aggregate": "mean", "of": HOURS, "bounds": [10, 60]},
+        {"where": "TRUE", "aggregate": "mean", "of": HOURS, "bounds": [10, 60]},
+    ]
+    return out
+
+
+def _library_objects(answers: list[dict[str, Any]], specs: list[Any], epsilon: float) -> list[Any]:
+    """The service's released answers as the library's answers: each with the noise the library
+    calibrates for the query's guarantee (not read off the service's figures) and the released value."""
+    import dataclasses
+
+    from overlapdp.mechanisms import add_noise
+    from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
+    from overlapdp.privacy import PureDP
+    from overlapdp.query.aggregate import Clipping
+
+    out: list[Any] = []
+    for a, spec in zip(answers, specs, strict=True):
+        kind = spec.get("aggregate", "count") if isinstance(spec, dict) else "count"
+        if kind == "count":
+            (t,) = add_noise([0], PureDP(epsilon), level=0.95)
+            out.append(dataclasses.replace(t, value=a["answer"]))
+            continue
+        clip = Clipping(spec["of"], *spec["bounds"])
+        if kind == "sum":
+            (s,) = add_sum_noise([0], clip, PureDP(epsilon), level=0.95)
+            out.append(dataclasses.replace(s, value=a["answer"]))
+            continue
+        (m,) = add_mean_noise([0], [0], clip, PureDP(epsilon), level=0.95)
+        parts = a["parts"]
+        out.append(
+            dataclasses.replace(
+                m,
+                value=a["answer"],
+                sum=dataclasses.replace(m.sum, value=parts["sum"]["answer"]),
+                count=dataclasses.replace(m.count, value=parts["count"]["answer"]),
+            )
+        )
+    return out
+
+
+def test_consistent_sums_and_means_are_the_librarys_and_stay_within_their_bounds(
+    served: dict[str, Any],
+) -> None:
+    """A consistent batch of counts, sums and means is projected in the worker (no solver here), within
+    the request's budget, and gives the library's :func:`project_aggregates` of the very answers it
+    released; a consistent sum lies within its consistent count times its bounds, a mean within its
+    bounds, and a replay returns the recorded projection."""
+    from overlapdp.mechanisms.consistency import project_aggregates
+
+    service = served["service"]
+    alice = served["clients"]["alice"]
+    specs = _aggregate_batch()
+    body = {"queries": specs, "epsilon": 0.05, "consistent": True}
+    out = alice._call("POST", "/v1/datasets/adult/batch", json=body, key="agg", spend=True)
+    assert served["solver_calls"] == []  # the projection ran in the worker
+    fit = out["consistent"]
+    assert fit["answers"] == fit["counts"] and len(fit["answers"]) == len(specs)
+    schema = adult_schema()
+    from overlapdp.query import parse_line
+
+    queries = [parse_line(schema, s if isinstance(s, dict) else {"where": s})[0] for s in specs]
+    before = len(served["solver_calls"])
+    lib = project_aggregates(workload_design(queries), _library_objects(out["answers"], specs, 0.05))
+    del served["solver_calls"][before:]
+    assert fit["answers"] == pytest.approx(lib.values, rel=1e-9, abs=1e-6)
+    got = dict(
+        zip(
+            [s if isinstance(s, str) else (s["where"], s["aggregate"], s["of"]) for s in specs],
+            fit["answers"],
+            strict=True,
+        )
+    )
+    # every row counted once, each adding hours in [0, 99]: the sums within 99 x their counts
+    for where in ("age >= 30", "age < 30", "TRUE"):
+        assert -1e-6 <= got[(where, "sum", HOURS)] <= 99 * got[where] + 1e-6
+    assert got[("age >= 30", "sum", HOURS)] + got[("age < 30", "sum", HOURS)] == pytest.approx(
+        got[("TRUE", "sum", HOURS)], rel=1e-9, abs=1e-6
+    )
+    assert got["age >= 30"] + got["age < 30"] == pytest.approx(got["TRUE"], rel=1e-9, abs=1e-6)
+    assert 10 <= got[("sex = 1", "mean", HOURS)] <= 60 and 10 <= got[("TRUE", "mean", HOURS)] <= 60
+    started = service.projections.started
+    again = alice._call("POST", "/v1/datasets/adult/batch", json=body, key="agg", spend=True)
+    assert again["consistent"] == fit and service.projections.started == started
+    frame = alice.batch("adult", specs, epsilon=0.05, consistent=True)  # the client's column
+    assert len(frame["consistent"]) == len(specs)

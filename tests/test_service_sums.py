@@ -169,15 +169,25 @@ def test_the_client_sends_sums_and_gets_their_answers(live: dict[str, Any]) -> N
     assert 30 <= mixed.loc[1, "answer"] <= 84
 
 
-def test_consistent_answers_of_a_batch_with_a_sum_are_refused_before_any_charge(
+def test_consistent_answers_past_four_distinct_sums_are_refused_before_any_charge(
     world: dict[str, Any],
 ) -> None:
-    # The projection is defined for counts; a sum in the batch is a 400 and nothing is spent.
-    sum_item = {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "bounds": [0, 99]}
-    body = {"queries": ["age < 30", sum_item], "epsilon": 0.5, "consistent": True}
-    r = _post(world, "alice", "batch", body)
-    assert r.status_code == 400 and "counts only" in r.text, r.text
-    assert _spent(world["service"], world["tokens"]["alice"]) == 0
+    # Sums and means are projected with the counts (MATH.md 6.5.1, test_service_consistent.py); what
+    # cannot be: more than 4 distinct clippings (each doubles every cell's generators), a 400 naming
+    # the limit before anything is counted or spent, for the dry run too.
+    sums = [
+        {"where": "age >= 30", "aggregate": "sum", "of": HOURS, "bounds": [0, b]}
+        for b in (10, 20, 30, 40, 50)
+    ]
+    for route in ("batch", "cost"):
+        body = {"queries": ["age < 30", *sums], "epsilon": 0.5, "consistent": True}
+        r = _post(world, "alice", route, body)
+        assert r.status_code == 400 and "at most 4 together" in r.text, r.text
+        assert _spent(world["service"], world["tokens"]["alice"]) == 0
+    r = _post(
+        world, "alice", "cost", {"queries": ["age < 30", *sums[:4]], "epsilon": 0.5, "consistent": True}
+    )
+    assert r.status_code == 200, r.text
 
 
 def test_declared_bounds_are_kept_with_the_schema_and_survive_a_restart(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from cli_helpers import run
 from overlapdp.mechanisms.answering import calibrate_budget
-from overlapdp.privacy.definitions import ZCDP
+from overlapdp.privacy.definitions import TCDP, ZCDP
 from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
 from support.service import ADMIN_TOKEN, write_adult
 
@@ -60,8 +60,14 @@ def test_the_service_takes_epsilon_at_the_data_sets_delta(world: dict[str, Any])
     assert both.status_code == 400 and "not both" in both.json()["detail"]
     neither = _register(world, "y", definition="zcdp")
     assert neither.status_code == 400
-    tcdp = _register(world, "t", definition="tcdp", omega=4, epsilon=1.0)
-    assert tcdp.status_code == 400 and "own amount" in tcdp.json()["detail"]
+    # tCDP (and RDP) by the answers' own (epsilon, delta) line: the largest rho (6 digits) within it
+    tcdp = _register(world, "t", definition="tcdp", omega=64, epsilon=1.0)
+    assert tcdp.status_code == 201, tcdp.text
+    line = tcdp.json()["budget_epsilon_delta"]["epsilon"]
+    assert 0.999 < line <= 1.0 and TCDP(tcdp.json()["budget"] * 1.001, 64).epsilon_at(1e-6) > 1.0
+    # with omega = 4 no rho reaches epsilon 1 at delta 1e-6 (the orders stop at 4: ln(1e6) / 3 > 1)
+    low = _register(world, "t4", definition="tcdp", omega=4, epsilon=1.0)
+    assert low.status_code == 400 and "below what the conversion certifies" in low.json()["detail"]
     r = client.post("/v1/admin/analysts", headers=ADMIN, json={"name": "ann", "quota_epsilons": {"z": 0.5}})
     assert r.status_code == 201, r.text
     quota = client.get("/v1/admin/analysts", headers=ADMIN).json()[0]["datasets"]["z"]

@@ -112,6 +112,16 @@ def project_cells(
     return Solution(x, fitted, True, solver, steps)
 
 
+def corner_matrix(cover: npt.NDArray[np.bool_] | FloatArray, factor: FloatArray) -> FloatArray:
+    """The matrix of consistent counts, sums and means (MATH.md 6.5.1): released figure ``f`` reads cell
+    ``c``'s corner ``k`` with ``cover[f, c] * factor[f, k]`` (figures x (cells x corners), cell-major),
+    ``cover`` the 0/1 rows of the queries the figures belong to, ``factor`` each figure's reading of
+    the corners (1 for a count, the corner's value of its sum's column for a sum). Here so that the
+    library and the service's worker process build it with the very same operations."""
+    cov = np.asarray(cover, dtype=np.float64)
+    return np.asarray((cov[:, :, None] * factor[:, None, :]).reshape(cov.shape[0], -1))
+
+
 def _optimal(at: FloatArray, y: FloatArray, x: FloatArray) -> bool:
     """Whether ``x`` meets the optimality conditions of ``min ||A x - y||, x >= 0`` within :data:`CHECK`:
     ``x >= 0``; every gradient entry ``g_c = a_c . (y - A x) <= CHECK * s`` with ``s`` = queries x

@@ -46,7 +46,8 @@ def serve(
         Literal["pure", "zcdp", "gdp", "rdp", "tcdp", "approx"],
         typer.Option(
             help="Privacy definition of the --data set; --budget is its epsilon, rho, mu, epsilon_alpha "
-            "(rdp, at --alpha), rho (tcdp, with --omega) or epsilon (approx, with --delta)."
+            "(rdp, at --alpha; rho with --orders), rho (tcdp, with --omega) or epsilon (approx, with "
+            "--delta)."
         ),
     ] = "pure",
     delta: Annotated[
@@ -55,6 +56,10 @@ def serve(
     ] = None,
     omega: Annotated[float | None, typer.Option(help="tcdp: the truncation order omega (> 1).")] = None,
     alpha: Annotated[float | None, typer.Option(help="rdp: the Renyi order alpha (> 1).")] = None,
+    orders: Annotated[
+        str | None,
+        typer.Option(help="rdp instead of --alpha: comma-separated Renyi orders (> 1), served as a curve."),
+    ] = None,
     engine: Annotated[EngineName, typer.Option(help="Engine counting the --data set.")] = "duckdb",
     cors_origin: Annotated[
         list[str] | None,
@@ -166,7 +171,8 @@ def serve(
                 schema_json = json.loads(schema.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as exc:
                 raise OverlapDPError(f"cannot read schema file {str(schema)!r}: {exc}") from None
-            params = {"delta": delta, "omega": omega, "alpha": alpha}
+            grid = None if orders is None else _orders(orders)
+            params = {"delta": delta, "omega": omega, "alpha": alpha, "orders": grid}
             service.register_dataset(
                 ds_name,
                 str(data.resolve()),
@@ -263,3 +269,11 @@ def _safe(url: str) -> str:
         cred, host = rest.rsplit("@", 1)
         return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else url
     return url
+
+
+def _orders(text: str) -> list[float]:
+    """``--orders 2,4,8``: the orders as numbers (their range is checked with the data set's parameters)."""
+    try:
+        return [float(a) for a in text.split(",") if a.strip()]
+    except ValueError:
+        raise OverlapDPError(f"--orders must be comma-separated numbers, got {text[:60]!r}") from None

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from overlapdp._activeset import project_cells
+from overlapdp._activeset import corner_matrix, project_cells
 from overlapdp.errors import ConsistencyError as ConsistencyError
 from overlapdp.mechanisms._noisy_counts import NoisyAnswer
 from overlapdp.mechanisms.sums import NoisyMean, NoisySum
@@ -254,23 +254,41 @@ def make_consistent(
 CLIPPING_LIMIT = 4
 
 
-def project_aggregates(
-    design: Design,
-    answers: Sequence[NoisyAnswer | NoisySum | NoisyMean],
-    ids: Sequence[str | None] | None = None,
-) -> ConsistentAnswers:
-    """Consistent counts, clipped sums and means of one workload (MATH.md 6.5.1): the noisy counts and
-    sums (a mean's two halves) are projected together, in the inverse-variance weighted norm, onto the
-    answers of some table whose every row is counted once and adds to each sum a value between
-    ``min(lo, 0)`` and ``max(hi, 0)`` (a missing value adds 0), so each consistent sum lies between its
-    consistent count times those bounds; a consistent mean is its consistent sum over its consistent
-    count, clamped to the bounds (the middle of the bounds when that count is 0).
+@dataclass(frozen=True)
+class AggregateSystem:
+    """The released figures of a workload of counts, sums and means as one projection problem (MATH.md
+    6.5.1): figure ``f`` (a count, a sum, or a mean's sum then its count) belongs to query
+    ``owners[f]`` and reads each corner of a cell's box with ``factor[f]``; ``values`` and
+    ``variances`` are the noisy figures and their noise's variances. ``kinds`` and ``bounds`` say, per
+    query, how its consistent answer is read back from the fitted figures (:func:`finish_aggregates`)."""
 
-    Post-processing: no privacy cost. The weighted total squared error of the released figures (counts,
-    sums, a mean's halves) never increases; per-answer errors can, so no error bars are attached.
-    ``design`` is :func:`workload_design` of the same queries, in order. At most
-    :data:`CLIPPING_LIMIT` distinct clippings (:class:`ConsistencyError` otherwise)."""
-    start = time.perf_counter()
+    owners: npt.NDArray[np.intp]
+    factor: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]
+    variances: npt.NDArray[np.float64]
+    kinds: tuple[str, ...]
+    bounds: tuple[tuple[float, float] | None, ...]
+
+
+def check_aggregate_shape(design: Design, clippings: Sequence[Any], means: int) -> None:
+    """:class:`ConsistencyError` naming the limit when consistent answers of ``design``'s queries with
+    these ``clippings`` (one per sum or mean, None for a count) and ``means`` means cannot be projected:
+    more than :data:`CLIPPING_LIMIT` distinct clippings, or a matrix past :data:`MATRIX_LIMIT` entries
+    (before anything is released: a service refuses the request with it)."""
+    distinct = list(dict.fromkeys(c for c in clippings if c is not None))
+    if len(distinct) > CLIPPING_LIMIT:
+        raise ConsistencyError(
+            f"answers: {len(distinct)} distinct sums (column and bounds); consistent answers project at "
+            f"most {CLIPPING_LIMIT} together (each doubles the generators of every cell, MATH.md 6.5.1)"
+        )
+    _check_matrix(design.matrix.shape[0] + means, design.cells * 2 ** len(distinct))
+
+
+def aggregate_system(
+    design: Design, answers: Sequence[NoisyAnswer | NoisySum | NoisyMean]
+) -> AggregateSystem:
+    """The projection problem of :func:`project_aggregates` (module docstring, MATH.md 6.5.1), checked
+    against its limits (:func:`check_aggregate_shape`)."""
     t = design.matrix.shape[0]
     if len(answers) != t:
         raise ConsistencyError(f"answers: {len(answers)} answers for {t} queries")
@@ -281,11 +299,7 @@ def project_aggregates(
             if isinstance(a, NoisySum | NoisyMean)
         )
     )
-    if len(clips) > CLIPPING_LIMIT:
-        raise ConsistencyError(
-            f"answers: {len(clips)} distinct sums (column and bounds); consistent answers project at "
-            f"most {CLIPPING_LIMIT} together"
-        )
+    check_aggregate_shape(design, clips, sum(isinstance(a, NoisyMean) for a in answers))
     # every row contributes (1, v_1, ..., v_k) with v_j in [L_j, H_j]: the cone of a cell is spanned by
     # the 2^k corners of that box (MATH.md 6.5.1)
     ends = [(min(float(c.lo), 0.0), max(float(c.hi), 0.0)) for c in clips]
@@ -308,42 +322,84 @@ def project_aggregates(
         variances.append(a.std**2)
         owner.append(i)
 
+    kinds: list[str] = []
+    bounds: list[tuple[float, float] | None] = []
     for i, a in enumerate(answers):
         if isinstance(a, NoisySum):
             sum_part(i, a)
+            kinds.append("sum")
+            bounds.append(None)
         elif isinstance(a, NoisyMean):
             sum_part(i, a.sum)
             count_part(i, a.count)
+            kinds.append("mean")
+            bounds.append((float(a.sum.clipping.lo), float(a.sum.clipping.hi)))
         else:
             count_part(i, a)
-    cells = design.cells
-    _check_matrix(len(rows), cells * corners.shape[0])
-    cover = design.matrix[np.array(owner)].astype(np.float64)  # figures x cells
-    factor = np.stack(rows)  # figures x corners
-    matrix = (cover[:, :, None] * factor[:, None, :]).reshape(len(rows), -1)
-    y = np.asarray(values)
-    var = np.asarray(variances)
+            kinds.append("count")
+            bounds.append(None)
+    y = np.asarray(values, dtype=np.float64)
+    var = np.asarray(variances, dtype=np.float64)
     if not np.all(np.isfinite(y)) or not np.all(np.isfinite(var)) or np.any(var < 0):
         raise ConsistencyError("answers: every answer and noise variance must be finite (variances >= 0)")
-    found = project_cells(matrix, y, var)
+    return AggregateSystem(
+        owners=np.asarray(owner, dtype=np.intp),
+        factor=np.stack(rows),
+        values=y,
+        variances=var,
+        kinds=tuple(kinds),
+        bounds=tuple(bounds),
+    )
+
+
+def finish_aggregates(system: AggregateSystem, fitted: Sequence[float]) -> list[float]:
+    """Each query's consistent answer from the fitted figures (one per figure, in order): a count or a
+    sum its own; a mean its consistent sum over its consistent count, clamped to its bounds (the middle
+    of the bounds when that count is 0)."""
+    out: list[float] = []
+    k = 0
+    for kind, b in zip(system.kinds, system.bounds, strict=True):
+        if kind == "mean":
+            assert b is not None
+            total, count = float(fitted[k]), float(fitted[k + 1])
+            k += 2
+            lo, hi = b
+            out.append(min(max(total / count, lo), hi) if count > 0 else (lo + hi) / 2)
+        else:
+            out.append(float(fitted[k]))
+            k += 1
+    return out
+
+
+def project_aggregates(
+    design: Design,
+    answers: Sequence[NoisyAnswer | NoisySum | NoisyMean],
+    ids: Sequence[str | None] | None = None,
+) -> ConsistentAnswers:
+    """Consistent counts, clipped sums and means of one workload (MATH.md 6.5.1): the noisy counts and
+    sums (a mean's two halves) are projected together, in the inverse-variance weighted norm, onto the
+    answers of some table whose every row is counted once and adds to each sum a value between
+    ``min(lo, 0)`` and ``max(hi, 0)`` (a missing value adds 0), so each consistent sum lies between its
+    consistent count times those bounds; a consistent mean is its consistent sum over its consistent
+    count, clamped to the bounds (the middle of the bounds when that count is 0).
+
+    Post-processing: no privacy cost. The weighted total squared error of the released figures (counts,
+    sums, a mean's halves) never increases; per-answer errors can, so no error bars are attached.
+    ``design`` is :func:`workload_design` of the same queries, in order. At most
+    :data:`CLIPPING_LIMIT` distinct clippings (:class:`ConsistencyError` otherwise). The problem is
+    :func:`aggregate_system`, solved on :func:`overlapdp._activeset.corner_matrix`, read back by
+    :func:`finish_aggregates`: the service's worker process solves the same problem the same way."""
+    start = time.perf_counter()
+    t = design.matrix.shape[0]
+    system = aggregate_system(design, answers)
+    matrix = corner_matrix(design.matrix[system.owners], system.factor)
+    found = project_cells(matrix, system.values, system.variances)
     if found.x is None or found.fitted is None:
         raise ConsistencyError(
             "answers: the least-squares solver did not reach the optimum (rounding); nothing is returned"
         )
-    fitted = [float(v) for v in found.fitted]
-    out: list[float] = []
-    k = 0
-    for a in answers:
-        if isinstance(a, NoisyMean):
-            total, count = fitted[k], fitted[k + 1]
-            k += 2
-            lo, hi = float(a.sum.clipping.lo), float(a.sum.clipping.hi)
-            out.append(min(max(total / count, lo), hi) if count > 0 else (lo + hi) / 2)
-        else:
-            out.append(fitted[k])
-            k += 1
     return ConsistentAnswers(
-        values=out,
+        values=finish_aggregates(system, [float(v) for v in found.fitted]),
         raw=[float(a.value) for a in answers],
         cells=np.maximum(found.x, 0.0),
         design=design,
@@ -366,9 +422,13 @@ def squared_error(
 __all__ = [
     "CELL_LIMIT",
     "NOTE",
+    "AggregateSystem",
     "ConsistencyError",
     "ConsistentAnswers",
     "Design",
+    "aggregate_system",
+    "check_aggregate_shape",
+    "finish_aggregates",
     "make_consistent",
     "project",
     "project_aggregates",

@@ -174,6 +174,53 @@ def rdp_delta(orders: Sequence[float], epsilons: Sequence[float], epsilon: float
     return min(1.0, math.exp(float(np.min(logs))) * (1 + _MARGIN))
 
 
+def rdp_target(orders: Sequence[float], epsilon: float, delta: float) -> tuple[float, ...]:
+    """Per order the budget $\\tau_\\alpha=\\varepsilon-\\ln(1-\\frac1\\alpha)+\\frac{\\ln\\delta+\\ln\\alpha}{\\alpha-1}$ at
+    which that order ALONE converts to exactly ``epsilon`` at ``delta`` (:func:`rdp_epsilon` solved for
+    the curve; MATH.md 5.8, 2.7.2), rounded DOWN by an absolute margin far above the float error of its
+    three terms (so each order's conversion of the returned value is at most ``epsilon``). Orders whose
+    budget is not positive come out as 0.0 (the caller drops them)."""
+    out = []
+    ld = math.log(delta)
+    for a in orders:
+        t1 = math.log1p(-1 / a)
+        t2 = (ld + math.log(a)) / (a - 1)
+        v = epsilon - t1 + t2
+        v -= 1e-12 * (abs(epsilon) + abs(t1) + abs(t2))
+        out.append(v if v > 0 else 0.0)
+    return tuple(out)
+
+
+def _some_log_terms(orders: Sequence[float], budgets: Sequence[float], epsilon: float) -> np.ndarray:
+    a = np.asarray(orders, dtype=float)
+    b = np.asarray(budgets, dtype=float)
+    return np.asarray((a - 1) * (b - epsilon) + (a - 1) * np.log1p(-1 / a) - np.log(a))
+
+
+def rdp_some_delta(orders: Sequence[float], budgets: Sequence[float], epsilon: float) -> float:
+    """delta at ``epsilon`` of a run stopped by the Rényi filter's "some order" rule with budget curve
+    ``budgets`` (MATH.md 2.7.2): the SUM over the orders of each order's conversion
+    $e^{(\\alpha-1)(B_\\alpha-\\varepsilon)}(1-\\frac1\\alpha)^{\\alpha-1}/\\alpha$ (a union bound: the order that
+    fits at the end depends on the transcript), with a relative safety margin."""
+    with np.errstate(over="ignore"):
+        logs = _some_log_terms(orders, budgets, epsilon)
+        total = float(np.sum(np.exp(logs)))
+    return min(1.0, total * (1 + _MARGIN))
+
+
+def rdp_some_epsilon(orders: Sequence[float], budgets: Sequence[float], delta: float) -> float:
+    """The smallest epsilon (bisection, safe side) with :func:`rdp_some_delta` at most ``delta``: the
+    (epsilon, delta) guarantee of the "some order" rule's budget curve (MATH.md 2.7.2)."""
+    n = len(orders)
+    # each order's own conversion at delta / n: there every term is at most delta / n
+    top = max(
+        b + math.log1p(-1 / a) - (math.log(delta / n) + math.log(a)) / (a - 1)
+        for a, b in zip(orders, budgets, strict=True)
+    )
+    hi = max(0.0, top) * (1 + 1e-9) + 1e-12
+    return invert_decreasing(lambda e: rdp_some_delta(orders, budgets, e), delta, 0.0, hi)
+
+
 # -- (epsilon, delta) as a profile --------------------------------------------------------------------
 def approx_delta(epsilon: float, delta: float, at: float) -> float:
     """delta(at) of an (epsilon, delta)-DP guarantee: the profile of its dominating pair (MATH.md 5.4: mass

@@ -31,6 +31,17 @@ def check_neighbouring(value: str, error: type[Exception] = BudgetError) -> Neig
     return "replace" if value == "replace" else "add_remove"
 
 
+#: The Rényi filter's rules over several orders (MATH.md 2.7.2).
+RDP_RULES = ("every", "some")
+
+
+def check_rdp_rule(value: str, error: type[Exception] = BudgetError) -> str:
+    """``value`` as a Rényi rule (``"every"`` or ``"some"``), or ``error`` naming the choices."""
+    if value not in RDP_RULES:
+        raise error(f"the Rényi rule must be 'every' or 'some' (order), got {str(value)[:40]!r}")
+    return str(value)
+
+
 def _half_square_up(x: float) -> float:
     """x^2 / 2 rounded UP from the exact value (a float square can round down or underflow to 0)."""
     return float_up(Fraction(x) ** 2 / 2)
@@ -258,12 +269,48 @@ class RDP:
     def __add__(self, other: RDP) -> RDP:
         return RDP.compose((self, other))
 
-    def epsilon_at(self, delta: float) -> float:
-        """Improved conversion (Balle et al. 2020 Thm. 21), minimised over the orders (MATH.md 5.8)."""
+    def epsilon_at(self, delta: float, rule: str = "every") -> float:
+        """Improved conversion (Balle et al. 2020 Thm. 21), minimised over the orders (MATH.md 5.8): the
+        curve holds at every order at once. ``rule="some"``: the guarantee of a Rényi filter that admits
+        while SOME order fits this budget curve, a union bound over the orders (MATH.md 2.7.2)."""
+        if check_rdp_rule(rule) == "some":
+            return conv.rdp_some_epsilon(self.orders, self.epsilons, check_delta(delta))
         return conv.rdp_epsilon(self.orders, self.epsilons, check_delta(delta))
 
-    def delta_at(self, epsilon: float) -> float:
+    def delta_at(self, epsilon: float, rule: str = "every") -> float:
+        """The inverse of :meth:`epsilon_at` (``rule`` as there)."""
+        if check_rdp_rule(rule) == "some":
+            return conv.rdp_some_delta(self.orders, self.epsilons, epsilon)
         return conv.rdp_delta(self.orders, self.epsilons, epsilon)
+
+    @staticmethod
+    def target(
+        epsilon: float, delta: float, orders: Sequence[float] = conv.DEFAULT_ORDERS, rule: str = "some"
+    ) -> RDP:
+        """The budget curve of a Rényi filter whose run is to be (``epsilon``, ``delta``)-DP (MATH.md
+        2.7.2): per order the budget at which that order alone converts to ``epsilon`` (rounded down),
+        at ``delta / |orders|`` for ``rule="some"`` (the union bound over the orders, which keeps only
+        the orders whose budget is positive and recomputes at delta over their number) and at
+        ``delta`` for ``rule="every"`` (orders with no positive budget dropped). Give the filter the
+        same rule (``PrivacyFilter(..., rdp_rule=rule)``); :meth:`epsilon_at` with it then gives
+        ``epsilon`` back (up to its bisection's 1e-9, on the safe side)."""
+        check_positive(epsilon, "epsilon")
+        d = check_delta(delta)
+        if d == 0:
+            raise BudgetError("an RDP target needs delta > 0")
+        kept = tuple(RDP(tuple(orders), tuple(0.0 for _ in orders)).orders)
+        while True:
+            share = d / len(kept) if check_rdp_rule(rule) == "some" else d
+            curve = conv.rdp_target(kept, epsilon, share)
+            pos = tuple(a for a, b in zip(kept, curve, strict=True) if b > 0)
+            if not pos:
+                raise BudgetError(
+                    f"no order of the grid has a positive budget for epsilon = {epsilon!r} at delta = "
+                    f"{delta!r}; give larger orders or a larger epsilon"
+                )
+            if len(pos) == len(kept):
+                return RDP(kept, curve)
+            kept = pos
 
 
 def _omega(value: Any) -> float:

@@ -17,6 +17,10 @@ stays within budget is a per-row (individual) filter, valid when the costs are c
   row stays within budget; a charge not covering x costs x nothing);
 - zCDP and RDP: Feldman and Zrnic 2021 (arXiv 2008.11193), individual Rényi filter: for each order the
   per-row sum of RDP losses stays within budget; zCDP is RDP with epsilon(alpha) = alpha rho at every order;
+  an RDP budget over several orders is kept at EVERY order (the default), or with ``rdp_rule="some"``
+  while at SOME order every row fits, which is (epsilon, delta)-DP with a union bound over the orders
+  (MATH.md 2.7.2; :meth:`RDP.target` gives the budget curve of a target, :meth:`RDP.epsilon_at` with
+  ``rule="some"`` its guarantee);
 - GDP: Smith and Thakurta 2022 (fully adaptive GDP) with per-row $\\sum\\mu^2\\le B^2$;
 - tCDP with budget $(\\rho_B,\\omega_B)$: a charge with $\\omega<\\omega_B$ covering some row is refused outright
   (with its reason), the rest admitted while the per-row $\\sum\\rho\\le\\rho_B$: the individual Rényi filter at every order
@@ -63,6 +67,7 @@ import numpy as np
 from overlapdp.errors import SearchGaveUp
 from overlapdp.exact import exact_sum, float_up, sqrt_up
 from overlapdp.overlap import OverlapIndex, OverlapResult, _clock
+from overlapdp.privacy import conversions as conv
 from overlapdp.privacy._lazy import Bounds, Cover, Members, emax, up_float, widen
 from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
@@ -151,23 +156,29 @@ class PrivacyFilter:
         adaptive: bool = True,
         delta_slack: float | None = None,
         per_mechanism_delta: float | None = None,
+        rdp_rule: str = "every",
     ) -> None:
         self.schema = schema
         self.budget = budget
         self.neighbouring = _check_neighbouring(neighbouring)
         self._factor = 2.0 if self.neighbouring == "replace" else 1.0  # doubling (module docstring)
         self._lock = threading.Lock()
-        self.odometer = Odometer(schema, neighbouring=self.neighbouring)
+        # reports of the ledger on the budget's own Rényi orders (the curve an RDP filter keeps)
+        orders = measure_for(budget).grid() or conv.DEFAULT_ORDERS
+        self.odometer = Odometer(schema, neighbouring=self.neighbouring, orders=orders)
         self._n = 0
         self._ids: set[str] = set()
         self.measure: Measure[Any] = measure_for(budget)
+        self.rdp_rule = rdp_rule
         self._options = FilterOptions(
             neighbouring=self.neighbouring,
             composition=composition,
             adaptive=adaptive,
             delta_slack=delta_slack,
             per_mechanism_delta=per_mechanism_delta,
+            rdp_rule=rdp_rule,
         )
+        self.measure.check_options(self._options)
         rule = self.measure.rule(budget, self._factor, self._options)
         self._tracks = [
             _Track(OverlapIndex(schema, t.comp), t.load, t.exact, squared=t.squared) for t in rule.tracks
@@ -186,8 +197,9 @@ class PrivacyFilter:
         self._outside: list[str] = []
         self._joint = rule.row_verdict is not None
         # A rule on several tracks decided at their per-track MAXIMA (the (epsilon, delta) rule under
-        # replace-one, MATH.md 2.9) is no per-row condition: rows outside a charge's coverage enter it too.
-        self._at_maxima = len(rule.tracks) > 1 and not self._joint
+        # replace-one, MATH.md 2.9; the Rényi "some order" rule, 2.7.2) is no per-row condition: rows
+        # outside a charge's coverage enter it too.
+        self._at_maxima = rule.at_maxima or (len(rule.tracks) > 1 and not self._joint)
         if rule.row_verdict is not None:
             self._row_verdict: Callable[[np.ndarray], bool | None] = rule.row_verdict
         # Lazy admission (MATH.md 2.7.1): per track cheap upper bounds on the rows' loads; a charge they

@@ -48,8 +48,8 @@ def _left(deadline: float) -> float:
 
 @dataclass(frozen=True)
 class Projected:
-    """A finished projection: the consistent counts (request order), the solver, its steps, and the
-    seconds the worker spent on it."""
+    """A finished projection: the fitted answers (request order; with a factor, one per released
+    figure), the solver, its steps, and the seconds the worker spent on it."""
 
     counts: list[float]
     solver: str
@@ -72,18 +72,26 @@ class ProjectionPool(WorkerPool):
     def start(
         self,
         matrix: npt.NDArray[np.bool_],
-        values: list[float],
-        variances: list[float],
+        values: list[float] | npt.NDArray[np.float64],
+        variances: list[float] | npt.NDArray[np.float64],
         deadline: float,
+        *,
+        owners: npt.NDArray[np.intp] | None = None,
+        factor: npt.NDArray[np.float64] | None = None,
     ) -> ProjectionJob:
         """Project ``values`` (with their noise ``variances``) onto the answers of a non-negative table
-        over ``matrix`` (queries x cells) in a worker, by ``deadline`` (a :func:`_now` time)."""
+        over ``matrix`` (queries x cells) in a worker, by ``deadline`` (a :func:`_now` time). With
+        ``owners`` and ``factor`` (:class:`overlapdp.mechanisms.consistency.AggregateSystem`) the
+        values are the released figures of counts, sums and means, projected onto the cone of
+        MATH.md 6.5.1 (:func:`overlapdp._activeset.corner_matrix`)."""
         t, n = matrix.shape
         job = {
             "matrix": np.packbits(matrix, axis=1),
             "shape": (t, n),
             "values": np.asarray(values, dtype=np.float64),
             "variances": np.asarray(variances, dtype=np.float64),
+            "owners": None if owners is None else np.asarray(owners, dtype=np.intp),
+            "factor": None if factor is None else np.asarray(factor, dtype=np.float64),
         }
         with self._cond:
             if self._closed:

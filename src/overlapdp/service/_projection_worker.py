@@ -4,8 +4,9 @@ Run as ``python .../service/_projection_worker.py`` (a script, so that the child
 package: it loads ``overlapdp/_activeset.py`` by its path, with numpy and SciPy's BLAS only). It says
 ``ready`` once its imports are done, then answers jobs until its standard input closes (the service
 stopped, or died: a worker never outlives it). Each message, both ways, is an 8-byte big-endian
-length and a pickle. A job: the packed 0/1 matrix and its shape, the answers, their variances, and
-the seconds left on the request's time budget with the monotonic clock's reading when they were
+length and a pickle. A job: the packed 0/1 matrix and its shape (queries x cells), the answers, their
+variances (for counts, sums and means: one per released figure, with each figure's query, ``owners``,
+and its reading of the cells' corners, ``factor``), and the seconds left on the request's time budget with the monotonic clock's reading when they were
 measured (one clock for every process of the machine). A reply: the projected answers (``fitted``),
 the solver, its steps and whether it finished; a solve still running at the deadline stops itself
 there (unfinished). Nothing else writes to the pipe: file descriptor 1 is pointed at standard error
@@ -54,6 +55,9 @@ def _solve(solver: Any, job: dict[str, Any]) -> dict[str, Any]:
     deadline = float(job["sent"]) + float(job["seconds"])
     t, n = job["shape"]
     matrix = np.unpackbits(job["matrix"], axis=1, count=n).astype(bool).reshape(t, n)
+    if job.get("factor") is not None:
+        # counts, sums and means (MATH.md 6.5.1): each figure reads its query's cells' corners
+        matrix = solver.corner_matrix(matrix[job["owners"]], job["factor"])
     found = solver.project_cells(matrix, job["values"], job["variances"], deadline=deadline)
     if found.failed:  # no answer passed the optimality check: the service answers 500, charges nothing
         return {"error": "the least-squares solver did not reach the optimum (rounding)"}

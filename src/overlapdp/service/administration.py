@@ -110,7 +110,7 @@ class Administration(ServiceBase):
         return {
             "name": rec.name,
             "definition": rec.definition,
-            "parameter": definitions.served(rec.definition).amount,
+            "parameter": definitions.amount_name(rec.definition, rec.params),
             "parameters": dict(state.params),
             "schema": rec.schema,
             "available": state.loaded is not None,
@@ -176,6 +176,7 @@ class Administration(ServiceBase):
             remaining=left,
             spent_by_analyst=per_analyst,
             guarantee=Guarantee(**guarantee),
+            curve=definitions.curve_figures(rec.definition, state.params, spent, rec.budget),
             ledger_seq=seq,
         )
 
@@ -268,6 +269,7 @@ class Administration(ServiceBase):
                 remaining=left,
                 spent_epsilon_delta=EpsilonDelta(**definitions.epsilon_delta(defn, params, spent)),
                 quota_epsilon_delta=EpsilonDelta(**definitions.epsilon_delta(defn, params, quota)),
+                curve=definitions.curve_figures(defn, params, spent, quota),
             )
         return AnalystInfo(name=analyst.name, revoked=analyst.revoked, datasets=per)
 

@@ -264,7 +264,7 @@ class Admission(ServiceBase):
             {
                 "definition": definition,
                 "queries": len(p.queries),
-                definitions.served(definition).amount: value,
+                definitions.amount_name(definition, state.params): value,
             }
         )
         # Admission: the charges go into both filters, or (the caller rolls back) into neither. No
@@ -347,7 +347,11 @@ class Admission(ServiceBase):
                 session=p.session_id,
                 query=None,
                 mechanism={"name": p.session_kind, **p.session_params},
-                cost={"definition": definition, definitions.served(definition).amount: load, "load": load},
+                cost={
+                    "definition": definition,
+                    definitions.amount_name(definition, state.params): load,
+                    "load": load,
+                },
                 answer=answer.model_dump(mode="json"),
                 request_key=p.request_key,
                 request_hash=p.request_hash,
@@ -424,12 +428,12 @@ def _staged(state: DatasetState, p: Pending) -> tuple[list[NewCharge], list[Answ
     and again only if the definition changed meanwhile. A 1 000-query batch spent ~80 ms under the lock
     building them there; everything in them is known before the lock but the ledger positions."""
     definition = state.record.definition
-    if p.staged is not None and p.staged[0] == definition:
+    amount = definitions.amount_name(definition, state.params)
+    if p.staged is not None and p.staged[0] == (definition, amount):
         return p.staged[1], p.staged[2]
     assert p.mechanism is not None
     now = time.time()
     mechanism = p.mechanism.to_json()
-    amount = definitions.served(definition).amount
     ids = _new_ids(len(p.noisy))
     charges = [
         NewCharge(
@@ -451,7 +455,7 @@ def _staged(state: DatasetState, p: Pending) -> tuple[list[NewCharge], list[Answ
     for charge in charges:
         _ = charge.encoded
     answers = [Answer(charge=i, seq=0, **_released(a)) for i, a in zip(ids, p.noisy, strict=True)]
-    p.staged = (definition, charges, answers)
+    p.staged = ((definition, amount), charges, answers)
     return charges, answers
 
 
@@ -512,8 +516,10 @@ def _consistent_counts(answers: Sequence[Mapping[str, Any]]) -> ConsistentCounts
         return None
     first = fits[0]
     assert first is not None
+    values = [float(f.get("answer", f.get("count"))) for f in fits if f is not None]
     return ConsistentCounts(
-        counts=[float(f["count"]) for f in fits if f is not None],
+        answers=values,
+        counts=values,
         cells=int(first["cells"]),
         solver=str(first["solver"]),
         note=NOTE,

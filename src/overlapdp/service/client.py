@@ -369,16 +369,17 @@ class Client(_Base):
     ) -> pd.DataFrame:
         """Several noisy counts, admitted and charged together (all or none).
 
-        ``consistent=True`` adds a column ``consistent``: the counts projected onto the answers of a
-        non-negative table (post-processing, no privacy cost; the total squared error never increases,
-        a single count's can, so the interval columns belong to ``answer`` only)."""
+        ``consistent=True`` adds a column ``consistent``: the answers (counts, sums, means) projected
+        onto the answers of a non-negative table (post-processing, no privacy cost; the total squared
+        error never increases, a single answer's can, so the interval columns belong to ``answer``
+        only)."""
         body: dict[str, Any] = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
         if consistent:
             body["consistent"] = True
         out = self._call("POST", f"/v1/datasets/{dataset}/batch", json=body, key=key, spend=True)
         frame = _answers_frame(queries, out["answers"])
         if consistent:
-            frame["consistent"] = out["consistent"]["counts"]
+            frame["consistent"] = out["consistent"]["answers"]
         return frame
 
     def cost(
@@ -456,6 +457,12 @@ class Client(_Base):
         rows = [_figures({"dataset": ds, **v}) for ds, v in out["datasets"].items()]
         return pd.DataFrame(rows, columns=["dataset", "definition", "quota", "spent", "remaining"])
 
+    def account(self, dataset: str) -> dict[str, Any]:
+        """``GET /v1/me`` for one data set, as sent: quota, spend, remaining, their (epsilon, delta)
+        lines and, for an rdp data set served as a curve, ``curve`` (the spend and quota per order)."""
+        out: dict[str, Any] = self._call("GET", "/v1/me")["datasets"][dataset]
+        return out
+
     def ledger(self, dataset: str | None = None, *, page: int = 1000) -> pd.DataFrame:
         """Own charges and answers, all pages."""
         return _ledger_frame(self._pages("/v1/me/ledger", {"dataset": dataset}, page))
@@ -484,12 +491,12 @@ class AdminClient(Client):
         budget: float | None = None,
         definition: str = "pure",
         engine: str = "duckdb",
-        **parameters: float | str,
+        **parameters: Any,
     ) -> dict[str, Any]:
         """Register a data set with its global ``budget`` in the definition's amount, or ``epsilon=``, a
-        target epsilon at its ``delta``, calibrated as ``overlapdp answer --epsilon`` does;
-        ``parameters``: its definition's (``delta``, ``omega`` for tcdp, ``alpha`` for rdp,
-        ``composition`` for approx)."""
+        target epsilon at its ``delta``, calibrated as ``overlapdp answer --epsilon`` does, or (rdp with
+        ``orders``) ``budgets=``, one per order; ``parameters``: its definition's (``delta``, ``omega``
+        for tcdp, ``alpha`` or ``orders`` for rdp, ``composition`` for approx)."""
         body: dict[str, Any] = {"name": name, "path": path, "schema": dict(schema)}
         if budget is not None:
             body["budget"] = budget
@@ -498,9 +505,13 @@ class AdminClient(Client):
         return out
 
     def set_budget(
-        self, dataset: str, budget: float, definition: str = "pure", **parameters: float | str
+        self, dataset: str, budget: float | None = None, definition: str = "pure", **parameters: Any
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"definition": definition, "budget": budget, **parameters}
+        """Change the global budget: ``budget`` in the definition's amount, or ``epsilon=`` (a target at
+        the data set's delta), or ``budgets=`` (rdp with ``orders``: one per order)."""
+        body: dict[str, Any] = {"definition": definition, **parameters}
+        if budget is not None:
+            body["budget"] = budget
         out: dict[str, Any] = self._call("PUT", f"/v1/admin/datasets/{dataset}/budget", json=body)
         return out
 
@@ -520,10 +531,22 @@ class AdminClient(Client):
         return str(self._call("POST", "/v1/admin/analysts", json=body)["token"])
 
     def set_quota(
-        self, analyst: str, dataset: str, quota: float | None = None, *, epsilon: float | None = None
+        self,
+        analyst: str,
+        dataset: str,
+        quota: float | None = None,
+        *,
+        epsilon: float | None = None,
+        budgets: Sequence[float] | None = None,
     ) -> dict[str, Any]:
-        """Set a quota in the data set's amount, or as ``epsilon`` at its delta."""
-        body = {k: v for k, v in (("quota", quota), ("epsilon", epsilon)) if v is not None}
+        """Set a quota in the data set's amount, or as ``epsilon`` at its delta, or (rdp with ``orders``)
+        as ``budgets``, one per order."""
+        given = (
+            ("quota", quota),
+            ("epsilon", epsilon),
+            ("budgets", None if budgets is None else list(budgets)),
+        )
+        body = {k: v for k, v in given if v is not None}
         out: dict[str, Any] = self._call("PUT", f"/v1/admin/analysts/{analyst}/quotas/{dataset}", json=body)
         return out
 

@@ -25,13 +25,17 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from overlapdp import display
+from overlapdp.exact import float_down
 from overlapdp.mechanisms import add_noise, noise_for
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, ZCDP, PureDP, check_delta
 from overlapdp.privacy.measures import DEFAULT_DELTA, MEASURES, FilterOptions, Measure
 from overlapdp.query.aggregate import Aggregate
+from overlapdp.service.responses import RenyiCurve
 from overlapdp.validation import check_finite, check_positive
 
 #: The definitions a data set can be served under: the library's measures (one source of truth), each
@@ -58,7 +62,7 @@ def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, 
     :class:`AdaptivityError`, MATH.md 2.7)."""
     m = served(definition)
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    allowed = {"delta", *m.fixed, *(name for name, _ in m.options)}
+    allowed = {"delta", *m.fixed, *m.alternatives, *(name for name, _ in m.options)}
     for k in given:
         if k not in allowed:
             raise BudgetError(
@@ -68,15 +72,7 @@ def check_params(definition: str, given: Mapping[str, Any] | None) -> dict[str, 
     out: dict[str, Any] = {"delta": check_delta(check_finite(given.get("delta", DEFAULT_DELTA), "delta"))}
     if out["delta"] == 0:
         raise BudgetError("delta must be greater than 0 (the delta of the data set's (epsilon, delta) lines)")
-    for name in m.fixed:
-        if name not in given:
-            raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
-        v = check_finite(given[name], name)
-        if not (1 < v <= MAX_AMOUNT):
-            raise BudgetError(
-                f"{name} must be a number > 1 and at most {MAX_AMOUNT:.0e}, got {given[name]!r}"
-            )
-        out[name] = v
+    out.update(m.check_fixed(given, definition, MAX_AMOUNT))
     for name, default in m.options:  # checked by building the filter's rule once (raises on a bad one)
         value = given.get(name, default)
         m.rule(m.budget(1.0, out), 1.0, FilterOptions(**{name: value}))
@@ -99,7 +95,94 @@ def epsilon_delta(definition: str, params: Mapping[str, Any], amount: float) -> 
 
 
 def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(params.items()))
+    # (a curve's orders are a list: a tuple in the cache's key)
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+
+
+def amount_name(definition: str, params: Mapping[str, Any]) -> str:
+    """The amount of a data set of ``definition`` with ``params`` (:meth:`Measure.amount_of`): what its
+    budget, quotas and per-query parameters are given in (an RDP curve: ``rho``)."""
+    return served(definition).amount_of(params)
+
+
+def orders_of(params: Mapping[str, Any]) -> tuple[float, ...]:
+    """A data set's Rényi orders when it is served as a curve (RDP with ``orders``), else ()."""
+    return tuple(float(a) for a in params.get("orders") or ())
+
+
+def curve_of(definition: str, params: Mapping[str, Any], amount: float) -> list[float]:
+    """An amount of a curve data set as its curve, one epsilon(alpha) per order: the Gaussian curve
+    alpha ``amount`` rounded up, which bounds the worst row's curve when ``amount`` bounds its spend
+    (MATH.md 2.7.2)."""
+    return list(served(definition).budget(amount, params).epsilons)
+
+
+def curve_figures(
+    definition: str, params: Mapping[str, Any], spent: float, limit: float
+) -> RenyiCurve | None:
+    """A curve data set's ``spent`` and ``limit`` (quota or budget) per order (:func:`curve_of`), for
+    the answers' ``curve``; None for every other data set."""
+    orders = orders_of(params)
+    if not orders:
+        return None
+    return RenyiCurve(
+        orders=list(orders),
+        spent=curve_of(definition, params, spent),
+        limit=curve_of(definition, params, limit),
+    )
+
+
+def within_curve(definition: str, params: Mapping[str, Any], budgets: Sequence[float]) -> float:
+    """The largest amount (rho) whose curve stays within the given per-order ``budgets`` at every order
+    (:func:`curve_of` of it at most each), rounded down to 6 significant digits: a curve data set's
+    budget or quota given per order."""
+    orders = orders_of(params)
+    if not orders:
+        raise BudgetError("per-order budgets are for an rdp data set served as a curve ('orders')")
+    if isinstance(budgets, str | bytes) or len(budgets) != len(orders):
+        raise BudgetError(f"give one budget per order: {len(orders)} orders {list(orders)}")
+    limit = [check_amount("each per-order budget", b) for b in budgets]
+    rho = min(float_down(Fraction(b) / Fraction(a)) for a, b in zip(orders, limit, strict=True))
+    rho = float(display.remaining(rho)) if rho > 0 else rho
+
+    def fits(r: float) -> bool:
+        return all(e <= b for e, b in zip(curve_of(definition, params, r), limit, strict=True))
+
+    while rho > 0 and not fits(rho):
+        rho = math.nextafter(rho, 0.0)
+    if not rho > 0:
+        raise BudgetError("the per-order budgets leave no positive rho")
+    return rho
+
+
+def calibrate_amount(definition: str, params: Mapping[str, Any], epsilon: float) -> float:
+    """The largest amount (to a relative 1e-12, rounded down to 6 significant digits) whose (epsilon,
+    delta) line at the data set's delta (:func:`epsilon_delta`, the figure every answer reports) is at
+    most ``epsilon``: bisection whose lower end always satisfies it (:class:`BudgetError` when no
+    positive amount does). For definitions the CLI does not calibrate (tcdp, rdp)."""
+    target = check_positive(epsilon, "epsilon")
+
+    def fits(b: float) -> bool:
+        return _epsilon_at(definition, _key(params), b) <= target
+
+    lo, hi = 0.0, max(1.0, target)
+    while fits(hi) and hi < MAX_AMOUNT:
+        lo, hi = hi, hi * 2
+    for _ in range(2000):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi or hi - lo <= 1e-12 * hi:
+            break
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    if not lo > 0:
+        raise BudgetError(
+            f"epsilon = {epsilon!r} at delta = {params['delta']:g} is below what the conversion certifies "
+            f"for any {amount_name(definition, params)} > 0; ask for a larger epsilon or delta"
+        )
+    short = float(display.remaining(lo))
+    return min(short if short > 0 else lo, MAX_AMOUNT)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -142,16 +225,27 @@ class ServedMechanism:
     definition: str
     parameter: float
     alpha: float = 0.0
+    orders: tuple[float, ...] = ()
+
+    def _params(self) -> dict[str, Any]:
+        return {"orders": list(self.orders)} if self.orders else {"alpha": self.alpha}
 
     @property
     def guarantee(self) -> PureDP | ZCDP | GDP:
         """What the noise is calibrated to."""
-        return served(self.definition).calibrated(self.parameter, {"alpha": self.alpha})
+        return served(self.definition).calibrated(self.parameter, self._params())
 
     def to_json(self) -> dict[str, Any]:
         m = served(self.definition)
-        out: dict[str, Any] = {"name": m.noise, "definition": self.definition, m.amount: self.parameter}
-        if "alpha" in m.fixed:
+        params = self._params()
+        out: dict[str, Any] = {
+            "name": m.noise,
+            "definition": self.definition,
+            m.amount_of(params): self.parameter,
+        }
+        if self.orders:
+            out["orders"] = list(self.orders)
+        elif "alpha" in m.fixed:
             out["alpha"] = self.alpha
             out["rho"] = self.guarantee.rho  # type: ignore[union-attr]
         return out
@@ -164,12 +258,14 @@ def mechanism_for(
     unless it lies in the service's range and its noise scale is representable
     (:func:`overlapdp.mechanisms.noise_for`: epsilon >= 2^-40, rho >= 2^-81)."""
     m = served(definition)
-    alpha = float((params or {}).get("alpha", 0.0)) if "alpha" in m.fixed else 0.0
-    mech = ServedMechanism(definition, check_amount(m.amount, parameter), alpha)
+    given = params or {}
+    orders = orders_of(given)
+    alpha = float(given.get("alpha", 0.0)) if "alpha" in m.fixed and not orders else 0.0
+    mech = ServedMechanism(definition, check_amount(m.amount_of(given), parameter), alpha, orders)
     try:
         noise_for(mech.guarantee)  # raises before anything is counted or drawn
     except BudgetError as exc:
-        if "alpha" in m.fixed:  # the message names rho: say which amount it came from
+        if alpha:  # the message names rho: say which amount it came from
             raise BudgetError(
                 f"{m.amount} = {parameter!r} is too small at alpha = {alpha!r} ({exc})"
             ) from None
@@ -210,10 +306,11 @@ def remaining(definition: str, quota: float, spent: float, params: Mapping[str, 
 def noisy_counts(true_counts: Sequence[int], mechanism: ServedMechanism) -> list[dict[str, Any]]:
     """Release each count plus exact integer noise (OS CSPRNG, served mode) with a 95% interval."""
     answers = add_noise(list(true_counts), mechanism.guarantee, level=0.95, served=True)
-    return [
-        {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
-        for a in answers
-    ]
+    return [_count_json(a) for a in answers]
+
+
+def _count_json(a: Any) -> dict[str, Any]:
+    return {"count": a.value, "stddev": a.std, "ci95": [a.low, a.high], "noise": a.noise.describe()}
 
 
 def noisy_aggregates(
@@ -222,6 +319,16 @@ def noisy_aggregates(
     aggregates: Sequence[Aggregate],
     mechanism: ServedMechanism,
 ) -> list[dict[str, Any]]:
+    """The released answers of :func:`noisy_released` (as JSON)."""
+    return noisy_released(true_counts, true_sums, aggregates, mechanism)[0]
+
+
+def noisy_released(
+    true_counts: Sequence[int],
+    true_sums: Sequence[int | None],
+    aggregates: Sequence[Aggregate],
+    mechanism: ServedMechanism,
+) -> tuple[list[dict[str, Any]], list[Any]]:
     """Counts as :func:`noisy_counts`; a sum or mean by the library's own noise
     (:func:`overlapdp.mechanisms.sums.add_sum_noise` / ``add_mean_noise``, served mode) at the query's
     per-query guarantee ``mechanism.guarantee``, its noise scaled to the sum's add/remove sensitivity
@@ -230,15 +337,19 @@ def noisy_aggregates(
     from overlapdp.mechanisms.sums import add_mean_noise, add_sum_noise
 
     out: list[dict[str, Any]] = []
+    drawn: list[Any] = []  # the library's answers, for consistent answers (MATH.md 6.5.1)
     for i, agg in enumerate(aggregates):
         clip = agg.clipping
         if clip is None:
-            out.extend(noisy_counts([true_counts[i]], mechanism))
+            (a,) = add_noise([true_counts[i]], mechanism.guarantee, level=0.95, served=True)
+            out.append(_count_json(a))
+            drawn.append(a)
             continue
         units = true_sums[i]
         assert units is not None
         if agg.kind == "sum":
             (s,) = add_sum_noise([units], clip, mechanism.guarantee, level=0.95, served=True)
+            drawn.append(s)
             out.append(
                 {
                     "aggregate": "sum",
@@ -251,6 +362,7 @@ def noisy_aggregates(
             )
             continue
         (m,) = add_mean_noise([units], [true_counts[i]], clip, mechanism.guarantee, level=0.95, served=True)
+        drawn.append(m)
         out.append(
             {
                 "aggregate": "mean",
@@ -274,7 +386,7 @@ def noisy_aggregates(
                 },
             }
         )
-    return out
+    return out, drawn
 
 
 # -- the guarantee over all analysts ----------------------------------------------------------------
@@ -303,7 +415,7 @@ def global_guarantee(
     value = global_spent if composed is None else min(global_spent, composed)
     return {
         "definition": definition,
-        m.amount: value,
+        m.amount_of(p): value,
         "by_global_filter": global_spent,
         "by_concurrent_composition": composed,
         "epsilon_delta": epsilon_delta(definition, p, value),

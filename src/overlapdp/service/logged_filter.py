@@ -41,16 +41,19 @@ class Charged(PrivacyMechanism):
     """One charge as the service records it: its load under the data set's definition, declared
     exactly as the float the ledger holds (an ``epsilon``-DP, ``rho``-zCDP, ``mu``-GDP or
     (alpha, ``epsilon_alpha``)-RDP guarantee; an approximate-DP charge is (epsilon, 0)). ``alpha``: the
-    data set's RDP order."""
+    data set's RDP order; ``orders``: its orders when it is served as a curve (the charge is then
+    ``load``-zCDP, charged by its curve alpha ``load`` at those orders)."""
 
     definition: str
     load: float
     alpha: float = 0.0
+    orders: tuple[float, ...] = ()
     name = "charge"
 
     @functools.cached_property
     def guarantee(self) -> PureDP | ZCDP | GDP | RDP:
-        return served(self.definition).charged(self.load, {"alpha": self.alpha})
+        params: dict[str, Any] = {"orders": self.orders} if self.orders else {"alpha": self.alpha}
+        return served(self.definition).charged(self.load, params)
 
     def pure(self) -> PureDP | None:
         g = self.guarantee
@@ -66,6 +69,8 @@ class Charged(PrivacyMechanism):
 
     def rdp(self, orders: Sequence[float] = (2.0,)) -> RDP | None:
         g = self.guarantee
+        if self.orders and isinstance(g, ZCDP):  # (a curve's charge: its Gaussian curve at any orders)
+            return g.to_rdp(orders)
         if not isinstance(g, RDP):
             return None
         if tuple(orders) != g.orders:
@@ -134,6 +139,7 @@ class LoggedFilter:
             dict(params) if params is not None else check_params(definition, _defaults(self.measure))
         )
         self._alpha = float(self.params.get("alpha", 0.0))
+        self._orders = tuple(float(a) for a in self.params.get("orders") or ())
         self._budget = float(budget)
         self._filter = PrivacyFilter(schema, budget_of(definition, budget, self.params))
         self._filter_budget = self._budget  # the budget ``_filter`` was last given
@@ -166,7 +172,7 @@ class LoggedFilter:
             self._filter_budget = self._budget
 
     def _charge(self, load: float) -> Charged:
-        return Charged(self.definition, load, self._alpha)
+        return Charged(self.definition, load, self._alpha, self._orders)
 
     def try_all(
         self, charges: Sequence[tuple[PredicateQuery | None, float]], deadline: float | None = None
@@ -283,7 +289,7 @@ class LoggedFilter:
         return out
 
     def _spent(self) -> float:
-        return self.measure.served_spent(self._filter)
+        return self.measure.served_spent(self._filter, self.params)
 
     def spend_within(self, deadline: float | None, share: float = 1.0) -> tuple[float, bool]:
         """(:meth:`max_load`, True) when its search ends within ``share`` of the time left before

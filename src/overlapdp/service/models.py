@@ -159,9 +159,9 @@ class BatchRequest(_Body):
     epsilon_alpha: float | None = Field(default=None, description="per-query Renyi epsilon (rdp data sets)")
     consistent: bool = Field(
         default=False,
-        description="also return consistent answers: the noisy counts projected onto the answers of a "
-        "non-negative table (post-processing, no privacy cost); a dry run only checks that they can be "
-        "computed",
+        description="also return consistent answers: the noisy counts, sums and means projected onto the "
+        "answers of a non-negative table (post-processing, no privacy cost); a dry run only checks that "
+        "they can be computed",
     )
 
 
@@ -255,23 +255,34 @@ class DatasetRegistration(_Body):
     engine: str = Field(default="duckdb", description="duckdb (default), pandas, polars or spark")
     definition: str = Field(
         default="pure",
-        description="pure (epsilon), zcdp (rho), gdp (mu), rdp (epsilon_alpha at the order alpha), "
-        "tcdp (rho, with omega) or approx (epsilon, with delta)",
+        description="pure (epsilon), zcdp (rho), gdp (mu), rdp (epsilon_alpha at the order alpha, or rho "
+        "with a curve of orders), tcdp (rho, with omega) or approx (epsilon, with delta)",
     )
     budget: float | None = Field(
         default=None, description="the global budget over all analysts, in the definition's amount"
     )
     epsilon: float | None = Field(
         default=None,
-        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
-        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
-        "zcdp, gdp and approx data sets)",
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), "
+        "calibrated as 'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at "
+        "most it)",
+    )
+    budgets: list[float] | None = Field(
+        default=None,
+        description="rdp with 'orders', instead of the amount: one budget per order (the largest rho "
+        "whose curve alpha rho stays within every one of them)",
     )
     delta: float | None = Field(
         default=None, description="delta of the (epsilon, delta) lines; approx: the budget's delta (1e-6)"
     )
     omega: float | None = Field(default=None, description="tcdp: the truncation order (> 1), required")
-    alpha: float | None = Field(default=None, description="rdp: the Renyi order (> 1), required")
+    alpha: float | None = Field(default=None, description="rdp: the Renyi order (> 1), or give 'orders'")
+    orders: list[float] | None = Field(
+        default=None,
+        description="rdp: several Renyi orders (> 1), served as a curve: the amount is rho, each charge's "
+        "curve is alpha rho at every order",
+        examples=[[2, 4, 8, 16, 32, 64]],
+    )
     composition: str | None = Field(
         default=None, description="approx: 'advanced' (the default; 'optimal' is refused for adaptive use)"
     )
@@ -282,6 +293,7 @@ class DatasetRegistration(_Body):
             "delta": self.delta,
             "omega": self.omega,
             "alpha": self.alpha,
+            "orders": self.orders,
             "composition": self.composition,
         }
         return {k: v for k, v in given.items() if v is not None}
@@ -292,13 +304,17 @@ class BudgetUpdate(_Body):
     budget: float | None = Field(default=None, description="in the definition's amount")
     epsilon: float | None = Field(
         default=None,
-        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
-        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
-        "zcdp, gdp and approx data sets)",
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), "
+        "calibrated as 'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at "
+        "most it)",
+    )
+    budgets: list[float] | None = Field(
+        default=None, description="rdp with 'orders', instead of the amount: one budget per order"
     )
     delta: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     omega: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
     alpha: float | None = Field(default=None, description="as at registration (omitted: unchanged)")
+    orders: list[float] | None = Field(default=None, description="as at registration (omitted: unchanged)")
     composition: str | None = Field(default=None, description="as at registration (omitted: unchanged)")
 
     def params(self) -> dict[str, Any] | None:
@@ -307,6 +323,7 @@ class BudgetUpdate(_Body):
             "delta": self.delta,
             "omega": self.omega,
             "alpha": self.alpha,
+            "orders": self.orders,
             "composition": self.composition,
         }
         out = {k: v for k, v in given.items() if v is not None}
@@ -327,7 +344,10 @@ class QuotaUpdate(_Body):
     quota: float | None = Field(default=None, description="in the data set's amount")
     epsilon: float | None = Field(
         default=None,
-        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), calibrated as "
-        "'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at most it; pure, "
-        "zcdp, gdp and approx data sets)",
+        description="instead of the amount: a target epsilon at the data set's delta (1e-6 by default), "
+        "calibrated as 'overlapdp answer --epsilon' does (the largest amount whose (epsilon, delta) is at "
+        "most it)",
+    )
+    budgets: list[float] | None = Field(
+        default=None, description="rdp with 'orders', instead of the amount: the quota per order"
     )

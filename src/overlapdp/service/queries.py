@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from overlapdp.errors import NotFound, QueryError, QueryTooComplexError, TooLarge
-from overlapdp.mechanisms.consistency import workload_design
+from overlapdp.mechanisms.consistency import (
+    aggregate_system,
+    check_aggregate_shape,
+    finish_aggregates,
+    workload_design,
+)
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line
 from overlapdp.query.aggregate import COUNT, Aggregate, declared_bounds
 from overlapdp.service import definitions, filters, logged_filter, shared
@@ -111,7 +116,7 @@ class Queries(Admission):
     def _mechanism(
         self, state: DatasetState, parameter: float | None, given: str | None
     ) -> definitions.ServedMechanism:
-        name = definitions.served(state.record.definition).amount
+        name = definitions.amount_name(state.record.definition, state.params)
         if parameter is None or (given is not None and given != name):
             raise QueryError(
                 f"data set {state.record.name!r} is served under {state.record.definition!r}: give {name!r}"
@@ -157,13 +162,18 @@ class Queries(Admission):
         try:
             if job is not None:
                 projected = job.result()  # off every lock; 503 past the deadline, nothing charged
-                for answer, value in zip(pending.noisy, projected.counts, strict=True):
+                values = projected.counts
+                if pending.system is not None:  # sums and means: each query's from its figures
+                    values = finish_aggregates(pending.system, values)
+                for answer, value in zip(pending.noisy, values, strict=True):
                     # recorded with the charge (the ledger's answer), never released before its commit
                     answer["consistent"] = {
-                        "count": value,
+                        "answer": value,
                         "cells": pending.cells,
                         "solver": projected.solver,
                     }
+                    if pending.system is None:
+                        answer["consistent"]["count"] = value  # (the name older answers carry)
             return self._submit(state, pending, BatchAnswer)
         finally:
             if job is not None:
@@ -333,8 +343,9 @@ class Queries(Admission):
                 sums = None
                 if any(a.clipping is not None for a in aggregates):
                     sums = loaded.sums(queries, aggregates)
+            drawn: list[Any] = []
             if sums is not None:
-                pending.noisy = definitions.noisy_aggregates(pending.true_counts, sums, aggregates, mech)
+                pending.noisy, drawn = definitions.noisy_released(pending.true_counts, sums, aggregates, mech)
             else:
                 pending.noisy = definitions.noisy_counts(pending.true_counts, mech)
             check_time(deadline)  # counted: nothing more is spent on a request out of time
@@ -348,12 +359,26 @@ class Queries(Admission):
                 # Started now, it runs in its worker while the trials below search (on two cores, in
                 # parallel); query() waits for it before admission.
                 pending.cells = design.cells
-                pending.projection = self.projections.start(
-                    design.matrix,
-                    [float(a["count"]) for a in pending.noisy],
-                    [float(a["stddev"]) ** 2 for a in pending.noisy],
-                    deadline,
-                )
+                if drawn:
+                    # counts, sums and means projected together (MATH.md 6.5.1): the library's own
+                    # problem of the very answers drawn, solved in the worker as the library solves it
+                    system = aggregate_system(design, drawn)
+                    pending.system = system
+                    pending.projection = self.projections.start(
+                        design.matrix,
+                        system.values,
+                        system.variances,
+                        deadline,
+                        owners=system.owners,
+                        factor=system.factor,
+                    )
+                else:
+                    pending.projection = self.projections.start(
+                        design.matrix,
+                        [float(a["count"]) for a in pending.noisy],
+                        [float(a["stddev"]) ** 2 for a in pending.noisy],
+                        deadline,
+                    )
             try:
                 if job is not None:
                     self._from_worker(state, pending, reply)
@@ -383,11 +408,15 @@ class Queries(Admission):
         queries, items, groups, aggregates = self._expand(state, specs, deadline)
         mech = self._mechanism(state, parameter, parameter_name)
         if consistent:
-            # Refused before anything is counted or charged: the projection is defined for counts only,
-            # and a workload with too many cells is a 400 (numpy's enumeration releases the lock).
-            if any(a.clipping is not None for a in aggregates):
-                raise QueryError("'consistent' applies to counts only, not to sums or means")
-            workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+            # Refused before anything is counted or charged (a 400 naming the limit): a workload with
+            # too many cells (numpy's enumeration releases the lock), or sums of more distinct columns
+            # and bounds than the projection takes together, or a matrix past the solver's limit.
+            design = workload_design(queries, limit=CONSISTENT_CELL_LIMIT)
+            check_aggregate_shape(
+                design,
+                [a.clipping for a in aggregates],
+                sum(a.kind == "mean" for a in aggregates if a.clipping is not None),
+            )
         check_time(deadline)
         request_hash = fingerprint(
             "query",
@@ -505,7 +534,7 @@ class Queries(Admission):
             {
                 "definition": definition,
                 "queries": len(p.queries),
-                definitions.served(definition).amount: value,
+                definitions.amount_name(definition, state.params): value,
             }
         )
         after = mine_run.after
@@ -519,5 +548,6 @@ class Queries(Admission):
             quota_admits=mine_run.admitted,
             global_admits=trial.admitted,
             remaining=definitions.remaining(definition, quota, mine_run.before, state.params),
+            curve=definitions.curve_figures(definition, state.params, after, quota),
             exact=mine_run.exact and batch_exact,
         )

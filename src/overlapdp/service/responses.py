@@ -81,6 +81,16 @@ class EpsilonDelta(Out):
     delta: float
 
 
+class RenyiCurve(Out):
+    """An RDP data set served as a curve (``orders``): figures per order, each the epsilon(alpha) of the
+    Gaussian curve alpha rho of the figure's rho, rounded up (for a spend: at least the worst row's own
+    curve). Admission keeps EVERY order within the limit's curve (MATH.md 2.7.2)."""
+
+    orders: list[float]
+    spent: list[float] = Field(description="the spend's curve (its rho in 'spent')")
+    limit: list[float] = Field(description="the quota's (or the global budget's) curve")
+
+
 class DatasetInfo(Out):
     """A data set as an analyst sees it."""
 
@@ -89,7 +99,7 @@ class DatasetInfo(Out):
     parameter: AmountName = Field(description="the per-query parameter to give (also the unit of budgets)")
     parameters: dict[str, Any] = Field(
         description="the definition's fixed parameters: delta (of every (epsilon, delta) line), "
-        "omega (tcdp), alpha (rdp), composition (approx)"
+        "omega (tcdp), alpha or orders (rdp), composition (approx)"
     )
     schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
     available: bool = Field(description="whether this service instance can read the rows")
@@ -129,6 +139,7 @@ class DatasetStatus(AdminDatasetInfo):
     remaining: float
     spent_by_analyst: dict[str, float]
     guarantee: Guarantee
+    curve: RenyiCurve | None = omitted("an rdp data set served as a curve: the spend and budget per order")
     ledger_seq: int = Field(description="the last ledger position included")
 
 
@@ -142,6 +153,7 @@ class QuotaInfo(Out):
     remaining: float
     spent_epsilon_delta: EpsilonDelta
     quota_epsilon_delta: EpsilonDelta
+    curve: RenyiCurve | None = omitted("an rdp data set served as a curve: the spend and quota per order")
 
 
 class AnalystInfo(Out):
@@ -356,11 +368,15 @@ class GroupedAnswer(Out):
 
 
 class ConsistentCounts(Out):
-    """The noisy counts projected onto the answers of a non-negative table (weighted least squares over
-    the workload's cells, post-processing: no privacy cost). The total squared error (weighted by
-    1/variance) never increases; a single count's error can, so no per-count interval is given."""
+    """The noisy answers projected onto the answers of a non-negative table (weighted least squares over
+    the workload's cells, post-processing: no privacy cost): counts, and with sums and means every row
+    counted once and adding to each sum a value within its bounds (MATH.md 6.5, 6.5.1; a mean is its
+    consistent sum over its consistent count, clamped to its bounds). The total squared error (weighted
+    by 1/variance) of the released figures never increases; a single answer's error can, so no
+    per-answer interval is given."""
 
-    counts: list[float] = Field(description="one per query, in request order")
+    answers: list[float] = Field(description="one per query, in request order: a count, sum or mean")
+    counts: list[float] = Field(description="deprecated: the same list (its name from counts-only batches)")
     cells: int = Field(description="cells of the table (distinct sets of covering queries)")
     solver: str
     note: str
@@ -422,6 +438,9 @@ class CostEstimate(Out):
     quota_admits: bool
     global_admits: bool
     remaining: float
+    curve: RenyiCurve | None = omitted(
+        "an rdp data set served as a curve: spent_after and the quota per order"
+    )
     exact: bool = Field(
         True,
         description="false: spent_after, remaining and cost.batch.overlap are safe bounds (spent_after"

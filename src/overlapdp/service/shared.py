@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from overlapdp.errors import NotFound, OverlapDPError, QueryError, TimeBudgetExceeded, Unavailable
+from overlapdp.mechanisms.consistency import AggregateSystem
 from overlapdp.query import PredicateQuery, parse_query
 from overlapdp.query.aggregate import Aggregate
 from overlapdp.service import definitions, filters, logged_filter
@@ -80,7 +81,7 @@ class Pending:
     trials: list[filters.Trial | None] = field(default_factory=lambda: [None, None])
     #: A query request's ledger rows and answers, built (and encoded) off the lock for the definition
     #: it names, so that admission under the lock only inserts them and fills in their ``seq``.
-    staged: tuple[str, list[NewCharge], list[Answer]] | None = None
+    staged: tuple[tuple[str, str], list[NewCharge], list[Answer]] | None = None
     #: The filters whose decision needs a trial off the lock (or its trial brought up to date) before
     #: the request comes back under the lock (:class:`NeedsTrial`).
     needs: set[int] = field(default_factory=set)
@@ -91,6 +92,9 @@ class Pending:
     #: for a request already recorded under its idempotency key: the replay has the recorded one).
     cells: int = 0
     projection: ProjectionJob | None = None
+    #: A consistent batch with sums or means: its projection problem (MATH.md 6.5.1), read back into
+    #: each query's consistent answer once the worker's fitted figures come.
+    system: AggregateSystem | None = None
     #: Approximate DP: (the analyst's filter, its snapshot after the admission, the quota), for the
     #: answer's figures computed off the lock.
     account: tuple[filters.ServiceFilter, filters.FilterSnapshot, float] | None = None

@@ -37,10 +37,16 @@ def _gdp_check(factor: float, b: float) -> Callable[[list[Any]], tuple[bool, Any
     return check
 
 
-def _vector_check(factor: float, b: np.ndarray) -> Callable[[list[Any]], tuple[bool, Any]]:
+def _vector_check(
+    factor: float, b: np.ndarray, *, some: bool = False
+) -> Callable[[list[Any]], tuple[bool, Any]]:
+    """Per component ``factor * value <= budget``: at every component, or (``some``) at one of them
+    (the Rényi orders' two rules, MATH.md 2.7.2)."""
+
     def check(values: list[Any]) -> tuple[bool, Any]:
         v = factor * np.asarray(values[0], dtype=float)
-        return bool(np.all(v <= b)), tuple(float(x) for x in v)
+        ok = v <= b
+        return bool(np.any(ok) if some else np.all(ok)), tuple(float(x) for x in v)
 
     return check
 

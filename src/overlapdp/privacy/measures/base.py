@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from overlapdp.exact import float_down, float_up
-from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP
+from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, BudgetError, PureDP, check_rdp_rule
 from overlapdp.privacy.measures._checks import NEAR as NEAR
 from overlapdp.privacy.measures._checks import (
     _exact_scalar,
@@ -38,6 +38,7 @@ from overlapdp.privacy.measures._checks import (
 )
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
+from overlapdp.validation import check_finite
 
 Comp = Literal["sum", "l2", "vector"]
 Value = float | tuple[float, ...]
@@ -152,6 +153,10 @@ class FilterRule:
     #: A charge's reason never to be admitted whatever the loads (tCDP: its omega is below the budget's
     #: and it covers some row), or None: the filter refuses it with that reason before any index changes.
     refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = None
+    #: The rule is decided at the per-track (per-component) MAXIMA over every row, not row by row: rows
+    #: outside a charge's coverage enter the decision too (the Rényi "some order" rule, MATH.md 2.7.2;
+    #: a rule on several tracks without ``row_verdict`` is always so, MATH.md 2.9).
+    at_maxima: bool = False
 
     @property
     def single_sum(self) -> bool:
@@ -168,6 +173,9 @@ class FilterOptions:
     adaptive: bool = True
     delta_slack: float | None = None
     per_mechanism_delta: float | None = None
+    #: Rényi DP budgets over several orders: ``"every"`` order within its budget (the default), or
+    #: ``"some"`` order at which every row fits (MATH.md 2.7.2).
+    rdp_rule: str = "every"
 
 
 # -- the measures ----------------------------------------------------------------------------------------
@@ -193,6 +201,10 @@ class Measure(ABC, Generic[B]):
     def for_budget(self, budget: B) -> Measure[B]:
         """This measure as a filter of ``budget`` uses it (RDP: on the budget's own order grid)."""
         return self
+
+    def grid(self) -> tuple[float, ...] | None:
+        """The Rényi orders this measure keeps (RDP), or None."""
+        return None
 
     @abstractmethod
     def account(
@@ -220,6 +232,14 @@ class Measure(ABC, Generic[B]):
     def budget_value(self, budget: B) -> Value:
         """The budget's native value, what a filter reports beside its own value."""
 
+    def check_options(self, options: FilterOptions) -> None:
+        """Raise :class:`BudgetError` on a filter option this definition does not take (the Rényi rule
+        over several orders is an RDP budget's only)."""
+        if check_rdp_rule(options.rdp_rule) != "every":
+            raise BudgetError(
+                f"rdp_rule applies to a Rényi DP budget over several orders, not to {self.label}"
+            )
+
     @abstractmethod
     def rule(self, budget: B, factor: float, options: FilterOptions) -> FilterRule:
         """The filter's test of ``budget``; ``factor`` is 2 for replace-one-row (the doubling bound:
@@ -241,6 +261,24 @@ class Measure(ABC, Generic[B]):
     amount: ClassVar[str]
     #: A served data set's parameters fixed at registration, beyond its ``delta``.
     fixed: ClassVar[tuple[str, ...]] = ()
+    #: Fixed parameters a data set may give INSTEAD of ``fixed`` (RDP: ``orders``, a curve, for ``alpha``).
+    alternatives: ClassVar[tuple[str, ...]] = ()
+
+    def amount_of(self, params: Mapping[str, Any]) -> str:
+        """The amount of a data set with these fixed ``params`` (:attr:`amount`; RDP over several
+        orders: rho)."""
+        return self.amount
+
+    def check_fixed(self, given: Mapping[str, Any], definition: str, limit: float) -> dict[str, Any]:
+        """A served data set's fixed parameters from ``given``, validated (each a number > 1 and at most
+        ``limit``, required), or :class:`BudgetError` naming the parameter."""
+        out: dict[str, Any] = {}
+        for name in self.fixed:
+            if name not in given:
+                raise BudgetError(f"a {definition} data set needs {name!r} (a number > 1)")
+            out[name] = _order_like(given[name], name, limit)
+        return out
+
     #: Its options beyond those, with their defaults (approximate DP: the filter's ``composition`` rule,
     #: :class:`FilterOptions`).
     options: ClassVar[tuple[tuple[str, str], ...]] = ()
@@ -326,7 +364,7 @@ class Measure(ABC, Generic[B]):
         definition has no such rule here."""
         return self.sequential(spends) if spends else 0.0
 
-    def served_spent(self, filt: Any) -> float:
+    def served_spent(self, filt: Any, params: Mapping[str, Any]) -> float:
         """The served spend of a :class:`~overlapdp.privacy.privacy_filter.PrivacyFilter` (its worst
         row's amount, rounded up: :meth:`PrivacyFilter.spent`)."""
         return float(filt.spent())
@@ -360,6 +398,14 @@ class Measure(ABC, Generic[B]):
     ) -> tuple[float, float] | None:
         """(spend, room) over every row pattern of ``charges`` (:attr:`joint` definitions), or None."""
         return None
+
+
+def _order_like(value: Any, name: str, limit: float) -> float:
+    """A served parameter that is a number > 1 and at most ``limit`` (tCDP omega, a Rényi order)."""
+    v = check_finite(value, name)
+    if not (1 < v <= limit):
+        raise BudgetError(f"{name} must be a number > 1 and at most {limit:.0e}, got {value!r}")
+    return v
 
 
 def _need(g: G | None, m: Mechanism, what: str) -> G:

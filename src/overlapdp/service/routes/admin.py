@@ -25,19 +25,24 @@ def admin_router(service: QueryService, require_admin: Callable[..., Awaitable[A
     router = APIRouter()
     Admin = Annotated[None, Depends(require_admin)]
 
-    def _quota_for(dataset: str, quota: float | None, epsilon: float | None) -> float:
-        """A quota in the data set's amount, or calibrated from a target epsilon at its delta."""
-        if epsilon is None:
+    def _quota_for(
+        dataset: str, quota: float | None, epsilon: float | None, budgets: list[float] | None = None
+    ) -> float:
+        """A quota in the data set's amount, or calibrated from a target epsilon at its delta, or from
+        per-order budgets (an RDP curve)."""
+        if epsilon is None and budgets is None:
             return _calibrated("pure", {}, quota, None, "quota")
         record = service.store.get_dataset(dataset)
         if record is None:
             raise NotFound(f"unknown data set {dataset!r}")
-        return _calibrated(record.definition, record.params, quota, epsilon, "quota")
+        return _calibrated(record.definition, record.params, quota, epsilon, "quota", budgets)
 
     @router.post("/v1/admin/datasets", tags=["admin"], status_code=201)
     def register_dataset(body: DatasetRegistration, _: Admin) -> AdminDatasetInfo:
         """Register a data set (file, schema, engine) with its privacy definition and global budget."""
-        budget = _calibrated(body.definition, body.params(), body.budget, body.epsilon, "budget")
+        budget = _calibrated(
+            body.definition, body.params(), body.budget, body.epsilon, "budget", body.budgets
+        )
         return service.register_dataset(
             body.name, body.path, body.schema_, body.engine, body.definition, budget, body.params()
         )
@@ -59,7 +64,7 @@ def admin_router(service: QueryService, require_admin: Callable[..., Awaitable[A
         if record is None:
             raise NotFound(f"unknown data set {name!r}")
         params = {**record.params, **(body.params() or {})}
-        budget = _calibrated(body.definition, params, body.budget, body.epsilon, "budget")
+        budget = _calibrated(body.definition, params, body.budget, body.epsilon, "budget", body.budgets)
         return service.set_budget(name, body.definition, budget, body.params())
 
     @router.post("/v1/admin/analysts", tags=["admin"], status_code=201)
@@ -80,7 +85,7 @@ def admin_router(service: QueryService, require_admin: Callable[..., Awaitable[A
     @router.put("/v1/admin/analysts/{name}/quotas/{dataset}", tags=["admin"])
     def set_quota(name: str, dataset: str, body: QuotaUpdate, _: Admin) -> AnalystInfo:
         """Set the analyst's quota on a data set (recorded charges stay)."""
-        return service.set_quota(name, dataset, _quota_for(dataset, body.quota, body.epsilon))
+        return service.set_quota(name, dataset, _quota_for(dataset, body.quota, body.epsilon, body.budgets))
 
     @router.post("/v1/admin/analysts/{name}/revoke", tags=["admin"])
     def revoke(name: str, _: Admin) -> Revoked:
@@ -108,30 +113,41 @@ def admin_router(service: QueryService, require_admin: Callable[..., Awaitable[A
 
 
 def _calibrated(
-    definition: str, params: Mapping[str, Any], amount: float | None, epsilon: float | None, what: str
+    definition: str,
+    params: Mapping[str, Any],
+    amount: float | None,
+    epsilon: float | None,
+    what: str,
+    budgets: list[float] | None = None,
 ) -> float:
-    """A budget or quota in the definition's amount: as given, or the largest amount whose (epsilon,
+    """A budget or quota in the definition's amount: as given; or the largest amount whose (epsilon,
     delta) at the data set's delta is at most ``epsilon``, calibrated by the very function the CLI's
-    ``--epsilon`` uses (:func:`overlapdp.mechanisms.answering.calibrate_budget`, MATH.md 5.8); an
-    approximate-DP amount is epsilon itself at that delta."""
+    ``--epsilon`` uses for pure DP, zCDP and GDP (:func:`overlapdp.mechanisms.answering.calibrate_budget`,
+    MATH.md 5.8), by the answers' own (epsilon, delta) line for tCDP and RDP
+    (:func:`definitions.calibrate_amount`); an approximate-DP amount is epsilon itself at that delta; or,
+    for an RDP data set served as a curve, the largest rho whose curve fits per-order ``budgets``
+    (:func:`definitions.within_curve`)."""
     field = "budget" if what == "budget" else "quota"
-    if (amount is None) == (epsilon is None):
+    if sum(x is not None for x in (amount, epsilon, budgets)) != 1:
         raise BadRequest(
-            f"give the {what} either as {field!r} (in the definition's amount) or as 'epsilon' "
-            "(at the data set's delta), not both and not neither"
+            f"give the {what} either as {field!r} (in the definition's amount), as 'epsilon' (at the data "
+            "set's delta) or, for an rdp data set with 'orders', as 'budgets' (one per order): exactly "
+            "one of them, not both and not neither"
         )
     if amount is not None:
         return amount
     from overlapdp.mechanisms.answering import calibrate_budget
     from overlapdp.privacy.measures import measure_named
+    from overlapdp.service import definitions
     from overlapdp.validation import check_positive
 
+    clean = definitions.check_params(definition, params)
+    if budgets is not None:
+        return definitions.within_curve(definition, clean, budgets)
     m = measure_named(definition)
     if m.counts:  # pure DP, zCDP, GDP: the CLI's calibration
         return calibrate_budget(definition, epsilon, params.get("delta") or DEFAULT_DELTA)
     if m.native_is_epsilon:  # (epsilon, delta)-DP: the amount is epsilon itself at the delta
         return check_positive(epsilon, "epsilon")
-    raise BadRequest(
-        f"a {definition} data set takes its {what} in its own amount ({field!r}): 'epsilon' is "
-        "calibrated for pure, zcdp, gdp and approx data sets"
-    )
+    assert epsilon is not None
+    return definitions.calibrate_amount(definition, clean, epsilon)
