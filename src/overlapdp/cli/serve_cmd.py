@@ -197,7 +197,7 @@ def serve(
     # The interpreter lock is handed over every 0.5 ms rather than every 5 ms: a thread waiting for it
     # (a short request back from DuckDB or a commit) waits for another's slice that long at most. With
     # one analyst's 1 000-query batches being admitted, another's p99 was 4.1-4.9x its baseline at 5 ms
-    # and 2.4-2.7x at 0.5 ms (benchmarks/service.py --rows batch8; issue 27).
+    # and 2.4-2.7x at 0.5 ms (benchmarks/service.py --rows batch8).
     sys.setswitchinterval(SWITCH_INTERVAL)
     err_console.print(f"overlapdp service on http://{host}:{port} (ledger: {_safe(ledger)})", highlight=False)
     config = uvicorn.Config(

@@ -148,7 +148,7 @@ class AnalystGate:
     An analyst's requests run ``running`` at a time (over every analyst endpoint); the next ones wait
     here, in arrival order, until one of theirs is done, so an analyst with many parallel requests
     has as many running as one with a single request, and cannot take the server's interpreter,
-    threads and ledger commits from the others (issue 27: with two running, 50 parallel cheap queries
+    threads and ledger commits from the others (benchmarks/service.py, cheap50: with two running, 50 parallel cheap queries
     of one analyst held another's p99 at 2.3-2.5x its baseline; with one, 1.6-1.9x). A waiting request
     counts against its time budget: one still waiting at its deadline gets 503
     ``TimeBudgetExceeded``, nothing read or charged. More than ``limit`` requests of one analyst in
