@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 # Imports conftest afresh under each value of $HYPOTHESIS_PROFILE (None: unset) in one child process,
@@ -46,3 +48,23 @@ def test_conftest_loads_the_profile_hypothesis_profile_names() -> None:
     # The registered profiles: "ci" 150 examples, "dev" 60.
     assert {k: v for k, v in got.items() if k != "nightly"} == {"ci": 150, "None": 60, "dev": 60, "": 60}
     assert "InvalidArgument" in got["nightly"] and "nightly" in got["nightly"]
+
+
+def test_the_quick_run_takes_the_quick_profile_and_the_whole_suite_keeps_dev() -> None:
+    from conftest import hypothesis_profile
+
+    assert hypothesis_profile(None, "not slow") == "quick"  # a plain `pytest` (pyproject's addopts)
+    assert hypothesis_profile("", " not slow ") == "quick"
+    assert hypothesis_profile(None, "") == "dev"  # ./scripts/test: -m ""
+    assert hypothesis_profile(None, "slow") == "dev"
+    assert hypothesis_profile("ci", "not slow") == "ci"  # .ci/run names its profile
+    assert hypothesis_profile("dev", "not slow") == "dev"
+
+
+def test_this_run_uses_the_profile_its_selection_names(request: pytest.FixtureRequest) -> None:
+    from hypothesis import settings
+
+    from conftest import hypothesis_profile
+
+    name = hypothesis_profile(os.environ.get("HYPOTHESIS_PROFILE"), request.config.option.markexpr)
+    assert settings.default.max_examples == {"quick": 20, "dev": 60, "ci": 150}[name]
