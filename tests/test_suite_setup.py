@@ -68,3 +68,19 @@ def test_this_run_uses_the_profile_its_selection_names(request: pytest.FixtureRe
 
     name = hypothesis_profile(os.environ.get("HYPOTHESIS_PROFILE"), request.config.option.markexpr)
     assert settings.default.max_examples == {"quick": 20, "dev": 60, "ci": 150}[name]
+
+
+def test_modules_the_quick_run_does_not_collect_hold_only_slow_tests() -> None:
+    """conftest's SLOW_MODULES are not imported by the quick run: a test there not marked slow would be
+    silently left out of it."""
+    import ast
+
+    from conftest import SLOW_MODULES
+
+    for name in SLOW_MODULES:
+        tree = ast.parse((TESTS / name).read_text())
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        assert tests, name
+        for fn in tests:
+            marks = [ast.unparse(d) for d in fn.decorator_list]
+            assert "pytest.mark.slow" in marks, (name, fn.name)
