@@ -38,6 +38,7 @@ from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 from overlapdp.service.filters import ServiceFilter
+from support.marks import slow_after
 from support.service import ADMIN_TOKEN, write_adult
 
 GRID = Schema((IntAttribute("a", 0, 7), IntAttribute("b", 0, 3)))
@@ -118,7 +119,7 @@ def _settle(
 
 
 @pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp", "approx"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2]))
 def test_settled_trials_decide_as_admitting_one_by_one(definition: str, seed: int) -> None:
     """A batch tried off the lock against a snapshot and settled under it gets the decision of the serial
     path (``try_all`` under the lock) on the same stream, which is the brute-force truth; in between,
@@ -561,7 +562,7 @@ def test_a_batch_far_from_the_budget_is_admitted_on_the_bounds_with_no_search_an
     service.store.close()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2]))
 def test_batches_tried_on_the_bounds_first_decide_as_admitting_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
@@ -722,7 +723,7 @@ def test_a_refusal_no_row_proves_from_a_cut_search_is_not_an_answer(monkeypatch:
 
 
 @pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp", "approx"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2]))
 def test_a_charge_of_remaining_on_every_row_is_admitted(definition: str, seed: int) -> None:
     """``remaining`` (what an answer and /v1/me report) is never more than what is left: after a random
     stream of charges, one more charge of exactly ``remaining`` on the whole domain (so on the worst
@@ -781,7 +782,7 @@ def test_approximate_dp_reports_the_worst_rows_own_figure_and_the_true_room(tmp_
     service.store.close()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2, 3]))
 def test_approximate_dp_remaining_is_the_room_of_the_worst_row(seed: int) -> None:
     """After a random stream of approximate-DP charges, the reported room is admitted on the row that
     binds (and on the whole domain), a little more is refused there, and the spend is the largest of

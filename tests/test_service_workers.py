@@ -40,6 +40,7 @@ from overlapdp.service.client import Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.filters import ServiceFilter
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
+from support.marks import slow_after
 from support.service import write_adult
 
 ADMIN = "test-admin-token-0123456789abcdef"
@@ -256,7 +257,7 @@ def _decide_stream(
         return got, truth, jobs, paths
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", slow_after([1, 2]))
 def test_worker_verdicts_are_the_exact_ones_and_the_in_process_paths(
     tmp_path: Path, monkeypatch: Any, seed: int
 ) -> None:
