@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 WIDE = st.floats(-300, 300).map(lambda e: float(10.0**e))
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 @settings(max_examples=80)
 @given(
     st.data(),

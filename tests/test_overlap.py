@@ -326,6 +326,7 @@ def test_milp_route_handles_subnormal_squared_weights() -> None:
         assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9)
 
 
+@pytest.mark.slow  # 2.1 s of CPU
 def test_effort_limit_is_honoured_on_a_hard_workload(monkeypatch: pytest.MonkeyPatch) -> None:
     """Value sets on many attributes (no grid fits): the answer comes back near the limit, safe and
     consistent, and a longer run never reports a value below the short run's attained lower bound.

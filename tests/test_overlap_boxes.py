@@ -112,6 +112,7 @@ def test_boxes_match_brute_force(work: tuple[list[PredicateQuery], list[float]],
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
 
+@pytest.mark.slow  # 2.5 s of CPU
 @settings(max_examples=60, deadline=None)
 @given(box_workloads(value_sets=True), st.sampled_from(["count", "sum"]))
 def test_value_sets_enumerated_match_brute_force(
@@ -162,7 +163,8 @@ def random_boxes(schema: Schema, t: int, seed: int) -> list[PredicateQuery]:
     return out
 
 
-@pytest.mark.parametrize("seed", slow_after(range(4)))
+@pytest.mark.slow  # 1.4 s of CPU a seed
+@pytest.mark.parametrize("seed", range(4))
 def test_larger_workload_splits_and_matches_brute_force(seed: int) -> None:
     """120 weighted boxes on 4 attributes of 7 values: thousands of rows, many cells and bounds."""
     schema = Schema(tuple(IntAttribute(f"a{j}", 0, 6) for j in range(4)))

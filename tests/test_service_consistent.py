@@ -161,6 +161,7 @@ def test_another_analysts_queries_are_answered_while_a_consistent_batch_projects
     assert served["solver_calls"] == []  # no solver in the server's process
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_projected_counts_are_the_librarys_and_a_replay_does_not_project_again(
     served: dict[str, Any],
 ) -> None:

@@ -38,7 +38,7 @@ from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
 from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 from overlapdp.service.filters import ServiceFilter
-from support.marks import slow_after
+from support.marks import slow_after, slow_where
 from support.service import ADMIN_TOKEN, write_adult
 
 GRID = Schema((IntAttribute("a", 0, 7), IntAttribute("b", 0, 3)))
@@ -293,7 +293,7 @@ def _answered_meanwhile(fn: Any, wait: float = 120.0) -> tuple[bool, dict[str, A
     return done.wait(wait), out
 
 
-@pytest.mark.parametrize("kind", ["cost", "batch"])
+@pytest.mark.parametrize("kind", slow_where(["cost", "batch"], ["cost"]))  # 1.0 s of CPU each
 def test_a_large_request_in_its_search_does_not_stall_another_analyst(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:

@@ -25,6 +25,7 @@ from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_l
 from overlapdp.service.client import Client, ServiceRefused
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
+from support.marks import slow_after
 
 ADMIN = "test-admin-token-0123456789abcdef"
 SCHEMA = Schema((IntAttribute("age", 0, 9), IntAttribute("hours", 0, 4)))
@@ -76,7 +77,7 @@ def _worst_row(shares: list[float]) -> Fraction:
     )
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", slow_after([0, 1]))  # with a worker process: 1.4 s of CPU
 def test_a_plan_over_http_is_within_budget_on_every_row_and_spends_nothing(
     tmp_path: Path, workers: int
 ) -> None:

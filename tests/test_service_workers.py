@@ -40,7 +40,6 @@ from overlapdp.service.client import Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.filters import ServiceFilter
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
-from support.marks import slow_after
 from support.service import write_adult
 
 ADMIN = "test-admin-token-0123456789abcdef"
@@ -146,6 +145,7 @@ def _counted(monkeypatch: Any) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.slow  # 3.2 s of CPU
 def test_a_large_batch_is_parsed_and_tried_in_the_worker_and_others_wait_for_none_of_it(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -257,7 +257,8 @@ def _decide_stream(
         return got, truth, jobs, paths
 
 
-@pytest.mark.parametrize("seed", slow_after([1, 2]))
+@pytest.mark.slow  # 1.9 s of CPU a seed
+@pytest.mark.parametrize("seed", [1, 2])
 def test_worker_verdicts_are_the_exact_ones_and_the_in_process_paths(
     tmp_path: Path, monkeypatch: Any, seed: int
 ) -> None:
@@ -272,6 +273,7 @@ def test_worker_verdicts_are_the_exact_ones_and_the_in_process_paths(
     assert local == truth_here == remote
 
 
+@pytest.mark.slow  # 2.0 s of CPU
 def test_concurrent_batches_never_overspend(tmp_path: Path) -> None:
     quotas = {"alice": 1.2, "bob": 1.2, "carol": 1.2}
     with _served(tmp_path, workers=2, budget=2.0, quotas=quotas) as world:

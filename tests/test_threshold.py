@@ -134,6 +134,7 @@ def test_without_highspy_the_search_is_still_exact(monkeypatch: pytest.MonkeyPat
             assert found is not None and row_load(pb, found) == top
 
 
+@pytest.mark.slow  # 1.0 s of CPU
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.fractions(min_value=0, max_value=1000, max_denominator=64), min_size=1, max_size=8))
 def test_common_unit_divides_every_value(values: list[Fraction]) -> None:
