@@ -34,6 +34,14 @@ def write_adult(folder: Path, rows: int = 2000) -> tuple[Path, dict[str, object]
     return path, adult_schema().to_json()
 
 
+def wait_until(condition: Any, what: str, seconds: float = 120.0) -> None:
+    """Poll ``condition`` until it holds: a bound on a hang (no load takes ``seconds``), not a timing."""
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, f"waited {seconds} s for {what}"
+        time.sleep(0.01)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
