@@ -781,7 +781,7 @@ def test_an_answer_names_its_bound_apart_from_me_remaining(live: dict[str, Any])
     admin = AdminClient(live["url"], ADMIN_TOKEN)
     admin.register_dataset("adult", str(path), schema, budget=10.0)
     token = admin.create_analyst("dora", {"adult": 1.5})
-    http = httpx.Client(base_url=live["url"], headers=_bearer(token))
+    http = httpx.Client(base_url=live["url"], headers=_bearer(token), timeout=120.0)  # (a bound on a hang)
     grouped = http.post("/v1/datasets/adult/query", json={"group_by": ["sex", "race"], "epsilon": 0.1}).json()
     assert "remaining" not in grouped and grouped["remaining_at_least"] <= 1.4
     one = http.post("/v1/datasets/adult/query", json={"where": "age >= 30", "epsilon": 0.1}).json()
