@@ -43,7 +43,9 @@ def alpha_for(kind: str) -> float:
 CONFIDENCE_SEEDED = 0.95
 CONFIDENCE_OS = 1 - 1e-6
 
-#: Parametrise an audit over both sources, the OS one marked slow (for audits that take over ~5 s).
+#: Parametrise a statistical test over both sources, the OS one marked slow: the quick run draws from
+#: the seeded source only (its outcome fixed by the seed, a quarter to a half of the CPU), the whole
+#: suite from the operating system's too.
 on_both_sources_os_slow = pytest.mark.parametrize(
     "kind", ["seeded", pytest.param("os", marks=pytest.mark.slow)]
 )

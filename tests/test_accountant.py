@@ -86,6 +86,7 @@ def test_overlap_guarantees_equal_brute_force_pure_pool(case) -> None:  # type: 
     _check_report(*case, "add_remove")
 
 
+@pytest.mark.slow  # 3.7 s of CPU
 @settings(max_examples=40)
 @given(ledgers(MIXED_POOL))
 def test_overlap_guarantees_equal_brute_force_mixed_pool(case) -> None:  # type: ignore[no-untyped-def]

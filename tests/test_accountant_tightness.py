@@ -308,6 +308,7 @@ def test_counted_patterns_route_equals_brute_force(case, effort) -> None:  # typ
     assert got.overlap <= got.sequential  # type: ignore[operator]
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 @settings(max_examples=15, deadline=None)
 @given(
     mechs=st.lists(

@@ -36,6 +36,7 @@ from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from strategies import all_rows, schemas, where_clauses
+from support.marks import slow_after
 from support.overlap import check_result, weights_st
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 WIDE = st.floats(-300, 300).map(lambda e: float(10.0**e))
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 @settings(max_examples=80)
 @given(
     st.data(),
@@ -213,7 +215,7 @@ def test_filter_savepoints_and_budget_changes() -> None:
         f.set_budget(PureDP(1.0))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2]))
 def test_filter_decisions_match_exact_enumeration_near_the_budget(seed: int) -> None:
     """A random stream of single charges and batches, many of them sized to land exactly on, just
     above or just below the remaining budget of their worst row: the adapter the service uses admits

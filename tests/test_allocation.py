@@ -19,6 +19,7 @@ from overlapdp.errors import AnswerError
 from overlapdp.mechanisms.allocation import allocate
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 
 SCHEMA = Schema(tuple(IntAttribute(n, 0, s - 1) for n, s in zip("abc", (4, 3, 5), strict=True)))
 ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
@@ -64,7 +65,7 @@ def generic_optimum(qs: list[PredicateQuery], w: np.ndarray, p: int, limit: floa
 
 
 @pytest.mark.parametrize("definition", ["pure", "zcdp", "gdp"])
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", slow_after(range(8)))
 def test_plans_are_within_budget_no_worse_than_even_and_optimal(definition: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     qs = workload(rng, int(rng.integers(3, 12)))

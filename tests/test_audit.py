@@ -86,7 +86,7 @@ def test_identical_mechanisms_get_no_lower_bound_from_the_held_out_half(kind: st
 
 
 # -- the project's mechanisms are not flagged --------------------------------------------------------
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
 def test_discrete_laplace_count_is_not_flagged_and_the_audit_is_nearly_tight(
     epsilon: float, kind: str
@@ -121,7 +121,7 @@ def epsilon_for_delta(sigma2: float, delta: float) -> float:
     return hi
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("rho", [0.125, 0.5])
 def test_discrete_gaussian_count_is_not_flagged(rho: float, kind: str) -> None:
     noise = noise_for(ZCDP(rho))
@@ -165,6 +165,7 @@ def broken_sampler(variant: str, pair: tuple[Sequence[int], Sequence[int]], thre
     return sampler
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_broken_variant_batches_agree_with_single_runs() -> None:
     from collections import Counter
 
@@ -187,7 +188,7 @@ def test_broken_variant_batches_agree_with_single_runs() -> None:
             assert abs(many[o] - single[o]) < 6 * math.sqrt(many[o] + single[o])
 
 
-@on_both_sources
+@on_both_sources_os_slow
 def test_svt_without_query_noise_is_flagged_and_the_project_svt_is_not(kind: str) -> None:
     conf = confidence_for(kind)
     broken = audit_epsilon(

@@ -79,6 +79,8 @@ def test_dashboard_shows_analysts_and_updates_after_a_query(tmp_path: Path) -> N
 def test_heatmap_endpoint_is_admin_only_and_draws_the_ledger(tmp_path: Path) -> None:
     import httpx
 
+    HANG = 120.0  # seconds: httpx's default of 5 fails a request a busy machine is slow to draw
+
     data = tmp_path / "adult.csv"
     synthetic_adult(2_000, seed=3).to_csv(data, index=False)
     with embedded_service(tmp_path / "ledger.sqlite") as (url, admin_token):
@@ -86,14 +88,16 @@ def test_heatmap_endpoint_is_admin_only_and_draws_the_ledger(tmp_path: Path) -> 
         admin.register_dataset("adult", str(data), adult_schema().to_json(), budget=3.0, definition="pure")
         path = f"{url}/v1/admin/datasets/adult/heatmap.png?x=age&y=sex"
         auth = {"Authorization": f"Bearer {admin_token}"}
-        assert httpx.get(path, headers=auth).status_code == 404  # nothing charged yet
+        assert httpx.get(path, headers=auth, timeout=HANG).status_code == 404  # nothing charged yet
         alice = Client(url, admin.create_analyst("alice", {"adult": 1.0}))
         alice.query("adult", "age < 30 AND sex = 0", epsilon=0.5)
-        r = httpx.get(path, headers=auth)
+        r = httpx.get(path, headers=auth, timeout=HANG)
         assert r.status_code == 200 and r.content[:8] == b"\x89PNG\r\n\x1a\n"
-        assert httpx.get(path).status_code == 401
-        assert httpx.get(path, headers={"Authorization": "Bearer " + "x" * 30}).status_code == 401
-        bad = httpx.get(f"{url}/v1/admin/datasets/adult/heatmap.png?x=age&y=nope", headers=auth)
+        assert httpx.get(path, timeout=HANG).status_code == 401
+        assert (
+            httpx.get(path, headers={"Authorization": "Bearer " + "x" * 30}, timeout=HANG).status_code == 401
+        )
+        bad = httpx.get(f"{url}/v1/admin/datasets/adult/heatmap.png?x=age&y=nope", headers=auth, timeout=HANG)
         assert bad.status_code == 400 and "nope" in bad.text
         alice.close()
         admin.close()

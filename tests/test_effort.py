@@ -31,6 +31,7 @@ from overlapdp.overlap.exactness import exact_branch
 from overlapdp.query import PredicateQuery
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 
 DEADLINE = 1.0  # in the stepped clock's time
 
@@ -101,7 +102,7 @@ def _load_at(queries: list[PredicateQuery], weights: list[float], row: tuple[int
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 5, 20])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", slow_after([0, 1]))
 @pytest.mark.parametrize("search", ["branch", "gridbranch", "boxes", "exact_branch", "colouring"])
 def test_each_search_stops_at_its_first_check_past_the_deadline(
     monkeypatch: pytest.MonkeyPatch, search: str, seed: int, n: int

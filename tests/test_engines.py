@@ -32,6 +32,7 @@ from overlapdp.schema import (
 )
 from strategies import all_rows, representative, schemas, where_clauses
 from support.engines import REPORT_FRAME, REPORT_SCHEMA, SECRET, inside_domain, parsed, random_workload, truth
+from support.marks import slow_where
 
 LOCAL_ENGINES = ("duckdb", "pandas", "polars")
 
@@ -41,7 +42,7 @@ def make_engine(name: str, schema: Schema, source: pd.DataFrame | Path, **kw: An
 
 
 # -- Adult: all engines agree with the masks ---------------------------------------------------------
-@pytest.mark.parametrize("engine", LOCAL_ENGINES)
+@pytest.mark.parametrize("engine", slow_where(LOCAL_ENGINES, ["duckdb", "polars"]))  # ~0.7 s of CPU each
 def test_adult_coded_random_workload(engine: str, adult_csv: Path, adult_frame: pd.DataFrame) -> None:
     schema = adult_schema()
     work = random_workload(schema, 400, seed=11)
@@ -56,7 +57,7 @@ def test_adult_coded_random_workload(engine: str, adult_csv: Path, adult_frame: 
         assert eng.counts(qs, method="bitmap") == expected
 
 
-@pytest.mark.parametrize("engine", LOCAL_ENGINES)
+@pytest.mark.parametrize("engine", slow_where(LOCAL_ENGINES, ["duckdb", "polars"]))
 def test_adult_raw_random_workload(engine: str, adult_raw_csv: Path, adult_raw_frame: pd.DataFrame) -> None:
     schema = adult_raw_schema()
     work = random_workload(schema, 300, seed=5)

@@ -22,6 +22,7 @@ from overlapdp.privacy._lazy import Bounds, Cover, up_float, widen
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 
 SCHEMA = Schema((IntAttribute("a", 0, 2), IntAttribute("b", 0, 1), IntAttribute("c", 0, 3)))
 ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
@@ -100,7 +101,7 @@ def _scalar(factor: int, budget: Fraction) -> Callable[[Any], bool]:
     return lambda v: factor * v[0] <= budget
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", slow_after(range(6)))
 @pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300])
 @pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
 def test_pure_decisions_match_brute_force(seed: int, scale: float, neighbouring: str) -> None:
@@ -126,7 +127,7 @@ def test_pure_far_from_budget_is_lazy_and_value_exact(seed: int) -> None:
     assert flt.value() == float_up(brute.maximum())
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 @pytest.mark.parametrize("scale", [1.0, 1e-100, 1e100])
 def test_zcdp_and_gdp_decisions_match_brute_force(seed: int, scale: float) -> None:
     def mech(rng: np.random.Generator) -> Mechanism:
@@ -144,7 +145,7 @@ def test_zcdp_and_gdp_decisions_match_brute_force(seed: int, scale: float) -> No
     assert a > 3 and r > 3
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 def test_rdp_decisions_match_brute_force(seed: int) -> None:
     budget = RDP(ORDERS, (0.6, 1.2, 4.0))
     bounds = [Fraction(e) for e in budget.epsilons]
@@ -163,7 +164,7 @@ def test_rdp_decisions_match_brute_force(seed: int) -> None:
     assert a > 3 and r > 3
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 def test_approx_decisions_match_brute_force(seed: int) -> None:
     eps_g, delta = 1.5, 1e-2
     slack = delta / 2
@@ -186,7 +187,7 @@ def test_approx_decisions_match_brute_force(seed: int) -> None:
     assert a > 3 and r > 3
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", slow_after(range(6)))
 def test_rollback_restores_the_bounds_exactly(seed: int) -> None:
     """Trial batches rolled back (nested savepoints too) leave the filter deciding as one that never saw
     them, with bit-identical bounds; released batches count."""
@@ -267,7 +268,7 @@ def test_lowered_budget_and_recorded_charges_stay_exact() -> None:
     assert a > 0
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 @pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300])
 @pytest.mark.parametrize("budget_kind", ["pure", "zcdp"])
 def test_spent_bound_never_below_the_worst_row_and_never_searches(
@@ -303,7 +304,7 @@ def test_spent_bound_never_below_the_worst_row_and_never_searches(
     assert flt.spent_bound() >= flt.spent() == factor * float_up(brute.maximum())
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", slow_after(range(8)))
 @pytest.mark.parametrize("scale", [1.0, 1e-300, 1e250, 1e300])
 def test_bounds_never_below_the_exact_loads(seed: int, scale: float) -> None:
     """The tables' bounds (both: per attribute, and the assignment of each charge to one attribute),
@@ -370,7 +371,7 @@ def _bounds_first_cases() -> list[tuple[str, float]]:
     return [("pure", 1.0), ("pure", 1e-300), ("pure", 1e300), ("zcdp", 1.0), ("gdp", 1.0), ("rdp", 1.0)]
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 @pytest.mark.parametrize(("kind", "scale"), _bounds_first_cases())
 def test_admission_on_the_bounds_alone_is_the_exact_filters(seed: int, kind: str, scale: float) -> None:
     """``try_on_bounds`` (what the service does under its lock before any search) against brute force on
@@ -424,7 +425,7 @@ def test_admission_on_the_bounds_alone_is_the_exact_filters(seed: int, kind: str
         assert flt.spent() == float_up(brute.maximum())
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", slow_after(range(4)))
 @pytest.mark.parametrize("scale", [1.0, 1e-150, 1e150])
 @pytest.mark.parametrize("neighbouring", ["add_remove", "replace"])
 def test_gdp_spent_bound_never_below_the_worst_row_and_never_searches(

@@ -25,7 +25,7 @@ from overlapdp.mechanisms.randomness import SeededRandomSource
 from overlapdp.privacy.definitions import GDP, ZCDP, ApproxDP, BudgetError, PureDP
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema, synthetic_adult
-from sources import on_both_sources, source
+from sources import on_both_sources, on_both_sources_os_slow, source
 
 
 def laplace_abs_cdf(scale: Fraction, w: int) -> float:
@@ -98,7 +98,7 @@ def test_error_bar_is_the_smallest_interval_reaching_its_level(noise, level: flo
 @pytest.mark.parametrize(
     "level", [pytest.param(0.6, marks=pytest.mark.slow), 0.9, pytest.param(0.99, marks=pytest.mark.slow)]
 )
-@on_both_sources
+@on_both_sources_os_slow
 def test_error_bar_coverage_matches_its_level_in_simulation(budget, level: float, kind: str) -> None:
     """Coverage within 5 standard errors: on the OS source a spurious failure has probability below
     6e-7 per assertion (normal approximation of a binomial with n = 200,000)."""

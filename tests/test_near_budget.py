@@ -20,6 +20,7 @@ from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from support import cpsat
 from support.generators import ADULT, mixed
+from support.marks import slow_after
 
 SMALL = Schema(tuple(IntAttribute(n, 0, s - 1) for n, s in zip("abcde", (4, 3, 4, 3, 2), strict=True)))
 ROWS = list(itertools.product(*(range(a.size) for a in SMALL.attributes)))
@@ -48,7 +49,7 @@ def count_searches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("epsilons", ["equal", "dyadic", "floats"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", slow_after(range(6)))
 def test_near_budget_decisions_match_brute_force(
     epsilons: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

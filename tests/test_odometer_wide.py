@@ -18,6 +18,7 @@ from overlapdp.privacy import Gaussian, Laplace, Odometer
 from overlapdp.privacy.odometer import _cheap_upper
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 
 DELTA = 1e-6
 
@@ -51,7 +52,7 @@ def truth(odo: Odometer) -> float:
     return best
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_after(range(3)))
 def test_parts_route_is_the_maximum_over_rows(seed: int) -> None:
     schema, odo = ledger(seed, 1_000)
     charges = odo.charges

@@ -36,6 +36,7 @@ from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import compose, schemas, where_clauses
+from support.marks import slow_after
 
 weights_st = st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False), st.integers(0, 4).map(float))
 
@@ -325,6 +326,7 @@ def test_milp_route_handles_subnormal_squared_weights() -> None:
         assert float(r.value) == pytest.approx(float(truth.value), rel=1e-9)
 
 
+@pytest.mark.slow  # 2.1 s of CPU
 def test_effort_limit_is_honoured_on_a_hard_workload(monkeypatch: pytest.MonkeyPatch) -> None:
     """Value sets on many attributes (no grid fits): the answer comes back near the limit, safe and
     consistent, and a longer run never reports a value below the short run's attained lower bound.
@@ -457,7 +459,7 @@ def _random_network(seed: int) -> tuple[wcsp.Problem, int]:
     return pb, best
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", slow_after([0, 1, 2]))
 def test_wcsp_cut_by_a_limit_is_a_safe_bound_not_exact(seed: int) -> None:
     """The worker reads toulbar2's "limited" flag and the parent maps a cut search to a safe bound. A
     backtrack limit cuts it the same way on every machine (the timer does so only on a slow one)."""

@@ -24,6 +24,7 @@ from overlapdp.overlap._compiled import compile_workload
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
 from strategies import all_rows, compose
+from support.marks import slow_after
 
 
 @contextmanager
@@ -111,6 +112,7 @@ def test_boxes_match_brute_force(work: tuple[list[PredicateQuery], list[float]],
         check(queries, weights, comp, max_overlap(queries, weights, comp, algorithm="boxes"))
 
 
+@pytest.mark.slow  # 2.5 s of CPU
 @settings(max_examples=60, deadline=None)
 @given(box_workloads(value_sets=True), st.sampled_from(["count", "sum"]))
 def test_value_sets_enumerated_match_brute_force(
@@ -161,6 +163,7 @@ def random_boxes(schema: Schema, t: int, seed: int) -> list[PredicateQuery]:
     return out
 
 
+@pytest.mark.slow  # 1.4 s of CPU a seed
 @pytest.mark.parametrize("seed", range(4))
 def test_larger_workload_splits_and_matches_brute_force(seed: int) -> None:
     """120 weighted boxes on 4 attributes of 7 values: thousands of rows, many cells and bounds."""
@@ -260,7 +263,7 @@ def test_shrinking_proves_six_attributes_in_few_cells(seed: int) -> None:
     assert sum(q.covers(row) for q in queries) == truth
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_after(range(3)))
 def test_weighted_six_attributes_with_small_grids_match_dense_truth(seed: int) -> None:
     """Weighted boxes on 6 attributes of 9 values, bound grids of a few cells: many groups, shrinks and
     splits, against a dense numpy array over all rows."""

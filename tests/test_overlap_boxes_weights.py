@@ -24,6 +24,7 @@ from overlapdp.overlap._compiled import compile_workload
 from overlapdp.overlap.magnitude import Loads
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 from test_effort import DEADLINE, SteppedClock
 from test_overlap_boxes import box_workloads, exact_truth, random_boxes
 
@@ -112,7 +113,7 @@ def test_float_weights_on_value_sets(
         "three",  # 0.1, 0.2, 0.3: plateaus of exactly tied rows among rounded-up loads
     ],
 )
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_after(range(3)))
 def test_float_weights_take_the_cell_search_past_the_budget(draw: str, seed: int) -> None:
     """Regression (issue 22): on non-dyadic weights the clique search ran with no node budget (the
     cell search compared floats, so it never took over): weighted boxes on 8 attributes, t = 1 000,

@@ -177,6 +177,7 @@ def test_gdp_filter_admits_one_charge_of_its_whole_budget() -> None:
     assert admitted == k == 1
 
 
+@pytest.mark.slow  # 0.9 s of CPU
 def test_advanced_filter_with_tiny_epsilons() -> None:
     # eps^2 = 1e-324 underflowed to 0: 400 charges of 1e-162 were admitted against (1e-160, 1e-6).
     s = Schema((IntAttribute("x", 0, 1),))
@@ -425,6 +426,7 @@ def test_toulbar2_route_at_extreme_magnitudes(base: float) -> None:
         check_route(queries, weights, comp, "wcsp")
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(["sum", "l2"]),

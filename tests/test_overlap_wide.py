@@ -92,6 +92,7 @@ def box_truth(boxes: list[Box], weights: list[Fraction], comp: str) -> Fraction:
     return total
 
 
+@pytest.mark.slow  # 1.1 s of CPU
 def test_groups_add_up_to_brute_force_on_small_domains() -> None:
     """The decomposition the truth rests on: the sum of the groups' maxima IS the maximum (every row
     of 3^8 enumerated), for boxes and for value sets."""

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import overlapdp.privacy
 
 PACKAGE = Path(overlapdp.privacy.__file__).parent
@@ -57,6 +59,7 @@ def test_the_check_sees_a_function_level_import(tmp_path: Path) -> None:
     assert _function_level_imports(probe) == ["probe.py:2 overlapdp.privacy.mechanisms"]
 
 
+@pytest.mark.slow  # 1.9 s of CPU in fresh interpreters
 def test_each_privacy_module_imports_first_in_a_fresh_interpreter() -> None:
     # One interpreter, one module at a time: every overlapdp module is dropped from sys.modules before
     # the next is imported first (numpy and scipy stay loaded, which keeps this fast).

@@ -558,12 +558,11 @@ def test_legal_contradiction_is_answered_recorded_and_replayed(http: dict[str, A
 def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Path) -> None:
     """Through uvicorn: each hostile condition is a 400 on a connection that stays open (a RecursionError
     used to end in a 500 and a reset keep-alive connection), and nothing is charged."""
-    import time
 
     import httpx
     import uvicorn
 
-    from support.service import free_port
+    from support.service import free_port, wait_until
 
     data = tmp_path / "d.csv"
     _frame().to_csv(data, index=False)
@@ -577,12 +576,12 @@ def test_live_server_keeps_the_connection_after_hostile_conditions(tmp_path: Pat
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: server.started, "the server's start")
     try:
         with httpx.Client(
-            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120.0,  # a bound on a hang (httpx's default, 5 s, is a window a busy machine can miss)
         ) as c:
             ports = set()
             for text, _ in HOSTILE.values():

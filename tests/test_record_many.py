@@ -18,6 +18,7 @@ from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, Priva
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.marks import slow_after
 
 SCHEMA = Schema((IntAttribute("a", 0, 4), IntAttribute("b", 0, 2), IntAttribute("c", 0, 3)))
 ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
@@ -107,7 +108,7 @@ def assert_same(x: PrivacyFilter, y: PrivacyFilter) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(BUDGETS))
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_after(range(3)))
 def test_record_many_leaves_the_filter_record_leaves(kind: str, seed: int) -> None:
     items = ledger(seed, 40, kind)
     x, y = PrivacyFilter(SCHEMA, BUDGETS[kind]), PrivacyFilter(SCHEMA, BUDGETS[kind])

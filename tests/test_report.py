@@ -378,6 +378,7 @@ def test_plots_name_each_definitions_budget_and_heat_starts_at_zero(
     assert image.get_clim() == (0.0, 2.1)
 
 
+@pytest.mark.slow  # 1.1 s of CPU
 def test_the_report_command_and_its_html_print_certified_figures_up(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

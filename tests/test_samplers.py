@@ -44,7 +44,7 @@ from overlapdp.mechanisms.samplers import (
     discrete_laplace_scalar,
 )
 from overlapdp.privacy.definitions import ZCDP
-from sources import alpha_for, on_both_sources, source
+from sources import alpha_for, on_both_sources, on_both_sources_os_slow, source
 
 N_BATCH = 300_000
 N_SCALAR = 60_000
@@ -95,14 +95,14 @@ LAPLACE_SCALES = [Fraction(1), Fraction(10), Fraction(7, 3), Fraction(1, 2), Fra
 GAUSS_SIGMA2 = [Fraction(1), Fraction(100), Fraction(201, 2), Fraction(1, 4), Fraction(5000)]
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("scale", LAPLACE_SCALES)
 def test_discrete_laplace_batch_fits_its_pmf(scale: Fraction, kind: str) -> None:
     draws = discrete_laplace_batch(source(kind, 11), scale.numerator, scale.denominator, N_BATCH)
     assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > alpha_for(kind)
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("scale", [Fraction(10), Fraction(7, 3)])
 def test_discrete_laplace_scalar_fits_its_pmf(scale: Fraction, kind: str) -> None:
     src = source(kind, 12)
@@ -112,14 +112,14 @@ def test_discrete_laplace_scalar_fits_its_pmf(scale: Fraction, kind: str) -> Non
     assert gof_pvalue(draws, lambda y: laplace_pmf(scale, y)) > alpha_for(kind)
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("sigma2", GAUSS_SIGMA2)
 def test_discrete_gaussian_batch_fits_its_pmf(sigma2: Fraction, kind: str) -> None:
     draws = discrete_gaussian_batch(source(kind, 13), sigma2.numerator, sigma2.denominator, N_BATCH)
     assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("sigma2", [Fraction(100), Fraction(201, 2)])
 def test_discrete_gaussian_scalar_fits_its_pmf(sigma2: Fraction, kind: str) -> None:
     src = source(kind, 14)
@@ -129,7 +129,7 @@ def test_discrete_gaussian_scalar_fits_its_pmf(sigma2: Fraction, kind: str) -> N
     assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
-@on_both_sources
+@on_both_sources_os_slow
 def test_goodness_of_fit_rejects_a_slightly_wrong_pmf(kind: str) -> None:
     """The tests above have power: 5% too little noise is detected at the source's level (measured
     p-values on the OS source are below 1e-50, so a miss is out of the question)."""
@@ -147,7 +147,7 @@ def test_vectorised_gaussian_falls_back_exactly_when_integers_are_large(kind: st
     assert gof_pvalue(draws, lambda y: gauss_pmf(sigma2, y)) > alpha_for(kind)
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(7)])
 def test_bernoulli_exp_neg_has_the_right_mean(gamma: Fraction, kind: str) -> None:
     alpha = alpha_for(kind)
@@ -336,7 +336,7 @@ def test_bad_rng_is_refused() -> None:
         resolve_source("seed")  # type: ignore[arg-type]
 
 
-@on_both_sources
+@on_both_sources_os_slow
 @pytest.mark.parametrize(
     "noise",
     [DiscreteLaplaceNoise(Fraction(7, 3)), DiscreteGaussianNoise(Fraction(201, 2))],

@@ -80,6 +80,7 @@ def _analyst_calls(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
     return calls
 
 
+@pytest.mark.slow  # 1.5 s of CPU; the quick run keeps the admin and cross-analyst refusals
 def test_every_analyst_endpoint_refuses_missing_wrong_and_revoked_tokens(world: dict[str, Any]) -> None:
     client: TestClient = world["client"]
     calls = _analyst_calls(world)
@@ -733,6 +734,7 @@ def test_every_error_has_the_one_error_body(world: dict[str, Any]) -> None:
     assert len(world["service"].store.charges()) == before
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_docs_load_nothing_from_another_host(world: dict[str, Any]) -> None:
     """/docs renders on an air-gapped machine: every URL of the page is on the service itself, and
     its script and stylesheet are served (Swagger UI's own files, not a stub)."""
@@ -779,7 +781,7 @@ def test_an_answer_names_its_bound_apart_from_me_remaining(live: dict[str, Any])
     admin = AdminClient(live["url"], ADMIN_TOKEN)
     admin.register_dataset("adult", str(path), schema, budget=10.0)
     token = admin.create_analyst("dora", {"adult": 1.5})
-    http = httpx.Client(base_url=live["url"], headers=_bearer(token))
+    http = httpx.Client(base_url=live["url"], headers=_bearer(token), timeout=120.0)  # (a bound on a hang)
     grouped = http.post("/v1/datasets/adult/query", json={"group_by": ["sex", "race"], "epsilon": 0.1}).json()
     assert "remaining" not in grouped and grouped["remaining_at_least"] <= 1.4
     one = http.post("/v1/datasets/adult/query", json={"where": "age >= 30", "epsilon": 0.1}).json()

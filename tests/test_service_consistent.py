@@ -30,7 +30,6 @@ from overlapdp.errors import ServiceRefused
 from overlapdp.mechanisms.consistency import project, workload_design
 from overlapdp.query import parse_where
 from overlapdp.samples import adult_schema
-from overlapdp.service import Limits
 from overlapdp.service import _projection as projection
 from overlapdp.service._projection import ProjectionPool
 from overlapdp.service.client import Client
@@ -69,11 +68,10 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     monkeypatch.setattr(activeset, "solve", counted("active-set", real_solve))
     monkeypatch.setattr(activeset, "_scipy_nnls", counted("nnls", real_nnls))
     monkeypatch.setattr(scipy.optimize, "nnls", counted("scipy", real_scipy))
+    # in_process serves with a request budget no load exhausts (a 300-box projection takes seconds; on
+    # a loaded machine more than the default 10 s): the tests of the budget drive the projection's clock
     with in_process(tmp_path) as srv:
         service = srv["service"]
-        # A 300-box projection takes seconds; on a loaded machine more than the default 10 s budget.
-        # The tests that hold the budget set their own.
-        service.limits = LOOSE
         path, schema = write_adult(tmp_path)
         service.register_dataset("adult", str(path), schema, "pandas", "pure", 1e6)
         tokens = {a: service.create_analyst(a, {"adult": 1e5}).token for a in ("alice", "bob")}
@@ -89,15 +87,21 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
             os.kill(pid, 0)
 
 
-#: The service's default limits but a request budget no load can exhaust (a bound on a hang).
-LOOSE = Limits(request_seconds=600.0)
-
-
 def _gated(service: Any, gate: Path, *mode: str, **kwargs: Any) -> ProjectionPool:
     service.projections.close()
     pool = ProjectionPool(1, command=[sys.executable, str(GATE), str(gate), *mode], **kwargs)
     service.projections = pool
     return pool
+
+
+def _late_once_taken(monkeypatch: pytest.MonkeyPatch, gate: Path) -> None:
+    """The projection's clock (``_projection._now``) runs past every deadline once the worker has taken
+    the job (the gate worker writes ``GATE.pid`` then): the request gives up with its job in the worker,
+    however loaded the machine. (On the wall clock, with a 1 s budget, a worker slow to start on a
+    loaded machine was given up before it took the job: no pid, no kill, no late answer.)"""
+    real = time.monotonic
+    taken = Path(f"{gate}.pid")
+    monkeypatch.setattr(projection, "_now", lambda: real() + (1e6 if taken.exists() else 0.0))
 
 
 def _wait_for(condition: Any, what: str, seconds: float = 120.0) -> None:
@@ -125,8 +129,7 @@ def test_another_analysts_queries_are_answered_while_a_consistent_batch_projects
     served: dict[str, Any], tmp_path: Path
 ) -> None:
     service = served["service"]
-    service.limits = Limits(request_seconds=600.0)  # the gate holds the projection, not the clock
-    gate = tmp_path / "gate"
+    gate = tmp_path / "gate"  # it holds the projection (the request budget is one no load exhausts)
     pool = _gated(service, gate)
     big = _boxes(300)
     out: dict[str, Any] = {}
@@ -161,6 +164,7 @@ def test_another_analysts_queries_are_answered_while_a_consistent_batch_projects
     assert served["solver_calls"] == []  # no solver in the server's process
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_projected_counts_are_the_librarys_and_a_replay_does_not_project_again(
     served: dict[str, Any],
 ) -> None:
@@ -212,12 +216,12 @@ def test_a_projection_past_the_budget_stops_itself_and_charges_nothing(
 
 
 def test_a_worker_that_does_not_answer_is_killed_and_nothing_is_charged(
-    served: dict[str, Any], tmp_path: Path
+    served: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service = served["service"]
-    service.limits = Limits(request_seconds=1.0)
     gate = tmp_path / "never"
     pool = _gated(service, gate, grace=0.1)
+    _late_once_taken(monkeypatch, gate)
     alice = served["clients"]["alice"]
     with pytest.raises(ServiceRefused) as refused:
         alice.batch("adult", ["sex = 0", "sex = 1", "TRUE"], epsilon=0.01, consistent=True)
@@ -234,19 +238,19 @@ def test_a_worker_that_does_not_answer_is_killed_and_nothing_is_charged(
         return False
 
     _wait_for(gone, "the worker's end")  # killed and reaped
-    # Other requests are answered meanwhile and after (with a budget no load exhausts: what is held
-    # here is that the kill left the service serving, not how fast).
-    service.limits = LOOSE
+    monkeypatch.setattr(projection, "_now", time.monotonic)
+    # Other requests are answered meanwhile and after (what is held here is that the kill left the
+    # service serving, not how fast).
     assert len(served["clients"]["bob"].query("adult", "age >= 30", epsilon=0.01)) == 1
 
 
 def test_a_worker_past_the_deadline_keeps_its_grace_and_serves_the_next_batch(
-    served: dict[str, Any], tmp_path: Path
+    served: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service = served["service"]
-    service.limits = Limits(request_seconds=1.0)
     gate = tmp_path / "late"
     pool = _gated(service, gate, grace=600.0)
+    _late_once_taken(monkeypatch, gate)
     alice = served["clients"]["alice"]
     queries = ["sex = 0", "sex = 1", "TRUE"]
     with pytest.raises(ServiceRefused) as refused:  # the gate is shut past the request's deadline
@@ -254,7 +258,7 @@ def test_a_worker_past_the_deadline_keeps_its_grace_and_serves_the_next_batch(
     assert refused.value.status == 503 and service.store.charges(analyst="alice") == []
     gate.touch()  # the worker answers late, within its grace: it is not killed, it goes back to the pool
     _wait_for(lambda: pool.finished == 1, "the late answer")
-    service.limits = LOOSE
+    monkeypatch.setattr(projection, "_now", time.monotonic)
     frame = alice.batch("adult", queries, epsilon=0.01, consistent=True)
     assert frame["consistent"].tolist() == pytest.approx(_library(queries, frame, served["solver_calls"]))
     assert pool.killed == 0 and pool.spawned == 1 and pool.finished == 2

@@ -30,6 +30,7 @@ from overlapdp.service import AdminKey, QueryService, create_app, open_ledger, s
 from overlapdp.service import core as service_core
 from overlapdp.service.client import AdminClient, Client, QuotaExceeded, ServiceRefused
 from overlapdp.service.core import ServiceError
+from support.marks import slow_after
 from support.service import ADMIN_TOKEN, FailingCommit, running, write_adult
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -109,7 +110,7 @@ def _points(schema: Any) -> list[tuple[int, ...]]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", slow_after([0, 1]))
 def test_service_decides_like_the_library_filter_and_exact_enumeration(tmp_path: Path, seed: int) -> None:
     """A random stream of queries and batches on age and sex, many sized to land exactly on, just above
     or just below the remaining budget of their worst point: the service's decisions equal those of the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
@@ -25,6 +24,8 @@ from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_l
 from overlapdp.service.client import Client, ServiceRefused
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
+from support.marks import slow_after
+from support.service import TEST_REQUEST_SECONDS, wait_until
 
 ADMIN = "test-admin-token-0123456789abcdef"
 SCHEMA = Schema((IntAttribute("age", 0, 9), IntAttribute("hours", 0, 4)))
@@ -35,7 +36,8 @@ QUERIES = ["TRUE", *[f"age = {a}" for a in range(10)], "hours <= 1", "hours >= 2
 def _served(tmp_path: Path, workers: int) -> Iterator[tuple[Client, QueryService]]:
     import uvicorn
 
-    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=Limits(cost_workers=workers))
+    limits = Limits(cost_workers=workers, request_seconds=TEST_REQUEST_SECONDS)  # (no load exhausts it)
+    service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=limits)
     pd.DataFrame({"age": [1, 2, 3], "hours": [0, 1, 4]}).to_csv(tmp_path / "d.csv", index=False)
     service.register_dataset("t", str(tmp_path / "d.csv"), SCHEMA.to_json(), "pandas", "pure", 10.0)
     service.register_dataset(
@@ -54,10 +56,8 @@ def _served(tmp_path: Path, workers: int) -> Iterator[tuple[Client, QueryService
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    for _ in range(400):
-        if server.started and (service.dry_runs is None or service.dry_runs.ready):
-            break
-        time.sleep(0.05)
+    pool = service.dry_runs
+    wait_until(lambda: server.started and (pool is None or pool.ready), "the server's and its worker's start")
     client = Client(f"http://127.0.0.1:{port}", token)
     try:
         yield client, service
@@ -76,7 +76,7 @@ def _worst_row(shares: list[float]) -> Fraction:
     )
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", slow_after([0, 1]))  # with a worker process: 1.4 s of CPU
 def test_a_plan_over_http_is_within_budget_on_every_row_and_spends_nothing(
     tmp_path: Path, workers: int
 ) -> None:

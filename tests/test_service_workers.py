@@ -41,7 +41,7 @@ from overlapdp.service.datasets import LoadedDataset
 from overlapdp.service.embedded import _free_port
 from overlapdp.service.filters import ServiceFilter
 from overlapdp.service.serving import ConnectionLimits, uvicorn_config
-from support.service import write_adult
+from support.service import TEST_REQUEST_SECONDS, wait_until, write_adult
 
 ADMIN = "test-admin-token-0123456789abcdef"
 #: The small sub-domain every query here constrains (the other attributes are free): 60 row patterns.
@@ -55,7 +55,10 @@ def _served(
     import uvicorn
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    limits = Limits(cost_workers=workers, worker_batch_min=2, analyst_requests=4)
+    # a request budget no load exhausts (the deadline test moves the arrival stamp past it)
+    limits = Limits(
+        cost_workers=workers, worker_batch_min=2, analyst_requests=4, request_seconds=TEST_REQUEST_SECONDS
+    )
     service = QueryService(open_ledger(tmp_path / f"ledger-{workers}.sqlite"), limits=limits)
     path, schema = write_adult(tmp_path, rows=300)
     service.register_dataset("adult", str(path), schema, "duckdb", "pure", budget)
@@ -67,18 +70,11 @@ def _served(
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    for _ in range(400):
-        if server.started:
-            break
-        time.sleep(0.025)
-    assert server.started
+    wait_until(lambda: server.started, "the server's start")
     if workers:
-        assert service.dry_runs is not None
-        for _ in range(600):
-            if service.dry_runs.ready:
-                break
-            time.sleep(0.1)
-        assert service.dry_runs.ready, "the worker did not start"
+        pool = service.dry_runs
+        assert pool is not None
+        wait_until(lambda: pool.ready, "the worker's start")
     url = f"http://127.0.0.1:{port}"
     clients = {n: Client(url, t, retries=0) for n, t in tokens.items()}
     try:
@@ -151,6 +147,7 @@ def _counted(monkeypatch: Any) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.slow  # 3.2 s of CPU
 def test_a_large_batch_is_parsed_and_tried_in_the_worker_and_others_wait_for_none_of_it(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -277,6 +274,7 @@ def _decide_stream(
         return got, truth, jobs, paths
 
 
+@pytest.mark.slow  # 1.9 s of CPU a seed
 @pytest.mark.parametrize("seed", [1, 2])
 def test_worker_verdicts_are_the_exact_ones_and_the_in_process_paths(
     tmp_path: Path, monkeypatch: Any, seed: int
@@ -292,6 +290,7 @@ def test_worker_verdicts_are_the_exact_ones_and_the_in_process_paths(
     assert local == truth_here == remote
 
 
+@pytest.mark.slow  # 2.0 s of CPU
 def test_concurrent_batches_never_overspend(tmp_path: Path) -> None:
     quotas = {"alice": 1.2, "bob": 1.2, "carol": 1.2}
     with _served(tmp_path, workers=2, budget=2.0, quotas=quotas) as world:
@@ -333,8 +332,8 @@ def test_a_worker_batch_past_its_deadline_is_a_503_and_charges_nothing(
         alice = world["clients"]["alice"]
         specs = [_spec(random.Random(k)) for k in range(20)]
         real = time.monotonic
-        # the request arrived 20 s ago (its budget is 10 s): the worker's job carries the deadline
-        monkeypatch.setattr(serving, "clock", lambda: real() - 20.0)
+        # the request arrived longer ago than its budget: the worker's job carries the deadline
+        monkeypatch.setattr(serving, "clock", lambda: real() - TEST_REQUEST_SECONDS - 10.0)
         with pytest.raises(ServiceRefused) as refused:
             alice.batch("adult", specs, epsilon=0.01)
         assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"

@@ -61,6 +61,7 @@ def test_python_dash_m() -> None:
     assert got.stdout.startswith("overlapdp ")
 
 
+@pytest.mark.slow  # 1.1 s of CPU (a serve process)
 def test_serve_on_a_busy_port_prints_no_token(tmp_path: Path) -> None:
     exe = shutil.which("overlapdp", path=str(Path(sys.executable).parent))
     if exe is None:
@@ -162,6 +163,7 @@ def test_readme_command_lines_run_on_the_shipped_examples(
     assert Path("report/report.html").exists()
 
 
+@pytest.mark.slow  # runs pytest in a process of its own, 1.8 s of CPU
 def test_shared_data_skips_are_announced_once(tmp_path: Path) -> None:
     (tmp_path / "test_x.py").write_text(
         textwrap.dedent(

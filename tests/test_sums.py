@@ -33,6 +33,7 @@ from overlapdp.query.aggregate import Aggregate, Clipping, parse_sql_aggregate
 from overlapdp.samples import adult_raw_schema
 from overlapdp.schema import BinnedAttribute, CategoricalAttribute, IntAttribute, Schema
 from sources import confidence_for, on_both_sources_os_slow, source
+from support.marks import slow_after
 
 ENGINES = ("pandas", "duckdb", "polars")
 
@@ -320,7 +321,7 @@ BASE = pd.DataFrame({"x": [3, -7, 12, 40, -40, 5, 0, 999]})
 
 
 @on_both_sources_os_slow
-@pytest.mark.parametrize("extra", [40, 999, -40, -999])
+@pytest.mark.parametrize("extra", slow_after([40, 999, -40, -999]))
 def test_sum_audit_add_remove_at_and_beyond_the_bounds(kind: str, extra: int) -> None:
     """D1 = D0 plus one row at a clipping bound or far beyond it: the declared epsilon holds."""
     clip, eps = Clipping("x", -40, 40), 1.0
@@ -338,6 +339,7 @@ def test_sum_audit_add_remove_at_and_beyond_the_bounds(kind: str, extra: int) ->
         assert res.epsilon_lower > 0.5 * eps  # the audit sees the loss: it could fail
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 @on_both_sources_os_slow
 def test_sum_audit_replace_one_row_across_the_bounds(kind: str) -> None:
     """A row moving from below lo to beyond hi shifts the sum by H - L: replace-one calibration holds,
@@ -545,6 +547,7 @@ def test_cli_answers_sums_with_bounds_declared_in_the_schema(
     assert code == 2 and "'bounds' missing" in err
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 @on_both_sources_os_slow
 def test_sum_audit_replace_one_row_leaving_the_query_with_positive_bounds(kind: str) -> None:
     """Bounds [10, 20]: replacing a row at 20 inside ``age >= 30`` by one outside removes 20 from the sum,

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from overlapdp.errors import SearchGaveUp
 from overlapdp.overlap import threshold
 from overlapdp.overlap.threshold import Problem, common_unit, exceeds, maximum
+from support.marks import slow_after
 
 
 def random_instance(rng: np.random.Generator, kind: str) -> tuple[Problem, list[tuple[int, ...]]]:
@@ -63,7 +64,7 @@ def in_box(pb: Problem, row: tuple[int, ...]) -> bool:
 
 @pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
 @pytest.mark.parametrize("with_unit", [False, True])
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", slow_after(range(40)))
 def test_decision_matches_brute_force(kind: str, with_unit: bool, seed: int) -> None:
     rng = np.random.default_rng(seed)
     pb, rows = random_instance(rng, kind)
@@ -133,6 +134,7 @@ def test_without_highspy_the_search_is_still_exact(monkeypatch: pytest.MonkeyPat
             assert found is not None and row_load(pb, found) == top
 
 
+@pytest.mark.slow  # 1.0 s of CPU
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.fractions(min_value=0, max_value=1000, max_denominator=64), min_size=1, max_size=8))
 def test_common_unit_divides_every_value(values: list[Fraction]) -> None:
@@ -153,7 +155,7 @@ def test_common_unit_divides_every_value(values: list[Fraction]) -> None:
 
 
 @pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", slow_after(range(30)))
 def test_maximum_matches_brute_force_and_its_cut_bound_is_safe(kind: str, seed: int) -> None:
     rng = np.random.default_rng(500 + seed)
     pb, rows = random_instance(rng, kind)
@@ -193,7 +195,7 @@ def test_the_largest_fitting_float_is_found_from_any_hint(
 
 @pytest.mark.parametrize("kind", ["equal", "floats", "magnitudes"])
 @pytest.mark.parametrize("duals", [False, True])
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", slow_after(range(30)))
 def test_child_bounds_never_cut_a_row_over_them(kind: str, duals: bool, seed: int) -> None:
     """The bound the branching uses to drop a child at once (the parent's multipliers with one attribute
     fixed, MATH.md 7.9) is at least the load of every row of that child, by brute force over the real

@@ -34,6 +34,14 @@ def write_adult(folder: Path, rows: int = 2000) -> tuple[Path, dict[str, object]
     return path, adult_schema().to_json()
 
 
+def wait_until(condition: Any, what: str, seconds: float = 120.0) -> None:
+    """Poll ``condition`` until it holds: a bound on a hang (no load takes ``seconds``), not a timing."""
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, f"waited {seconds} s for {what}"
+        time.sleep(0.01)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,15 +132,24 @@ def running(ledger: str, **kwargs: object) -> Iterator[Server]:
         server.stop()
 
 
+#: The request budget of the services tests run (a bound on a hang, which no load exhausts): a test of
+#: answers must not get a 503 because the machine is busy. The tests of the budget itself drive the
+#: service's clocks (``serving.clock``, ``shared._now``, ``_clock.now``) or set a budget of their own.
+TEST_REQUEST_SECONDS = 600.0
+
+
 @contextmanager
-def in_process(folder: Path) -> Iterator[dict[str, Any]]:
+def in_process(folder: Path, limits: Any = None) -> Iterator[dict[str, Any]]:
     """A service on a SQLite ledger in ``folder``, served by uvicorn in a thread on a free loopback port:
-    ``{"url", "service", "folder"}``; stopped and its ledger closed afterwards."""
+    ``{"url", "service", "folder"}``; stopped and its ledger closed afterwards. ``limits``: the
+    service's :class:`Limits`, by default the defaults with a request budget of
+    :data:`TEST_REQUEST_SECONDS` (the application reads it once, when it is created)."""
     import uvicorn
 
-    from overlapdp.service import AdminKey, QueryService, create_app, open_ledger
+    from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger
 
-    service = QueryService(open_ledger(folder / "l.sqlite"))
+    limits = limits or Limits(request_seconds=TEST_REQUEST_SECONDS)
+    service = QueryService(open_ledger(folder / "l.sqlite"), limits=limits)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -141,8 +158,8 @@ def in_process(folder: Path) -> Iterator[dict[str, Any]]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
+    started_by = time.monotonic() + 120  # (a bound on a hang)
+    while not server.started and time.monotonic() < started_by:
         time.sleep(0.05)
     assert server.started
     try:

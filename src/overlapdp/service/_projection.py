@@ -40,6 +40,10 @@ _WORKER = Path(__file__).with_name("_projection_worker.py")
 #: The clock of the deadlines (``time.monotonic``, as the service's).
 _now = time.monotonic
 
+#: The longest a request waits for its projection before it reads :func:`_now` again (seconds): the
+#: clock, not the time slept, decides when the deadline has passed (tests drive the clock).
+_SLICE = 0.1
+
 
 def _left(deadline: float) -> float:
     """Seconds a job's worker is given when the job is sent (tests drive it)."""
@@ -180,7 +184,7 @@ class ProjectionJob:
     def result(self) -> Projected:
         """The projection, waiting for it until the deadline; :class:`TimeBudgetExceeded` past it (the
         worker is killed ``grace`` seconds later if it has not stopped by then)."""
-        if not self._done.wait(max(0.0, self.deadline - _now())):
+        if not self._wait():
             self._give_up(self._pool.grace)
             raise _out_of_time()
         reply = self._reply
@@ -203,6 +207,16 @@ class ProjectionJob:
             steps=int(reply["steps"]),
             seconds=float(reply["seconds"]),
         )
+
+    def _wait(self) -> bool:
+        """Whether the projection is done by the deadline, on :func:`_now`, waiting in slices of at
+        most :data:`_SLICE` that read the clock again."""
+        while True:
+            left = self.deadline - _now()
+            if left <= 0:
+                return self._done.is_set()
+            if self._done.wait(min(left, _SLICE)):
+                return True
 
     def cancel(self) -> None:
         """The answer is no longer wanted: a worker still solving for it is killed now (a job already
