@@ -123,3 +123,42 @@ def test_bad_plans_are_refused_by_name(tmp_path: Path) -> None:
         with pytest.raises(ServiceRefused) as err:
             ann.plan("t", QUERIES, budget=-1.0)
         assert err.value.status == 422
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_dry_run_gives_each_querys_share_of_the_batchs_own_cost(tmp_path: Path, workers: int) -> None:
+    """``/cost`` with ``allocation`` (issue 25 item 1): the batch's overlap cost (gamma 3 x epsilon 0.1)
+    split by the plan's code; brute force over every row: the shares of the queries covering a row sum to
+    at most that cost, exactly; even shares are the per-query epsilon; nothing is spent."""
+    with _served(tmp_path, workers) as (ann, _):
+        before = ann.me()
+        out = ann.cost("t", QUERIES, epsilon=0.1, allocation="optimal")
+        batch = out["cost"]["batch"]["overlap"]
+        assert batch == pytest.approx(0.3, rel=1e-12)
+        plan = out["allocation"]
+        assert plan["budget"] == batch and plan["allocation"] == "optimal"
+        shares = [q["share"] for q in plan["queries"]]
+        assert [q["id"] for q in plan["queries"]] == [str(i) for i in range(len(QUERIES))]
+        assert _worst_row(shares) <= Fraction(batch)
+        v = plan["total_variance"]
+        assert v["optimal overlap"] < v["even overlap"]  # the big query pays little, the ages more
+        assert shares[0] < 0.1 < min(shares[1:11])
+        even = ann.cost("t", QUERIES, epsilon=0.1, allocation="even")["allocation"]
+        assert all(q["share"] == pytest.approx(0.1, rel=1e-9) for q in even["queries"])
+        assert _worst_row([q["share"] for q in even["queries"]]) <= Fraction(batch)
+        assert "allocation" not in ann.cost("t", QUERIES, epsilon=0.1)  # only when asked
+        assert ann.me().equals(before)  # nothing spent
+
+
+def test_an_allocation_is_refused_where_it_does_not_apply(tmp_path: Path) -> None:
+    with _served(tmp_path, 0) as (ann, _):
+        with pytest.raises(ServiceRefused) as err:
+            ann.cost("r", QUERIES, epsilon_alpha=0.1, allocation="optimal")  # an RDP data set
+        assert err.value.status == 400 and "rdp" in str(err.value)
+        with pytest.raises(ServiceRefused) as err:  # a batch is charged one amount per query
+            ann._call(
+                "POST",
+                "/v1/datasets/t/batch",
+                json={"queries": QUERIES, "epsilon": 0.1, "allocation": "even"},
+            )
+        assert err.value.status == 422

@@ -391,9 +391,17 @@ class Client(_Base):
         rho: float | None = None,
         mu: float | None = None,
         epsilon_alpha: float | None = None,
+        allocation: str | None = None,
+        objective: str = "variance",
     ) -> dict[str, Any]:
-        """A dry run: the cost and whether the quota and the global budget would admit it now."""
-        body = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
+        """A dry run: the cost and whether the quota and the global budget would admit it now. With
+        ``allocation`` ("optimal" or "even"), also ``out["allocation"]``: the batch's own overlap cost
+        (``out["cost"]["batch"]["overlap"]``) split over its queries as :meth:`plan` does, each query's
+        share in ``out["allocation"]["queries"][i]["share"]``."""
+        body: dict[str, Any] = {"queries": list(queries), **_parameter(epsilon, rho, mu, epsilon_alpha)}
+        if allocation is not None:
+            body["allocation"] = allocation
+            body["objective"] = objective
         out: dict[str, Any] = self._call("POST", f"/v1/datasets/{dataset}/cost", json=body)
         return out
 

@@ -165,6 +165,24 @@ class BatchRequest(_Body):
     )
 
 
+class CostRequest(BatchRequest):
+    """A dry run of a batch (nothing is spent); with ``allocation``, also each query's share of the
+    batch's own guarantee, as ``POST .../plan`` computes it."""
+
+    allocation: Literal["optimal", "even"] | None = Field(
+        default=None,
+        description="also return 'allocation': the batch's overlap cost (cost.batch.overlap, the "
+        "guarantee charged for these queries at the per-query amount) split over its queries as "
+        "POST .../plan does with that budget: optimal (each query its own share where the rows can "
+        "afford it, MATH.md 2.10) or even (B / gamma each: the per-query amount when the overlap search "
+        "was exact); pure, zcdp and gdp data sets",
+    )
+    objective: Literal["variance", "relative"] = Field(
+        default="variance",
+        description="with allocation 'optimal': least total variance, or least largest variance",
+    )
+
+
 class PlanRequest(_Body):
     """A release planned before any data is read (nothing is spent): each query's share of a total
     budget, its noise and error bar, and the same queries' total noise under every accounting."""

@@ -21,7 +21,14 @@ from overlapdp.service import definitions, filters, logged_filter, shared
 from overlapdp.service.admission import Admission
 from overlapdp.service.ledger import AnalystRecord
 from overlapdp.service.ledger.base import dumps
-from overlapdp.service.responses import BatchAnswer, BatchCost, Cost, CostEstimate, EpsilonDelta
+from overlapdp.service.responses import (
+    BatchAnswer,
+    BatchCost,
+    Cost,
+    CostEstimate,
+    EpsilonDelta,
+    ReleasePlanned,
+)
 from overlapdp.service.shared import (
     DatasetState,
     Pending,
@@ -188,13 +195,20 @@ class Queries(Admission):
         parameter_name: str | None = None,
         *,
         consistent: bool = False,
+        allocation: str | None = None,
+        objective: str = "variance",
         deadline: float | None = None,
     ) -> CostEstimate:
         """A dry run of :meth:`query`: its cost and whether both budgets would admit it now (nothing spent);
         with ``consistent``, also whether consistent answers could be computed (400 if not). With
-        ``Limits.cost_workers``, it runs in a worker process (:mod:`overlapdp.service._dryrun`)."""
+        ``Limits.cost_workers``, it runs in a worker process (:mod:`overlapdp.service._dryrun`).
+
+        With ``allocation`` ("optimal" or "even"), also the batch's own overlap cost split over its
+        queries by :meth:`plan` (the same code as ``POST .../plan``, with that cost as the budget, within
+        what is left of the request's time): charged at those shares, the queries' worst row pays at most
+        what this batch would."""
+        deadline = self._deadline(deadline)
         if self.dry_runs is not None:
-            deadline = self._deadline(deadline)
             job = {
                 "analyst": analyst.name,
                 "dataset": dataset,
@@ -203,19 +217,33 @@ class Queries(Admission):
                 "parameter_name": parameter_name,
                 "consistent": consistent,
             }
-            return CostEstimate.model_validate(self.dry_runs.run(job, deadline))
-        state, pending = self._query(
+            estimate = CostEstimate.model_validate(self.dry_runs.run(job, deadline))
+        else:
+            state, pending = self._query(
+                analyst,
+                dataset,
+                specs,
+                parameter,
+                parameter_name,
+                None,
+                dry_run=True,
+                consistent=consistent,
+                deadline=deadline,
+            )
+            estimate = self._dry_run(state, pending)
+        if allocation is None:
+            return estimate
+        assert estimate.cost.batch is not None  # a dry run always reports its batch's cost
+        planned = self.plan(
             analyst,
             dataset,
             specs,
-            parameter,
-            parameter_name,
-            None,
-            dry_run=True,
-            consistent=consistent,
+            budget=estimate.cost.batch.overlap,
+            allocation=allocation,
+            objective=objective,
             deadline=deadline,
         )
-        return self._dry_run(state, pending)
+        return estimate.model_copy(update={"allocation": ReleasePlanned.model_validate(planned)})
 
     def plan(
         self,

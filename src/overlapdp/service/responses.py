@@ -447,6 +447,11 @@ class CostEstimate(Out):
         " and the overlap at least, remaining at most the exact value), since their overlap searches did"
         " not end within the request's time budget; the verdicts are always exact",
     )
+    allocation: ReleasePlanned | None = omitted(
+        "only with 'allocation' in the request: the plan of POST .../plan with budget = "
+        "cost.batch.overlap (each query's share in queries[i].share: charged at those amounts, the "
+        "queries cost at most what this batch costs on its own)"
+    )
 
 
 # -- sessions --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from overlapdp.errors import BadRequest, NotFound
 from overlapdp.service import definitions
 from overlapdp.service.core import QueryService, TooLarge
 from overlapdp.service.ledger import AnalystRecord
-from overlapdp.service.models import BatchRequest, PlanRequest, QueryRequest, SessionRequest
+from overlapdp.service.models import BatchRequest, CostRequest, PlanRequest, QueryRequest, SessionRequest
 from overlapdp.service.responses import (
     BatchAnswer,
     CostEstimate,
@@ -90,12 +90,20 @@ def datasets_router(service: QueryService, require_analyst: Callable[..., Awaita
         )
 
     @router.post("/v1/datasets/{name}/cost", tags=["analyst"])
-    def cost(name: str, body: BatchRequest, who: Analyst, deadline: Deadline) -> CostEstimate:
-        """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent)."""
+    def cost(name: str, body: CostRequest, who: Analyst, deadline: Deadline) -> CostEstimate:
+        """A dry run: what the queries would cost and whether they would be admitted now (nothing is spent).
+        With 'allocation': also each query's share of the batch's own overlap cost, as .../plan gives it."""
         has_quota(name, who)
         _batch_size(service, body.queries)
         return service.cost(
-            who, name, body.queries, *_parameter(body), consistent=body.consistent, deadline=deadline
+            who,
+            name,
+            body.queries,
+            *_parameter(body),
+            consistent=body.consistent,
+            allocation=body.allocation,
+            objective=body.objective,
+            deadline=deadline,
         )
 
     @router.post("/v1/datasets/{name}/plan", tags=["analyst"])
