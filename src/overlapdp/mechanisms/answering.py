@@ -168,11 +168,25 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
         except BudgetError:  # beyond the representable (mu^2/2 not a float): does not fit
             return False
 
+    return largest_fitting(
+        fits,
+        target,
+        1e300,
+        f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
+        f"{m.amount} > 0; ask for a larger epsilon or delta",
+    )
+
+
+def largest_fitting(fits: Callable[[float], bool], target: float, cap: float, refusal: str) -> float:
+    """The largest amount in (0, ``cap``] with ``fits`` (monotone: true up to some amount), to a
+    relative 1e-12, by doubling from ``max(1, target)`` then bisection whose lower end always fits,
+    rounded DOWN to a short decimal (6 significant digits, :mod:`overlapdp.display`): the budget
+    printed is the budget used, so it can be typed back in (a service's budget or quota) and shares
+    computed from it stay within it; smaller than the bisection's, so it still fits.
+    :class:`BudgetError` (``refusal``) when no positive amount fits."""
     lo, hi = 0.0, max(1.0, target)
-    while fits(hi):
+    while fits(hi) and hi < cap:
         lo, hi = hi, hi * 2
-        if hi > 1e300:
-            break
     for _ in range(2000):
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi or hi - lo <= 1e-12 * hi:
@@ -182,15 +196,9 @@ def calibrate_budget(definition: str, epsilon: Any, delta: float | None = None) 
         else:
             hi = mid
     if not lo > 0:
-        raise BudgetError(
-            f"epsilon = {epsilon!r} at delta = {dl:g} is below what the conversion certifies for any "
-            f"{m.amount} > 0; ask for a larger epsilon or delta"
-        )
-    # A short decimal rounded DOWN (6 significant digits, overlapdp.display): the budget printed is the
-    # budget used, so it can be typed back in (a service's budget or quota) and shares
-    # computed from it stay within it; smaller than the bisection's, so its (epsilon, delta) still fits.
+        raise BudgetError(refusal)
     short = float(display.remaining(lo))
-    return short if short > 0 else lo
+    return min(short if short > 0 else lo, cap)
 
 
 @dataclass(frozen=True)

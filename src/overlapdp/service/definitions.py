@@ -31,6 +31,7 @@ from typing import Any
 from overlapdp import display
 from overlapdp.exact import float_down
 from overlapdp.mechanisms import add_noise, noise_for
+from overlapdp.mechanisms.answering import largest_fitting
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, ZCDP, PureDP, check_delta
 from overlapdp.privacy.measures import DEFAULT_DELTA, MEASURES, FilterOptions, Measure
@@ -165,24 +166,13 @@ def calibrate_amount(definition: str, params: Mapping[str, Any], epsilon: float)
     def fits(b: float) -> bool:
         return _epsilon_at(definition, _key(params), b) <= target
 
-    lo, hi = 0.0, max(1.0, target)
-    while fits(hi) and hi < MAX_AMOUNT:
-        lo, hi = hi, hi * 2
-    for _ in range(2000):
-        mid = 0.5 * (lo + hi)
-        if not lo < mid < hi or hi - lo <= 1e-12 * hi:
-            break
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    if not lo > 0:
-        raise BudgetError(
-            f"epsilon = {epsilon!r} at delta = {params['delta']:g} is below what the conversion certifies "
-            f"for any {amount_name(definition, params)} > 0; ask for a larger epsilon or delta"
-        )
-    short = float(display.remaining(lo))
-    return min(short if short > 0 else lo, MAX_AMOUNT)
+    return largest_fitting(
+        fits,
+        target,
+        MAX_AMOUNT,
+        f"epsilon = {epsilon!r} at delta = {params['delta']:g} is below what the conversion certifies "
+        f"for any {amount_name(definition, params)} > 0; ask for a larger epsilon or delta",
+    )
 
 
 @functools.lru_cache(maxsize=4096)
