@@ -12,15 +12,23 @@ constraints are the domain's rows: far too many to write down. It is solved by c
 
 - the restricted problem on the rows found so far is solved through its dual, smooth and concave in the
   rows' multipliers ``lambda >= 0``, by SciPy's L-BFGS-B (no extra dependency; each restricted problem
-  has at most a few thousand constraints, and the dual's value is a proven LOWER bound of the optimum,
-  reported beside the plan);
+  has at most a few thousand constraints; a few hundred steps a round, warm from the last round: the
+  dual's value at ANY multipliers is a proven LOWER bound of the optimum, reported beside the plan);
 - rows over the budget at the current shares are looked for first by a cheap climb (coordinate ascent
-  from many rows at once), then by the exact threshold decision of :mod:`overlapdp.overlap.threshold`
-  (MATH.md 7.9) on the workload's coverage tables, the engine's separation oracle;
-- once the decision proves that no row exceeds ``B (1 + tol)``, the shares are scaled by
-  ``1 / (1 + tol)`` (loads are linear in the shares, so every row is then within ``B`` exactly); if a
-  search gives up, the shares are scaled by the engine's certified upper bound of the worst row
-  instead (:func:`~overlapdp.overlap.max_overlap`, a safe bound). Either way the plan is within budget.
+  from many rows at once; every row it finds over the budget is added), then by the exact threshold
+  decision of :mod:`overlapdp.overlap.threshold` (MATH.md 7.9) on the workload's coverage tables, the
+  engine's separation oracle;
+- a plan is certified in one of three ways, and the certified plan of least objective is returned
+  (even shares among them, so never worse than even): a *packing plan*
+  (:mod:`overlapdp.mechanisms._packings`, MATH.md 2.10.1), within budget by construction and built
+  first, without any row search; the rows' plan scaled by ``1 / (1 + m)`` once the decision proves
+  that no row exceeds ``B (1 + m)`` (margins from the largest worth proving down to ``tol``: loads are
+  linear in the shares, so every row is then within ``B``); or, when nothing could be proven, the
+  rows' plan scaled by the engine's certified upper bound of the worst row
+  (:func:`~overlapdp.overlap.max_overlap`, a safe bound);
+- the constraint generation stops when the decision proves ``tol``, when the best certified plan is
+  within ``tol`` of the dual's lower bound (the stopping rule of MATH.md 2.10), or at its share of the
+  effort.
 
 ``objective="relative"`` minimises the LARGEST weighted variance instead, in closed form (one overlap
 search). The shares are per-query budgets in the definition's unit (epsilon, rho, mu); the line weights
@@ -119,8 +127,9 @@ def allocate(
     """The optimal per-query shares of ``budget`` (module docstring; MATH.md 2.10): within budget on
     every row (proven), no worse than even shares. ``weights`` default to each query's ``.weight``;
     replace-one neighbours halve the budget (a pair of rows pays at most both rows' charges: the
-    doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, up to
-    60% generates constraints, the rest certifies; a search out of time answers with its safe bound, so
+    doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, the
+    packing plan until 30%, constraint generation until 60%, its certification until 85%, the engine's
+    bound until 95%; each phase may end early, and a search out of time answers with its safe bound, so
     the plan is within budget either way); None: no limit."""
     import scipy.optimize  # noqa: F401 - loaded before the limit: threadpoolctl limits loaded libraries
     from threadpoolctl import threadpool_limits
