@@ -12,15 +12,23 @@ constraints are the domain's rows: far too many to write down. It is solved by c
 
 - the restricted problem on the rows found so far is solved through its dual, smooth and concave in the
   rows' multipliers ``lambda >= 0``, by SciPy's L-BFGS-B (no extra dependency; each restricted problem
-  has at most a few thousand constraints, and the dual's value is a proven LOWER bound of the optimum,
-  reported beside the plan);
+  has at most a few thousand constraints; a few hundred steps a round, warm from the last round: the
+  dual's value at ANY multipliers is a proven LOWER bound of the optimum, reported beside the plan);
 - rows over the budget at the current shares are looked for first by a cheap climb (coordinate ascent
-  from many rows at once), then by the exact threshold decision of :mod:`overlapdp.overlap.threshold`
-  (MATH.md 7.9) on the workload's coverage tables, the engine's separation oracle;
-- once the decision proves that no row exceeds ``B (1 + tol)``, the shares are scaled by
-  ``1 / (1 + tol)`` (loads are linear in the shares, so every row is then within ``B`` exactly); if a
-  search gives up, the shares are scaled by the engine's certified upper bound of the worst row
-  instead (:func:`~overlapdp.overlap.max_overlap`, a safe bound). Either way the plan is within budget.
+  from many rows at once; every row it finds over the budget is added), then by the exact threshold
+  decision of :mod:`overlapdp.overlap.threshold` (MATH.md 7.9) on the workload's coverage tables, the
+  engine's separation oracle;
+- a plan is certified in one of three ways, and the certified plan of least objective is returned
+  (even shares among them, so never worse than even): a *packing plan*
+  (:mod:`overlapdp.mechanisms._packings`, MATH.md 2.10.1), within budget by construction and built
+  first, without any row search; the rows' plan scaled by ``1 / (1 + m)`` once the decision proves
+  that no row exceeds ``B (1 + m)`` (margins from the largest worth proving down to ``tol``: loads are
+  linear in the shares, so every row is then within ``B``); or, when nothing could be proven, the
+  rows' plan scaled by the engine's certified upper bound of the worst row
+  (:func:`~overlapdp.overlap.max_overlap`, a safe bound);
+- the constraint generation stops when the decision proves ``tol``, when the best certified plan is
+  within ``tol`` of the dual's lower bound (the stopping rule of MATH.md 2.10), or at its share of the
+  effort.
 
 ``objective="relative"`` minimises the LARGEST weighted variance instead, in closed form (one overlap
 search). The shares are per-query budgets in the definition's unit (epsilon, rho, mu); the line weights
@@ -40,6 +48,7 @@ import numpy as np
 
 from overlapdp.errors import AnswerError, SearchGaveUp
 from overlapdp.exact import float_up, sqrt_down
+from overlapdp.mechanisms._packings import PACKING_MAX, packing_plan
 from overlapdp.privacy.definitions import check_neighbouring
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_positive
@@ -50,12 +59,22 @@ MAX_ROUNDS = 200
 #: Largest (queries x values of the constrained attributes) coverage table built for the climb and
 #: the threshold decision; wider workloads use :func:`~overlapdp.overlap.max_overlap` alone.
 MAX_CELLS = 50_000_000
-#: The margins over the limit the final decision tries to prove in turn, and the share of the effort each
-#: gets: a wider margin is easier to prove and costs (1 + margin)^p in the objective.
-_MARGINS = (1e-3, 1e-2, 5e-2, 0.2)
-_EFFORT_SHARES = (0.1, 0.15, 0.2, 0.25, 0.3)
-#: The share of the effort the constraint generation may use before the plan is certified.
+#: The margins over the limit a certification tries to prove, largest first (Planner.prove): a wider
+#: margin is easier to prove and costs (1 + margin)^p in the objective.
+_MARGINS = (1e-3, 1e-2, 5e-2, 0.1, 0.2)
+#: The share of a certification's time its first (largest, most likely) margin gets.
+_FIRST = 0.75
+#: Beyond the ladder, a margin this fraction of the largest one worth proving (Planner.worth).
+_COARSE = 0.6
+#: The share of the effort the packing plan's column generation may use (MATH.md 2.10.1), and the one
+#: the constraint generation may use before the plan is certified (both counted from the start).
+_PACKING = 0.3
 _LOOP = 0.6
+#: Rows a climb finds at even shares within this fraction of the heaviest are held from the start.
+_HEAVY = 0.8
+#: Iterations of L-BFGS-B per restricted problem: each round's solve is warm from the last, and any
+#: multipliers give a lower bound, so a round need not solve its problem to the end.
+_SOLVE_ITERATIONS = 300
 #: A scaled share's float rounding is below 2^-53 relative: a factor this far below 1 absorbs it.
 _SHRINK = 1.0 - 2.0**-50
 
@@ -108,8 +127,9 @@ def allocate(
     """The optimal per-query shares of ``budget`` (module docstring; MATH.md 2.10): within budget on
     every row (proven), no worse than even shares. ``weights`` default to each query's ``.weight``;
     replace-one neighbours halve the budget (a pair of rows pays at most both rows' charges: the
-    doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, up to
-    60% generates constraints, the rest certifies; a search out of time answers with its safe bound, so
+    doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, the
+    packing plan until 30%, constraint generation until 60%, its certification until 85%, the engine's
+    bound until 95%; each phase may end early, and a search out of time answers with its safe bound, so
     the plan is within budget either way); None: no limit."""
     import scipy.optimize  # noqa: F401 - loaded before the limit: threadpoolctl limits loaded libraries
     from threadpoolctl import threadpool_limits
@@ -158,6 +178,10 @@ class _Planner:
         self.start = 0.0  # the plan's start on the overlap clock (set by plan())
         self.tol = tol
         self.table = _Coverage.build(self.qs)
+        # the best plan certified so far: its objective, its costs, how it was certified, its certified
+        # worst row and whether that is exact
+        self.best: tuple[float, np.ndarray, str, float, bool] | None = None
+        self.margin: float | None = None
 
     # -- the overlap engine -------------------------------------------------------------------------
     def certified(self, costs: np.ndarray) -> tuple[float, bool, tuple[int, ...]]:
@@ -165,7 +189,7 @@ class _Planner:
         queries covering the row found."""
         from overlapdp.overlap import max_overlap
 
-        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.1))
+        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.05, until=0.95))
         return float(res.value if res.exact else res.upper), bool(res.exact), tuple(res.query_indices)
 
     def left(self, floor: float = 0.0, until: float = 1.0) -> float | None:
@@ -186,30 +210,67 @@ class _Planner:
             return members
         raise SearchGaveUp("the engine's bound is over the limit")
 
-    def decide(self, costs: np.ndarray, seconds: float | None) -> tuple[tuple[int, ...] | None, float | None]:
-        """A row over ``limit (1 + margin)`` (its covering queries, margin None) or the proof that none
-        is (None, margin), for margins from ``tol`` up (each decision is harder the closer the
-        worst row is to its threshold, and an optimal plan has many rows at the limit: ``_MARGINS``);
-        (None, None)
-        when every search gave up (in ``seconds`` in all). The margin proven is kept in ``self.margin``."""
-        margins = [self.tol] + [m for m in _MARGINS if m > self.tol]
-        shares = _EFFORT_SHARES[-len(margins) :]
-        for margin, share in zip(margins, shares, strict=True):
-            effort = None if seconds is None else seconds * share
+    def prove(
+        self, costs: np.ndarray, seconds: float | None, most: float = math.inf
+    ) -> tuple[int, ...] | None:
+        """Certify ``costs`` by the threshold decision (MATH.md 7.9: is there a row over ``limit (1 +
+        m)``?) for margins ``m`` below ``most`` (a larger one would lose to the best plan certified so
+        far), the largest first (the easiest to prove, and at once a plan), then down to ``tol`` (the
+        optimum itself), the first search with ``_FIRST`` of the time, each next one with half the time left
+        (the last with all of it), until one gives
+        up (a smaller margin is harder still). Every plan proven, ``costs / (1 + m)``, is offered as a
+        certified plan; the smallest margin proven is kept in ``self.margin`` (None: none). Returns the
+        covering queries of a row found over a threshold (the constraint generation's next row: a row
+        over ``limit (1 + m)`` rules out every smaller margin too), else None. ``seconds``: the time for
+        all the searches."""
+        from overlapdp.overlap import _clock
+
+        ladder = sorted({self.tol, *(m for m in _MARGINS if m > self.tol)})
+        margins = [m for m in ladder if m < most]
+        if math.isfinite(most) and _COARSE * most > max(margins, default=0.0):
+            # a coarse margin that still beats the certified plan: provable where the ladder's are not
+            margins.append(_COARSE * most)
+        self.margin = None
+        end = None if seconds is None else _clock.now() + seconds
+        for i, margin in enumerate(reversed(margins)):
+            effort = None
+            if end is not None:
+                left = max(end - _clock.now(), 0.0)
+                effort = left if i == len(margins) - 1 else left * (_FIRST if i == 0 else 0.5)
             try:
                 if self.table is None:
                     found = self.over_by_bound(costs, self.limit * (1 + margin))
                 else:
                     found = self.table.over(costs, self.limit * (1 + margin), effort)
             except SearchGaveUp:
-                continue
+                break
             if found is not None:
-                return found, None
+                return found
+            # every row <= limit (1 + margin): scaled by 1 / (1 + margin), every row <= limit (loads are
+            # linear; _SHRINK absorbs the floats' rounding)
             self.margin = margin
-            return None, margin
-        return None, None
+            how = "optimal" if margin <= self.tol else f"optimal, scaled by a proven margin {margin:g}"
+            self.offer(costs * (_SHRINK / (1 + margin)), self.limit, False, how)
+        return None
+
+    def offer(self, costs: np.ndarray, worst: float, exact: bool, how: str) -> None:
+        """A certified plan (every row within ``worst`` <= the limit): kept when it beats the best."""
+        obj = _objective(self.w, costs, self.p, self.objective)
+        if self.best is None or obj < self.best[0]:
+            self.best = (obj, costs, how, worst, exact)
 
     # -- the plan -------------------------------------------------------------------------------------
+    def out_of(self, until: float) -> bool:
+        """Whether ``until`` of the effort has passed."""
+        return self.effort is not None and (self.left(until=until) or 0.0) <= 0
+
+    def worth(self, objective: float) -> float:
+        """The largest margin m whose plan, scaled by 1 / (1 + m), would still beat the best plan
+        certified so far (the objective grows as (1 + m)^p); infinite when there is none."""
+        if self.best is None or objective <= 0:
+            return math.inf
+        return float((self.best[0] / objective) ** (1.0 / self.p) - 1.0)
+
     def plan(self) -> Allocation:
         from overlapdp.overlap import _clock, max_overlap
 
@@ -232,6 +293,13 @@ class _Planner:
                 rounds=1,
                 method="relative (closed form)",
             )
+        # 1. a plan certified by construction (MATH.md 2.10.1): the plan the rows' plan must beat
+        self.best = None
+        if self.table is not None and len(qs) <= PACKING_MAX:
+            packed = packing_plan(self.table.tables, self.w, p, limit, gamma, lambda: self.out_of(_PACKING))
+            if packed is not None:
+                self.offer(packed.costs, limit, False, f"packings ({packed.columns} columns)")
+        # 2. constraint generation on the rows
         held = _Held(len(qs))
         # the even plan's worst row and one row inside each query (each query must be in a constraint,
         # or its share would be unbounded)
@@ -242,52 +310,69 @@ class _Planner:
         starts = self.table.random_rows() if self.table is not None else None
         lam: np.ndarray | None = None
         lower = 0.0
-        proven = False
-        self.margin = self.tol
         costs = np.full(len(qs), limit / gamma)
+        if self.table is not None and starts is not None:
+            # and the heaviest rows a climb finds at even shares: the first restricted plans are then
+            # far less over the budget (fewer rounds)
+            starts, loads, patterns = self.table.climb(starts, costs)
+            for i in np.flatnonzero(loads >= _HEAVY * float(loads.max())):
+                held.add(np.flatnonzero(patterns[i]).tolist())
+        # the rows' plan with the lowest objective once scaled to the heaviest row seen: the one to certify
+        candidate: tuple[float, np.ndarray] | None = None
+        proved = False  # the loop ended on a certification of its last plan
         rounds = 0
         for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported
-            if self.effort is not None and (self.left(until=_LOOP) or 0.0) <= 0:
+            if self.out_of(_LOOP):
                 break  # out of time: certify what there is
             a = held.matrix()
             costs, lam, dual = _restricted(a, self.w, p, limit, lam)
             lower = max(lower, dual)
+            if self.best is not None and self.best[0] <= lower * (1 + self.tol):
+                break  # stopping rule: the certified plan is within tol of the optimum (the dual's bound)
             # feasible on the rows held (the dual solve is approximate), so every violated row is new
             costs = costs * (limit / max(float((a @ costs).max()), 1e-300))
             added = 0
+            heaviest = limit
             if self.table is not None and starts is not None:
                 starts, loads, patterns = self.table.climb(starts, costs)
+                heaviest = max(limit, float(loads.max()))
                 for i in np.flatnonzero(loads > limit * (1 + self.tol)):
                     added += held.add(np.flatnonzero(patterns[i]).tolist())
+            scaled = costs * (limit / heaviest)
+            obj = _objective(self.w, scaled, p, self.objective)
+            if candidate is None or obj < candidate[0]:
+                candidate = (obj, scaled)
             if added == 0:
-                found, margin = self.decide(costs, self.left(0.05, until=_LOOP))
+                most = self.worth(_objective(self.w, costs, p, self.objective))
+                found = self.prove(costs, self.left(0.05, until=_LOOP), most)
                 if found is None:
-                    proven = margin is not None
+                    # proven (or not worth proving): done; every search gave up: the final try below
+                    # has more time
+                    proved = self.margin is not None or most <= self.tol
                     break
                 if not held.add(found):  # pragma: no cover - a held row is within the limit
                     break
                 if self.table is not None and starts is not None:
                     starts = self.table.with_row(starts, found)
             lam = np.concatenate([lam, np.full(held.size - lam.size, 0.0)])
-        if not proven:
-            # the loop ended early (time, rounds, or a search that gave up): one more try to prove a margin
-            found, margin = self.decide(costs, self.left(0.1, until=0.9))
-            proven = found is None and margin is not None
-        if proven:
-            # every row <= limit (1 + margin): scaled by 1 / (1 + margin), every row <= limit (loads
-            # are linear; _SHRINK absorbs the floats' rounding)
-            f = _SHRINK / (1 + self.margin)
-            how = (
-                "optimal"
-                if self.margin <= self.tol
-                else f"optimal, scaled by a proven margin {self.margin:g}"
-            )
-            return self.finish(costs * f, limit, False, held.size, rounds, lower, how)
-        up, exact, _ = self.certified(costs)
-        if up <= limit:
-            return self.finish(costs, up, exact, held.size, rounds, lower, "optimal (engine's bound)")
-        f = (limit / up) * _SHRINK
-        return self.finish(costs * f, limit, False, held.size, rounds, lower, "scaled to the certified bound")
+        if not proved and candidate is not None:
+            # the loop ended early (time, rounds, or the stopping rule): one more try to certify the
+            # best rows' plan, if a proven margin could make it beat the certified plan
+            costs = candidate[1]
+            self.prove(costs, self.left(0.1, until=0.85), self.worth(candidate[0]))
+        if self.margin is None and self.worth(_objective(self.w, costs, p, self.objective)) > self.tol:
+            # nothing proven: the engine's certified bound of the worst row (skipped when even the
+            # unscaled plan loses to the certified one: no bound can help it)
+            up, exact, _ = self.certified(costs)
+            if up <= limit:
+                self.offer(costs, up, exact, "optimal (engine's bound)")
+            else:
+                self.offer(costs * ((limit / up) * _SHRINK), limit, False, "scaled to the certified bound")
+        assert self.best is not None  # the engine's bound is tried whenever nothing else was certified
+        obj, best, how, worst, exact = self.best
+        if obj <= lower * (1 + self.tol) and how != "optimal":
+            how += f", within {self.tol:g} of the optimum"
+        return self.finish(best, worst, exact, held.size, rounds, lower, how)
 
     def finish(
         self,
@@ -366,7 +451,7 @@ class _Coverage:
     """The workload's 0/1 coverage tables over the values of the attributes it constrains (queries x
     values, one table per attribute): the climb's and the threshold decision's input."""
 
-    STARTS = 256
+    STARTS = 128
 
     def __init__(self, sizes: list[int], tables: list[np.ndarray], seed: int = 0) -> None:
         self.sizes = sizes
@@ -478,9 +563,11 @@ def _restricted(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The optimum on the rows ``a`` (rows x queries, 0/1), by its dual: with ``s = a^T lambda``, the
     inner minimum is at ``cost_q = (p w_q / s_q)^(1/(p+1))`` and the dual ``C sum_q (w_q s_q^p)^(1/(p+1))
-    - limit sum lambda`` is concave; maximised over ``lambda >= 0`` by L-BFGS-B (MATH.md 2.10). Returns
-    the costs, the multipliers and the dual's value at them (a lower bound of the full problem's
-    optimum: the restricted problem drops constraints)."""
+    - limit sum lambda`` is concave; maximised over ``lambda >= 0`` by L-BFGS-B (MATH.md 2.10), at most
+    ``_SOLVE_ITERATIONS`` steps from ``lam0``. Returns the costs, the multipliers and the dual's value
+    at them (a lower bound of the full problem's optimum for ANY multipliers >= 0: the restricted
+    problem drops constraints)."""
+    import scipy.sparse as sp
     from scipy.optimize import minimize
 
     k = 1.0 / (p + 1)
@@ -488,14 +575,17 @@ def _restricted(
     # (a floor on s keeps a query whose rows all have lambda 0 at a large finite share, which its rows'
     # gradients then pull back)
     floor = 1e-12
+    # rows cover a small part of a large workload: sparse products are several times cheaper
+    am = sp.csr_matrix(a)
+    at = am.T.tocsr()
 
     def costs_of(lam: np.ndarray) -> np.ndarray:
-        return np.asarray((p * w / (a.T @ lam + floor)) ** k)
+        return np.asarray((p * w / (at @ lam + floor)) ** k)
 
     def neg_dual(lam: np.ndarray) -> tuple[float, np.ndarray]:
-        s = a.T @ lam + floor
+        s = at @ lam + floor
         value = const * float(np.sum((w * s**p) ** k)) - limit * float(lam.sum())
-        return -value, -(a @ costs_of(lam) - limit)
+        return -value, -(am @ ((p * w / s) ** k) - limit)
 
     start = np.full(a.shape[0], 1.0) if lam0 is None else np.maximum(lam0, 0.0)
     res = minimize(
@@ -504,11 +594,11 @@ def _restricted(
         jac=True,
         method="L-BFGS-B",
         bounds=[(0.0, None)] * a.shape[0],
-        options={"maxiter": 5000, "ftol": 1e-13, "gtol": 1e-9},
+        options={"maxiter": _SOLVE_ITERATIONS, "ftol": 1e-13, "gtol": 1e-9},
     )
     lam = np.asarray(res.x)
     # the dual without the floor (s = 0 contributes 0: the inner minimum of w c^-p + 0 c is 0)
-    s = a.T @ lam
+    s = at @ lam
     dual = const * float(np.sum((w * s**p) ** k)) - limit * float(lam.sum())
     return costs_of(lam), lam, dual
 
