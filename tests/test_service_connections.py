@@ -267,18 +267,17 @@ def test_an_analyst_past_their_requests_in_progress_gets_429_and_others_are_serv
 
 
 def _workers_ready(service: QueryService) -> None:
-    assert service.dry_runs is not None
-    for _ in range(600):
-        if service.dry_runs.ready:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the dry-run worker did not start")
+    pool = service.dry_runs
+    assert pool is not None
+    wait_until(lambda: pool.ready, "the dry-run worker's start")
 
 
 def test_cost_runs_in_a_worker_process_and_answers_as_the_server_would(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    with _served(tmp_path, limits=Limits(cost_workers=1, request_seconds=TEST_REQUEST_SECONDS)) as world:
+    with _served(
+        tmp_path, limits=Limits(cost_workers=1, cost_worker_nice=0, request_seconds=TEST_REQUEST_SECONDS)
+    ) as world:
         service: QueryService = world["service"]
         _workers_ready(service)
         pool = service.dry_runs
