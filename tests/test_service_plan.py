@@ -36,7 +36,8 @@ QUERIES = ["TRUE", *[f"age = {a}" for a in range(10)], "hours <= 1", "hours >= 2
 def _served(tmp_path: Path, workers: int) -> Iterator[tuple[Client, QueryService]]:
     import uvicorn
 
-    limits = Limits(cost_workers=workers, request_seconds=TEST_REQUEST_SECONDS)  # (no load exhausts it)
+    # a budget no load exhausts, a worker no busy machine starves
+    limits = Limits(cost_workers=workers, cost_worker_nice=0, request_seconds=TEST_REQUEST_SECONDS)
     service = QueryService(open_ledger(tmp_path / "l.sqlite"), limits=limits)
     pd.DataFrame({"age": [1, 2, 3], "hours": [0, 1, 4]}).to_csv(tmp_path / "d.csv", index=False)
     service.register_dataset("t", str(tmp_path / "d.csv"), SCHEMA.to_json(), "pandas", "pure", 10.0)

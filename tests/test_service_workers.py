@@ -55,9 +55,15 @@ def _served(
     import uvicorn
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    # a request budget no load exhausts (the deadline test moves the arrival stamp past it)
+    # a request budget no load exhausts (the deadline test moves the arrival stamp past it), and
+    # workers at the server's priority: at nice 19 a busy machine starves them (their start took over
+    # the 60 s the tests waited under two busy processes)
     limits = Limits(
-        cost_workers=workers, worker_batch_min=2, analyst_requests=4, request_seconds=TEST_REQUEST_SECONDS
+        cost_workers=workers,
+        cost_worker_nice=0,
+        worker_batch_min=2,
+        analyst_requests=4,
+        request_seconds=TEST_REQUEST_SECONDS,
     )
     service = QueryService(open_ledger(tmp_path / f"ledger-{workers}.sqlite"), limits=limits)
     path, schema = write_adult(tmp_path, rows=300)
@@ -340,3 +346,23 @@ def test_a_worker_batch_past_its_deadline_is_a_503_and_charges_nothing(
         assert _held(service) == []
         monkeypatch.setattr(serving, "clock", real)
         assert len(alice.batch("adult", specs, epsilon=0.01)) == 20
+
+
+def test_workers_lower_their_priority_by_the_limits_niceness(tmp_path: Path) -> None:
+    """A dry-run worker adds ``Limits.cost_worker_nice`` to its niceness from its start: 19 by default (a
+    dry run takes the processor time the server's requests leave), what the limits say otherwise (the
+    tests here say 0: a busy machine starved their workers at 19)."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for added in (None, 5):
+        if added is None:
+            limits, want = Limits(cost_workers=1), min(19, base + 19)
+        else:
+            limits, want = Limits(cost_workers=1, cost_worker_nice=added), min(19, base + added)
+        service = QueryService(open_ledger(tmp_path / f"ledger-{added}.sqlite"), limits=limits)
+        try:
+            assert service.dry_runs is not None
+            (pid,) = service.dry_runs.workers
+            # the worker's first step, before its imports: no need to wait for it to be ready
+            wait_until(lambda p=pid, w=want: os.getpriority(os.PRIO_PROCESS, p) == w, "the worker's nice")
+        finally:
+            service.close()

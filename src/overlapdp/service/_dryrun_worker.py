@@ -1,7 +1,7 @@
 """Worker process of the service's ``/cost`` dry runs (see :mod:`overlapdp.service._dryrun`).
 
 Run by the pool as ``python -c "...; main()" LEDGER LIMITS`` (LIMITS: the service's limits as JSON).
-It lowers its scheduling priority (nice 19), opens the ledger (reading only), builds a query service
+It lowers its scheduling priority (by ``Limits.cost_worker_nice``, 19 by default), opens the ledger (reading only), builds a query service
 over it (which replays the charges), says ``ready``, then answers jobs until its standard input closes. Each
 message, both ways, is an 8-byte big-endian length and a pickle (as the projection workers'). A job:
 the analyst's name and the dry run's fields, with the seconds left on the request's time budget and
@@ -97,16 +97,17 @@ def _answer(service: Any, job: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print goes to standard error, never into the replies
-    # The lowest priority from the start: its imports and the replay of the ledger must not slow the
-    # server's first requests either (it takes the processor time they leave, as its dry runs do).
+    ledger, settings = sys.argv[1], json.loads(sys.argv[2])
+    # The lowest priority from the start (by default): its imports and the replay of the ledger must
+    # not slow the server's first requests either (it takes the processor time they leave, as its dry
+    # runs do).
     with contextlib.suppress(OSError):
-        os.nice(19)
+        os.nice(int(settings.get("cost_worker_nice", 19)))
     os.environ["OVERLAPDP_SERVED"] = "1"
     from overlapdp.service.core import QueryService
     from overlapdp.service.ledger import open_ledger
     from overlapdp.service.limits import Limits
 
-    ledger, settings = sys.argv[1], json.loads(sys.argv[2])
     service = QueryService(open_ledger(ledger), limits=Limits(**settings))
     stdin = sys.stdin.buffer
     try:

@@ -44,6 +44,11 @@ class Limits:
     #: (:meth:`QueryService.worker_batch`); the server checks the worker's verdicts against its filters
     #: (DESIGN.md, "Admission in worker processes") and counts, draws the noise and commits.
     worker_batch_min: int = 100
+    #: The niceness those workers add to theirs from their start (``os.nice``): 19, the lowest priority,
+    #: so that a dry run takes the processor time the server's requests leave. On a machine kept busy
+    #: by other processes they get almost none (a worker's start took minutes under two busy processes
+    #: on two cores); the tests run theirs at 0 so that a loaded machine cannot starve them.
+    cost_worker_nice: int = 19
     #: Worker processes that compute consistent answers (:mod:`overlapdp.service._projection`), started
     #: when the first is needed; a consistent batch waits (within its time budget) for a free one.
     projection_workers: int = 2
