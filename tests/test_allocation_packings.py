@@ -21,6 +21,7 @@ from overlapdp.mechanisms._packings import overlap_graph, packing_plan
 from overlapdp.mechanisms.allocation import _Coverage, allocate
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.generators import random_coverages
 
 SCHEMA = Schema(tuple(IntAttribute(n, 0, s - 1) for n, s in zip("abcd", (5, 3, 6, 2), strict=True)))
 ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
@@ -30,15 +31,7 @@ def workload(rng: np.random.Generator, t: int) -> list[PredicateQuery]:
     """Ranges and arbitrary value sets (no Helly property: pairwise meeting queries may share no row)."""
     out = []
     for i in range(t):
-        covs: dict[str, IndexSet] = {}
-        for a in SCHEMA.attributes:
-            r = rng.random()
-            if r < 0.35:
-                lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
-                covs[a.name] = IndexSet.interval(lo, hi + 1)
-            elif r < 0.6:
-                m = int(rng.integers(1, a.size + 1))
-                covs[a.name] = IndexSet.from_indices(sorted(rng.choice(a.size, m, replace=False).tolist()))
+        covs = random_coverages(rng, SCHEMA)
         out.append(PredicateQuery.from_coverages(SCHEMA, covs, id=f"q{i}", weight=float(rng.uniform(0.2, 3))))
     return out
 

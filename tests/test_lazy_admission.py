@@ -22,6 +22,7 @@ from overlapdp.privacy._lazy import Bounds, Cover, up_float, widen
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.generators import random_coverages
 from support.marks import slow_after
 
 SCHEMA = Schema((IntAttribute("a", 0, 2), IntAttribute("b", 0, 1), IntAttribute("c", 0, 3)))
@@ -30,16 +31,7 @@ ORDERS = (2.0, 4.0, 16.0)
 
 
 def random_query(rng: np.random.Generator) -> PredicateQuery:
-    covs: dict[str, IndexSet] = {}
-    for a in SCHEMA.attributes:
-        r = rng.random()
-        if r < 0.35:
-            lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
-            covs[a.name] = IndexSet.interval(lo, hi + 1)
-        elif r < 0.6:
-            m = int(rng.integers(1, a.size + 1))
-            covs[a.name] = IndexSet.from_indices(rng.choice(a.size, size=m, replace=False).tolist())
-    return PredicateQuery.from_coverages(SCHEMA, covs)
+    return PredicateQuery.from_coverages(SCHEMA, random_coverages(rng, SCHEMA))
 
 
 class Brute:

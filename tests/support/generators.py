@@ -145,3 +145,18 @@ def constrained(
                 covs[n] = _coverage(kind, n, schema.attributes[p].size, rng, anchor, sets=sets)
         out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
     return out
+
+
+def random_coverages(rng: np.random.Generator, schema: Schema) -> dict[str, IndexSet]:
+    """Per attribute: a range (35%), an arbitrary value set (25%) or no condition (40%), for small-domain
+    brute-force tests (value sets break the Helly property: queries that meet pairwise may share no row)."""
+    covs: dict[str, IndexSet] = {}
+    for a in schema.attributes:
+        r = rng.random()
+        if r < 0.35:
+            lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
+            covs[a.name] = IndexSet.interval(lo, hi + 1)
+        elif r < 0.6:
+            m = int(rng.integers(1, a.size + 1))
+            covs[a.name] = IndexSet.from_indices(sorted(rng.choice(a.size, size=m, replace=False).tolist()))
+    return covs
