@@ -28,6 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -36,7 +37,16 @@ from overlapdp.overlap import _clock
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.schema import IntAttribute, Schema
-from overlapdp.service import AdminKey, Limits, QueryService, create_app, open_ledger, serving, shared
+from overlapdp.service import (
+    AdminKey,
+    Limits,
+    QueryService,
+    create_app,
+    filters,
+    open_ledger,
+    serving,
+    shared,
+)
 from overlapdp.service.filters import ServiceFilter
 from support.marks import slow_after, slow_where
 from support.service import ADMIN_TOKEN, write_adult
@@ -187,6 +197,75 @@ def test_settled_trials_decide_as_admitting_one_by_one(definition: str, seed: in
             assert Fraction(f.max_load()) >= exact
             assert float(exact) == f.max_load() or Fraction(math.nextafter(f.max_load(), 0)) < exact
     assert admitted and refused  # both outcomes were exercised
+
+
+class _Ticking:
+    """A clock that moves ``tick`` seconds at each reading, and by each rest taken (``filters._rest``)."""
+
+    def __init__(self, tick: float) -> None:
+        self.t, self.tick, self.rests = 0.0, tick, []
+
+    def now(self) -> float:
+        self.t += self.tick
+        return self.t
+
+    def rest(self, seconds: float) -> None:
+        self.rests.append(seconds)
+        self.t += seconds
+
+
+def _tables(f: ServiceFilter) -> list[Any]:
+    inner = f._filter
+    # (per-charge loads by charge id: the ids are the filters' own, so compared in order)
+    out: list[Any] = [np.array(list(t.loads.values()), dtype=object) for t in inner._tracks]
+    for b in inner._bounds or []:
+        out += [b.base, b.peak, b.speak, b.everywhere, *b.cells, *b.share]
+    return out
+
+
+def _same_filter(x: ServiceFilter, y: ServiceFilter) -> None:
+    assert x._log == y._log
+    tx, ty = _tables(x), _tables(y)
+    assert len(tx) == len(ty) and all(np.array_equal(a, b) for a, b in zip(tx, ty, strict=True))
+    assert x.max_load() == y.max_load()
+
+
+@pytest.mark.parametrize("deadline", [None, 0.1])
+def test_a_large_batch_from_a_worker_is_recorded_in_slices_with_rests_and_on_time(
+    monkeypatch: pytest.MonkeyPatch, deadline: float | None
+) -> None:
+    """A worker's admitted 600-charge batch goes into the server's replica in slices, resting between
+    them (the other requests' threads get the interpreter), and leaves the filter one pass of
+    ``record_many`` leaves, tables bit for bit. With a deadline, the rests give way to the time budget:
+    the recording ends before it, where resting after every slice would pass it."""
+    clock = _Ticking(0.001)
+    monkeypatch.setattr(_clock, "now", clock.now)
+    monkeypatch.setattr(filters, "_rest", clock.rest)
+    rng = random.Random(5)
+    charges = [(_query(rng), 0.001 * rng.randint(1, 9)) for _ in range(600)]
+    f = ServiceFilter(GRID, "pure", 1000.0)
+    trial = f.from_worker(f.snapshot(), charges, True, None, (), deadline)
+    assert trial.admitted and trial.replica is not None
+    whole = ServiceFilter(GRID, "pure", 1000.0)
+    whole.record_many([(q, w, 1) for q, w in charges])
+    _same_filter(trial.replica, whole)
+    slices = -(-600 // filters._YIELD_SLICE)
+    if deadline is None:
+        assert len(clock.rests) == slices - 1 and all(r > 0 for r in clock.rests)
+    else:
+        # some rests were given up for the time budget, and it was met
+        assert len(clock.rests) < slices - 1 and clock.t < deadline
+
+
+def test_a_short_recording_takes_no_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``_YIELD_MIN`` charges a replica records in one pass, with no rest."""
+    rests: list[float] = []
+    monkeypatch.setattr(filters, "_rest", rests.append)
+    rng = random.Random(6)
+    f = ServiceFilter(GRID, "pure", 1000.0)
+    charges = [(_query(rng), 0.01) for _ in range(filters._YIELD_MIN - 1)]
+    trial = f.from_worker(f.snapshot(), charges, True, None, ())
+    assert trial.replica is not None and len(trial.replica) == len(charges) and rests == []
 
 
 def test_a_trial_past_its_deadline_changes_nothing() -> None:

@@ -7,6 +7,7 @@ and reports computed on replicas, and :func:`batch_cost`, what a batch costs on 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,6 +27,15 @@ from overlapdp.service.logged_filter import LoggedFilter, Savepoint, _uids, chec
 _POOL = 2
 #: Longest wait (seconds) for a pooled replica before building a new one while _POOL are lent out.
 _POOL_WAIT = 1.0
+#: Recording many charges into a replica (a large batch admitted by a worker, or a replica catching up
+#: with one) is Python work in the server's process, and Python threads share one interpreter lock
+#: with no priorities: a lighter request running meanwhile would get about half of it. From
+#: _YIELD_MIN charges on, they are recorded _YIELD_SLICE at a time, the thread resting _YIELD_REST
+#: times as long as each slice took (it then holds the lock about a third of the time), while the
+#: request's deadline leaves room for the rest (:func:`_record_yielding`).
+_YIELD_MIN = 256
+_YIELD_SLICE = 32
+_YIELD_REST = 2.0
 
 
 @dataclass(frozen=True)
@@ -147,9 +157,7 @@ class ServiceFilter(LoggedFilter):
         _heap.grew(len(missing))  # (off the lock: a pooled replica lives on, like the filters)
         try:
             # in one pass (:meth:`PrivacyFilter.record_many`: no search per charge, the same filter)
-            check_deadline(deadline)
-            replica.record_many(list(missing))
-            check_deadline(deadline)
+            _record_yielding(replica, list(missing), deadline)
             if snap.within:
                 # the same charges and budget as the filter that knew every row within it: no search
                 # of the whole domain to show it again before the trial's first decision
@@ -329,10 +337,8 @@ class ServiceFilter(LoggedFilter):
         replica = self._replica(snap, deadline)
         mark = replica.savepoint()
         try:
-            check_deadline(deadline)
-            # in one pass (no search: the lazy tables take them, or the index defers its search)
-            replica.record_many([(q, load, 1) for q, load in charges])
-            check_deadline(deadline)
+            # no search: the lazy tables take them, or the index defers its search
+            _record_yielding(replica, [(q, load, 1) for q, load in charges], deadline)
         except BaseException:
             replica.rollback(mark)
             self._give_back(replica)
@@ -493,3 +499,38 @@ def batch_cost(
     sequential = alone.measure.sequential([x for _, x in charges])
     overlap, exact = alone.spend_within(deadline, _BATCH_SHARE)
     return {"overlap": overlap, "sequential": sequential, "exact": exact}
+
+
+def _record_yielding(
+    replica: ServiceFilter, charges: list[tuple[PredicateQuery | None, float, int]], deadline: float | None
+) -> None:
+    """``replica.record_many(charges)`` (the same filter as recording them one by one, whatever the
+    slices: :meth:`PrivacyFilter.record_many`), checking ``deadline`` before and after. Many charges
+    go in slices with a rest after each (``_YIELD_*``), so that the other requests' threads get the
+    interpreter most of the time; no rest once resting as long again might leave too little of the
+    time budget for the rest (the slices' pace so far)."""
+    check_deadline(deadline)
+    if len(charges) < _YIELD_MIN:
+        replica.record_many(charges)
+        check_deadline(deadline)
+        return
+    busy = 0.0
+    for i in range(0, len(charges), _YIELD_SLICE):
+        start = _clock.now()
+        replica.record_many(charges[i : i + _YIELD_SLICE])
+        took = _clock.now() - start
+        busy += took
+        check_deadline(deadline)
+        done = i + _YIELD_SLICE
+        if done >= len(charges):
+            break
+        rest = _YIELD_REST * took
+        # what is left at this pace, resting included, and as much again as a margin
+        need = 2 * (1 + _YIELD_REST) * busy / done * (len(charges) - done)
+        if rest > 0 and (deadline is None or _clock.now() + rest + need < deadline):
+            _rest(rest)
+
+
+def _rest(seconds: float) -> None:
+    """Sleep (tests count the rests by replacing it)."""
+    time.sleep(seconds)
