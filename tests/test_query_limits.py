@@ -731,9 +731,13 @@ class _http_once:
 
     def __enter__(self) -> tuple[TestClient, dict[str, str]]:
         if not _HTTP:
+            import atexit
+            import shutil
             import tempfile
 
             folder = Path(tempfile.mkdtemp(prefix="overlapdp-limits-"))
+            # one service for the whole run: removed when the test run's process exits
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
             data = folder / "d.csv"
             _frame().to_csv(data, index=False)
             service = QueryService(open_ledger(folder / "l.sqlite"))

@@ -12,6 +12,8 @@ tests/conftest.py does not collect this module in a run that leaves slow tests o
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ _STATE: dict[str, Any] = {}
 
 def _build_schema() -> Any:
     folder = Path(tempfile.mkdtemp(prefix="overlapdp-fuzz-"))
+    # built at collection, so no fixture can remove it: removed when the test run's process exits
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     service = QueryService(open_ledger(folder / "l.sqlite"))
     path, data_schema = write_adult(folder, rows=500)
     service.register_dataset("adult", str(path), data_schema, "pandas", "pure", 1e6)
