@@ -61,6 +61,7 @@ Target (issue 7): at least 500 queries/s with p99 below 50 ms in both service ro
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import functools
 import gc
@@ -69,6 +70,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -723,6 +725,8 @@ def main() -> None:
     wanted = set(args.rows.split(","))
 
     folder = Path(tempfile.mkdtemp(prefix="overlapdp-bench-"))
+    # ledgers of every row's server (stopped by then) and the synthetic data: gone when the run ends
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     if SHARED_ADULT.exists():
         data, source = SHARED_ADULT, "UCI Adult (shared/data)"
     else:
