@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from overlapdp.errors import NeedsTrial
+from overlapdp.errors import NeedsTrial, TimeBudgetExceeded
 from overlapdp.overlap import _clock
 from overlapdp.privacy.measures import AdditiveMeasure
 from overlapdp.privacy.privacy_filter import PrivacyFilter
@@ -46,7 +46,8 @@ class DryRun:
 
     before: float
     after: float
-    admitted: bool
+    #: None: not decided by the time given to the decision (the figures are still given).
+    admitted: bool | None
     exact: bool
 
 
@@ -395,17 +396,22 @@ class ServiceFilter(LoggedFilter):
         snap: FilterSnapshot,
         charges: Sequence[tuple[PredicateQuery | None, float]],
         deadline: float | None = None,
+        decide_by: float | None = None,
     ) -> DryRun:
         """On a private replica of ``snap`` (off the lock): whether :meth:`try_all` would admit
-        ``charges`` (exact, within ``deadline``), and the spend after and before recording them, each
-        exact when its search ends within a share of the time left (:meth:`spend_within`), else a safe
-        upper bound, so that a large request still gets its figures in time. Nothing stays."""
+        ``charges`` (its exact decision, or None when it is not reached by ``decide_by``, a time before
+        ``deadline``), and the spend after and before recording them, each exact when its search ends
+        within a share of the time left (:meth:`spend_within`), else a safe upper bound, so that a
+        large request still gets its figures in time. Past ``deadline`` itself,
+        :class:`TimeBudgetExceeded`. Nothing stays."""
         replica = self._replica(snap, deadline)
         mark = replica.savepoint()
         open_mark = True
         try:
-            ok = replica.try_all(charges, deadline)  # admitted: the charges are in
-            if not ok:
+            ok = verdict_within(
+                lambda: replica.try_all(charges, deadline if decide_by is None else decide_by), deadline
+            )
+            if not ok:  # refused or undecided: nothing of the batch is in yet
                 for q, load in charges:
                     check_deadline(deadline)
                     with replica._effort(deadline):
@@ -529,6 +535,16 @@ def _record_yielding(
         need = 2 * (1 + _YIELD_REST) * busy / done * (len(charges) - done)
         if rest > 0 and (deadline is None or _clock.now() + rest + need < deadline):
             _rest(rest)
+
+
+def verdict_within(decide: Callable[[], bool], deadline: float | None) -> bool | None:
+    """``decide()``, or None when it ran out of the time it was given (its :class:`TimeBudgetExceeded`)
+    while ``deadline``, the request's own, has not passed (past it, the error stands)."""
+    try:
+        return bool(decide())
+    except TimeBudgetExceeded:
+        check_deadline(deadline)
+        return None
 
 
 def _rest(seconds: float) -> None:

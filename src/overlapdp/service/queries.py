@@ -15,6 +15,7 @@ from overlapdp.mechanisms.consistency import (
     finish_aggregates,
     workload_design,
 )
+from overlapdp.overlap import _clock
 from overlapdp.query import PredicateQuery, QueryFamily, parse_line
 from overlapdp.query.aggregate import COUNT, Aggregate, declared_bounds
 from overlapdp.service import definitions, filters, logged_filter, shared
@@ -545,14 +546,20 @@ class Queries(Admission):
         """What the batch would cost and whether both filters would admit it, as of a snapshot of both
         filters taken under the admission lock (the only work done under it); the spends and verdicts
         are computed off the lock on private replicas (:meth:`ServiceFilter.dry_run`), within the
-        request's time budget: the verdicts exactly (or 503), the spends and the batch's own overlap
+        request's time budget: each verdict exactly, or None when its search does not end within
+        ``_DECISION_SHARE`` of the time left (503 only past the budget itself), the spends and the batch's own overlap
         cost exactly when their searches end within a share of it, else as safe upper bounds
         (``exact`` False). Nothing is added to any filter."""
         quota, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
         pairs = list(zip(p.queries, p.loads, strict=True))
-        mine_run = mine.dry_run(mine_snap, pairs, p.deadline)
-        trial = glob.trial(global_snap, pairs, p.deadline, bound=False)
-        filters.ServiceFilter.finish(trial)
+        mine_run = mine.dry_run(mine_snap, pairs, p.deadline, _share(p.deadline, _DECISION_SHARE))
+
+        def global_verdict() -> bool:
+            trial = glob.trial(global_snap, pairs, _share(p.deadline, _DECISION_SHARE), bound=False)
+            filters.ServiceFilter.finish(trial)
+            return trial.admitted
+
+        global_ok = filters.verdict_within(global_verdict, p.deadline)
         definition = state.record.definition
         batch = filters.batch_cost(state.schema, pairs, definition, p.deadline)
         batch_exact = batch.pop("exact")
@@ -572,10 +579,30 @@ class Queries(Admission):
             spent_after_epsilon_delta=EpsilonDelta(
                 **definitions.epsilon_delta(definition, state.params, after)
             ),
-            admissible=mine_run.admitted and trial.admitted,
+            admissible=_both(mine_run.admitted, global_ok),
             quota_admits=mine_run.admitted,
-            global_admits=trial.admitted,
+            global_admits=global_ok,
             remaining=definitions.remaining(definition, quota, mine_run.before, state.params),
             curve=definitions.curve_figures(definition, state.params, after, quota),
-            exact=mine_run.exact and batch_exact,
+            exact=mine_run.exact and batch_exact and None not in (mine_run.admitted, global_ok),
         )
+
+
+#: The share of a ``/cost``'s time left that each of its two verdicts (quota, global budget) may take
+#: before it is given as undecided (None), so that the figures after them still fit in the budget.
+_DECISION_SHARE = 0.45
+
+
+def _share(deadline: float | None, share: float) -> float | None:
+    """``share`` of the time left before ``deadline``, from now (None without a deadline)."""
+    if deadline is None:
+        return None
+    now = _clock.now()
+    return now + share * max(0.0, deadline - now)
+
+
+def _both(mine: bool | None, glob: bool | None) -> bool | None:
+    """Whether both budgets admit: False when either refuses, None when either is undecided."""
+    if mine is False or glob is False:
+        return False
+    return None if mine is None or glob is None else True

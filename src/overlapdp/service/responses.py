@@ -434,9 +434,14 @@ class CostEstimate(Out):
     cost: Cost
     spent_after: float = Field(description="the analyst's spend if the batch were charged now")
     spent_after_epsilon_delta: EpsilonDelta
-    admissible: bool
-    quota_admits: bool
-    global_admits: bool
+    admissible: bool | None = Field(
+        description="whether a /batch of these queries would be admitted now (both budgets); null when "
+        "a verdict was not reached within its share of the request's time budget (near the budget the "
+        "decision is an overlap search that can take longer: a /batch then decides exactly, or answers "
+        "503)"
+    )
+    quota_admits: bool | None = Field(description="the analyst's quota alone (null: not decided in time)")
+    global_admits: bool | None = Field(description="the global budget alone (null: not decided in time)")
     remaining: float
     curve: RenyiCurve | None = omitted(
         "an rdp data set served as a curve: spent_after and the quota per order"
@@ -445,7 +450,7 @@ class CostEstimate(Out):
         True,
         description="false: spent_after, remaining and cost.batch.overlap are safe bounds (spent_after"
         " and the overlap at least, remaining at most the exact value), since their overlap searches did"
-        " not end within the request's time budget; the verdicts are always exact",
+        " not end within the request's time budget, or a verdict is null; a verdict given is exact",
     )
     allocation: ReleasePlanned | None = omitted(
         "only with 'allocation' in the request: the plan of POST .../plan with budget = "
