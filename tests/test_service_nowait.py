@@ -47,6 +47,7 @@ from overlapdp.service import (
     serving,
     shared,
 )
+from overlapdp.service.client import Client
 from overlapdp.service.filters import ServiceFilter
 from support.marks import slow_after, slow_where
 from support.service import ADMIN_TOKEN, write_adult
@@ -524,6 +525,15 @@ def test_past_its_time_budget_a_batch_gets_503_a_cost_null_verdicts_nothing_char
     assert got["exact"] is False
     assert 0 < steps[0] < 25, steps[0]  # both verdicts searched, and gave up within the budget
     assert got["spent_after"] >= 0.1 and got["remaining"] <= 5.0 - 0.1  # never flattering
+    # the same through the Python client
+    python = Client("http://testserver", alice, transport=client._transport, retries=0)
+    out = python.cost("adult", body["queries"], epsilon=1e-4)
+    assert (out["admissible"], out["quota_admits"], out["global_admits"], out["exact"]) == (
+        None,
+        None,
+        None,
+        False,
+    )
     slow.clear()
     assert service.ledger(dataset="adult", limit=5000) == before_ledger
     assert service.dataset_status("adult").spent_by_analyst == before_spent
