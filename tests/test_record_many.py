@@ -18,6 +18,7 @@ from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, Priva
 from overlapdp.privacy.mechanisms import Mechanism
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
+from support.generators import random_coverages
 from support.marks import slow_after
 
 SCHEMA = Schema((IntAttribute("a", 0, 4), IntAttribute("b", 0, 2), IntAttribute("c", 0, 3)))
@@ -36,18 +37,8 @@ BUDGETS: dict[str, Any] = {
 def random_query(rng: np.random.Generator) -> PredicateQuery | None:
     if rng.random() < 0.05:
         return None  # the whole domain
-    covs: dict[str, IndexSet] = {}
-    for a in SCHEMA.attributes:
-        r = rng.random()
-        if r < 0.4:
-            lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
-            covs[a.name] = IndexSet.interval(lo, hi + 1)
-        elif r < 0.55:
-            m = int(rng.integers(1, a.size + 1))
-            covs[a.name] = IndexSet.from_indices(rng.choice(a.size, size=m, replace=False).tolist())
-        elif r < 0.57:
-            covs[a.name] = IndexSet.empty()  # a contradiction: covers no row
-    return PredicateQuery.from_coverages(SCHEMA, covs)
+    # some empty sets: a contradiction covers no row
+    return PredicateQuery.from_coverages(SCHEMA, random_coverages(rng, SCHEMA, 0.4, 0.15, 0.02))
 
 
 def mechanisms(rng: np.random.Generator, n: int, kind: str = "pure") -> list[Mechanism]:

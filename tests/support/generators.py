@@ -147,16 +147,22 @@ def constrained(
     return out
 
 
-def random_coverages(rng: np.random.Generator, schema: Schema) -> dict[str, IndexSet]:
-    """Per attribute: a range (35%), an arbitrary value set (25%) or no condition (40%), for small-domain
-    brute-force tests (value sets break the Helly property: queries that meet pairwise may share no row)."""
+def random_coverages(
+    rng: np.random.Generator, schema: Schema, ranges: float = 0.35, sets: float = 0.25, empty: float = 0.0
+) -> dict[str, IndexSet]:
+    """Per attribute: a range (``ranges``), an arbitrary value set (``sets``), an empty set (``empty``: a
+    contradiction, no row) or no condition (the rest), for small-domain brute-force tests (value sets
+    break the Helly property: queries that meet pairwise may share no row). One ``rng.random()`` per
+    attribute, then the draws of its condition."""
     covs: dict[str, IndexSet] = {}
     for a in schema.attributes:
         r = rng.random()
-        if r < 0.35:
+        if r < ranges:
             lo, hi = sorted(rng.integers(0, a.size, 2).tolist())
             covs[a.name] = IndexSet.interval(lo, hi + 1)
-        elif r < 0.6:
+        elif r < ranges + sets:
             m = int(rng.integers(1, a.size + 1))
             covs[a.name] = IndexSet.from_indices(sorted(rng.choice(a.size, size=m, replace=False).tolist()))
+        elif r < ranges + sets + empty:
+            covs[a.name] = IndexSet.empty()
     return covs

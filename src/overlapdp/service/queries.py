@@ -547,9 +547,9 @@ class Queries(Admission):
         filters taken under the admission lock (the only work done under it); the spends and verdicts
         are computed off the lock on private replicas (:meth:`ServiceFilter.dry_run`), within the
         request's time budget: each verdict exactly, or None when its search does not end within
-        ``_DECISION_SHARE`` of the time left (503 only past the budget itself), the spends and the batch's own overlap
-        cost exactly when their searches end within a share of it, else as safe upper bounds
-        (``exact`` False). Nothing is added to any filter."""
+        ``_DECISION_SHARE`` of the time left (503 only past the budget itself); the spends and the
+        batch's own overlap cost exactly when their searches end within a share of it, else as safe
+        upper bounds (``exact`` False). Nothing is added to any filter."""
         quota, ((mine, mine_snap), (glob, global_snap)) = self._snapshots(state, p.analyst)
         pairs = list(zip(p.queries, p.loads, strict=True))
         mine_run = mine.dry_run(mine_snap, pairs, p.deadline, _share(p.deadline, _DECISION_SHARE))
