@@ -217,9 +217,9 @@ def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest
     real_lp = engine_mod._lp_maximum
 
     def record_lp(key: Any) -> Any:
-        def solve(tables: Any, loads: Any, until: float | None) -> Any:
+        def solve(tables: Any, loads: Any, until: float | None, stop: Any = None) -> Any:
             seen.setdefault(key, []).append(until)
-            return real_lp(tables, loads, until)
+            return real_lp(tables, loads, until, stop)
 
         return solve
 

@@ -22,6 +22,7 @@ from overlapdp.overlap import (
     WeightError,
     _clock,
     brute_force_overlap,
+    engine,
     graph_overlap,
     max_overlap,
     subset_overlap,
@@ -384,6 +385,48 @@ def test_wcsp_route_refuses_loads_that_are_not_multiples_of_one_unit() -> None:
     with pytest.raises(CompError, match="integer multiples"):
         max_overlap(queries, [0.1, 0.3], "sum", algorithm="wcsp")
     assert float(max_overlap(queries, [0.5, 1.5], "sum", algorithm="wcsp").value) == 2.0
+
+
+@pytest.mark.parametrize("when", ["joins", "first"])
+@pytest.mark.parametrize("seed", range(3))
+def test_toulbar2_alongside_the_lp_search_stops_it_with_the_exact_maximum(
+    monkeypatch: pytest.MonkeyPatch, seed: int, when: str
+) -> None:
+    """toulbar2 runs alongside the LP branch and bound: started before it (``first``: from
+    ``WCSP_BEFORE_LP_QUERIES`` queries, here 0) or once it has run ``WCSP_JOIN_SECONDS`` (``joins``: here
+    0) without a proof. A proof by toulbar2 stops the LP search (held here as an LP search that waits
+    for it) and the answer is toulbar2's exact maximum: the brute-force value, with a checked witness."""
+    rng = np.random.default_rng(70 + seed)
+    schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdef")) for n in ("x", "y", "z")))
+    queries = []
+    for i in range(14):
+        covs = {}
+        for name in rng.choice(["x", "y", "z"], size=int(rng.integers(1, 4)), replace=False).tolist():
+            covs[name] = IndexSet.from_indices(rng.choice(6, size=int(rng.integers(1, 6)), replace=False))
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    weights = rng.integers(1, 5, len(queries)).astype(float).tolist()
+    # past the atom grid and the first branch and bound, into the LP search (as on large workloads)
+    monkeypatch.setattr(engine, "grid_feasible", lambda *args: False)
+    monkeypatch.setattr(engine, "BRANCH_TABLE_LIMIT", 0)
+    monkeypatch.setattr(engine, "WCSP_JOIN_SECONDS", 0.0 if when == "joins" else math.inf)
+    monkeypatch.setattr(engine, "WCSP_BEFORE_LP_QUERIES", 10**9 if when == "joins" else 0)
+    real = engine._lp_maximum
+    waited: list[bool] = []
+
+    def slow_lp(tables: Any, loads: Any, until: Any, stop: Any = None) -> Any:
+        give_up = time.monotonic() + 120.0  # a bound on a hang, not on speed
+        while not stop():  # ("joins": the first call starts toulbar2)
+            assert time.monotonic() < give_up, "toulbar2 did not prove 14 queries"
+            time.sleep(0.005)
+        waited.append(True)
+        return real(tables, loads, until, stop)  # stopped before its first node: a safe bound
+
+    monkeypatch.setattr(engine, "_lp_maximum", slow_lp)
+    r = max_overlap(queries, weights, "sum")
+    truth = brute_force_overlap(queries, weights, "sum")
+    assert waited and "lpbranch" in r.algorithm and "wcsp" in r.algorithm
+    assert r.exact and float(r.value) == float(truth.value)
+    check_witness(queries, weights, r, "sum")
 
 
 def test_integral_loads_is_exact_or_none() -> None:

@@ -172,6 +172,19 @@ def test_maximum_matches_brute_force_and_its_cut_bound_is_safe(kind: str, seed: 
         assert cut.load <= truth <= cut.upper
         if cut.exact:
             assert cut.load == truth
+    # stopped by another solver (``stop``, asked before every node) after as many nodes: the same
+    for limit in (0, 1, 2, 5):
+        asked = [0]
+
+        def stop(limit: int = limit, asked: list[int] = asked) -> bool:
+            asked[0] += 1
+            return asked[0] > limit
+
+        cut = maximum(pb, stop=stop)
+        assert cut.load <= truth <= cut.upper
+        assert cut.exact == (asked[0] <= limit) and (not cut.exact or cut.load == truth)
+        # (stopped before any row was found: some row of the box, its load at least the 0 reported)
+        assert cut.row is not None and in_box(pb, cut.row) and row_load(pb, cut.row) >= cut.load
 
 
 @settings(max_examples=300, deadline=None)

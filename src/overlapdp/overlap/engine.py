@@ -10,6 +10,10 @@ algorithms. The route is picked from the workload's shape:
    fits; else a few nodes of branch and bound over attributes (:mod:`overlapdp.overlap.branch`, which
    also serves :class:`SetComp`); then the hard cases:
 
+   - value sets: the LP branch and bound (:mod:`overlapdp.overlap.threshold`, MATH.md 7.9) for up to
+     ``LPBRANCH_SECONDS``, with toulbar2 alongside it from the start on ``WCSP_BEFORE_LP_QUERIES`` queries
+     or more, else from ``WCSP_JOIN_SECONDS`` into it (quick solves never start a child process); a proof
+     by toulbar2 stops it;
    - toulbar2 on a cost function network (:mod:`overlapdp.overlap.wcsp`; loads must be integer
      multiples of one unit) in a child process, which proves hard workloads, value sets or boxes on
      many attributes, far sooner than HiGHS;
@@ -45,7 +49,7 @@ the comp of all queries) and ``exact`` is False (DESIGN.md: never under-report).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, get_args
@@ -127,6 +131,13 @@ MILP_SMALL_BEFORE_WCSP_SECONDS = 1.0
 # From this many live queries toulbar2 starts before HiGHS's short try (which then runs alongside it);
 # below, HiGHS goes first, as it usually proves small workloads before a child process has started.
 WCSP_FIRST_QUERIES = 1000
+# Value sets: from WCSP_BEFORE_LP_QUERIES live queries toulbar2 starts before the LP branch and bound
+# (which runs alongside it); on fewer, it joins once the LP search has run WCSP_JOIN_SECONDS without a
+# proof, so a quick solve (an admission's, say) never starts a child process. On 500-1 000 mixed Adult
+# queries the LP search proves skewed and Adult-like workloads in 0.05-0.4 s but took 0.7-6.3 s on
+# wide and half-domain ones, which toulbar2 proves in 0.1-0.4 s.
+WCSP_BEFORE_LP_QUERIES = 500
+WCSP_JOIN_SECONDS = 0.25
 # HiGHS slices shorter than these find nothing (not even the root LP on 2 000 queries over 14
 # attributes): they are skipped.
 MILP_MIN_SECONDS = 0.1
@@ -594,36 +605,6 @@ def _search(
         if out.exact:
             return proved(err_sum)
         safe.append(out.upper)
-    if algorithm == "lpbranch" or (
-        algorithm == "auto"
-        and not c.single_interval
-        and sum(t.size for t in t2) * c.live.size <= LPBRANCH_TABLE_LIMIT
-        and c.live.size <= LPBRANCH_MAX_QUERIES
-        and _time_left(deadline)
-    ):
-        # Value sets: the LP branch and bound, exact on the normalised loads (MATH.md 7.9); its best row
-        # is certified from the original weights by proved().
-        used.append("lpbranch")
-        until = deadline if algorithm == "lpbranch" else _until(deadline, LPBRANCH_SECONDS)
-        lpb = _lp_maximum(t2, loads, until)
-        if lpb.row is not None:
-            offer(lpb.row, float_up(lpb.load))
-        if lpb.exact and row is not None:
-            return proved(0.0)
-        safe.append(float_up(lpb.upper))
-        if algorithm == "lpbranch":
-            bound = min(safe) + err_sum
-            return _finish(queries, c, row, lw, False, bound, "+".join(used))
-    split = None
-    if algorithm in ("auto", "gridbranch") and _time_left(deadline):
-        # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
-        cells = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
-        split = choose_split(c2, loads, cells)
-    if split is not None and not split.rest:
-        # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
-        if len(split.grid) < 2:
-            return _grid(queries, c, c2, lw, "grid (atoms)")
-        split = Split(split.grid[:-1], [split.grid[-1]])
     # Whether toulbar2 applies; its network is built only when it is started (after HiGHS's try on
     # small workloads, which usually proves them first: admissions run this path for every query).
     integral = None
@@ -635,41 +616,19 @@ def _search(
                     "the toulbar2 route needs the 'solvers' extra: pip install 'overlapdp[solvers]'"
                 )
             raise CompError("the toulbar2 route needs loads that are integer multiples of one unit")
-    # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP relaxation
-    # is weak on them.
-    boxes = c.single_interval and not sparse
-
-    def quick_milp() -> bool:
-        """HiGHS's try: it solves small and medium value-set workloads in milliseconds."""
-        if not (
-            algorithm == "milp" or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS))
-        ):
-            return False
-        if algorithm == "milp":
-            until = deadline
-        elif sparse:
-            until = _until(deadline, MILP_FIRST_SECONDS)  # its LP bound is tight on sparse workloads
-        elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
-            until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
-        elif integral is not None:
-            until = _until(deadline, MILP_SMALL_BEFORE_WCSP_SECONDS)
-        else:
-            until = _until(deadline, MILP_FIRST_SECONDS)
-        return (until is None or until - _clock.now() >= MILP_MIN_SECONDS) and run_milp(until)
-
-    # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves them
-    # before a child process would have started. Large ones start toulbar2 first, unless wide and
-    # sparse (HiGHS proved the 3 327 queries over 1 744 attributes of a 10 000-attribute workload in
-    # 1.4 s, toulbar2 in 3 s).
-    if (c.live.size < WCSP_FIRST_QUERIES or sparse) and quick_milp():
-        return proved(milp_err())
     # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
     # prove the optimum ends the others.
     run: wcsp.Run | None = None
     run_until: float | None = None
     unit = 1.0
-    # (wcsp.start refuses with less time left than a child needs to start: the network is not built.)
-    if integral is not None and _worth(deadline, wcsp.STARTUP_SECONDS):
+    wcsp_tried = False
+
+    def start_wcsp() -> None:
+        nonlocal run, run_until, unit, wcsp_tried
+        wcsp_tried = True
+        # (wcsp.start refuses with less time left than a child needs to start: the network is not built.)
+        if integral is None or not _worth(deadline, wcsp.STARTUP_SECONDS):
+            return
         used.append("wcsp")
         weights, unit = integral
         pb = wcsp.build(t2, weights)
@@ -680,13 +639,92 @@ def _search(
         started = wcsp.start(pb, incumbent, run_until)
         if isinstance(started, wcsp.Run):
             run = started
+
+    def settled() -> bool:
+        """Whether toulbar2 has proved the optimum (the stages alongside it then stop)."""
+        return run is not None and run.proved()
+
     try:
+        # toulbar2 runs alongside the LP branch and bound: from the start on large workloads, else once
+        # the LP search has taken WCSP_JOIN_SECONDS (before, it started only after the LP's 5 s stage).
+        alongside = algorithm == "auto" and integral is not None and not sparse
+        if alongside and c.live.size >= WCSP_BEFORE_LP_QUERIES:
+            start_wcsp()
+        lp_began = _clock.now()
+
+        def lp_stop() -> bool:
+            if alongside and not wcsp_tried and _clock.now() - lp_began >= WCSP_JOIN_SECONDS:
+                start_wcsp()
+            return settled()
+
+        if algorithm == "lpbranch" or (
+            algorithm == "auto"
+            and not c.single_interval
+            and sum(t.size for t in t2) * c.live.size <= LPBRANCH_TABLE_LIMIT
+            and c.live.size <= LPBRANCH_MAX_QUERIES
+            and _time_left(deadline)
+            and not settled()
+        ):
+            # Value sets: the LP branch and bound, exact on the normalised loads (MATH.md 7.9); its best
+            # row is certified from the original weights by proved().
+            used.append("lpbranch")
+            until = deadline if algorithm == "lpbranch" else _until(deadline, LPBRANCH_SECONDS)
+            lpb = _lp_maximum(t2, loads, until, lp_stop)
+            if lpb.row is not None:
+                offer(lpb.row, float_up(lpb.load))
+            if lpb.exact and row is not None:
+                return proved(0.0)
+            safe.append(float_up(lpb.upper))
+            if algorithm == "lpbranch":
+                bound = min(safe) + err_sum
+                return _finish(queries, c, row, lw, False, bound, "+".join(used))
+        split = None
+        if algorithm in ("auto", "gridbranch") and _time_left(deadline) and not settled():
+            # The per-node grid scales with the workload, so small workloads do not pay for a huge grid.
+            cells = NODE_GRID_LIMIT if algorithm == "gridbranch" else min(NODE_GRID_LIMIT, 512 * c.live.size)
+            split = choose_split(c2, loads, cells)
+        if split is not None and not split.rest:
+            # Only when forced (tests): the whole grid fits, so branch on one attribute anyway.
+            if len(split.grid) < 2:
+                return _grid(queries, c, c2, lw, "grid (atoms)")
+            split = Split(split.grid[:-1], [split.grid[-1]])
+        # Boxes (one interval per attribute) suit the grid-branch search and not HiGHS, whose LP
+        # relaxation is weak on them.
+        boxes = c.single_interval and not sparse
+
+        def quick_milp() -> bool:
+            """HiGHS's try: it solves small and medium value-set workloads in milliseconds."""
+            if settled() or not (
+                algorithm == "milp"
+                or (algorithm == "auto" and not boxes and _worth(deadline, MILP_MIN_SECONDS))
+            ):
+                return False
+            if algorithm == "milp":
+                until = deadline
+            elif sparse:
+                until = _until(deadline, MILP_FIRST_SECONDS)  # its LP bound is tight on sparse workloads
+            elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
+                until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
+            elif integral is not None:
+                until = _until(deadline, MILP_SMALL_BEFORE_WCSP_SECONDS)
+            else:
+                until = _until(deadline, MILP_FIRST_SECONDS)
+            return (until is None or until - _clock.now() >= MILP_MIN_SECONDS) and run_milp(until)
+
+        # Small workloads (an admission's restricted solve, say) go to HiGHS first: it usually proves
+        # them before a child process would have started. Large ones start toulbar2 first, unless wide
+        # and sparse (HiGHS proved the 3 327 queries over 1 744 attributes of a 10 000-attribute
+        # workload in 1.4 s, toulbar2 in 3 s).
+        if (c.live.size < WCSP_FIRST_QUERIES or sparse) and quick_milp():
+            return proved(milp_err())
+        if not wcsp_tried:
+            start_wcsp()
         if c.live.size >= WCSP_FIRST_QUERIES and not sparse and quick_milp():
             return proved(milp_err())
         searchable = (
             split is not None and bool(split.rest) and (len(split.grid) > 1 or algorithm == "gridbranch")
         )
-        if searchable and _time_left(deadline):
+        if searchable and _time_left(deadline) and not settled():
             assert split is not None
             used.append("gridbranch")
             if run is not None:
@@ -763,14 +801,20 @@ def _assignment_bound(members: Sequence[tuple[IntArray, np.ndarray]], loads: Flo
     return bound
 
 
-def _lp_maximum(tables: Sequence[AtomTable], loads: FloatArray, until: float | None) -> Maximum:
+def _lp_maximum(
+    tables: Sequence[AtomTable],
+    loads: FloatArray,
+    until: float | None,
+    stop: Callable[[], bool] | None = None,
+) -> Maximum:
     """The heaviest cell of the atom ``tables`` (live queries' ``loads``, normalised) by the LP branch
-    and bound of :mod:`overlapdp.overlap.threshold`: exact on these loads, or a safe bound at ``until``."""
+    and bound of :mod:`overlapdp.overlap.threshold`: exact on these loads, or a safe bound at ``until``
+    (or once ``stop()`` says True)."""
     cover = np.concatenate([t.member.T for t in tables], axis=1)
     offsets = np.concatenate([[0], np.cumsum([t.size for t in tables])]).astype(np.int64)
     exact = [Fraction(x) for x in loads.tolist()]
     pb = Problem(cover, loads, exact, offsets, np.ones(int(offsets[-1]), dtype=bool), unit=common_unit(exact))
-    return lp_maximum(pb, deadline=until)
+    return lp_maximum(pb, deadline=until, stop=stop)
 
 
 def _wcsp_loads(loads: FloatArray) -> tuple[IntArray, float] | None:

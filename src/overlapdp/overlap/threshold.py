@@ -298,11 +298,18 @@ class Maximum:
     exact: bool
 
 
-def maximum(pb: Problem, *, max_nodes: int | None = None, deadline: float | None = None) -> Maximum:
+def maximum(
+    pb: Problem,
+    *,
+    max_nodes: int | None = None,
+    deadline: float | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> Maximum:
     """The maximum load over the rows of ``pb.box`` by the same branch and bound, the threshold being
     the best row found so far (a prune made under a lower threshold stays valid under a higher one, so
-    one pass is exact; MATH.md 7.9). Past ``max_nodes`` or the ``deadline`` the answer is the best row
-    and a safe bound (``exact=False``): the largest bound of the boxes still open."""
+    one pass is exact; MATH.md 7.9). Past ``max_nodes`` or the ``deadline``, or once ``stop()`` says True
+    (asked before every node: another solver has proved the optimum), the answer is the best row and a
+    safe bound (``exact=False``): the largest bound of the boxes still open."""
     best: list[Fraction] = [Fraction(-1)]
     found: list[tuple[int, ...]] = []
 
@@ -317,7 +324,7 @@ def maximum(pb: Problem, *, max_nodes: int | None = None, deadline: float | None
         search.retheta()
         return False
 
-    open_bound = search.run(better, max_nodes, deadline)
+    open_bound = search.run(better, max_nodes, deadline, stop)
     if not found:  # every charge misses the box (all rows 0), or the search stopped at once
         row = search.any_row()
         if open_bound is None:
@@ -414,10 +421,12 @@ class _Search:
         on_row: Callable[[tuple[int, ...], Fraction], bool],
         max_nodes: int | None,
         deadline: float | None,
+        stop: Callable[[], bool] | None = None,
     ) -> Fraction | None:
         """Search; ``on_row(row, load)`` is told of each row found that does not fit and says whether to
-        stop. None when the search ended (or was stopped); past the node limit or the deadline, an exact
-        bound on every row of the boxes left open (``fits`` may have changed since they were pushed)."""
+        stop. None when the search ended (or was stopped); past the node limit or the deadline, or once
+        ``stop()`` says True, an exact bound on every row of the boxes left open (``fits`` may have
+        changed since they were pushed)."""
         atoms, k, fits, stats = self.atoms, self.k, self.fits, self.stats
         tables, wf, w, nattrs = atoms.tables, self.wf, self.w, self.nattrs
         if self.n == 0:
@@ -440,8 +449,10 @@ class _Search:
         ]
         try:
             while stack:
-                if (max_nodes is not None and nodes >= max_nodes) or (
-                    deadline is not None and _clock.now() > deadline
+                if (
+                    (max_nodes is not None and nodes >= max_nodes)
+                    or (deadline is not None and _clock.now() > deadline)
+                    or (stop is not None and stop())
                 ):
                     return self._open_bound(stack)
                 # a child's charges are its parent's that hold its value: exactly those meeting it
