@@ -19,9 +19,11 @@ from overlapdp.errors import SearchGaveUp
 from overlapdp.mechanisms import allocation
 from overlapdp.mechanisms._packings import overlap_graph, packing_plan
 from overlapdp.mechanisms.allocation import _Coverage, allocate
+from overlapdp.overlap import max_overlap
+from overlapdp.overlap.wcsp import integral_loads
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
-from support.generators import random_coverages
+from support.generators import mixed, random_coverages
 
 SCHEMA = Schema(tuple(IntAttribute(n, 0, s - 1) for n, s in zip("abcd", (5, 3, 6, 2), strict=True)))
 ROWS = list(itertools.product(*(range(a.size) for a in SCHEMA.attributes)))
@@ -72,6 +74,8 @@ def test_packing_plans_are_within_budget_on_every_row(seed: int, p: int, limit: 
     costs = [Fraction(float(c)) for c in packed.costs]
     assert all(c > 0 for c in costs)
     assert worst_row(qs, costs) <= Fraction(limit)  # every row affords its charges, exactly
+    # integer multiples of one unit, within toulbar2's range: the engine's exact route can check them
+    assert integral_loads(packed.costs) is not None
     even = float(np.sum(w / (limit / gamma) ** p))
     assert packed.objective <= even * (1 + 1e-6)
     assert packed.objective == pytest.approx(float(np.sum(w / packed.costs**p)), rel=1e-12)
@@ -127,3 +131,17 @@ def test_a_plan_beats_even_shares_when_no_search_can_prove_anything(
     rows = list(itertools.product(range(30), range(2)))
     worst = max(sum((c for c, q in zip(costs, qs, strict=True) if q.covers(r)), Fraction(0)) for r in rows)
     assert worst <= 1
+
+
+@pytest.mark.slow  # ~2 s: a plan of 1 000 queries
+def test_a_packing_plan_of_a_thousand_queries_is_checked_exactly_by_toulbar2() -> None:
+    """1 000 mixed Adult queries (the Adult-like generator): the plan's shares are integers of one unit
+    small enough for toulbar2, whose exact weighted maximum (an independent solver, not the packing
+    certificate) is within the budget. Before the unit was chosen for it, the shares summed to 2^54
+    units, the engine had no exact route for them and its bound after 30 s was 1.49."""
+    qs = mixed("adult", 1000, 1)
+    plan = allocate(qs, 1.0, "pure", effort=4.5)
+    assert plan.method.startswith("packings"), plan.method
+    assert integral_loads(np.array(plan.shares)) is not None
+    checked = max_overlap(qs, list(plan.shares), "sum", algorithm="wcsp")
+    assert checked.exact and float(checked.value) <= 1.0

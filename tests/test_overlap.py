@@ -440,6 +440,10 @@ def test_integral_loads_is_exact_or_none() -> None:
     k, unit = integral_loads(np.array([0.1, 0.1]))  # type: ignore[misc]
     assert k.tolist() == [1, 1] and unit == 0.1
     assert integral_loads(np.array([1.0, math.pi])) is None
+    # any magnitude: the shift is read from the floats (the old search stopped at 2^-52)
+    k, unit = integral_loads(np.array([3 * 2.0**-61, 5 * 2.0**-61, 0.0]))  # type: ignore[misc]
+    assert k.tolist() == [3, 5, 0] and unit == 2.0**-61
+    assert integral_loads(np.array([2.0**-70, 1.0])) is None  # 2^70 units: past the 2^53 of a float
 
 
 def _hard_value_set_workload() -> list[PredicateQuery]:

@@ -86,20 +86,25 @@ def integral_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
 
 
 def _dyadic(loads: FloatArray) -> tuple[FloatArray, float]:
-    """``(k, unit)`` for loads that are integers times ``2**-s``; unit 0.0 when there is no such ``s``."""
-    for shift in range(53):
-        scaled = loads * float(2**shift)  # exact: a power of two
-        if float(scaled.max()) >= 2.0**53:
-            break
-        if np.array_equal(scaled, np.round(scaled)):
-            ints = scaled.astype(np.int64)
-            g = int(np.gcd.reduce(ints[ints > 0]))
-            unit = g / float(2**shift)
-            k = (ints // g).astype(np.float64)
-            if np.array_equal(k * unit, loads):
-                return k, unit
-            break
-    return np.zeros(0), 0.0
+    """``(k, unit)`` for loads that are integers times ``2**-s``; unit 0.0 when there is no such ``s``.
+
+    ``s`` is read from the floats themselves (the exponent of each one's lowest set bit), so loads of
+    any magnitude qualify (a plan's shares of a budget of 3e-5 are multiples of ``2**-61``)."""
+    positive = loads[loads > 0]
+    mantissas, exponents = np.frexp(positive)
+    whole = np.ldexp(mantissas, 53).astype(np.int64)  # exact: a float's mantissa has 53 bits
+    lowest = np.frexp((whole & -whole).astype(np.float64))[1] - 1  # trailing zero bits of each
+    shift = max(0, int(-(exponents.astype(np.int64) - 53 + lowest).min()))
+    scaled = np.ldexp(loads, shift)  # exact: a power of two
+    if float(scaled.max()) >= 2.0**53 or not np.array_equal(scaled, np.round(scaled)):
+        return np.zeros(0), 0.0
+    ints = scaled.astype(np.int64)
+    g = int(np.gcd.reduce(ints[ints > 0]))
+    unit = math.ldexp(g, -shift)
+    k = (ints // g).astype(np.float64)
+    if not np.array_equal(k * unit, loads):
+        return np.zeros(0), 0.0
+    return k, unit
 
 
 @dataclass(frozen=True)
