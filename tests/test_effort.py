@@ -233,6 +233,31 @@ def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest
         auto[effort] = seen.get(effort, [])
     assert auto[None] == [engine_mod.LPBRANCH_SECONDS]
     assert auto[None] == auto[30.0] == auto[120.0]
+    # Wide and sparse (ranges on 3 of 40 attributes): HiGHS's first try is the main search, with its
+    # own long cap (a restart after 5 s left the 10^200-row shape unproved in 30 s).
+    sparse: dict[Any, list[float | None]] = {}
+    for effort in (None, 120.0, 300.0):
+        seen.clear()
+        monkeypatch.setattr(engine_mod, "solve_milp", record(effort))
+        r = max_overlap(_wide_sparse(40, 60, 3), None, "count", effort=effort)
+        assert r.exact and "milp" in r.algorithm
+        sparse[effort] = seen.get(effort, [])
+    assert sparse[None] == [engine_mod.SPARSE_MILP_SECONDS]
+    assert sparse[None] == sparse[120.0] == sparse[300.0]
+
+
+def _wide_sparse(d: int, t: int, seed: int) -> list[PredicateQuery]:
+    """``t`` ranges on 3 of ``d`` attributes of 100 values each (the paper's sparse shape)."""
+    schema = Schema(tuple(IntAttribute(f"x{j}", 0, 99) for j in range(d)))
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(t):
+        covs = {}
+        for j in rng.choice(d, size=3, replace=False).tolist():
+            lo, hi = sorted(rng.integers(0, 100, 2).tolist())
+            covs[f"x{j}"] = IndexSet.interval(lo, hi + 1)
+        out.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return out
 
 
 BATTERY = [

@@ -124,6 +124,11 @@ LPBRANCH_MAX_QUERIES = 1_500
 # Search nodes before the solver takes over (when the comp is additive and no deadline stops it first).
 BRANCH_NODE_LIMIT = 50
 MILP_FIRST_SECONDS = 5.0
+# Wide sparse workloads: HiGHS's first try is their main search (its LP bound is tight there), so it
+# gets this long before toulbar2 takes over; a restart loses its tree (the 10^200-row shape, 500 ranges
+# on 3 of 100 attributes: proved by one HiGHS solve in ~20 s, while 5 s of it, toulbar2 and HiGHS again
+# left [160, 165] after 30 s).
+SPARSE_MILP_SECONDS = 60.0
 # When toulbar2 can take the workload, HiGHS's first try is this short (on large workloads, alongside
 # toulbar2; on small ones, before it).
 MILP_BEFORE_WCSP_SECONDS = 0.2
@@ -702,7 +707,7 @@ def _search(
             if algorithm == "milp":
                 until = deadline
             elif sparse:
-                until = _until(deadline, MILP_FIRST_SECONDS)  # its LP bound is tight on sparse workloads
+                until = _until(deadline, SPARSE_MILP_SECONDS)
             elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
                 until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
             elif integral is not None:
