@@ -244,6 +244,12 @@ def test_stage_time_limits_do_not_depend_on_the_effort_limit(monkeypatch: pytest
         sparse[effort] = seen.get(effort, [])
     assert sparse[None] == [engine_mod.SPARSE_MILP_SECONDS]
     assert sparse[None] == sparse[120.0] == sparse[300.0]
+    # Under a shorter limit it ends a share of the time before the deadline, so that its best row and
+    # bound come back (past the deadline it would be abandoned: nothing found, the trivial bound).
+    seen.clear()
+    monkeypatch.setattr(engine_mod, "solve_milp", record("cut"))
+    assert max_overlap(_wide_sparse(40, 60, 3), None, "count", effort=30.0).exact
+    assert seen["cut"][0] == pytest.approx(30.0 * (1 - engine_mod.SPARSE_MILP_MARGIN))
 
 
 def _wide_sparse(d: int, t: int, seed: int) -> list[PredicateQuery]:

@@ -129,6 +129,9 @@ MILP_FIRST_SECONDS = 5.0
 # on 3 of 100 attributes: proved by one HiGHS solve in ~20 s, while 5 s of it, toulbar2 and HiGHS again
 # left [160, 165] after 30 s).
 SPARSE_MILP_SECONDS = 60.0
+# ... and under an effort limit it stops this share of the time left before the deadline: HiGHS past
+# the deadline is abandoned, its best row and bound lost (seed 3 of that shape: [1, 195] after 30 s).
+SPARSE_MILP_MARGIN = 0.1
 # When toulbar2 can take the workload, HiGHS's first try is this short (on large workloads, alongside
 # toulbar2; on small ones, before it).
 MILP_BEFORE_WCSP_SECONDS = 0.2
@@ -708,6 +711,8 @@ def _search(
                 until = deadline
             elif sparse:
                 until = _until(deadline, SPARSE_MILP_SECONDS)
+                if deadline is not None:
+                    until = min(until, deadline - SPARSE_MILP_MARGIN * (deadline - _clock.now()))
             elif integral is not None and c.live.size >= WCSP_FIRST_QUERIES:
                 until = _until(deadline, MILP_BEFORE_WCSP_SECONDS)  # short: toulbar2 runs alongside
             elif integral is not None:
