@@ -32,7 +32,8 @@ from overlapdp.overlap._compiled import compile_workload
 from overlapdp.overlap._gridbranch import kept_tables
 from overlapdp.overlap.bounds import colouring_bound
 from overlapdp.overlap.branch import atom_tables
-from overlapdp.overlap.wcsp import integral_loads
+from overlapdp.overlap.milp import MilpOutcome
+from overlapdp.overlap.wcsp import ceiling_loads, integral_loads
 from overlapdp.query import PredicateQuery, parse_where
 from overlapdp.samples import adult_schema
 from overlapdp.schema import CategoricalAttribute, IndexSet, IntAttribute, Schema
@@ -427,6 +428,54 @@ def test_toulbar2_alongside_the_lp_search_stops_it_with_the_exact_maximum(
     assert waited and "lpbranch" in r.algorithm and "wcsp" in r.algorithm
     assert r.exact and float(r.value) == float(truth.value)
     check_witness(queries, weights, r, "sum")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_toulbar2_on_rounded_up_float_loads_bounds_the_maximum_tightly(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Float loads that are no multiples of one unit: toulbar2 on the loads rounded UP gives a safe
+    upper bound within a unit per covering query (here every other stage is held back: the LP search
+    stopped at once, HiGHS trivial, no grid), and its row, weighed on the real loads, is the witness:
+    the brute-force maximum lies between them."""
+    rng = np.random.default_rng(90 + seed)
+    schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdef")) for n in ("x", "y", "z")))
+    queries = []
+    for i in range(14):
+        covs = {}
+        for name in rng.choice(["x", "y", "z"], size=int(rng.integers(1, 4)), replace=False).tolist():
+            covs[name] = IndexSet.from_indices(rng.choice(6, size=int(rng.integers(1, 6)), replace=False))
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    weights = rng.uniform(0.01, 1.0, len(queries)).tolist()
+    assert integral_loads(np.array(weights)) is None
+    monkeypatch.setattr(engine, "grid_feasible", lambda *args: False)
+    monkeypatch.setattr(engine, "BRANCH_TABLE_LIMIT", 0)
+    monkeypatch.setattr(engine, "choose_split", lambda *args: None)
+    real_lp = engine._lp_maximum
+    monkeypatch.setattr(engine, "_lp_maximum", lambda t, lo, u, stop=None: real_lp(t, lo, u, lambda: True))
+    monkeypatch.setattr(
+        engine, "solve_milp", lambda t, lo, *a, **k: MilpOutcome(None, -1.0, float(lo.sum()), False)
+    )
+    monkeypatch.setattr(engine, "colouring_bound", lambda *args: None)
+    r = max_overlap(queries, weights, "sum")
+    truth = float(brute_force_overlap(queries, weights, "sum").value)
+    assert "wcsp-bound" in r.algorithm
+    assert float(r.lower) <= truth <= float(r.upper) <= truth * (1 + 1e-9)
+    assert float(r.lower) == pytest.approx(truth, rel=1e-9)  # toulbar2's row is a best row
+    assert not r.exact or float(r.value) == truth
+    check_witness(queries, weights, r, "sum")
+
+
+def test_ceiling_loads_round_up_within_a_unit() -> None:
+    rng = np.random.default_rng(3)
+    for loads in (rng.uniform(0.0, 1.0, 50), rng.uniform(0.0, 1e-300, 20), np.array([0.1, 0.0, 0.3])):
+        got = ceiling_loads(loads)
+        assert got is not None
+        k, unit = got
+        assert np.all(k * unit >= loads) and np.all(k * unit < loads + unit)
+        assert int(k.sum()) < 2**50
+    assert ceiling_loads(np.array([0.0, 0.0])) is None
+    assert ceiling_loads(np.array([1.0, np.inf])) is None
 
 
 def test_integral_loads_is_exact_or_none() -> None:

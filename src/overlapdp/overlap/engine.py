@@ -146,6 +146,8 @@ WCSP_FIRST_QUERIES = 1000
 # wide and half-domain ones, which toulbar2 proves in 0.1-0.4 s.
 WCSP_BEFORE_LP_QUERIES = 500
 WCSP_JOIN_SECONDS = 0.25
+# toulbar2 on float loads rounded up (a bound, not a proof) gets this long at most.
+WCSP_BOUND_SECONDS = 10.0
 # HiGHS slices shorter than these find nothing (not even the root LP on 2 000 queries over 14
 # attributes): they are skipped.
 MILP_MIN_SECONDS = 0.1
@@ -624,6 +626,12 @@ def _search(
                     "the toulbar2 route needs the 'solvers' extra: pip install 'overlapdp[solvers]'"
                 )
             raise CompError("the toulbar2 route needs loads that are integer multiples of one unit")
+    # Other float loads: toulbar2 on the loads rounded UP to a fine unit, for a safe upper bound within
+    # a unit per covering query of the maximum, and rows (MATH.md 7.6); never a proof, so the stages
+    # beside it are not stopped by it, and its run has a cap of its own.
+    rounded = None
+    if integral is None and algorithm == "auto" and wcsp.available():
+        rounded = wcsp.ceiling_loads(loads)
     # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
     # prove the optimum ends the others.
     run: wcsp.Run | None = None
@@ -635,22 +643,26 @@ def _search(
         nonlocal run, run_until, unit, wcsp_tried
         wcsp_tried = True
         # (wcsp.start refuses with less time left than a child needs to start: the network is not built.)
-        if integral is None or not _worth(deadline, wcsp.STARTUP_SECONDS):
+        chosen = integral if integral is not None else rounded
+        if chosen is None or not _worth(deadline, wcsp.STARTUP_SECONDS):
             return
-        used.append("wcsp")
-        weights, unit = integral
+        used.append("wcsp" if integral is not None else "wcsp-bound")
+        weights, unit = chosen
         pb = wcsp.build(t2, weights)
         # Only rows are trusted, not reported objectives: the incumbent is recounted from its row.
-        incumbent = 0 if row is None else round(float(lw.loads[c.covering(row)].sum()) / unit)
-        # Until the deadline (or to the end): the same search with or without a limit.
-        run_until = deadline
+        # (Rounded-up loads: floored, a lower bound on the row's rounded load whatever the float sum.)
+        held = 0.0 if row is None else float(lw.loads[c.covering(row)].sum()) / unit
+        incumbent = round(held) if integral is not None else max(0, math.floor(held) - 1)
+        # Until the deadline (or to the end): the same search with or without a limit; a bound's run
+        # has a cap of its own.
+        run_until = deadline if integral is not None else _until(deadline, WCSP_BOUND_SECONDS)
         started = wcsp.start(pb, incumbent, run_until)
         if isinstance(started, wcsp.Run):
             run = started
 
     def settled() -> bool:
         """Whether toulbar2 has proved the optimum (the stages alongside it then stop)."""
-        return run is not None and run.proved()
+        return run is not None and integral is not None and run.proved()
 
     try:
         # toulbar2 runs alongside the LP branch and bound: from the start on large workloads, else once
@@ -737,7 +749,7 @@ def _search(
         if searchable and _time_left(deadline) and not settled():
             assert split is not None
             used.append("gridbranch")
-            if run is not None:
+            if run is not None and integral is not None:
                 until = run_until  # alongside toulbar2, stopped when it proves the optimum
             elif algorithm != "auto":
                 until = deadline
@@ -755,7 +767,7 @@ def _search(
                 loads,
                 split,
                 deadline=until,
-                stop=None if run is None else run.proved,
+                stop=None if run is None or integral is None else run.proved,
                 rel=0.0,
                 plan=plan,
             )
@@ -763,7 +775,15 @@ def _search(
             if gb.exact:
                 return proved(err_sum + grid_err)
             safe.append(gb.upper)
-        if run is not None:
+        if run is not None and integral is None:
+            # rounded-up loads: the row is weighed on the real loads, the optimum is only a bound
+            ws = run.outcome(grace)
+            if ws.cell is not None:
+                offer(ws.cell, float(lw.loads[c.covering(c2.row(ws.cell))].sum()))
+            top = ws.best if ws.exact else ws.upper
+            if top is not None:
+                safe.append(top * unit)
+        elif run is not None:
             ws = run.outcome(grace)
             offer(ws.cell, ws.best * unit)
             if ws.exact:

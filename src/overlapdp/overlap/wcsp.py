@@ -85,6 +85,25 @@ def integral_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
     return k.astype(np.int64), unit
 
 
+def ceiling_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
+    """``(k, unit)`` with ``k * unit >= loads`` exactly and ``k * unit < loads + unit``: the loads
+    rounded UP to multiples of a power-of-two unit, their sum under ``_MAX_TOTAL``. toulbar2 on ``k``
+    bounds the maximum load from above (every row's rounded load is at least its own, MATH.md 7.6),
+    within ``unit`` per query covering the row, but proves nothing about the loads themselves."""
+    positive = loads[loads > 0]
+    if positive.size == 0 or not np.all(np.isfinite(loads)):
+        return None
+    # unit 2^(e - 49) with the total under 2^e: sum(k) <= total / unit + len(loads) < 2^49 + 2^49
+    e = math.frexp(float(positive.sum()))[1]
+    if loads.size >= 1 << 49:
+        return None
+    unit = math.ldexp(1.0, e - 49)
+    k = np.ceil(np.ldexp(loads, 49 - e))  # exact: a power-of-two scaling of normal floats
+    if not np.all(k * unit >= loads) or float(k.sum()) >= _MAX_TOTAL:
+        return None
+    return k.astype(np.int64), unit
+
+
 def _dyadic(loads: FloatArray) -> tuple[FloatArray, float]:
     """``(k, unit)`` for loads that are integers times ``2**-s``; unit 0.0 when there is no such ``s``.
 
