@@ -388,6 +388,18 @@ def test_wcsp_route_refuses_loads_that_are_not_multiples_of_one_unit() -> None:
     assert float(max_overlap(queries, [0.5, 1.5], "sum", algorithm="wcsp").value) == 2.0
 
 
+def _value_sets(rng: np.random.Generator, t: int) -> list[PredicateQuery]:
+    """``t`` random value sets on 1-3 of three attributes of 6 values (brute force is instant)."""
+    schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdef")) for n in ("x", "y", "z")))
+    queries = []
+    for i in range(t):
+        covs = {}
+        for name in rng.choice(["x", "y", "z"], size=int(rng.integers(1, 4)), replace=False).tolist():
+            covs[name] = IndexSet.from_indices(rng.choice(6, size=int(rng.integers(1, 6)), replace=False))
+        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    return queries
+
+
 @pytest.mark.parametrize("when", ["joins", "first"])
 @pytest.mark.parametrize("seed", range(3))
 def test_toulbar2_alongside_the_lp_search_stops_it_with_the_exact_maximum(
@@ -398,13 +410,7 @@ def test_toulbar2_alongside_the_lp_search_stops_it_with_the_exact_maximum(
     0) without a proof. A proof by toulbar2 stops the LP search (held here as an LP search that waits
     for it) and the answer is toulbar2's exact maximum: the brute-force value, with a checked witness."""
     rng = np.random.default_rng(70 + seed)
-    schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdef")) for n in ("x", "y", "z")))
-    queries = []
-    for i in range(14):
-        covs = {}
-        for name in rng.choice(["x", "y", "z"], size=int(rng.integers(1, 4)), replace=False).tolist():
-            covs[name] = IndexSet.from_indices(rng.choice(6, size=int(rng.integers(1, 6)), replace=False))
-        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    queries = _value_sets(rng, 14)
     weights = rng.integers(1, 5, len(queries)).astype(float).tolist()
     # past the atom grid and the first branch and bound, into the LP search (as on large workloads)
     monkeypatch.setattr(engine, "grid_feasible", lambda *args: False)
@@ -439,13 +445,7 @@ def test_toulbar2_on_rounded_up_float_loads_bounds_the_maximum_tightly(
     stopped at once, HiGHS trivial, no grid), and its row, weighed on the real loads, is the witness:
     the brute-force maximum lies between them."""
     rng = np.random.default_rng(90 + seed)
-    schema = Schema(tuple(CategoricalAttribute(n, tuple("abcdef")) for n in ("x", "y", "z")))
-    queries = []
-    for i in range(14):
-        covs = {}
-        for name in rng.choice(["x", "y", "z"], size=int(rng.integers(1, 4)), replace=False).tolist():
-            covs[name] = IndexSet.from_indices(rng.choice(6, size=int(rng.integers(1, 6)), replace=False))
-        queries.append(PredicateQuery.from_coverages(schema, covs, id=f"q{i}"))
+    queries = _value_sets(rng, 14)
     weights = rng.uniform(0.01, 1.0, len(queries)).tolist()
     assert integral_loads(np.array(weights)) is None
     monkeypatch.setattr(engine, "grid_feasible", lambda *args: False)
