@@ -51,6 +51,10 @@ engine, each printing another analyst's p99 alone (baseline) and under the attac
   against a quota of 0.5: admission needs the overlap search, then refuses once the quota is used),
   each thread again as soon as it is answered (after ``Retry-After`` on a 429).
 
+``--attack-rounds N`` runs each attack row N times, each on a fresh server, and reports the round of
+median ratio (every round printed; any failed request in any round misses the target): one 10 s
+window's p99 alone swings several-fold on this shared 2-core machine.
+
 ``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
 ``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
 
@@ -719,6 +723,9 @@ def main() -> None:
     parser.add_argument(
         "--request-seconds", type=float, default=None, help="the service's time budget per request"
     )
+    parser.add_argument(
+        "--attack-rounds", type=int, default=1, help="rounds of each attack row, each on a fresh server"
+    )
     args = parser.parse_args()
     global TIMEOUT
     TIMEOUT = args.timeout
@@ -905,16 +912,24 @@ def main() -> None:
     for kind, (extra, attack) in attacks.items():
         if kind not in wanted:
             continue
-        proc, url, ready, _ = serve(kind, extra, fds=1024)
-        try:
-            tokens = setup_service(url, data, 2, "duckdb", quota=0.5)
-            r, seen = under_attack(url, tokens[1], args.seconds, functools.partial(attack, url, tokens))
-            print(f"(attack {kind}: {seen})")
-            rows.append(
-                (f"other analyst under attack: {kind}", r, ready, r["ratio"] < 2 and r["errors"] == 0)
-            )
-        finally:
-            stop(proc)
+        rounds: list[tuple[dict[str, float], float]] = []
+        for k in range(args.attack_rounds):
+            proc, url, ready, _ = serve(f"{kind}-{k}", extra, fds=1024)
+            try:
+                tokens = setup_service(url, data, 2, "duckdb", quota=0.5)
+                r, seen = under_attack(url, tokens[1], args.seconds, functools.partial(attack, url, tokens))
+                figures = ", ".join(f"{name} {v:.1f}" for name, v in r.items())
+                print(f"(attack {kind}, round {k + 1}: {seen}; {figures})")
+                rounds.append((r, ready))
+            finally:
+                stop(proc)
+        # Several rounds: the round of median ratio is the row (each round printed above), as one 10 s
+        # window's p99 alone swings several-fold on the shared machine; every round must be error-free.
+        ratios = sorted(range(len(rounds)), key=lambda i: rounds[i][0]["ratio"])
+        r, ready = rounds[ratios[len(ratios) // 2]]
+        errors = sum(x["errors"] for x, _ in rounds)
+        label = f"under attack: {kind}" if len(rounds) == 1 else f"{kind}, median of {len(rounds)}"
+        rows.append((f"other analyst {label}", r, ready, r["ratio"] < 2 and errors == 0))
 
     base = rows[0][1]["qps"] if rows and rows[0][3] is None else math.nan
     header = (
