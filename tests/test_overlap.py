@@ -468,7 +468,12 @@ def test_toulbar2_on_rounded_up_float_loads_bounds_the_maximum_tightly(
 
 def test_ceiling_loads_round_up_within_a_unit() -> None:
     rng = np.random.default_rng(3)
-    for loads in (rng.uniform(0.0, 1.0, 50), rng.uniform(0.0, 1e-300, 20), np.array([0.1, 0.0, 0.3])):
+    for loads in (
+        rng.uniform(0.0, 1.0, 50),
+        rng.uniform(0.0, 1e-300, 20),
+        rng.uniform(0.0, 1e300, 20),
+        np.array([0.1, 0.0, 0.3]),
+    ):
         got = ceiling_loads(loads)
         assert got is not None
         k, unit = got

@@ -626,12 +626,6 @@ def _search(
                     "the toulbar2 route needs the 'solvers' extra: pip install 'overlapdp[solvers]'"
                 )
             raise CompError("the toulbar2 route needs loads that are integer multiples of one unit")
-    # Other float loads: toulbar2 on the loads rounded UP to a fine unit, for a safe upper bound within
-    # a unit per covering query of the maximum, and rows (MATH.md 7.6); never a proof, so the stages
-    # beside it are not stopped by it, and its run has a cap of its own.
-    rounded = None
-    if integral is None and algorithm == "auto" and wcsp.available():
-        rounded = wcsp.ceiling_loads(loads)
     # toulbar2 in its own process (another core): the stages below run alongside it, and the first to
     # prove the optimum ends the others.
     run: wcsp.Run | None = None
@@ -643,8 +637,15 @@ def _search(
         nonlocal run, run_until, unit, wcsp_tried
         wcsp_tried = True
         # (wcsp.start refuses with less time left than a child needs to start: the network is not built.)
-        chosen = integral if integral is not None else rounded
-        if chosen is None or not _worth(deadline, wcsp.STARTUP_SECONDS):
+        if not _worth(deadline, wcsp.STARTUP_SECONDS):
+            return
+        chosen = integral
+        if chosen is None and algorithm == "auto" and wcsp.available():
+            # Other float loads: toulbar2 on the loads rounded UP to a fine unit, for a safe upper
+            # bound within a unit per covering query, and rows (MATH.md 7.6); never a proof, so the
+            # stages beside it are not stopped by it, and its run has a cap of its own.
+            chosen = wcsp.ceiling_loads(loads)
+        if chosen is None:
             return
         used.append("wcsp" if integral is not None else "wcsp-bound")
         weights, unit = chosen

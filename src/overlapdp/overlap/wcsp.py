@@ -93,12 +93,10 @@ def ceiling_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
     positive = loads[loads > 0]
     if positive.size == 0 or not np.all(np.isfinite(loads)):
         return None
-    # unit 2^(e - 49) with the total under 2^e: sum(k) <= total / unit + len(loads) < 2^49 + 2^49
+    # unit 2^(e - 49) with the total under 2^e: sum(k) <= total / unit + len(loads), checked below
     e = math.frexp(float(positive.sum()))[1]
-    if loads.size >= 1 << 49:
-        return None
     unit = math.ldexp(1.0, e - 49)
-    k = np.ceil(np.ldexp(loads, 49 - e))  # exact: a power-of-two scaling of normal floats
+    k = np.ceil(np.ldexp(loads, 49 - e))  # exact unless scaled into subnormals: checked below
     if not np.all(k * unit >= loads) or float(k.sum()) >= _MAX_TOTAL:
         return None
     return k.astype(np.int64), unit
