@@ -8,7 +8,9 @@ and spread from 1e-300 to 1e300; the common unit is given or not."""
 from __future__ import annotations
 
 import itertools
+import time
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapdp.errors import SearchGaveUp
-from overlapdp.overlap import threshold
+from overlapdp.overlap import threshold, wcsp
 from overlapdp.overlap.threshold import Problem, common_unit, exceeds, maximum
 from support.marks import slow_after
 
@@ -291,3 +293,94 @@ def test_lp_duals_give_the_lp_value(seed: int) -> None:
     bound, err = threshold._lagrangian(got[0], search.w, alive, search.wf, masks)
     assert bound + err >= -ref.fun - 1e-9  # a valid bound (weak duality) ...
     assert bound <= -ref.fun + 1e-6  # ... and the optimal one
+
+
+# -- toulbar2 beside the branch and bound (integral loads) ------------------------------------------
+
+needs_toulbar2 = pytest.mark.skipif(not wcsp.available(), reason="toulbar2 (pytoulbar2) not installed")
+
+
+@needs_toulbar2
+@pytest.mark.parametrize("kind", ["equal", "dyadic"])
+@pytest.mark.parametrize("seed", slow_after(range(12)))
+def test_toulbar2_decides_when_the_branch_and_bound_gives_up(kind: str, seed: int) -> None:
+    """The branch and bound cut before its first node (a node limit of 0): toulbar2 is started then and
+    its answer is the decision, equal to brute force: None when every row of the box fits, else a row
+    of the box that does not (checked on the exact loads)."""
+    rng = np.random.default_rng(500 + seed)
+    pb, rows = random_instance(rng, kind)
+    pb.unit = common_unit(list(pb.exact))
+    inside = [r for r in rows if in_box(pb, r)]
+    top = max(row_load(pb, r) for r in inside)
+    smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
+    for theta in {top, top - smallest, top - smallest / 2, Fraction(0), Fraction(-1)}:
+
+        def fits(load: Fraction, theta: Fraction = theta) -> bool:
+            return load <= theta
+
+        truth = [r for r in inside if not fits(row_load(pb, r))]
+        search = threshold._Search(pb, fits)
+        if search.n == 0 or search.k == 0:
+            continue  # no charge meets the box, or one load for all of it: nothing for toulbar2
+        found = exceeds(pb, fits, max_nodes=0)
+        if not truth:
+            assert found is None, (theta, top)
+        else:
+            assert found is not None and in_box(pb, found) and not fits(row_load(pb, found))
+
+
+def _two_attribute_instance() -> Problem:
+    """Four charges of load 1, one per row of a 2 x 2 box, and one over all of it: each row pays 2."""
+    offsets = np.array([0, 2, 4])
+    cover = np.array([[1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 0], [0, 1, 0, 1], [1, 1, 1, 1]], dtype=bool)
+    return Problem(cover, np.ones(5), [Fraction(1)] * 5, offsets, np.ones(4, dtype=bool), unit=Fraction(1))
+
+
+@needs_toulbar2
+@pytest.mark.parametrize("theta", [2, 1])
+def test_toulbar2_joins_and_its_answer_stops_the_branch_and_bound(
+    monkeypatch: pytest.MonkeyPatch, theta: int
+) -> None:
+    """Once the branch and bound has run ``WCSP_JOIN_SECONDS`` (here 0) toulbar2 starts beside it; its
+    answer (polled before every node) stops the branch and bound, held here until then: every row
+    fits at 2, and at 1 its row pays 2."""
+    monkeypatch.setattr(threshold, "WCSP_JOIN_SECONDS", 0.0)
+    real = threshold._Search.run
+    held: list[bool] = []
+
+    def run(self: Any, on_row: Any, max_nodes: Any, deadline: Any, stop: Any = None) -> Any:
+        give_up = time.monotonic() + 120.0  # a bound on a hang, not on speed
+        while not stop():
+            assert time.monotonic() < give_up, "toulbar2 did not answer on 5 charges"
+            time.sleep(0.005)
+        held.append(True)
+        return real(self, on_row, max_nodes, deadline, stop)  # stopped before its first node
+
+    monkeypatch.setattr(threshold._Search, "run", run)
+    pb = _two_attribute_instance()
+    found = exceeds(pb, lambda x: x <= theta, max_nodes=10_000)
+    assert held == [True]
+    if theta == 2:
+        assert found is None
+    else:
+        assert found is not None and row_load(pb, found) == 2
+
+
+@needs_toulbar2
+def test_a_toulbar2_row_that_fits_is_not_believed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """toulbar2's rows are weighed on the exact loads before they answer anything: a reported row
+    that fits (a wrong answer, forced here) is dropped, and the branch and bound decides (every row
+    pays 2, which fits)."""
+    monkeypatch.setattr(threshold, "WCSP_JOIN_SECONDS", 0.0)
+
+    def wrong(self: Any, grace: Any = None) -> Any:
+        self.cancel()  # the real child is not needed
+        self._result = wcsp.WcspOutcome((0, 0), 3, None, False)
+        return self._result
+
+    monkeypatch.setattr(wcsp.Run, "poll", wrong)
+    monkeypatch.setattr(wcsp.Run, "outcome", wrong)
+    pb = _two_attribute_instance()
+    assert exceeds(pb, lambda x: x <= 2, max_nodes=10_000) is None
+    with pytest.raises(SearchGaveUp):  # the branch and bound cut at once, toulbar2's row dropped
+        exceeds(pb, lambda x: x <= 2, max_nodes=0)

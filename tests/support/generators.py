@@ -9,7 +9,9 @@ attributes: value sets on the categorical attributes, ranges on the ordered ones
 - ``half``: exactly half of every attribute;
 - ``skewed``: value sets and range centres drawn with Zipf weights (popular values shared);
 - ``uniform``: random endpoints and random value sets (the benchmarks' historical generator);
-- ``adult``: around a random row of the real Adult data (``../shared/data``; ``uniform`` without it).
+- ``adult``: around a random row of the real Adult data (``../shared/data``; ``uniform`` without it);
+- ``third``: on any attribute, a range of up to a third of it or a set of 3 values, evenly (the
+  service benchmark's mixed queries, ``benchmarks/service.py``).
 
 ``constrained(kind, names, t, seed, sets=...)`` draws queries on a fixed list of attributes instead (each
 constrained with probability 0.7): ranges on every one (categorical attributes read as value indices:
@@ -32,8 +34,8 @@ ADULT = adult_schema()
 CATEGORICAL = frozenset(
     {"workclass", "marital-status", "occupation", "relationship", "race", "sex", "native-country"}
 )
-KINDS = ("narrow", "wide", "half", "skewed", "uniform", "adult")
-BOX_KINDS = (*KINDS, "up-to-half")
+KINDS = ("narrow", "wide", "half", "skewed", "uniform", "adult", "third")
+BOX_KINDS = ("narrow", "wide", "half", "skewed", "uniform", "adult", "up-to-half")
 
 
 @cache
@@ -89,6 +91,12 @@ def _coverage(
         w = int(rng.integers(1, max(2, size // 3)))
         a = max(0, min(size - w, c - w // 2))
         return IndexSet.interval(a, a + w)
+    if kind == "third":
+        if size > 4 and rng.random() < 0.5:
+            a = int(rng.integers(0, size - 1))
+            w = int(rng.integers(1, max(1, (size - 1) // 3) + 1))
+            return IndexSet.interval(a, min(size - 1, a + w) + 1)
+        return IndexSet.from_indices(rng.choice(size, size=min(size, 3), replace=False).tolist())
     if kind == "uniform" or anchor is None:
         if cat:
             m = int(rng.integers(1, max(2, size)))

@@ -22,7 +22,10 @@ depth-first branch and bound over the attributes' values:
 - branching: the node's multipliers bound every child at once (one attribute fixed to one value);
   the search splits the attribute with the fewest children that neither this bound nor the value's
   table clears (fail first), one child per such value, the LP's favourite first; the other values are
-  proved at once (without highspy: the fewest values whose table exceeds the threshold).
+  proved at once (without highspy: the fewest values whose table exceeds the threshold);
+- on loads that are multiples of the unit, toulbar2 joins a decision not settled within
+  ``WCSP_JOIN_SECONDS`` (or given up), in a child process: the first row of load at least the smallest
+  multiple that does not fit, or a complete search's proof that there is none (:class:`_Toulbar2`).
 
 Every prune compares an exact upper bound (a Fraction) with the caller's exact test; a leaf (every charge
 of the box holding all of it) is summed with Fractions. The answer is therefore exact whatever the
@@ -35,6 +38,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -274,17 +278,161 @@ def exceeds(
     """A row of ``pb.box`` whose exact load does not ``fits``, or None when every row of the box fits
     (module docstring; MATH.md 7.9). ``fits`` must be monotone (a load that fits, every smaller one
     fits). Raises :class:`SearchGaveUp` past ``max_nodes`` nodes or the ``deadline``
-    (:func:`overlapdp.overlap._clock.now`)."""
+    (:func:`overlapdp.overlap._clock.now`), unless toulbar2, beside the branch and bound on loads that
+    are multiples of the unit, answers by then."""
     search = _Search(pb, fits)
     found: list[tuple[int, ...]] = []
 
-    def stop(row: tuple[int, ...], load: Fraction) -> bool:
+    def on_row(row: tuple[int, ...], load: Fraction) -> bool:
         found.append(row)
         return True
 
-    if search.run(stop, max_nodes, deadline) is not None:
-        raise SearchGaveUp
-    return found[0] if found else None
+    beside = _Toulbar2(search, deadline) if _toulbar2_may_join(search) else None
+    try:
+        cut = search.run(on_row, max_nodes, deadline, None if beside is None else beside.poll)
+        if found:
+            return found[0]
+        if beside is not None and (beside.answered or (cut is not None and beside.wait())):
+            return beside.row
+        if cut is not None:
+            raise SearchGaveUp
+        return None
+    finally:
+        if beside is not None:
+            beside.cancel()
+
+
+#: toulbar2 joins a threshold decision (loads multiples of one unit) whose branch and bound has run this
+#: long without an answer (wall seconds): a quick decision never starts a child process. Measured on a
+#: single analyst's stream near a quota of 25 (mixed queries on 2-5 of Adult's 14 attributes,
+#: 150-270 charges held): the hardest decisions took the branch and bound 1.2-2.9 s of CPU and toulbar2
+#: 0.3-1.8 s of wall time, its start-up (~0.2 s) included.
+WCSP_JOIN_SECONDS = 0.1
+
+
+def _toulbar2_may_join(search: _Search) -> bool:
+    from overlapdp.overlap import wcsp
+
+    return search.unit is not None and search.n > 0 and search.k > 0 and wcsp.available()
+
+
+class _Toulbar2:
+    """toulbar2 beside one threshold decision's branch and bound (MATH.md 7.6, 7.9), on the same box.
+
+    The question becomes a cost function network over the box's atoms with the charges' loads in
+    units (exact integers, the loads being multiples of the unit): "a row of load at least L", L the
+    smallest multiple of the unit that does not fit. A row toulbar2 reports is weighed exactly and
+    believed only when it does not fit; a complete search that found none proves every row of the box
+    fits (integer costs: nothing rounded). Anything else (an error, a stop at the deadline) is no
+    answer, and the branch and bound decides alone."""
+
+    def __init__(self, search: _Search, deadline: float | None) -> None:
+        self.search = search
+        self.deadline = deadline
+        self.began = _clock.now()
+        self.run: Any = None
+        self.kept: list[np.ndarray] = []
+        self.tried = False
+        self.answered = False
+        self.row: tuple[int, ...] | None = None
+
+    def poll(self) -> bool:
+        """Whether toulbar2 has answered (the branch and bound then stops); starts it once the branch
+        and bound has run :data:`WCSP_JOIN_SECONDS`. Never blocks."""
+        if self.answered:
+            return True
+        if not self.tried:
+            if _clock.now() - self.began < WCSP_JOIN_SECONDS:
+                return False
+            self.tried = True
+            self._start()
+        if self.run is None:
+            return self.answered
+        outcome = self.run.poll()
+        if outcome is None:
+            return False
+        self.run = None
+        return self._settle(outcome)
+
+    def wait(self) -> bool:
+        """After the branch and bound gave up (its node limit or the deadline): wait for toulbar2
+        until the deadline (to its end when there is none), started now if it was not yet; whether it
+        answered."""
+        if not self.tried:
+            self.tried = True
+            self._start()
+        if self.run is None:
+            return self.answered
+        outcome, self.run = self.run.outcome(), None
+        return self._settle(outcome)
+
+    def cancel(self) -> None:
+        if self.run is not None:
+            self.run.cancel()
+            self.run = None
+
+    def _start(self) -> None:
+        from overlapdp.overlap import branch, wcsp
+
+        s = self.search
+        unit = s.unit
+        assert unit is not None
+        units = [e / unit for e in s.exact]
+        if any(u.denominator != 1 for u in units):
+            return
+        ks = np.array([u.numerator for u in units], dtype=np.int64)
+        total = int(ks.sum())
+        if total >= wcsp.MAX_TOTAL:
+            return
+        # L: the smallest multiple of the unit that does not fit (fits is monotone); from the float
+        # threshold, then exactly
+        level = min(max(int(s.theta * float(s.scale / unit)), 0), total + 1)
+        while level <= total and s.fits(level * unit):
+            level += 1
+        while level > 0 and not s.fits((level - 1) * unit):
+            level -= 1
+        if level > total:
+            self.answered, self.row = True, None  # even every charge together fits
+            return
+        # an atom whose charges all hold another atom too is never needed: that one's row pays at
+        # least as much (toulbar2's variables keep only the undominated atoms)
+        self.kept = [_undominated(t) for t in s.atoms.tables]
+        tables = [
+            branch.AtomTable(np.ascontiguousarray(t[:, keep].T), np.zeros(keep.size, dtype=np.int64))
+            for t, keep in zip(s.atoms.tables, self.kept, strict=True)
+        ]
+        started = wcsp.start(wcsp.build(tables, ks), level, self.deadline, first=True)
+        if isinstance(started, wcsp.Run):
+            self.run = started
+
+    def _settle(self, outcome: Any) -> bool:
+        s = self.search
+        if outcome.cell is None:
+            if not outcome.exact:
+                return False
+            self.answered, self.row = True, None  # a complete search found no row of load >= L
+            return True
+        # a row of load >= L (found before the search ended, or at its end)
+        choice = [int(keep[v]) for keep, v in zip(self.kept, outcome.cell, strict=True)]
+        held = np.ones(s.n, dtype=bool)
+        for j, v in enumerate(choice):
+            held &= s.atoms.tables[j][:, v]
+        load = s.exact_load(held)
+        if s.fits(load):
+            return False  # not a row that fails: no answer (the branch and bound goes on)
+        self.answered, self.row = True, s.atoms.row(choice, s.nattrs)
+        return True
+
+
+def _undominated(table: BoolArray) -> np.ndarray:
+    """The atoms (columns of ``table``: charges x atoms, all distinct) whose charges are not all held by
+    another atom: for every row through a dropped atom, the row through the atom holding its charges
+    pays at least as much, so the largest load (and any row of load >= L) is found among these."""
+    t = table.astype(np.float64)
+    # outside[a, b]: charges holding atom a but not atom b; a is dominated when 0 for some b != a
+    outside = t.T @ (1.0 - t)
+    np.fill_diagonal(outside, 1.0)
+    return np.flatnonzero(~(outside == 0).any(axis=1))
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from overlapdp.overlap.branch import AtomTable
 from overlapdp.overlap.result import FloatArray
 
 # Integer costs stay far inside int64 (toulbar2's cost type) with this much headroom.
-_MAX_TOTAL = 1 << 50
+MAX_TOTAL = 1 << 50
 # Seconds the child needs at least to start, build the network and report (measured ~0.2 s).
 STARTUP_SECONDS = 0.3
 # Seconds before the deadline at which the child stops its search to report (at most 5% of its time).
@@ -80,14 +80,14 @@ def integral_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
         k, unit = _dyadic(loads)
         if unit == 0.0:
             return None
-    if float(k.sum()) >= _MAX_TOTAL:
+    if float(k.sum()) >= MAX_TOTAL:
         return None
     return k.astype(np.int64), unit
 
 
 def ceiling_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
     """``(k, unit)`` with ``k * unit >= loads`` exactly and ``k * unit < loads + unit``: the loads
-    rounded UP to multiples of a power-of-two unit, their sum under ``_MAX_TOTAL``. toulbar2 on ``k``
+    rounded UP to multiples of a power-of-two unit, their sum under ``MAX_TOTAL``. toulbar2 on ``k``
     bounds the maximum load from above (every row's rounded load is at least its own, MATH.md 7.6),
     within ``unit`` per query covering the row, but proves nothing about the loads themselves."""
     positive = loads[loads > 0]
@@ -97,7 +97,7 @@ def ceiling_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
     e = math.frexp(float(positive.sum()))[1]
     unit = math.ldexp(1.0, e - 49)
     k = np.ceil(np.ldexp(loads, 49 - e))  # exact unless scaled into subnormals: checked below
-    if not np.all(k * unit >= loads) or float(k.sum()) >= _MAX_TOTAL:
+    if not np.all(k * unit >= loads) or float(k.sum()) >= MAX_TOTAL:
         return None
     return k.astype(np.int64), unit
 
@@ -185,13 +185,20 @@ class WcspOutcome:
 
 
 def start(
-    problem: Problem, incumbent: int, deadline: float | None, *, backtracks: int | None = None
+    problem: Problem,
+    incumbent: int,
+    deadline: float | None,
+    *,
+    backtracks: int | None = None,
+    first: bool = False,
 ) -> Run | WcspOutcome:
     """Start toulbar2 in a child process that stops by ``deadline``; see the module docstring.
 
     ``incumbent`` is the integer load of a row already known: only rows at least as good are searched.
     ``backtracks`` caps the search by work rather than time (the same on every machine); a search it
-    cuts is reported like one cut by the timer: a safe bound, not exact.
+    cuts is reported like one cut by the timer: a safe bound, not exact. ``first``: a decision ("is
+    there a row of load at least ``incumbent``?"): the child stops at the first such row, reported
+    with ``exact`` False (it need not be the best); a complete search that finds none is exact.
     Returns the running child, or at once an empty outcome when there is too little time to start one.
     """
     seconds = 0.0
@@ -212,6 +219,7 @@ def start(
         # its own start-up, interpreter included.
         "sent": np.array(time.monotonic(), dtype=np.float64),
         "backtracks": np.array(backtracks or 0, dtype=np.int64),
+        "first": np.array(int(first), dtype=np.int64),
         "box_weight": problem.box_weight,
         "box_constrained": problem.box_constrained,
     }
@@ -220,14 +228,17 @@ def start(
         arrays[f"member{j}"] = member
     folder = tempfile.mkdtemp(prefix="overlapdp-wcsp-")
     np.savez(os.path.join(folder, "problem.npz"), **arrays)  # type: ignore[arg-type]
-    return Run(problem, incumbent, deadline, folder)
+    return Run(problem, incumbent, deadline, folder, first)
 
 
 class Run:
     """A running toulbar2 child: poll it, read its outcome, or stop it. Files live in one temp folder."""
 
-    def __init__(self, problem: Problem, incumbent: int, deadline: float | None, folder: str) -> None:
+    def __init__(
+        self, problem: Problem, incumbent: int, deadline: float | None, folder: str, first: bool = False
+    ) -> None:
         self._problem = problem
+        self._first = first
         self._incumbent = incumbent
         self._deadline = deadline
         self._folder = folder
@@ -250,9 +261,14 @@ class Run:
 
     def proved(self) -> bool:
         """Whether the child has ended with a proved optimum (never blocks)."""
+        outcome = self.poll()
+        return outcome is not None and outcome.exact
+
+    def poll(self) -> WcspOutcome | None:
+        """The outcome once the child has ended, else None (never blocks)."""
         if self._result is None and self._proc.poll() is not None:
             self._collect()
-        return self._result is not None and self._result.exact
+        return self._result
 
     def outcome(self, grace: float | None = None) -> WcspOutcome:
         """Wait for the child until the deadline, then ask it to stop (SIGVTALRM: toulbar2 ends its
@@ -323,6 +339,8 @@ class Run:
         cost = round(float(result["cost"]))
         best = problem.constant + variable - cost
         cell = tuple(int(v) for v in result["values"])
+        if self._first:
+            return WcspOutcome(cell, best, None, False)  # a row at least as good, not the best
         if result["complete"]:
             return WcspOutcome(cell, best, best, True)
         return WcspOutcome(cell, best, max(upper, best), upper <= best)
