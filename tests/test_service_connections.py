@@ -423,3 +423,97 @@ def test_cost_runs_in_a_worker_process_and_answers_as_the_server_would(
             alice.cost("adult", queries, epsilon=0.25)
         assert refused.value.status == 503 and refused.value.error == "TimeBudgetExceeded"
         alice.close()
+
+
+def test_a_request_whose_client_goes_away_while_waiting_leaves_the_queue(tmp_path: Path) -> None:
+    # served: mallory's first request holds her turn (its body arriving slowly); her second waits in
+    # the gate; its client closes the connection: the gate lets it go at once (before her turn comes:
+    # her requests in progress drop to 1), and when the first ends only the first is charged
+    body = b'{"where": "age = 30", "epsilon": 0.01}'
+    with _served(
+        tmp_path, limits=Limits(analyst_requests=2, analyst_running=1, request_seconds=TEST_REQUEST_SECONDS)
+    ) as world:
+        tokens = world["tokens"]
+        held = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3])
+        try:
+            wait_until(
+                lambda: (g := _gate(world["app"])) is not None and g.running.get("mallory") == 1,
+                "the first request's turn",
+            )
+            gate = _gate(world["app"])
+            assert gate is not None
+            second = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body)
+            wait_until(lambda: gate.waited == 1, "the second request in the gate")
+            assert gate.running["mallory"] == 2
+            second.close()
+            wait_until(lambda: gate.running.get("mallory") == 1, "the gate letting the gone request go")
+            held.sendall(body[3:])
+            assert _answer(held).startswith(b"HTTP/1.1 200")
+            assert len(world["service"].ledger(analyst="mallory")) == 1  # the gone one never ran
+            assert gate.running == {}
+        finally:
+            held.close()
+
+
+def test_the_gate_lets_a_gone_request_go_and_gives_back_a_turn_taken_as_it_left() -> None:
+    # the gate alone: a waiting request whose connection event is set leaves without running or
+    # answering; one whose event is already set when its turn is free never runs either; the
+    # analyst's turn stays usable (the third request runs)
+    import asyncio
+
+    from overlapdp.service.ledger import AnalystRecord
+    from overlapdp.service.middleware import DEADLINE
+
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(scope["path"].rsplit("/", 1)[1])
+        if scope["path"].endswith("/first"):
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    record = AnalystRecord(name="mallory", token_hash="h", quotas={}, revoked=False, created_at=0.0)
+    gate = AnalystGate(endpoint, authenticate=lambda token: record, limit=3, running=1)
+
+    async def request(path: str, gone: asyncio.Event) -> list[Any]:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {
+            "type": "http",
+            "path": f"/v1/datasets/adult/{path}",
+            "headers": [(b"authorization", b"Bearer t")],
+            DEADLINE: serving.clock() + 3600,
+            serving.GONE: gone,
+        }
+        await gate(scope, receive, send)
+        return sent
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        first = asyncio.ensure_future(request("first", asyncio.Event()))
+        while not ran:
+            await asyncio.sleep(0)
+        gone = asyncio.Event()
+        second = asyncio.ensure_future(request("second", gone))
+        while gate.waited < 1:
+            await asyncio.sleep(0)
+        gone.set()
+        left = await second  # leaves while the first still holds the turn
+        assert gate.running == {"mallory": 1}
+        already = asyncio.Event()
+        already.set()
+        release.set()
+        return await first, left, await request("late", already), await request("third", asyncio.Event())
+
+    first, left, late, third = asyncio.run(scenario())
+    assert first[0]["status"] == 200 and third[0]["status"] == 200
+    assert left == [] and late == []  # nobody to answer
+    assert ran == ["first", "third"]
+    assert gate.running == {}

@@ -151,7 +151,9 @@ class AnalystGate:
     threads and ledger commits from the others (benchmarks/service.py, cheap50: with two running, 50 parallel cheap queries
     of one analyst held another's p99 at 2.3-2.5x its baseline; with one, 1.6-1.9x). A waiting request
     counts against its time budget: one still waiting at its deadline gets 503
-    ``TimeBudgetExceeded``, nothing read or charged. More than ``limit`` requests of one analyst in
+    ``TimeBudgetExceeded``, nothing read or charged; one whose client goes away while it waits (the
+    connection guard's event, :data:`overlapdp.service.serving.GONE`) leaves the queue at once and
+    never runs. More than ``limit`` requests of one analyst in
     progress (running or waiting): one more gets 429 ``TooManyRequests`` with ``Retry-After``
     (``retry_after`` seconds). The token is checked here (a cached hash); a request without a valid
     analyst token goes on to the endpoint, which answers 401 (or checks the admin token)."""
@@ -196,12 +198,14 @@ class AnalystGate:
             if turn.locked():
                 self.waited += 1
             deadline = scope.get(DEADLINE)
-            try:
-                if deadline is None:
-                    await turn.acquire()
-                else:
-                    await asyncio.wait_for(turn.acquire(), max(0.0, float(deadline) - serving.clock()))
-            except TimeoutError:
+            got = await _turn(
+                turn,
+                None if deadline is None else max(0.0, float(deadline) - serving.clock()),
+                scope.get(serving.GONE),
+            )
+            if got is None:
+                return  # the client went away while waiting: nothing read, nobody to answer
+            if not got:
                 await _late(send)
                 return
             try:
@@ -252,6 +256,33 @@ class AnalystGate:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+async def _turn(turn: asyncio.Semaphore, seconds: float | None, gone: asyncio.Event | None) -> bool | None:
+    """Wait for ``turn``: True once held, False past ``seconds``, None when ``gone`` is set first (the
+    connection was lost; a turn acquired at that same moment is given back)."""
+    if gone is None:
+        try:
+            await asyncio.wait_for(turn.acquire(), seconds)
+        except TimeoutError:
+            return False
+        return True
+    if gone.is_set():
+        return None
+    acquire = asyncio.ensure_future(turn.acquire())
+    left = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({acquire, left}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (acquire, left):
+            task.cancel()
+        await asyncio.gather(acquire, left, return_exceptions=True)
+    held = acquire.done() and not acquire.cancelled() and acquire.exception() is None
+    if gone.is_set():
+        if held:
+            turn.release()
+        return None
+    return held
 
 
 async def _late(send: Send) -> None:

@@ -15,7 +15,8 @@ installs httptools) and, per connection:
   connection sooner), and with 431 once they pass ``max_header_bytes``;
 - stamps the time a request's first byte arrived into its scope (``overlapdp.arrived``): its time
   budget starts there, so reading its body (:class:`overlapdp.service.middleware.RequestClock`) and every
-  later step count against it;
+  later step count against it; and puts there an event set when the connection is lost
+  (``overlapdp.gone``), so a request waiting for its analyst's turn leaves the queue at once;
 - holds at most ``max_connections`` connections in all: at the limit a new connection evicts the
   oldest one that has not sent a complete request yet (the slow-header kind; an analyst's request
   in progress is never evicted), and is refused with 503 only when every held connection is serving
@@ -44,6 +45,9 @@ clock: Callable[[], float] = time.monotonic
 
 #: The scope key holding a request's arrival time (:data:`clock`).
 ARRIVED = "overlapdp.arrived"
+#: The scope key holding an :class:`asyncio.Event` set when the request's connection is lost (a request
+#: waiting for its turn, :class:`overlapdp.service.middleware.AnalystGate`, leaves at once).
+GONE = "overlapdp.gone"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class _Guarded(HttpToolsProtocol):
         self._waiting = True  # for the complete headers of a request (evictable)
         self._address: str | None = None
         self._counted = False
+        self._gone: asyncio.Event | None = None
 
     # -- connections ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -137,6 +142,8 @@ class _Guarded(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._forget()
+        if self._gone is not None:
+            self._gone.set()
         super().connection_lost(exc)
 
     def _forget(self) -> None:
@@ -198,6 +205,9 @@ class _Guarded(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope[ARRIVED] = clock()  # type: ignore[literal-required]
+        if self._gone is None:
+            self._gone = asyncio.Event()
+        self.scope[GONE] = self._gone  # type: ignore[literal-required]
 
     def on_headers_complete(self) -> None:
         self._waiting = False
