@@ -303,11 +303,11 @@ def exceeds(
 
 
 #: toulbar2 joins a threshold decision (loads multiples of one unit) whose branch and bound has run this
-#: long without an answer (wall seconds): a quick decision never starts a child process. Measured on a
-#: single analyst's stream near a quota of 25 (mixed queries on 2-5 of Adult's 14 attributes,
-#: 150-270 charges held): the hardest decisions took the branch and bound 1.2-2.9 s of CPU and toulbar2
-#: 0.3-1.8 s of wall time, its start-up (~0.2 s) included.
-WCSP_JOIN_SECONDS = 0.1
+#: long without an answer (wall seconds): a quick decision never starts a child process. Its start-up
+#: costs ~0.2 s of CPU: on a single analyst's stream (the idle second core) 0.1 s was a little better,
+#: but in the served process near a quota (8 analysts, both cores busy) 0.1 s cost ~10% of the
+#: decisions a second and 0.25 s none (benchmarks/README.md, near_budget.py and service.py nearquota).
+WCSP_JOIN_SECONDS = 0.25
 
 
 def _toulbar2_may_join(search: _Search) -> bool:
