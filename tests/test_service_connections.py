@@ -281,40 +281,86 @@ def _gate(app: Any) -> AnalystGate | None:
     return layer
 
 
-def test_an_analysts_next_request_waits_for_their_turn_and_others_are_served(tmp_path: Path) -> None:
-    # fair scheduling: one of mallory's requests runs at a time (its body arriving slowly holds the
-    # turn); the next waits in the gate, no 429, and runs when the first ends; alice is served meanwhile
-    body = b'{"where": "age = 30", "epsilon": 0.01}'
+_BODY = b'{"where": "age = 30", "epsilon": 0.01}'
+
+
+@contextmanager
+def _second_waits(
+    tmp_path: Path,
+) -> Iterator[tuple[dict[str, Any], AnalystGate, socket.socket, socket.socket]]:
+    """Served with one running request per analyst: mallory's first request holds her turn (its body
+    arriving slowly: the rest of :data:`_BODY` is the test's to send), her second waits in the gate."""
     with _served(
         tmp_path, limits=Limits(analyst_requests=2, analyst_running=1, request_seconds=TEST_REQUEST_SECONDS)
     ) as world:
-        tokens = world["tokens"]
-        held = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3])
-        for _ in range(200):  # the first request holds the turn (reading its body)
-            gate = _gate(world["app"])
-            if gate is not None and gate.running.get("mallory"):
-                break
-            time.sleep(0.01)
-        assert gate is not None
-        second = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body)
+        mallory = world["tokens"]["mallory"]
+        held = _slow(world["port"], _post_head(mallory, len(_BODY)) + _BODY[:3])
         try:
-            for _ in range(200):  # the second request reached the gate and waits there
-                if gate.waited:
-                    break
-                time.sleep(0.01)
-            assert gate.waited == 1 and gate.running["mallory"] == 2
-            alice = Client(world["url"], tokens["alice"], retries=0)
-            assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
-            assert world["service"].ledger(analyst="mallory") == []  # the second still waits
-            held.sendall(body[3:])  # the first ends: the second runs
-            assert _answer(held).startswith(b"HTTP/1.1 200")
-            assert _answer(second).startswith(b"HTTP/1.1 200")
-            assert gate.refused == 0
-            assert len(world["service"].ledger(analyst="mallory")) == 2
-            alice.close()
+            wait_until(
+                lambda: (g := _gate(world["app"])) is not None and g.running.get("mallory") == 1,
+                "the first request's turn",
+            )
+            gate = _gate(world["app"])
+            assert gate is not None
+            second = _slow(world["port"], _post_head(mallory, len(_BODY)) + _BODY)
+            try:
+                wait_until(lambda: gate.waited == 1, "the second request in the gate")
+                assert gate.running["mallory"] == 2
+                yield world, gate, held, second
+            finally:
+                second.close()
         finally:
             held.close()
-            second.close()
+
+
+def test_an_analysts_next_request_waits_for_their_turn_and_others_are_served(tmp_path: Path) -> None:
+    # fair scheduling: one of mallory's requests runs at a time (its body arriving slowly holds the
+    # turn); the next waits in the gate, no 429, and runs when the first ends; alice is served meanwhile
+    with _second_waits(tmp_path) as (world, gate, held, second):
+        alice = Client(world["url"], world["tokens"]["alice"], retries=0)
+        assert len(alice.query("adult", "age = 30", epsilon=0.01)) == 1
+        assert world["service"].ledger(analyst="mallory") == []  # the second still waits
+        held.sendall(_BODY[3:])  # the first ends: the second runs
+        assert _answer(held).startswith(b"HTTP/1.1 200")
+        assert _answer(second).startswith(b"HTTP/1.1 200")
+        assert gate.refused == 0
+        assert len(world["service"].ledger(analyst="mallory")) == 2
+        alice.close()
+
+
+def _gate_alone(ran: list[str], release: Any, limit: int) -> AnalystGate:
+    """The gate alone (one running request per analyst, every token mallory's), around an endpoint that
+    records each request's last path segment and holds ``first`` until ``release`` is set."""
+    from overlapdp.service.ledger import AnalystRecord
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(scope["path"].rsplit("/", 1)[1])
+        if scope["path"].endswith("/first"):
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    record = AnalystRecord(name="mallory", token_hash="h", quotas={}, revoked=False, created_at=0.0)
+    return AnalystGate(endpoint, authenticate=lambda token: record, limit=limit, running=1)
+
+
+async def _through(gate: AnalystGate, name: str, **scope: Any) -> list[Any]:
+    """The messages the gate (and its endpoint) sent for one request named ``name``; ``scope`` adds keys."""
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    base = {
+        "type": "http",
+        "path": f"/v1/datasets/adult/{name}",
+        "headers": [(b"authorization", b"Bearer t")],
+    }
+    await gate({**base, **scope}, receive, send)
+    return sent
 
 
 def test_a_request_waiting_for_its_turn_past_its_time_budget_gets_503() -> None:
@@ -323,50 +369,25 @@ def test_a_request_waiting_for_its_turn_past_its_time_budget_gets_503() -> None:
     # read; once the first ends, her next request runs. No wall-clock window decides the outcome.
     import asyncio
 
-    from overlapdp.service.ledger import AnalystRecord
     from overlapdp.service.middleware import DEADLINE
 
     release = asyncio.Event()
     ran: list[str] = []
+    gate = _gate_alone(ran, release, limit=2)
 
-    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
-        ran.append(scope["path"])
-        if scope["path"].endswith("/first"):
-            await release.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
-
-    record = AnalystRecord(name="mallory", token_hash="h", quotas={}, revoked=False, created_at=0.0)
-    gate = AnalystGate(endpoint, authenticate=lambda token: record, limit=2, running=1)
-
-    async def request(path: str, deadline: float) -> int:
-        sent: list[Any] = []
-
-        async def send(message: Any) -> None:
-            sent.append(message)
-
-        async def receive() -> Any:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        scope = {
-            "type": "http",
-            "path": f"/v1/datasets/adult{path}",
-            "headers": [(b"authorization", b"Bearer t")],
-            DEADLINE: deadline,
-        }
-        await gate(scope, receive, send)
-        return int(sent[0]["status"])
+    async def request(name: str, deadline: float) -> int:
+        return int((await _through(gate, name, **{DEADLINE: deadline}))[0]["status"])
 
     async def scenario() -> list[int]:
-        first = asyncio.ensure_future(request("/first", serving.clock() + 3600))
+        first = asyncio.ensure_future(request("first", serving.clock() + 3600))
         while not ran:
             await asyncio.sleep(0)
-        late = await request("/second", serving.clock())  # its budget is already spent
+        late = await request("second", serving.clock())  # its budget is already spent
         release.set()
-        return [await first, late, await request("/third", serving.clock() + 3600)]
+        return [await first, late, await request("third", serving.clock() + 3600)]
 
     assert asyncio.run(scenario()) == [200, 503, 200]
-    assert ran == ["/v1/datasets/adult/first", "/v1/datasets/adult/third"]  # the late one never ran
+    assert ran == ["first", "third"]  # the late one never ran
     assert gate.waited == 1 and gate.running == {}
 
 
@@ -429,30 +450,13 @@ def test_a_request_whose_client_goes_away_while_waiting_leaves_the_queue(tmp_pat
     # served: mallory's first request holds her turn (its body arriving slowly); her second waits in
     # the gate; its client closes the connection: the gate lets it go at once (before her turn comes:
     # her requests in progress drop to 1), and when the first ends only the first is charged
-    body = b'{"where": "age = 30", "epsilon": 0.01}'
-    with _served(
-        tmp_path, limits=Limits(analyst_requests=2, analyst_running=1, request_seconds=TEST_REQUEST_SECONDS)
-    ) as world:
-        tokens = world["tokens"]
-        held = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body[:3])
-        try:
-            wait_until(
-                lambda: (g := _gate(world["app"])) is not None and g.running.get("mallory") == 1,
-                "the first request's turn",
-            )
-            gate = _gate(world["app"])
-            assert gate is not None
-            second = _slow(world["port"], _post_head(tokens["mallory"], len(body)) + body)
-            wait_until(lambda: gate.waited == 1, "the second request in the gate")
-            assert gate.running["mallory"] == 2
-            second.close()
-            wait_until(lambda: gate.running.get("mallory") == 1, "the gate letting the gone request go")
-            held.sendall(body[3:])
-            assert _answer(held).startswith(b"HTTP/1.1 200")
-            assert len(world["service"].ledger(analyst="mallory")) == 1  # the gone one never ran
-            assert gate.running == {}
-        finally:
-            held.close()
+    with _second_waits(tmp_path) as (world, gate, held, second):
+        second.close()
+        wait_until(lambda: gate.running.get("mallory") == 1, "the gate letting the gone request go")
+        held.sendall(_BODY[3:])
+        assert _answer(held).startswith(b"HTTP/1.1 200")
+        assert len(world["service"].ledger(analyst="mallory")) == 1  # the gone one never ran
+        assert gate.running == {}
 
 
 def test_the_gate_lets_a_gone_request_go_and_gives_back_a_turn_taken_as_it_left() -> None:
@@ -461,40 +465,14 @@ def test_the_gate_lets_a_gone_request_go_and_gives_back_a_turn_taken_as_it_left(
     # analyst's turn stays usable (the third request runs)
     import asyncio
 
-    from overlapdp.service.ledger import AnalystRecord
     from overlapdp.service.middleware import DEADLINE
 
     release = asyncio.Event()
     ran: list[str] = []
+    gate = _gate_alone(ran, release, limit=3)
 
-    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
-        ran.append(scope["path"].rsplit("/", 1)[1])
-        if scope["path"].endswith("/first"):
-            await release.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
-
-    record = AnalystRecord(name="mallory", token_hash="h", quotas={}, revoked=False, created_at=0.0)
-    gate = AnalystGate(endpoint, authenticate=lambda token: record, limit=3, running=1)
-
-    async def request(path: str, gone: asyncio.Event) -> list[Any]:
-        sent: list[Any] = []
-
-        async def send(message: Any) -> None:
-            sent.append(message)
-
-        async def receive() -> Any:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        scope = {
-            "type": "http",
-            "path": f"/v1/datasets/adult/{path}",
-            "headers": [(b"authorization", b"Bearer t")],
-            DEADLINE: serving.clock() + 3600,
-            serving.GONE: gone,
-        }
-        await gate(scope, receive, send)
-        return sent
+    async def request(name: str, gone: asyncio.Event) -> list[Any]:
+        return await _through(gate, name, **{DEADLINE: serving.clock() + 3600, serving.GONE: gone})
 
     async def scenario() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         first = asyncio.ensure_future(request("first", asyncio.Event()))
