@@ -384,13 +384,16 @@ class _Toulbar2:
         total = int(ks.sum())
         if total >= wcsp.MAX_TOTAL:
             return
-        # L: the smallest multiple of the unit that does not fit (fits is monotone); from the float
-        # threshold, then exactly
-        level = min(max(int(s.theta * float(s.scale / unit)), 0), total + 1)
-        while level <= total and s.fits(level * unit):
-            level += 1
-        while level > 0 and not s.fits((level - 1) * unit):
-            level -= 1
+        # L: the smallest multiple of the unit that does not fit (fits is monotone), by bisection on
+        # the exact rule (at most ~50 tests, whatever the floats say)
+        lo, hi = 0, total + 1  # not fits(hi * unit) is taken as given: above every row's load
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if s.fits(mid * unit):
+                lo = mid + 1
+            else:
+                hi = mid
+        level = lo
         if level > total:
             self.answered, self.row = True, None  # even every charge together fits
             return
