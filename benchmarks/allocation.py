@@ -104,6 +104,12 @@ def workloads(seed: int) -> dict[str, list[PredicateQuery]]:
     return out
 
 
+def table_head(columns: str, *, blank: bool = False) -> None:
+    """A markdown table's header and rule for ``columns`` ("a | b | c"), after a blank line if asked."""
+    print(("\n" if blank else "") + f"| {columns} |")
+    print("|" + "---|" * (columns.count("|") + 1))
+
+
 def variance(shares: np.ndarray) -> float:
     return float(np.sum(2.0 / shares**2))
 
@@ -126,11 +132,10 @@ def main() -> None:
     args = ap.parse_args()
     b = args.budget
     print(f"pure DP, total epsilon {b:g}, Laplace noise at sensitivity 1 (variance 2 / e^2 per query)\n")
-    print(
-        "| workload | t | gamma | families | sequential | partitions | even overlap | optimal overlap "
-        "| optimal vs even | gap to optimum | how certified | plan s | odometer epsilon |"
+    table_head(
+        "workload | t | gamma | families | sequential | partitions | even overlap | optimal overlap "
+        "| optimal vs even | gap to optimum | how certified | plan s | odometer epsilon"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, qs in workloads(args.seed).items():
         t = len(qs)
         gamma = int(max_overlap(qs, comp="count").value)
@@ -163,11 +168,11 @@ def main() -> None:
         f"planner's certified count bound, and the engine's within {args.gamma_effort:g} s; odometer: "
         f"pure epsilon of Laplace charges at the shares, effort {args.odometer_effort:g} s)"
     )
-    print(
-        "\n| generator | queries | CPU s | wall s | rounds | rows | gamma (planner / engine) | gain over even "
-        "| gain over even at the engine's gamma | gap | fell back | how certified | odometer epsilon |"
+    table_head(
+        "generator | queries | CPU s | wall s | rounds | rows | gamma (planner / engine) | gain over even "
+        "| gain over even at the engine's gamma | gap | fell back | how certified | odometer epsilon",
+        blank=True,
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in args.kinds:
         for n in args.big:
             qs = mixed(kind, n, args.seed + 1)
@@ -218,11 +223,11 @@ def relative_rows(args: argparse.Namespace) -> None:
         f"\n(objective 'relative': the largest w_q / e_q^2, importance weights "
         f"log-uniform on [0.25, 4], effort {args.big_effort:g} s a plan)"
     )
-    print(
-        "\n| generator | queries | CPU s | wall s | how certified | largest w / e^2: even shares "
-        "| relative plan | gain | odometer epsilon |"
+    table_head(
+        "generator | queries | CPU s | wall s | how certified | largest w / e^2: even shares "
+        "| relative plan | gain | odometer epsilon",
+        blank=True,
     )
-    print("|---|---|---|---|---|---|---|---|---|")
     for kind in args.kinds:
         for n in args.big:
             qs = mixed(kind, n, args.seed + 1)

@@ -42,7 +42,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
     cfn.Option.hbfs = 0
     if backtracks > 0:
         cfn.Option.backtrackLimit = backtracks
-    if int(data["first"]) if "first" in data else 0:
+    if int(data["first"]):
         # a decision: any row better than the initial bound answers it (stop at the first one)
         cfn.Option.allSolutions = 1
     for j, n in enumerate(sizes):

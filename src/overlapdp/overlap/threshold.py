@@ -38,13 +38,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
 from overlapdp.exact import exact_sum
-from overlapdp.overlap import _clock
+from overlapdp.overlap import _clock, branch, wcsp
 
 BoolArray = np.ndarray
 FloatArray = np.ndarray
@@ -311,8 +310,6 @@ WCSP_JOIN_SECONDS = 0.25
 
 
 def _toulbar2_may_join(search: _Search) -> bool:
-    from overlapdp.overlap import wcsp
-
     return search.unit is not None and search.n > 0 and search.k > 0 and wcsp.available()
 
 
@@ -330,7 +327,7 @@ class _Toulbar2:
         self.search = search
         self.deadline = deadline
         self.began = _clock.now()
-        self.run: Any = None
+        self.run: wcsp.Run | None = None
         self.kept: list[np.ndarray] = []
         self.tried = False
         self.answered = False
@@ -372,8 +369,6 @@ class _Toulbar2:
             self.run = None
 
     def _start(self) -> None:
-        from overlapdp.overlap import branch, wcsp
-
         s = self.search
         unit = s.unit
         assert unit is not None
@@ -408,7 +403,7 @@ class _Toulbar2:
         if isinstance(started, wcsp.Run):
             self.run = started
 
-    def _settle(self, outcome: Any) -> bool:
+    def _settle(self, outcome: wcsp.WcspOutcome) -> bool:
         s = self.search
         if outcome.cell is None:
             if not outcome.exact:
