@@ -211,6 +211,18 @@ def start(
         seconds = wait - min(_REPORT, 0.05 * wait)
     variable = problem.total - problem.constant
     ub = variable - max(incumbent - problem.constant, 0) + 1
+    folder = tempfile.mkdtemp(prefix="overlapdp-wcsp-")
+    write(problem, os.path.join(folder, "problem.npz"), ub, seconds, backtracks or 0, first)
+    return Run(problem, incumbent, deadline, folder, first)
+
+
+def write(problem: Problem, path: str, ub: int, seconds: float, backtracks: int, first: bool) -> None:
+    """Write the network the child (``_wcsp_worker.py``) reads: the one place its keys are spelled.
+
+    ``ub``: toulbar2's initial upper bound (costs at or above it are forbidden); ``seconds``: wall
+    seconds the child may search (0: no limit); ``backtracks``: 0 for no limit; ``first``: stop at
+    the first row under ``ub``.
+    """
     arrays: dict[str, np.ndarray] = {
         "sizes": np.array(problem.sizes, dtype=np.int64),
         "ub": np.array(ub, dtype=np.int64),
@@ -218,7 +230,7 @@ def start(
         # The real monotonic clock (system-wide) when ``seconds`` was measured: the child subtracts
         # its own start-up, interpreter included.
         "sent": np.array(time.monotonic(), dtype=np.float64),
-        "backtracks": np.array(backtracks or 0, dtype=np.int64),
+        "backtracks": np.array(backtracks, dtype=np.int64),
         "first": np.array(int(first), dtype=np.int64),
         "box_weight": problem.box_weight,
         "box_constrained": problem.box_constrained,
@@ -226,9 +238,7 @@ def start(
     for j, (unary, member) in enumerate(zip(problem.unary, problem.box_member, strict=True)):
         arrays[f"unary{j}"] = unary
         arrays[f"member{j}"] = member
-    folder = tempfile.mkdtemp(prefix="overlapdp-wcsp-")
-    np.savez(os.path.join(folder, "problem.npz"), **arrays)  # type: ignore[arg-type]
-    return Run(problem, incumbent, deadline, folder, first)
+    np.savez(path, **arrays)  # type: ignore[arg-type]
 
 
 class Run:
