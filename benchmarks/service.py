@@ -53,7 +53,9 @@ engine, each printing another analyst's p99 alone (baseline) and under the attac
 
 ``--attack-rounds N`` runs each attack row N times, each on a fresh server, and reports the round of
 median ratio (every round printed; any failed request in any round misses the target): one 10 s
-window's p99 alone swings several-fold on this shared 2-core machine.
+window's p99 alone swings several-fold on this shared 2-core machine. ``--attack-windows W`` makes a
+round W pairs of ``--seconds`` windows, alone and attacked interleaved (ABBA...), the ratio taken over
+the pooled latencies of each kind, so that the host's slow drifts fall on both sides alike.
 
 ``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
 ``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
@@ -496,36 +498,55 @@ def _attacker(attack: Callable[[Any], dict[str, int]], stop: Any, out: Any) -> N
 
 
 def under_attack(
-    url: str, token: str, seconds: float, attack: Callable[[Any], dict[str, int]]
+    url: str, token: str, seconds: float, attack: Callable[[Any], dict[str, int]], windows: int = 1
 ) -> tuple[dict[str, float], dict[str, int]]:
-    """The analyst's p99 alone, then while ``attack`` runs (after 2 s of it): the figures and the ratio.
+    """The analyst's p99 alone and while ``attack`` runs (from 2 s into it), in ``windows`` pairs of
+    ``seconds`` each, interleaved (alone then attacked, then attacked then alone, and so on): the
+    figures over all windows of each kind, and the ratio.
 
-    The attacker runs in a process of its own at nice 10: on this one machine its own processor time
-    (1 000 sockets, 50 client threads) would otherwise be taken from the server and the analyst, which
-    an attacker on another machine does not do."""
+    Interleaved, slow drifts of the shared machine's load fall on both sides alike, where one window
+    alone and then one under attack measures the host as much as the attack. The attacker runs in a
+    process of its own at nice 10: on this one machine its own processor time (1 000 sockets, 50
+    client threads) would otherwise be taken from the server and the analyst, which an attacker on
+    another machine does not do."""
     import multiprocessing
 
-    analyst_alone(url, token, 1.0)  # warm-up
-    base, base_errors = analyst_alone(url, token, seconds)
     ctx = multiprocessing.get_context("fork")
-    stop, results = ctx.Event(), ctx.Queue()
-    attacker = ctx.Process(target=_attacker, args=(attack, stop, results), daemon=True)
-    attacker.start()
-    time.sleep(2.0)
-    lat, errors = analyst_alone(url, token, seconds)
-    stop.set()
-    out = [results.get(timeout=180)]
-    attacker.join(timeout=30)
+    seen: dict[str, int] = {}
+
+    def attacked() -> tuple[list[float], int]:
+        stop, results = ctx.Event(), ctx.Queue()
+        attacker = ctx.Process(target=_attacker, args=(attack, stop, results), daemon=True)
+        attacker.start()
+        time.sleep(2.0)
+        window = analyst_alone(url, token, seconds)
+        stop.set()
+        for status, n in results.get(timeout=180).items():
+            seen[status] = seen.get(status, 0) + n
+        attacker.join(timeout=30)
+        time.sleep(1.0)  # the server closes what the attacker left before the next window
+        return window
+
+    analyst_alone(url, token, 1.0)  # warm-up
+    base: list[float] = []
+    lat: list[float] = []
+    errors = 0
+    for k in range(windows):
+        order = (False, True) if k % 2 == 0 else (True, False)
+        for under in order:
+            window, failed = attacked() if under else analyst_alone(url, token, seconds)
+            (lat if under else base).extend(window)
+            errors += failed
     figures = {
-        "qps": len(lat) / seconds,
+        "qps": len(lat) / (seconds * windows),
         "p50": 1000 * statistics.median(lat) if lat else math.nan,
         "p99": p99(lat),
-        "errors": float(errors + base_errors),
+        "errors": float(errors),
         "max": 1000 * max(lat) if lat else math.nan,
         "base p99": p99(base),
         "ratio": p99(lat) / p99(base),
     }
-    return figures, out[0] if out else {}
+    return figures, seen
 
 
 def age_hours_boxes(n: int, seed: int = 5) -> list[str]:
@@ -726,6 +747,12 @@ def main() -> None:
     parser.add_argument(
         "--attack-rounds", type=int, default=1, help="rounds of each attack row, each on a fresh server"
     )
+    parser.add_argument(
+        "--attack-windows",
+        type=int,
+        default=1,
+        help="pairs of windows (alone, attacked) a round interleaves, each --seconds long",
+    )
     args = parser.parse_args()
     global TIMEOUT
     TIMEOUT = args.timeout
@@ -917,7 +944,13 @@ def main() -> None:
             proc, url, ready, _ = serve(f"{kind}-{k}", extra, fds=1024)
             try:
                 tokens = setup_service(url, data, 2, "duckdb", quota=0.5)
-                r, seen = under_attack(url, tokens[1], args.seconds, functools.partial(attack, url, tokens))
+                r, seen = under_attack(
+                    url,
+                    tokens[1],
+                    args.seconds,
+                    functools.partial(attack, url, tokens),
+                    windows=args.attack_windows,
+                )
                 figures = ", ".join(f"{name} {v:.1f}" for name, v in r.items())
                 print(f"(attack {kind}, round {k + 1}: {seen}; {figures})")
                 rounds.append((r, ready))
