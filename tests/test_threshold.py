@@ -366,6 +366,39 @@ def test_toulbar2_joins_and_its_answer_stops_the_branch_and_bound(
         assert found is not None and row_load(pb, found) == 2
 
 
+@pytest.mark.parametrize("cpu_step", [0.0, 1.0])
+def test_toulbar2_joins_on_the_search_threads_processor_time(
+    monkeypatch: pytest.MonkeyPatch, cpu_step: float
+) -> None:
+    """The join waits for ``WCSP_JOIN_SECONDS`` of the search's processor time, not wall time: with
+    the wall clock racing (a loaded server) and no processor time used, no child is started; once the
+    processor time has passed it, one is (injected clocks; the start is recorded, not run)."""
+    wall, cpu = [0.0], [0.0]
+
+    def now() -> float:
+        wall[0] += 100.0
+        return wall[0]
+
+    def spent() -> float:
+        cpu[0] += cpu_step
+        return cpu[0]
+
+    monkeypatch.setattr(threshold._clock, "now", now)
+    monkeypatch.setattr(threshold._clock, "cpu", spent)
+    monkeypatch.setattr(threshold, "_toulbar2_may_join", lambda search: True)
+    started: list[int] = []
+
+    def start(problem: Any, incumbent: int, deadline: Any, **kw: Any) -> Any:
+        started.append(incumbent)
+        return wcsp.WcspOutcome(None, -1, None, False, "not run here")
+
+    monkeypatch.setattr(threshold.wcsp, "start", start)
+    pb = _two_attribute_instance()
+    # no deadline (the racing wall clock would pass any): the branch and bound decides alone
+    assert exceeds(pb, lambda x: x <= 2, max_nodes=10_000) is None
+    assert started == ([] if cpu_step == 0.0 else [3])  # L = 3: the first load that does not fit
+
+
 @needs_toulbar2
 def test_a_toulbar2_row_that_fits_is_not_believed(monkeypatch: pytest.MonkeyPatch) -> None:
     """toulbar2's rows are weighed on the exact loads before they answer anything: a reported row

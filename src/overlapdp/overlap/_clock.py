@@ -6,7 +6,8 @@ solver below it compares ``now()`` with that same deadline (DESIGN.md, the effor
 other processes on a loaded machine. The service's request deadlines are read on it too
 (``overlapdp.service.filters``): a search's effort is the time left before one. Tests replace :func:`now` (``monkeypatch.setattr(_clock, "now",
 ...)``) to drive a deadline without sleeping, so callers read it as ``_clock.now()``, never as an
-imported name.
+imported name. :func:`cpu` is the calling thread's processor time, for choices that should not
+depend on the machine's load (when a helper process is worth starting).
 """
 
 from __future__ import annotations
@@ -17,3 +18,8 @@ import time
 def now() -> float:
     """Seconds on the monotonic wall clock (``time.monotonic``)."""
     return time.monotonic()
+
+
+def cpu() -> float:
+    """Seconds of processor time the calling thread has used (``time.thread_time``)."""
+    return time.thread_time()

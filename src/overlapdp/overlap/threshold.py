@@ -24,7 +24,7 @@ depth-first branch and bound over the attributes' values:
   table clears (fail first), one child per such value, the LP's favourite first; the other values are
   proved at once (without highspy: the fewest values whose table exceeds the threshold);
 - on loads that are multiples of the unit, toulbar2 joins a decision not settled within
-  ``WCSP_JOIN_SECONDS`` (or given up), in a child process: the first row of load at least the smallest
+  ``WCSP_JOIN_SECONDS`` of its processor time (or given up), in a child process: the first row of load at least the smallest
   multiple that does not fit, or a complete search's proof that there is none (:class:`_Toulbar2`).
 
 Every prune compares an exact upper bound (a Fraction) with the caller's exact test; a leaf (every charge
@@ -302,10 +302,12 @@ def exceeds(
 
 
 #: toulbar2 joins a threshold decision (loads multiples of one unit) whose branch and bound has run this
-#: long without an answer (wall seconds): a quick decision never starts a child process. Its start-up
-#: costs ~0.2 s of CPU: on a single analyst's stream (the idle second core) 0.1 s was a little better,
-#: but in the served process near a quota (8 analysts, both cores busy) 0.1 s cost ~10% of the
-#: decisions a second and 0.25 s none (benchmarks/README.md, near_budget.py and service.py nearquota).
+#: long without an answer: a quick decision never starts a child process. Its start-up costs ~0.2 s of
+#: CPU: on a single analyst's stream (the idle second core) 0.1 s was a little better, but in the served
+#: process near a quota (8 analysts, both cores busy) 0.1 s cost ~10% of the decisions a second and 0.25 s
+#: none (benchmarks/README.md, near_budget.py and service.py nearquota). Counted in the search thread's
+#: processor time (``_clock.cpu``), not wall time: on a busy server a quick decision's wall time grows
+#: with the load, and children started for it would only add to the load.
 WCSP_JOIN_SECONDS = 0.25
 
 
@@ -326,7 +328,7 @@ class _Toulbar2:
     def __init__(self, search: _Search, deadline: float | None) -> None:
         self.search = search
         self.deadline = deadline
-        self.began = _clock.now()
+        self.began = _clock.cpu()
         self.run: wcsp.Run | None = None
         self.kept: list[np.ndarray] = []
         self.tried = False
@@ -335,11 +337,11 @@ class _Toulbar2:
 
     def poll(self) -> bool:
         """Whether toulbar2 has answered (the branch and bound then stops); starts it once the branch
-        and bound has run :data:`WCSP_JOIN_SECONDS`. Never blocks."""
+        and bound has run :data:`WCSP_JOIN_SECONDS` of processor time. Never blocks."""
         if self.answered:
             return True
         if not self.tried:
-            if _clock.now() - self.began < WCSP_JOIN_SECONDS:
+            if _clock.cpu() - self.began < WCSP_JOIN_SECONDS:
                 return False
             self.tried = True
             self._start()
