@@ -53,9 +53,10 @@ engine, each printing another analyst's p99 alone (baseline) and under the attac
 
 ``--attack-rounds N`` runs each attack row N times, each on a fresh server, and reports the round of
 median ratio (every round printed; any failed request in any round misses the target): one 10 s
-window's p99 alone swings several-fold on this shared 2-core machine. ``--attack-windows W`` makes a
-round W pairs of ``--seconds`` windows, alone and attacked interleaved (ABBA...), the ratio taken over
-the pooled latencies of each kind, so that the host's slow drifts fall on both sides alike.
+window's p99 alone swings several-fold on this shared 2-core machine. ``--attack-windows W`` (3 by
+default; 1: one window alone, then one attacked, as before) makes a round W pairs of ``--seconds``
+windows, alone and attacked interleaved (ABBA...), the ratio taken over the pooled latencies of each
+kind, so that the host's slow drifts fall on both sides alike.
 
 ``--timeout`` bounds each request of the batch50 and during rows (status 0 past it);
 ``--request-seconds`` sets the service's time budget per request (``serve --request-seconds``).
@@ -750,7 +751,7 @@ def main() -> None:
     parser.add_argument(
         "--attack-windows",
         type=int,
-        default=1,
+        default=3,
         help="pairs of windows (alone, attacked) a round interleaves, each --seconds long",
     )
     args = parser.parse_args()
