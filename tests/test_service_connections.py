@@ -495,3 +495,65 @@ def test_the_gate_lets_a_gone_request_go_and_gives_back_a_turn_taken_as_it_left(
     assert left == [] and late == []  # nobody to answer
     assert ran == ["first", "third"]
     assert gate.running == {}
+
+
+def test_a_backlogged_analysts_next_request_lets_anothers_running_request_finish_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The gate alone, two analysts. Mallory keeps a request queued behind her running one (a steady
+    # stream); alice sends one at a time. Alice's request starts at once beside mallory's (she has no
+    # backlog); mallory's queued request, once her turn is free, waits for alice's running request to
+    # end before it starts (up to YIELD_SECONDS: here an hour, then 0, when it starts beside it).
+    import asyncio
+
+    from overlapdp.service import middleware
+    from overlapdp.service.ledger import AnalystRecord
+
+    def scenario(yield_seconds: float) -> list[str]:
+        monkeypatch.setattr(middleware, "YIELD_SECONDS", yield_seconds)
+        events: list[str] = []
+        held = {"m1": asyncio.Event(), "a1": asyncio.Event()}
+
+        async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+            name = scope["path"].rsplit("/", 1)[1]
+            events.append(f"start {name}")
+            if name in held:
+                await held[name].wait()
+            events.append(f"end {name}")
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        def authenticate(token: str | None) -> AnalystRecord:
+            name = "mallory" if token == "m" else "alice"
+            return AnalystRecord(name=name, token_hash="h", quotas={}, revoked=False, created_at=0.0)
+
+        gate = AnalystGate(endpoint, authenticate=authenticate, limit=2, running=1)
+
+        async def request(name: str) -> None:
+            token = b"m" if name.startswith("m") else b"a"
+            await _through(gate, name, headers=[(b"authorization", b"Bearer " + token)])
+
+        async def until(condition: Any) -> None:
+            while not condition():
+                await asyncio.sleep(0)
+
+        async def run() -> None:
+            m1 = asyncio.ensure_future(request("m1"))
+            await until(lambda: "start m1" in events)
+            m2 = asyncio.ensure_future(request("m2"))  # queued behind m1: mallory has a backlog
+            await until(lambda: gate.waited == 1)
+            a1 = asyncio.ensure_future(request("a1"))
+            await until(lambda: "start a1" in events)  # alice starts beside mallory's m1
+            held["m1"].set()
+            await until(lambda: "end m1" in events)
+            for _ in range(50):  # m2 now holds mallory's turn; give it every chance to start
+                await asyncio.sleep(0)
+            held["a1"].set()
+            await asyncio.gather(m1, m2, a1)
+
+        asyncio.run(run())
+        assert gate.running == {} and gate._active == {}
+        return events
+
+    assert scenario(3600.0) == ["start m1", "start a1", "end m1", "end a1", "start m2", "end m2"]
+    assert scenario(0.0) == ["start m1", "start a1", "end m1", "start m2", "end m2", "end a1"]
