@@ -158,7 +158,7 @@ class AnalystGate:
     requests running at that moment finish first (at most :data:`YIELD_SECONDS`): otherwise their
     next request starts the instant the last ends, and every request of another analyst shares the
     interpreter with one of theirs from start to end (cheap50 measured without the host's drift:
-    2.0-2.2x; with the yield 1.4-1.7x). A waiting request
+    2.0-2.2x; with the yield 1.3-1.7x). A waiting request
     counts against its time budget: one still waiting at its deadline gets 503
     ``TimeBudgetExceeded``, nothing read or charged; one whose client goes away while it waits (the
     connection guard's event, :data:`overlapdp.service.serving.GONE`) leaves the queue at once and
