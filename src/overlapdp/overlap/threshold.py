@@ -24,8 +24,9 @@ depth-first branch and bound over the attributes' values:
   table clears (fail first), one child per such value, the LP's favourite first; the other values are
   proved at once (without highspy: the fewest values whose table exceeds the threshold);
 - on loads that are multiples of the unit, toulbar2 joins a decision not settled within
-  ``WCSP_JOIN_SECONDS`` of its processor time (or given up), in a child process: the first row of load at least the smallest
-  multiple that does not fit, or a complete search's proof that there is none (:class:`_Toulbar2`).
+  ``WCSP_JOIN_SECONDS`` of its processor time (or given up), in a child process: the first row of load
+  at least the smallest multiple that does not fit, or a complete search's proof that there is none
+  (:class:`_Toulbar2`).
 
 Every prune compares an exact upper bound (a Fraction) with the caller's exact test; a leaf (every charge
 of the box holding all of it) is summed with Fractions. The answer is therefore exact whatever the

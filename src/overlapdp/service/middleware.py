@@ -228,16 +228,10 @@ class AnalystGate:
                     # requests running now finish first (up to YIELD_SECONDS), so that a steady
                     # stream of one analyst's requests does not run beside every request of another
                     others = [e for name, evs in self._active.items() if name != who for e in evs]
-                    if others:
-                        left = YIELD_SECONDS
-                        if deadline is not None:
-                            left = min(left, max(0.0, float(deadline) - serving.clock()))
-                        waits = [asyncio.ensure_future(e.wait()) for e in others]
-                        try:
-                            await asyncio.wait(waits, timeout=left)
-                        finally:
-                            for w in waits:
-                                w.cancel()
+                    left = YIELD_SECONDS
+                    if deadline is not None:
+                        left = min(left, max(0.0, float(deadline) - serving.clock()))
+                    await _let_finish(others, left)
                 self._active.setdefault(who, set()).add(done)
                 await self.app(scope, receive, send)
             finally:
@@ -319,6 +313,18 @@ async def _turn(turn: asyncio.Semaphore, seconds: float | None, gone: asyncio.Ev
             turn.release()
         return None
     return held
+
+
+async def _let_finish(running: list[asyncio.Event], seconds: float) -> None:
+    """Wait until every one of ``running`` is set, or ``seconds`` have passed."""
+    if not running:
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in running]
+    try:
+        await asyncio.wait(waits, timeout=seconds)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 async def _late(send: Send) -> None:
