@@ -56,6 +56,10 @@ class Packing:
     columns: int
     rounds: int
     even_part: bool
+    #: the certificate: the columns of positive amount (query positions; the first may be the whole
+    #: workload, whose rows hold at most gamma of them) and their exact amounts, ``costs`` being their sums
+    sets: tuple[tuple[int, ...], ...] = ()
+    amounts: tuple[float, ...] = ()
 
 
 def overlap_graph(tables: list[np.ndarray]) -> np.ndarray:
@@ -123,11 +127,11 @@ def packing_plan(
     f, c, ncols = best
     if not math.isfinite(f):
         return None
-    costs, used = _exact_costs(cols[:ncols], k[:ncols], c, limit, t, g)
+    costs, sets, amounts = _exact_costs(cols[:ncols], k[:ncols], c, limit, t, g)
     if costs is None:
         return None
     obj = float(np.sum(w / costs**p))
-    return Packing(costs, obj, used, rounds, bool(c[0] > 0))
+    return Packing(costs, obj, len(sets), rounds, bool(c[0] > 0), sets, amounts)
 
 
 def _master(
@@ -169,18 +173,19 @@ def _master(
 
 def _exact_costs(
     cols: list[np.ndarray], k: list[float], c: np.ndarray, limit: float, t: int, g: np.ndarray
-) -> tuple[np.ndarray | None, int]:
+) -> tuple[np.ndarray | None, tuple[tuple[int, ...], ...], tuple[float, ...]]:
     """Each query's cost ``2^-K M_q`` with ``M_q`` the sum of its columns' integer amounts ``m_j``, and
     ``sum_j k_j m_j <= N = floor(limit (1 - 2^-50) 2^K) < 2^52`` checked on integers (MATH.md 2.10.1): the amounts
     rounded down from ``c``. Every packing is checked pairwise disjoint on the graph first (a column that
-    is not is dropped: never trusted). None when a query is left without a share."""
+    is not is dropped: never trusted). None when a query is left without a share; with the costs, the
+    columns of positive amount and their amounts ``2^-K m_j`` (exact floats)."""
     ks = [int(x) for x in k]
     ok = [j == 0 or not g[np.ix_(s, s)].any() for j, s in enumerate(cols)]
     total = sum(
         (Fraction(float(cj)) * kj for cj, kj, good in zip(c, ks, ok, strict=True) if good), Fraction(0)
     )
     if total <= 0:
-        return None, 0
+        return None, (), ()
     # The unit 2^-K: limit 2^K < 2^52, and the queries' costs, about N * spread units in all, under 2^49,
     # so they are integers toulbar2 takes (overlap/wcsp.py): the engine, hence the odometer, can then
     # check the plan exactly (1 000 mixed Adult queries: Adult-like and half-domain plans proved in
@@ -202,9 +207,14 @@ def _exact_costs(
         if mj:
             units[s] += mj
     if np.any(units <= 0):
-        return None, 0
+        return None, (), ()
+    kept = [(tuple(int(i) for i in s), math.ldexp(mj, -kexp)) for s, mj in zip(cols, m, strict=True) if mj]
     # each M_q <= N < 2^53: its float is exact, and so is the power-of-two scaling
-    return np.ldexp(units.astype(np.float64), -kexp), sum(1 for mj in m if mj)
+    return (
+        np.ldexp(units.astype(np.float64), -kexp),
+        tuple(s for s, _ in kept),
+        tuple(a for _, a in kept),
+    )
 
 
 class _Pricing:

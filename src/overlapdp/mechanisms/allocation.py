@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
@@ -48,7 +48,9 @@ import numpy as np
 
 from overlapdp.errors import AnswerError, SearchGaveUp
 from overlapdp.exact import float_up, sqrt_down
-from overlapdp.mechanisms._packings import PACKING_MAX, packing_plan
+from overlapdp.mechanisms._packings import PACKING_MAX, overlap_graph, packing_plan
+from overlapdp.overlap.bounds import greedy_colouring
+from overlapdp.overlap.cover import Cover
 from overlapdp.privacy.definitions import check_neighbouring
 from overlapdp.query import PredicateQuery
 from overlapdp.validation import check_positive
@@ -101,6 +103,10 @@ class Allocation:
     #: how the plan was certified: "optimal" (every row proven within budget at the optimum found,
     #: shares scaled by the proven margin), "scaled to the certified bound", or even shares
     method: str = "optimal"
+    #: the plan's certificate when it has one (packing plans and even shares, in the additive unit):
+    #: sets of queries and amounts covering every query's cost, which an odometer checks and weighs
+    #: (``Odometer.report(..., cover=...)``, MATH.md 7.11) where its search alone is cut
+    cover: Cover | None = field(default=None, compare=False, repr=False)
 
     @property
     def gain(self) -> float:
@@ -180,7 +186,7 @@ class _Planner:
         self.table = _Coverage.build(self.qs)
         # the best plan certified so far: its objective, its costs, how it was certified, its certified
         # worst row and whether that is exact
-        self.best: tuple[float, np.ndarray, str, float, bool] | None = None
+        self.best: tuple[float, np.ndarray, str, float, bool, Cover | None] | None = None
         self.margin: float | None = None
 
     # -- the overlap engine -------------------------------------------------------------------------
@@ -253,11 +259,14 @@ class _Planner:
             self.offer(costs * (_SHRINK / (1 + margin)), self.limit, False, how)
         return None
 
-    def offer(self, costs: np.ndarray, worst: float, exact: bool, how: str) -> None:
-        """A certified plan (every row within ``worst`` <= the limit): kept when it beats the best."""
+    def offer(
+        self, costs: np.ndarray, worst: float, exact: bool, how: str, cover: Cover | None = None
+    ) -> None:
+        """A certified plan (every row within ``worst`` <= the limit; ``cover``: its certificate, when it
+        has one): kept when it beats the best."""
         obj = _objective(self.w, costs, self.p, self.objective)
         if self.best is None or obj < self.best[0]:
-            self.best = (obj, costs, how, worst, exact)
+            self.best = (obj, costs, how, worst, exact, cover)
 
     # -- the plan -------------------------------------------------------------------------------------
     def out_of(self, until: float) -> bool:
@@ -278,6 +287,13 @@ class _Planner:
         self.start = _clock.now()
         gamma_res = max_overlap(qs, comp="count", effort=None if self.effort is None else self.effort * 0.1)
         gamma = max(1, math.floor(float(gamma_res.value if gamma_res.exact else gamma_res.upper) + 1e-9))
+        graph = None
+        if self.table is not None and len(qs) <= PACKING_MAX:
+            # the queries covering a row meet pairwise, so a proper colouring's number of colours bounds
+            # gamma too (MATH.md 1.10): lower than the engine's cut bound on many small queries (1 000
+            # narrow ones: 64 colours, the count search's bound 69-70 in its 10%)
+            graph = overlap_graph(self.table.tables)
+            gamma = min(gamma, int(greedy_colouring(graph).max()) + 1)
         self.gamma = gamma
         self.even_obj = _objective(self.w, np.full(len(qs), limit / gamma * _SHRINK), p, self.objective)
         if self.objective == "relative":
@@ -296,9 +312,12 @@ class _Planner:
         # 1. a plan certified by construction (MATH.md 2.10.1): the plan the rows' plan must beat
         self.best = None
         if self.table is not None and len(qs) <= PACKING_MAX:
-            packed = packing_plan(self.table.tables, self.w, p, limit, gamma, lambda: self.out_of(_PACKING))
+            packed = packing_plan(
+                self.table.tables, self.w, p, limit, gamma, lambda: self.out_of(_PACKING), graph
+            )
             if packed is not None:
-                self.offer(packed.costs, limit, False, f"packings ({packed.columns} columns)")
+                how = f"packings ({packed.columns} columns)"
+                self.offer(packed.costs, limit, False, how, Cover(packed.sets, packed.amounts))
         # 2. constraint generation on the rows
         held = _Held(len(qs))
         # the even plan's worst row and one row inside each query (each query must be in a constraint,
@@ -369,10 +388,10 @@ class _Planner:
             else:
                 self.offer(costs * ((limit / up) * _SHRINK), limit, False, "scaled to the certified bound")
         assert self.best is not None  # the engine's bound is tried whenever nothing else was certified
-        obj, best, how, worst, exact = self.best
+        obj, best, how, worst, exact, cover = self.best
         if obj <= lower * (1 + self.tol) and how != "optimal":
             how += f", within {self.tol:g} of the optimum"
-        return self.finish(best, worst, exact, held.size, rounds, lower, how)
+        return self.finish(best, worst, exact, held.size, rounds, lower, how, cover)
 
     def finish(
         self,
@@ -383,6 +402,7 @@ class _Planner:
         rounds: int,
         lower: float | None = None,
         method: str = "optimal",
+        cover: Cover | None = None,
     ) -> Allocation:
         # GDP: mu rounded down so that its square, the additive cost, is at most the cost planned, and
         # 2^-40 below it, so that the declared zCDP rho = mu^2/2 of each query, rounded up to a float,
@@ -408,6 +428,7 @@ class _Planner:
                 False,
                 "even shares (no better plan proven)",
             )
+            cover = self.even_cover()
         return Allocation(
             shares=tuple(float(x) for x in shares),
             objective=obj * self.scale,
@@ -418,7 +439,12 @@ class _Planner:
             rows=rows,
             rounds=rounds,
             method=method,
+            cover=cover,
         )
+
+    def even_cover(self) -> Cover:
+        """Even shares' certificate: the whole workload at ``B / gamma`` (MATH.md 2.10, (iv))."""
+        return Cover((tuple(range(len(self.qs))),), (self.limit / self.gamma * _SHRINK,))
 
 
 class _Held:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Literal, get_args
 
@@ -76,6 +76,7 @@ from overlapdp.overlap.branch import (
     branch_and_bound,
     constrained_membership,
 )
+from overlapdp.overlap.cover import Cover, cover_bound
 from overlapdp.overlap.exactness import (
     U,
     certify,
@@ -180,6 +181,7 @@ def max_overlap(
     effort: float | None = None,
     schema: Schema | None = None,
     algorithm: Algorithm = "auto",
+    cover: Cover | None = None,
 ) -> OverlapResult:
     """The maximum (weighted) overlap $\\gamma_w$ of ``queries`` (MATH.md 1, 2, 7).
 
@@ -188,6 +190,9 @@ def max_overlap(
     ``effort`` is a wall-clock limit in seconds from this call (None: none); past it the answer is a safe
     upper bound with ``exact=False`` (module docstring: how far past; DESIGN.md). An answer found within
     the limit is the one found without a limit. ``algorithm`` forces a route (for tests and benchmarks); ``"auto"`` picks one.
+    ``cover`` (``count``, ``sum``, ``l2``): a :class:`~overlapdp.overlap.cover.Cover` of the loads, e.g. a
+    packing plan's (MATH.md 7.11), checked on the workload and weighed before the search; when the
+    search is cut, the answer is the smaller of the two bounds (exact when the cover's meets the row).
     """
     name = comp_name(comp)
     queries = list(queries)
@@ -196,6 +201,8 @@ def max_overlap(
         effort = check_seconds(effort, "effort", error=CompError)
     if algorithm not in get_args(Algorithm):
         raise CompError(f"unknown algorithm {algorithm!r}")
+    if cover is not None and name not in ("count", "sum", "l2"):
+        raise CompError(f"a cover bounds the count, sum and l2 comps, not {name!r}")
     ids = QueryIds(queries)
     t = len(queries)
     limit = None
@@ -222,7 +229,22 @@ def max_overlap(
     assert name in ("count", "sum", "l2")
     # Normalised loads (MATH.md 7.8): no route sums past the float range or squares to 0.
     lw = Loads.of(name, w, ids)  # type: ignore[arg-type]
-    return _scalar(queries, c, lw, limit, algorithm)
+    covered = None
+    if cover is not None:
+        cover.checked(t)
+        # before the search, within the limit: the cut search's answer is then at most this bound
+        exact_loads = [
+            Fraction(1) if name == "count" else Fraction(x) ** (2 if name == "l2" else 1) for x in w.tolist()
+        ]
+        covered = cover_bound(c, exact_loads, cover, deadline)
+    res = _scalar(queries, c, lw, limit, algorithm)
+    if covered is None or res.exact:
+        return res
+    up = sqrt_up(covered) if name == "l2" else float_up(covered)
+    if up >= float(res.value):
+        return res
+    # the smallest float >= the cover's bound pins the maximum when the witness row reaches it
+    return replace(res, value=up, upper=up, exact=up <= float(res.lower), algorithm=f"{res.algorithm}+cover")
 
 
 @dataclass(frozen=True)

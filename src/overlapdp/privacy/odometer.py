@@ -52,12 +52,14 @@ import numpy as np
 from overlapdp.errors import MagnitudeError
 from overlapdp.exact import float_up, fsum_up
 from overlapdp.overlap import OverlapResult, SetComp, max_overlap
+from overlapdp.overlap.cover import Cover
 from overlapdp.overlap.magnitude import exact_total, exponent, scale_up
 from overlapdp.privacy import conversions as conv
 from overlapdp.privacy.definitions import RDP, ZCDP, BudgetError, PureDP, check_delta
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import (
     MEASURES,
+    AccountingContext,
     AdditiveMeasure,
     ApproxMeasure,
     DefinitionGuarantee,
@@ -177,18 +179,24 @@ class Odometer:
             self._charges.extend(charges)
 
     # -- report ---------------------------------------------------------------------------------------
-    def report(self, delta: float) -> OdometerReport:
-        """Per-definition guarantees and the tightest certified epsilon at ``delta`` (MATH.md 2, 5)."""
+    def report(self, delta: float, *, cover: Cover | None = None) -> OdometerReport:
+        """Per-definition guarantees and the tightest certified epsilon at ``delta`` (MATH.md 2, 5).
+
+        ``cover``: a certificate for the additive definitions' worst row, sets of the ledger's charges
+        (by position) with amounts, e.g. the :class:`~overlapdp.mechanisms.allocation.Allocation` of the
+        shares charged; it is checked on the charges' own coverages and weighed (MATH.md 7.11) where the
+        overlap search is cut by the effort limit, so it can only lower a bound, never below the truth."""
         d = check_delta(delta)
         charges = self.charges
         if not charges:
             raise BudgetError("the ledger is empty")
+        ctx: AccountingContext = self if cover is None else _Covered(self, cover)
         mechs = [c.mechanism for c in charges]
         queries = [c.query for c in charges]
         defs: dict[str, DefinitionGuarantee] = {}
         for measure in self.measures:
             try:
-                g = measure.account(self, mechs, queries, d, defs)
+                g = measure.account(ctx, mechs, queries, d, defs)
             except MagnitudeError:
                 # a row's (or the ledger's) load beyond the largest float (MATH.md 7.8): inf is its
                 # value rounded up, reported rather than raised
@@ -225,6 +233,7 @@ class Odometer:
         queries: list[PredicateQuery],
         loads: np.ndarray,
         delta: float,
+        cover: Cover | None = None,
     ) -> DefinitionGuarantee:
         """A definition whose per-row loss is an additive load (``loads``: t x K, composed by
         ``measure.comp``; for ``l2`` (GDP) ``loads`` holds mu and the additive load is mu^2, squared after
@@ -248,7 +257,9 @@ class Odometer:
                 res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
                 ovl_load = np.asarray(res.value, dtype=float)
             else:
-                res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                res = max_overlap(
+                    queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort, cover=cover
+                )
                 ovl_load = np.array([float(res.value)])
             exact = bool(res.exact)
             witness = _witness(res, measure.best_component(ovl_load, delta))
@@ -265,7 +276,9 @@ class Odometer:
                     res = max_overlap(queries, weights=loads.tolist(), comp="vector", effort=self.effort)
                     base = np.asarray(res.value, dtype=float)
                 else:
-                    res = max_overlap(queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort)
+                    res = max_overlap(
+                        queries, weights=loads[:, 0].tolist(), comp="sum", effort=self.effort, cover=cover
+                    )
                     base = np.array([float(res.value)])
                 ovl_load = 2 * base
                 exact = False
@@ -601,6 +614,32 @@ class Odometer:
 
 #: Largest privacy loss (in absolute value) of one mechanism composed by PLD; beyond it, closed forms.
 _PLD_MAX_LOSS = 100.0
+
+
+@dataclass(frozen=True)
+class _Covered:
+    """The odometer's routes for one report with a cover: the additive route weighs it."""
+
+    odometer: Odometer
+    cover: Cover
+
+    def additive_guarantee(
+        self,
+        measure: AdditiveMeasure[Any, Any],
+        queries: list[PredicateQuery],
+        loads: np.ndarray,
+        delta: float,
+    ) -> DefinitionGuarantee:
+        return self.odometer.additive_guarantee(measure, queries, loads, delta, self.cover)
+
+    def approx_guarantee(
+        self,
+        mechs: list[Mechanism],
+        queries: list[PredicateQuery],
+        delta: float,
+        earlier: Mapping[str, DefinitionGuarantee],
+    ) -> DefinitionGuarantee:
+        return self.odometer.approx_guarantee(mechs, queries, delta, earlier)
 
 
 def _wide_loss(m: Mechanism) -> bool:
