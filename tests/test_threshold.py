@@ -417,3 +417,28 @@ def test_a_toulbar2_row_that_fits_is_not_believed(monkeypatch: pytest.MonkeyPatc
     assert exceeds(pb, lambda x: x <= 2, max_nodes=10_000) is None
     with pytest.raises(SearchGaveUp):  # the branch and bound cut at once, toulbar2's row dropped
         exceeds(pb, lambda x: x <= 2, max_nodes=0)
+
+
+@needs_toulbar2
+@pytest.mark.parametrize("theta", [Fraction(17, 2), Fraction(9), Fraction(19, 2)])
+def test_toulbar2_never_decides_on_units_past_its_integers(theta: Fraction) -> None:
+    """Loads 1.0 beside 1e-3 share the unit 2^-60 (1e-3's lowest bit), so each 1.0 is 2^60 units and
+    nine of them overflow 64-bit integers: toulbar2 must not be asked (its costs would wrap; a 1 000-
+    query plan's decision answered "every row fits" beside a row of load 1.44 over a limit of 1). The
+    branch and bound cut at node 0, the decision is then a row over theta, or it gives up: never a
+    wrong answer."""
+    offsets = np.array([0, 2, 4])
+    cover = np.array([[1, 1, 1, 1]] * 9 + [[1, 0, 1, 0]], dtype=bool)
+    loads = [1.0] * 9 + [1e-3]
+    exact = [Fraction(x) for x in loads]
+    pb = Problem(cover, np.array(loads), exact, offsets, np.ones(4, dtype=bool), unit=common_unit(exact))
+    assert pb.unit is not None and 9 * (exact[0] / pb.unit) >= 2**63
+    truth = 9 + Fraction(1e-3)
+    try:
+        found = exceeds(pb, lambda load: load <= theta, max_nodes=0)
+    except SearchGaveUp:
+        return
+    if theta < truth:
+        assert found is not None and row_load(pb, found) > theta
+    else:
+        assert found is None

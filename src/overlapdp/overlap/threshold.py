@@ -45,6 +45,7 @@ import numpy as np
 from overlapdp.errors import SearchGaveUp
 from overlapdp.exact import exact_sum
 from overlapdp.overlap import _clock, branch, wcsp
+from overlapdp.query import PredicateQuery
 
 BoolArray = np.ndarray
 FloatArray = np.ndarray
@@ -378,10 +379,12 @@ class _Toulbar2:
         units = [e / unit for e in s.exact]
         if any(u.denominator != 1 for u in units):
             return
-        ks = np.array([u.numerator for u in units], dtype=np.int64)
-        total = int(ks.sum())
+        # the total in Python integers: a numpy int64 sum wraps past 2^63 (loads 1.0 beside 1e-3 share
+        # the unit 2^-62) and would let toulbar2 decide on wrapped costs
+        total = sum(u.numerator for u in units)
         if total >= wcsp.MAX_TOTAL:
             return
+        ks = np.array([u.numerator for u in units], dtype=np.int64)
         # L: the smallest multiple of the unit that does not fit (fits is monotone), by bisection on
         # the exact rule (at most ~50 tests, whatever the floats say)
         lo, hi = 0, total + 1  # not fits(hi * unit) is taken as given: above every row's load
@@ -856,3 +859,32 @@ def _first_row(box: BoolArray, offsets: np.ndarray) -> tuple[int, ...]:
 
 
 __all__ = ["Maximum", "Problem", "common_unit", "exceeds", "maximum", "unit_gcd"]
+
+
+def coverage_tables(queries: Sequence[PredicateQuery]) -> tuple[list[int], list[int], list[BoolArray]]:
+    """The workload's 0/1 coverage tables over the values of the attributes it constrains: the
+    attributes' positions, their sizes, and per attribute a (queries x values) table."""
+    schema = queries[0].schema
+    attrs = sorted({pos for q in queries for pos, _ in q.constraints})
+    sizes = [schema.attributes[a].size for a in attrs]
+    col = {a: i for i, a in enumerate(attrs)}
+    tables = [np.ones((len(queries), n), dtype=bool) for n in sizes]
+    for j, q in enumerate(queries):
+        for pos, cov in q.constraints:
+            tables[col[pos]][j] = cov.mask(sizes[col[pos]])
+    return attrs, sizes, tables
+
+
+def tables_exceed(
+    tables: Sequence[BoolArray], loads: Sequence[Fraction], limit: Fraction, deadline: float | None
+) -> tuple[int, ...] | None:
+    """The threshold decision over the whole domain of coverage ``tables`` (one per attribute, queries x
+    values): the value index per table of a row whose exact load is over ``limit``, or None when every
+    row is within it (MATH.md 7.9); :class:`SearchGaveUp` past ``deadline``."""
+    sizes = [t.shape[1] for t in tables]
+    cover = np.concatenate(list(tables), axis=1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    floats = np.array([float(x) for x in loads])
+    box = np.ones(int(offsets[-1]), dtype=bool)
+    pb = Problem(cover, floats, list(loads), offsets, box, unit=common_unit(loads))
+    return exceeds(pb, lambda load: load <= limit, max_nodes=10**9, deadline=deadline)
