@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.overlap import cpu_now  # noqa: E402
 from overlapdp.cli.demo import marginal_workload, range_workload  # noqa: E402
+from overlapdp.errors import SearchGaveUp  # noqa: E402
 from overlapdp.mechanisms.allocation import allocate  # noqa: E402
 from overlapdp.mechanisms.planning import partition_families  # noqa: E402
 from overlapdp.overlap import max_overlap  # noqa: E402
@@ -219,7 +220,13 @@ def checked_epsilon(
     if pure.exact or eps <= b:
         assert eps <= b, eps
         return f"{eps:.6f}" + how
-    return f"not settled: bound {eps:.4f}"
+    # the decision "is some row over b?" (Odometer.exceeds, MATH.md 7.9) where the maximum is not settled
+    try:
+        over = odo.exceeds(b, effort=effort)
+    except SearchGaveUp:
+        return f"not settled: bound {eps:.4f}"
+    assert over is None, f"a row over the budget: {len(over)} charges"
+    return f"<= {b:g} (decision; search bound {eps:.4f})"
 
 
 def relative_rows(args: argparse.Namespace) -> None:

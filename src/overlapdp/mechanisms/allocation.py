@@ -487,34 +487,23 @@ class _Coverage:
 
     @classmethod
     def build(cls, qs: Sequence[PredicateQuery]) -> _Coverage | None:
+        from overlapdp.overlap.threshold import coverage_tables
+
         schema = qs[0].schema
-        attrs = sorted({pos for q in qs for pos, _ in q.constraints})
-        if not attrs:
+        attrs = {pos for q in qs for pos, _ in q.constraints}
+        if not attrs or len(qs) * sum(schema.attributes[a].size for a in attrs) > MAX_CELLS:
             return None
-        sizes = [schema.attributes[a].size for a in attrs]
-        if len(qs) * sum(sizes) > MAX_CELLS:
-            return None
-        col = {a: i for i, a in enumerate(attrs)}
-        tables = [np.ones((len(qs), n), dtype=bool) for n in sizes]
-        for j, q in enumerate(qs):
-            for pos, cov in q.constraints:
-                tables[col[pos]][j] = cov.mask(sizes[col[pos]])
+        _, sizes, tables = coverage_tables(qs)
         return cls(sizes, tables)
 
     def over(self, costs: np.ndarray, limit: float, effort: float | None) -> tuple[int, ...] | None:
         """The threshold decision (MATH.md 7.9): the queries covering a row of cost above ``limit``
         (exact sums of the float costs), or None when every row is within it."""
         from overlapdp.overlap import _clock
-        from overlapdp.overlap.threshold import Problem, common_unit, exceeds
+        from overlapdp.overlap.threshold import tables_exceed
 
-        cover = np.concatenate(self.tables, axis=1)
-        offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        exact = [Fraction(float(c)) for c in costs]
-        bound = Fraction(limit)
-        box = np.ones(int(offsets[-1]), dtype=bool)
-        pb = Problem(cover, costs.astype(float), exact, offsets, box, unit=common_unit(exact))
         deadline = None if effort is None else _clock.now() + effort
-        row = exceeds(pb, lambda load: load <= bound, max_nodes=10**9, deadline=deadline)
+        row = tables_exceed(self.tables, [Fraction(float(c)) for c in costs], Fraction(limit), deadline)
         if row is None:
             return None
         return tuple(self.covering(np.array(row)[None, :])[0].nonzero()[0].tolist())

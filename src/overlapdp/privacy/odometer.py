@@ -227,6 +227,49 @@ class Odometer:
             overlap_bound=ovl_def.bound,
         )
 
+    def exceeds(
+        self, limit: float, *, definition: str = "pure", effort: float | None = None
+    ) -> tuple[str, ...] | None:
+        """Whether some row's loss under an additive ``definition`` (``"pure"`` epsilon, ``"zcdp"`` rho,
+        ``"gdp"`` mu) is over ``limit``: the ids of the charges covering such a row, or None when every
+        row is within it. Decided exactly over the whole domain by the threshold decision (MATH.md 7.9,
+        the question a filter asks near its budget: cheaper than the maximum :meth:`report` looks for,
+        so it settles plans the report's search leaves at a loose bound); add/remove neighbours only.
+        Raises :class:`~overlapdp.errors.SearchGaveUp` past ``effort`` seconds."""
+        from overlapdp.overlap import _clock
+        from overlapdp.overlap.threshold import coverage_tables, tables_exceed
+
+        if self.neighbouring != "add_remove":
+            raise BudgetError("exceeds decides rows under add/remove neighbours; report() bounds pairs")
+        measure = next((m for m in self.measures if m.name == definition), None)
+        if not isinstance(measure, AdditiveMeasure) or measure.comp not in ("sum", "l2"):
+            raise BudgetError(f"exceeds needs an additive definition (pure, zcdp, gdp), got {definition!r}")
+        charges = self.charges
+        loads: list[Fraction] = []
+        for c in charges:
+            g = measure.guarantee_of(c.mechanism)
+            if g is None:
+                raise BudgetError(f"charge {c.id!r} has no {definition} guarantee")
+            weight = measure.weight(g)
+            assert not isinstance(weight, tuple)  # a scalar comp's load
+            w = Fraction(float(weight))
+            loads.append(w * w if measure.comp == "l2" else w)
+        top = Fraction(limit) ** (2 if measure.comp == "l2" else 1)
+        queries = [c.query for c in charges]
+        if not charges:
+            return None
+        if not any(q.constraints for q in queries):
+            return tuple(c.id for c in charges) if sum(loads, Fraction(0)) > top else None
+        deadline = None if effort is None else _clock.now() + effort
+        _, _, tables = coverage_tables(queries)
+        row = tables_exceed(tables, loads, top, deadline)
+        if row is None:
+            return None
+        inside = np.ones(len(charges), dtype=bool)
+        for t, v in zip(tables, row, strict=True):
+            inside &= t[:, v]
+        return tuple(c.id for c, hit in zip(charges, inside.tolist(), strict=True) if hit)
+
     def additive_guarantee(
         self,
         measure: AdditiveMeasure[Any, Any],
