@@ -228,7 +228,7 @@ class Odometer:
         )
 
     def exceeds(
-        self, limit: float, *, definition: str = "pure", effort: float | None = None
+        self, limit: float, *, definition: str = PureMeasure.name, effort: float | None = None
     ) -> tuple[str, ...] | None:
         """Whether some row's loss under an additive ``definition`` (``"pure"`` epsilon, ``"zcdp"`` rho,
         ``"gdp"`` mu) is over ``limit``: the ids of the charges covering such a row, or None when every
