@@ -49,9 +49,39 @@ def test_exceeds_refuses_what_it_cannot_decide() -> None:
     odo.charge(Gaussian(1.0), None)
     with pytest.raises(BudgetError, match="no pure guarantee"):
         odo.exceeds(1.0)
-    with pytest.raises(BudgetError, match="additive definition"):
+    with pytest.raises(BudgetError, match="not 'approx'"):
         odo.exceeds(1.0, definition="approx")
     assert odo.exceeds(0.4, definition="zcdp") == (odo.charges[0].id,)  # rho 1/2 on every row
     assert odo.exceeds(0.5, definition="zcdp") is None
     with pytest.raises(BudgetError, match="add/remove"):
         Odometer(SCHEMA, neighbouring="replace").exceeds(1.0)
+
+
+@pytest.mark.parametrize("mu", [1e-170, 1.0, 1e200])
+def test_exceeds_decides_gdp_at_any_magnitude(mu: float) -> None:
+    """GDP's row mu is sqrt(sum mu^2): two charges of mu meet on a = 1 (sqrt(2) mu there). Squares of
+    1e-170 underflow and of 1e200 overflow as floats; the decision scales them first (MATH.md 7.8)."""
+    odo = Odometer(SCHEMA)
+    for lo in (0, 1):
+        q = PredicateQuery.from_coverages(SCHEMA, {"a": _span(lo, lo + 2)}, id=f"r{lo}")
+        odo.charge(Gaussian(1.0 / mu), q)
+    row = odo.charges[0].mechanism.gdp().mu
+    assert odo.exceeds(1.2 * row, definition="gdp") == ("r0", "r1")
+    assert odo.exceeds(1.5 * row, definition="gdp") is None
+    assert odo.exceeds(0.9 * row, definition="gdp") is not None
+
+
+def test_exceeds_refuses_limits_and_definitions_it_cannot_decide() -> None:
+    odo = Odometer(SCHEMA)
+    odo.charge(Laplace(1.0), None)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(BudgetError, match="finite non-negative limit"):
+            odo.exceeds(bad)
+    with pytest.raises(BudgetError, match="not 'tcdp'"):
+        odo.exceeds(1.0, definition="tcdp")
+
+
+def _span(lo: int, hi: int):  # type: ignore[no-untyped-def]
+    from overlapdp.schema import IndexSet
+
+    return IndexSet.interval(lo, hi)

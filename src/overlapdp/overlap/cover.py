@@ -99,7 +99,7 @@ def cover_bound(
     for s, amount in zip(cover.sets, cover.amounts, strict=True):
         if deadline is not None and _clock.now() > deadline:
             return None
-        members = np.unique(pos[np.asarray(s, dtype=np.int64)]) if s else np.zeros(0, dtype=np.int64)
+        members = np.unique(pos[np.asarray(s, dtype=np.int64)]) if len(s) else np.zeros(0, dtype=np.int64)
         members = members[members >= 0]  # a query covering no row loads none
         if members.size == 0 or amount == 0:
             continue

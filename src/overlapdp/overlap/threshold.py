@@ -43,7 +43,7 @@ from fractions import Fraction
 import numpy as np
 
 from overlapdp.errors import SearchGaveUp
-from overlapdp.exact import exact_sum
+from overlapdp.exact import exact_sum, float_up
 from overlapdp.overlap import _clock, branch, wcsp
 from overlapdp.query import PredicateQuery
 
@@ -880,11 +880,20 @@ def tables_exceed(
 ) -> tuple[int, ...] | None:
     """The threshold decision over the whole domain of coverage ``tables`` (one per attribute, queries x
     values): the value index per table of a row whose exact load is over ``limit``, or None when every
-    row is within it (MATH.md 7.9); :class:`SearchGaveUp` past ``deadline``."""
+    row is within it (MATH.md 7.9); :class:`SearchGaveUp` past ``deadline``. The loads and the limit
+    are divided by one power of two near the largest (exact), and the search's floats are the scaled
+    loads rounded UP, so no load underflows to a float below it or overflows (squares of tiny or huge
+    GDP mus: MATH.md 7.8)."""
     sizes = [t.shape[1] for t in tables]
     cover = np.concatenate(list(tables), axis=1)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    floats = np.array([float(x) for x in loads])
+    top = max([*loads, limit, Fraction(0)])
+    scale = Fraction(1)
+    if top > 0:
+        scale = Fraction(2) ** -(top.numerator.bit_length() - top.denominator.bit_length())
+    scaled = [x * scale for x in loads]
+    level = limit * scale
+    floats = np.array([float_up(x) for x in scaled])
     box = np.ones(int(offsets[-1]), dtype=bool)
-    pb = Problem(cover, floats, list(loads), offsets, box, unit=common_unit(loads))
-    return exceeds(pb, lambda load: load <= limit, max_nodes=10**9, deadline=deadline)
+    pb = Problem(cover, floats, scaled, offsets, box, unit=common_unit(scaled))
+    return exceeds(pb, lambda load: load <= level, max_nodes=10**9, deadline=deadline)

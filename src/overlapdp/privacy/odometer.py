@@ -63,8 +63,10 @@ from overlapdp.privacy.measures import (
     AdditiveMeasure,
     ApproxMeasure,
     DefinitionGuarantee,
+    GDPMeasure,
     Measure,
     PureMeasure,
+    ZCDPMeasure,
     num,
 )
 from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
@@ -241,9 +243,15 @@ class Odometer:
 
         if self.neighbouring != "add_remove":
             raise BudgetError("exceeds decides rows under add/remove neighbours; report() bounds pairs")
+        if not (isinstance(limit, int | float) and math.isfinite(limit) and limit >= 0):
+            raise BudgetError(f"exceeds needs a finite non-negative limit, got {limit!r}")
+        # one number per row: epsilon, rho, mu (tCDP's omega and RDP's orders are not one load)
+        one_load = {PureMeasure.name, ZCDPMeasure.name, GDPMeasure.name}
         measure = next((m for m in self.measures if m.name == definition), None)
-        if not isinstance(measure, AdditiveMeasure) or measure.comp not in ("sum", "l2"):
-            raise BudgetError(f"exceeds needs an additive definition (pure, zcdp, gdp), got {definition!r}")
+        if definition not in one_load or not isinstance(measure, AdditiveMeasure):
+            raise BudgetError(
+                f"exceeds decides {', '.join(sorted(one_load))} among the odometer's measures, not {definition!r}"
+            )
         charges = self.charges
         loads: list[Fraction] = []
         for c in charges:
@@ -260,6 +268,11 @@ class Odometer:
             return None
         if not any(q.constraints for q in queries):
             return tuple(c.id for c in charges) if sum(loads, Fraction(0)) > top else None
+        cells = len(queries) * sum(
+            self.schema.attributes[p].size for p in {p for q in queries for p, _ in q.constraints}
+        )
+        if cells > EXCEEDS_CELLS:
+            raise BudgetError(f"exceeds tabulates charges x values: {cells} cells, over {EXCEEDS_CELLS}")
         deadline = None if effort is None else _clock.now() + effort
         _, _, tables = coverage_tables(queries)
         row = tables_exceed(tables, loads, top, deadline)
@@ -683,6 +696,10 @@ class _Covered:
         earlier: Mapping[str, DefinitionGuarantee],
     ) -> DefinitionGuarantee:
         return self.odometer.approx_guarantee(mechs, queries, delta, earlier)
+
+
+#: Most charges x values the whole-domain decision tabulates (booleans: 50 MB).
+EXCEEDS_CELLS = 50_000_000
 
 
 def _wide_loss(m: Mechanism) -> bool:
