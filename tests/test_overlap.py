@@ -7,6 +7,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -498,6 +499,14 @@ def test_integral_loads_is_exact_or_none() -> None:
     k, unit = integral_loads(np.array([3 * 2.0**-61, 5 * 2.0**-61, 0.0]))  # type: ignore[misc]
     assert k.tolist() == [3, 5, 0] and unit == 2.0**-61
     assert integral_loads(np.array([2.0**-70, 1.0])) is None  # 2^70 units: past the 2^53 of a float
+    # equal in floats, not exactly: fl(3 (1 + 2^-52)) = 3 + 2^-50, a 2^-52 above 3 units
+    u = 1 + 2.0**-52
+    assert 3 * u == 3 + 2.0**-50 and Fraction(3 + 2.0**-50) != 3 * Fraction(u)
+    assert integral_loads(np.array([u, 3 * u])) is None
+    k, unit = integral_loads(np.array([0.1, 0.2, 0.4, 0.1]))  # type: ignore[misc]  # doubling is exact
+    assert k.tolist() == [1, 2, 4, 1] and unit == 0.1
+    for kk, w in zip(k.tolist(), [0.1, 0.2, 0.4, 0.1], strict=True):
+        assert Fraction(w) == kk * Fraction(unit)
 
 
 def _hard_value_set_workload() -> list[PredicateQuery]:

@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,13 @@ def integral_loads(loads: FloatArray) -> tuple[IntArray, float] | None:
         ratio = loads / unit
         k = np.round(ratio)
         multiples = np.array_equal(k, ratio) and np.array_equal(k * unit, loads)
+    if multiples:
+        # k * unit equal in floats need not be equal exactly (fl(3 (1 + 2^-52)) = 3 + 2^-50 =
+        # 3 (1 + 2^-52) + 2^-52): a multiple by a power of two is exact, the others are checked on
+        # rationals (none when the loads are equal, the usual case)
+        odd = np.flatnonzero((k > 1) & (np.frexp(k)[0] != 0.5))
+        exact_unit = Fraction(unit)
+        multiples = all(Fraction(float(loads[i])) == int(k[i]) * exact_unit for i in odd.tolist())
     if not multiples:
         k, unit = _dyadic(loads)
         if unit == 0.0:
