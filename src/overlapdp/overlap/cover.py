@@ -85,7 +85,8 @@ def cover_bound(
 ) -> Fraction | None:
     """The bound of MATH.md 7.11 on the largest row load, ``loads`` the exact load of each query of the
     workload (count: 1; sum: the weight; l2: its square); None when there are too many live queries for
-    the pairs, or past ``deadline``. The smaller of two safe forms: ``r * sum_j g_j a_j`` with ``r``
+    the pairs, or past ``deadline`` (a colouring it cuts ends with singletons: weaker, still safe).
+    The smaller of two safe forms: ``r * sum_j g_j a_j`` with ``r``
     the largest ratio of a covered query's load to its cover, and ``sum_j g_j a_j`` plus every covered
     query's excess over its cover; both plus the loads of queries in no set."""
     meet = meeting_pairs(c, deadline)
@@ -104,7 +105,7 @@ def cover_bound(
         if members.size == 0 or amount == 0:
             continue
         sub = meet[np.ix_(members, members)]
-        g = 1 if not sub.any() else int(greedy_colouring(sub).max()) + 1
+        g = 1 if not sub.any() else int(greedy_colouring(sub, deadline).max()) + 1
         a = Fraction(amount)
         weighed += g * a
         for i in members.tolist():
