@@ -106,6 +106,30 @@ def test_relative_objective_equalises_weighted_variances() -> None:
     assert len(set(even.shares)) == 1  # equal weights: even shares B / gamma
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cut_relative_search_is_tightened_by_the_threshold_decision(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The relative plan's weighted search cut at a loose bound (here: twice the truth, the witness the
+    true worst row): the threshold decision proves a level within 5% of the heaviest row, so the plan
+    is scaled to that, not to the loose bound; brute force over every row: within budget."""
+    from overlapdp.mechanisms import allocation
+
+    qs = workload(np.random.default_rng(30 + seed), 10)
+    real = allocation._Planner.certified
+
+    def loose(self, costs, until=0.95):  # type: ignore[no-untyped-def]
+        up, _, members = real(self, costs, until)
+        return 2 * up, False, members
+
+    monkeypatch.setattr(allocation._Planner, "certified", loose)
+    plan = allocate(qs, 1.0, "pure", objective="relative")
+    assert "threshold decision" in plan.method
+    costs = costs_of("pure", plan.shares)
+    worst = max(sum((c for c, q in zip(costs, qs, strict=True) if q.covers(r)), Fraction(0)) for r in ROWS)
+    assert 1 / Fraction(105, 100) < worst <= 1  # within budget, and not the loose bound's half of it
+
+
 def test_replace_one_neighbours_halve_the_budget() -> None:
     rng = np.random.default_rng(2)
     qs = workload(rng, 8)

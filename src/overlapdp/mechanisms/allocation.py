@@ -31,7 +31,7 @@ constraints are the domain's rows: far too many to write down. It is solved by c
   effort.
 
 ``objective="relative"`` minimises the LARGEST weighted variance instead, in closed form (one overlap
-search). The shares are per-query budgets in the definition's unit (epsilon, rho, mu); the line weights
+search; where it is cut, its bound tightened by the threshold decision). The shares are per-query budgets in the definition's unit (epsilon, rho, mu); the line weights
 are importance weights (for ``"relative"``, ``w_q = 1 / n_q^2`` with an expected count ``n_q`` makes it
 the largest relative variance).
 """
@@ -77,6 +77,12 @@ _HEAVY = 0.8
 #: Iterations of L-BFGS-B per restricted problem: each round's solve is warm from the last, and any
 #: multipliers give a lower bound, so a round need not solve its problem to the end.
 _SOLVE_ITERATIONS = 300
+#: objective="relative": the share of the effort its weighted search may use before the threshold
+#: decision tightens a cut search's bound, the decision's margins over the heaviest row seen (widest
+#: first), and how many decisions at most.
+_RELATIVE_SEARCH = 0.6
+_RELATIVE_MARGINS = (0.05, 0.01, 1e-3)
+_RELATIVE_TRIES = 8
 #: A scaled share's float rounding is below 2^-53 relative: a factor this far below 1 absorbs it.
 _SHRINK = 1.0 - 2.0**-50
 
@@ -190,13 +196,44 @@ class _Planner:
         self.margin: float | None = None
 
     # -- the overlap engine -------------------------------------------------------------------------
-    def certified(self, costs: np.ndarray) -> tuple[float, bool, tuple[int, ...]]:
+    def certified(self, costs: np.ndarray, until: float = 0.95) -> tuple[float, bool, tuple[int, ...]]:
         """A safe upper bound of the worst row's cost (its exact value when the flag says so) and the
-        queries covering the row found."""
+        queries covering the row found, searched until ``until`` of the effort."""
         from overlapdp.overlap import max_overlap
 
-        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.05, until=0.95))
+        res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.05, until=until))
         return float(res.value if res.exact else res.upper), bool(res.exact), tuple(res.query_indices)
+
+    def tightened(self, costs: np.ndarray, members: tuple[int, ...], up: float) -> float:
+        """A certified bound of the worst row's cost below ``up`` where the threshold decision proves
+        one (MATH.md 2.10, minimax): from the heaviest row seen, levels ``(1 + m)`` above it, the widest
+        margin first; a row over a level raises the row seen and the level is tried again from it; a
+        decision out of time ends the ladder (a smaller margin is harder still). ``up`` when none is
+        proven; needs the coverage tables."""
+        assert self.table is not None
+        seen = math.fsum(costs[list(members)].tolist())
+        best = up
+        margins = list(_RELATIVE_MARGINS)
+        for _ in range(_RELATIVE_TRIES):
+            if not margins:
+                break
+            level = seen * (1 + margins[0])
+            if level >= best:
+                margins.pop(0)
+                continue
+            seconds = self.left(until=0.95)
+            if seconds is not None and seconds <= 0:
+                break
+            try:
+                row = self.table.over(costs, level, seconds)
+            except SearchGaveUp:
+                break
+            if row is None:
+                best = level  # every row within it, exactly
+                margins.pop(0)
+            else:
+                seen = max(seen, math.fsum(costs[list(row)].tolist()))
+        return best
 
     def left(self, floor: float = 0.0, until: float = 1.0) -> float | None:
         """Seconds left until ``until`` of the effort (at least ``floor`` of it); None: no limit."""
@@ -300,15 +337,13 @@ class _Planner:
             # equal weighted variances: s_q proportional to w_q^(1/p), scaled to the worst row (optimal:
             # every plan with a smaller largest weighted variance costs more on that row)
             shape = self.w ** (1.0 / p)
-            up, exact, _ = self.certified(shape)
-            return self.finish(
-                shape * (limit / up) * _SHRINK,
-                limit,
-                False,
-                rows=1,
-                rounds=1,
-                method="relative (closed form)",
-            )
+            up, exact, members = self.certified(shape, 0.95 if self.table is None else _RELATIVE_SEARCH)
+            how = "relative (closed form)"
+            if not exact and self.table is not None:
+                tighter = self.tightened(shape, members, up)
+                if tighter < up:
+                    up, how = tighter, "relative (closed form, worst row bounded by the threshold decision)"
+            return self.finish(shape * (limit / up) * _SHRINK, limit, False, rows=1, rounds=1, method=how)
         # 1. a plan certified by construction (MATH.md 2.10.1): the plan the rows' plan must beat
         self.best = None
         if self.table is not None and len(qs) <= PACKING_MAX:
