@@ -130,6 +130,77 @@ def test_a_cut_relative_search_is_tightened_by_the_threshold_decision(
     assert 1 / Fraction(105, 100) < worst <= 1  # within budget, and not the loose bound's half of it
 
 
+def test_a_cut_relative_plan_states_its_distance_to_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its search cut at a bound 1.5x the truth and every threshold decision out of time: the plan is
+    scaled to that bound, so it is 1.5^2 = 2.25x the optimum (pure: Var ~ 1/e^2); its ``gap`` must say
+    so (not 0, "proven optimal"), and its ``lower`` stays below the optimum (the plan of the exact
+    search, brute-forced within budget)."""
+    from overlapdp.mechanisms import allocation
+
+    qs = workload(np.random.default_rng(5), 10)
+    exact = allocate(qs, 1.0, "pure", objective="relative")
+    real = allocation._Planner.certified
+
+    def loose(self, costs, until=0.95):  # type: ignore[no-untyped-def]
+        up, _, members = real(self, costs, until)
+        return 1.5 * up, False, members
+
+    monkeypatch.setattr(allocation._Planner, "certified", loose)
+    monkeypatch.setattr(allocation._Planner, "tightened", lambda self, c, m, up: (up, float(sum(c[list(m)]))))
+    cut = allocate(qs, 1.0, "pure", objective="relative")
+    assert cut.objective == pytest.approx(2.25 * exact.objective, rel=1e-9)
+    assert cut.lower <= exact.objective * (1 + 1e-9)
+    assert cut.gap >= cut.objective / exact.objective - 1 - 1e-9
+    assert exact.gap < 1e-9  # the exact search's plan: proven optimal (to its float margin)
+
+
+def test_a_relative_plan_of_queries_covering_no_row_takes_the_budget() -> None:
+    """Queries that hold no value of an attribute: no row pays anything; the plan neither divides by
+    the zero worst row nor gives shares over the budget."""
+    s = Schema((IntAttribute("a", 0, 3), IntAttribute("b", 0, 2)))
+    never = IndexSet.interval(0, 0)
+    qs = [
+        PredicateQuery.from_coverages(s, {"a": never}, id="q0", weight=1.0),
+        PredicateQuery.from_coverages(s, {"a": never, "b": IndexSet.interval(1, 2)}, id="q1", weight=3.0),
+    ]
+    for objective in ("relative", "variance"):
+        plan = allocate(qs, 1.0, "pure", objective=objective)  # type: ignore[arg-type]
+        assert all(0 < x <= 1.0 for x in plan.shares)
+
+
+@pytest.mark.parametrize(
+    ("definition", "budget"),
+    [("pure", 1e-120), ("pure", 1e120), ("pure", 3.0), ("zcdp", 1e-200), ("gdp", 1e-150), ("gdp", 1e100)],
+)
+def test_a_plan_is_the_same_at_every_magnitude_of_the_budget(definition: str, budget: float) -> None:
+    """The problem is homogeneous in the budget: the plan at B is B times the plan at 1 (GDP's mu too),
+    within budget on every row (brute force, exact), with the same gain over even shares. (Planned at
+    the caller's magnitude, the solver's powers of tiny shares overflowed and the plan lost its gain.)"""
+    qs = workload(np.random.default_rng(11), 8)
+    one = allocate(qs, 1.0, definition)
+    plan = allocate(qs, budget, definition)
+    assert plan.shares == pytest.approx([x * budget for x in one.shares], rel=1e-12)
+    assert plan.gain == pytest.approx(one.gain, rel=1e-9)
+    costs = costs_of(definition, plan.shares)
+    limit = Fraction(budget) ** 2 if definition == "gdp" else Fraction(budget)
+    worst = max(sum((c for c, q in zip(costs, qs, strict=True) if q.covers(r)), Fraction(0)) for r in ROWS)
+    assert worst <= limit and Fraction(plan.worst_row) >= worst
+    if plan.cover is not None:  # the certificate, in the caller's unit, still proves the budget
+        from overlapdp.overlap._compiled import compile_workload
+        from overlapdp.overlap.cover import cover_bound
+
+        bound = cover_bound(compile_workload(qs, SCHEMA), costs, plan.cover)
+        assert bound is not None and worst <= bound <= limit
+
+
+def test_a_budget_outside_the_float_range_is_refused_by_name() -> None:
+    qs = workload(np.random.default_rng(1), 4)
+    with pytest.raises(AnswerError, match="range"):
+        allocate(qs, 1e-160, "gdp")  # mu^2 underflows
+    with pytest.raises(AnswerError, match="range"):
+        allocate(qs, 1e200, "gdp")  # mu^2 overflows
+
+
 def test_replace_one_neighbours_halve_the_budget() -> None:
     rng = np.random.default_rng(2)
     qs = workload(rng, 8)

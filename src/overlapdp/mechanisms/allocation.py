@@ -39,15 +39,16 @@ the largest relative variance).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
 import numpy as np
 
 from overlapdp.errors import AnswerError, SearchGaveUp
-from overlapdp.exact import float_up, sqrt_down
+from overlapdp.exact import float_down, float_up, sqrt_down
 from overlapdp.mechanisms._packings import PACKING_MAX, overlap_graph, packing_plan
 from overlapdp.overlap.bounds import greedy_colouring
 from overlapdp.overlap.cover import Cover
@@ -142,14 +143,64 @@ def allocate(
     doubling bound of MATH.md 2.9). ``effort``: seconds for the whole plan (about: 10% finds gamma, the
     packing plan until 30%, constraint generation until 60%, its certification until 85%, the engine's
     bound until 95%; each phase may end early, and a search out of time answers with its safe bound, so
-    the plan is within budget either way); None: no limit."""
+    the plan is within budget either way); None: no limit.
+
+    The problem is homogeneous in the budget, so it is solved at budget 1 and the plan scaled (shares
+    rounded down, exactly): the same plan at every magnitude, none of the solver's powers of tiny or
+    huge shares overflowing."""
     import scipy.optimize  # noqa: F401 - loaded before the limit: threadpoolctl limits loaded libraries
     from threadpoolctl import threadpool_limits
 
+    b = check_positive(budget, "budget", error=AnswerError)
     # one BLAS thread: the restricted problems are small, and OpenBLAS's threads on small matrices cost
     # more than they give (150x slower L-BFGS-B on a loaded 2-core machine)
     with threadpool_limits(1, user_api="blas"):
-        return _Planner(queries, budget, definition, weights, objective, neighbouring, effort, tol).plan()
+        planner = _Planner(queries, 1.0, definition, weights, objective, neighbouring, effort, tol)
+        unit = planner.plan()
+    return unit if b == 1.0 else _scaled(unit, b, planner)
+
+
+def _scaled(unit: Allocation, budget: float, planner: _Planner) -> Allocation:
+    """The plan at budget 1 as the plan at ``budget``: shares times the budget, rounded down (every
+    row's cost scales by ``budget^k``, k = 2 for GDP's mu, so it stays within the budget, exactly); the
+    certified worst row and the certificate's amounts rounded up; the objectives scale by
+    ``budget^(-k p)``."""
+    k = 2 if planner.squared else 1
+    b = Fraction(budget)
+    additive = b**k / (2 if planner.limit < 1 else 1)
+    if not sys.float_info.min <= float_up(additive) < math.inf:
+        raise AnswerError(
+            f"budget {budget!r} is beyond the range this planner computes in: each row's additive "
+            f"budget ({'mu^2' if planner.squared else 'the budget'}"
+            f"{', halved for replace-one neighbours' if planner.limit < 1 else ''}) leaves the float range"
+        )
+    shares = tuple(float_down(Fraction(x) * b) for x in unit.shares)
+    if not all(x > 0 for x in shares):
+        raise AnswerError(
+            "a share underflows to 0 in floating point at this budget: scale the budget up, or the "
+            "weights closer together"
+        )
+
+    def objective(x: float) -> float:
+        if not math.isfinite(x):
+            return x
+        try:
+            return float(Fraction(x) * b ** (-k * planner.p))
+        except OverflowError:
+            return math.inf
+
+    cover = unit.cover
+    if cover is not None:
+        cover = Cover(cover.sets, tuple(float_up(Fraction(a) * b**k) for a in cover.amounts))
+    return replace(
+        unit,
+        shares=shares,
+        objective=objective(unit.objective),
+        lower=objective(unit.lower),
+        even_objective=objective(unit.even_objective),
+        worst_row=float_up(Fraction(unit.worst_row) * b**k),
+        cover=cover,
+    )
 
 
 class _Planner:
@@ -204,12 +255,13 @@ class _Planner:
         res = max_overlap(self.qs, weights=costs.tolist(), comp="sum", effort=self.left(0.05, until=until))
         return float(res.value if res.exact else res.upper), bool(res.exact), tuple(res.query_indices)
 
-    def tightened(self, costs: np.ndarray, members: tuple[int, ...], up: float) -> float:
+    def tightened(self, costs: np.ndarray, members: tuple[int, ...], up: float) -> tuple[float, float]:
         """A certified bound of the worst row's cost below ``up`` where the threshold decision proves
         one (MATH.md 2.10, minimax): from the heaviest row seen, levels ``(1 + m)`` above it, the widest
         margin first; a row over a level raises the row seen and the level is tried again from it; a
         decision out of time ends the ladder (a smaller margin is harder still). ``up`` when none is
-        proven; needs the coverage tables."""
+        proven; needs the coverage tables. With it, the cost of the heaviest row seen (a lower bound
+        of the worst row's)."""
         assert self.table is not None
         seen = math.fsum(costs[list(members)].tolist())
         best = up
@@ -233,7 +285,7 @@ class _Planner:
                 margins.pop(0)
             else:
                 seen = max(seen, math.fsum(costs[list(row)].tolist()))
-        return best
+        return best, seen
 
     def left(self, floor: float = 0.0, until: float = 1.0) -> float | None:
         """Seconds left until ``until`` of the effort (at least ``floor`` of it); None: no limit."""
@@ -339,11 +391,20 @@ class _Planner:
             shape = self.w ** (1.0 / p)
             up, exact, members = self.certified(shape, 0.95 if self.table is None else _RELATIVE_SEARCH)
             how = "relative (closed form)"
+            seen = math.fsum(shape[list(members)].tolist())
             if not exact and self.table is not None:
-                tighter = self.tightened(shape, members, up)
+                tighter, seen = self.tightened(shape, members, up)
                 if tighter < up:
                     up, how = tighter, "relative (closed form, worst row bounded by the threshold decision)"
-            return self.finish(shape * (limit / up) * _SHRINK, limit, False, rows=1, rounds=1, method=how)
+            if up <= 0:
+                # no query covers a row: any shares fit; each takes the whole budget at most
+                up = seen = float(shape.max())
+            # the optimum scales the same shape to the true worst row, at least the heaviest row seen:
+            # the objective there bounds it from below (the plan's gap, 0 only when the row is proven)
+            lower = _objective(self.w, shape * (limit / max(seen, up * 2.0**-52)), p, self.objective)
+            return self.finish(
+                shape * (limit / up) * _SHRINK, limit, False, rows=1, rounds=1, lower=lower, method=how
+            )
         # 1. a plan certified by construction (MATH.md 2.10.1): the plan the rows' plan must beat
         self.best = None
         if self.table is not None and len(qs) <= PACKING_MAX:
@@ -464,6 +525,13 @@ class _Planner:
                 "even shares (no better plan proven)",
             )
             cover = self.even_cover()
+        if not all(0 < float(x) < math.inf for x in shares):
+            # (GDP: mu below ~1e-154 has a square that underflows; weights spanning ~300 orders of
+            # magnitude): a share of 0 would be a query with no budget, an infinite error bar
+            raise AnswerError(
+                "a share underflows to 0 in floating point: the budget (or the spread of the weights) is "
+                "beyond the range this planner computes in; scale the budget up or the weights together"
+            )
         return Allocation(
             shares=tuple(float(x) for x in shares),
             objective=obj * self.scale,
