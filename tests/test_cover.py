@@ -154,6 +154,31 @@ def test_a_cut_search_answers_the_covers_bound_never_below_the_truth(
     assert covered.exact == (covered.value == covered.lower)
 
 
+def test_a_shifted_cover_checks_a_plan_charged_after_other_charges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two charges first, then a packing plan's queries: its cover, shifted past them, bounds the worst
+    row by the plan's total plus theirs, never below the truth (brute force); unshifted it names the
+    wrong charges, which can only loosen the bound."""
+    qs = workload(np.random.default_rng(310), 14)
+    costs, cover = packed(qs)
+    before = workload(np.random.default_rng(311), 2)
+    ledger = [*before, *qs]
+    loads = [Fraction(1, 4), Fraction(1, 8), *costs]
+    truth = heaviest(ledger, loads)
+    shares = [float(x) for x in loads]
+    cut_search(monkeypatch)
+    shifted = max_overlap(
+        ledger, weights=shares, comp="sum", effort=1.0, cover=cover.shifted(2), algorithm="branch"
+    )
+    cut_search(monkeypatch)  # (each cut search starts from a standing clock)
+    wrong = max_overlap(ledger, weights=shares, comp="sum", effort=1.0, cover=cover, algorithm="branch")
+    assert not shifted.exact and not wrong.exact
+    assert truth <= Fraction(shifted.value) <= 1 + Fraction(3, 8)
+    assert truth <= Fraction(wrong.value)
+    assert shifted.value <= wrong.value
+    with pytest.raises(CompError, match="offset"):
+        cover.shifted(-1)
+
+
 def test_the_cover_pins_the_maximum_when_the_witness_reaches_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """One query over everything and 5 disjoint ones: the cover {big}, {small} bounds by 1 + 2, and the
     cut search's witness row (inside the heaviest query) holds exactly that: exact although cut."""

@@ -46,6 +46,13 @@ class Cover:
             if not (a >= 0 and a < float("inf")):
                 raise CompError(f"a cover's amounts must be finite and non-negative, got {a!r}")
 
+    def shifted(self, offset: int) -> Cover:
+        """The same cover for a ledger that holds ``offset`` other charges before the workload's (a
+        plan's cover names its queries from 0): those charges, in no set, count in full."""
+        if offset < 0:
+            raise CompError(f"a cover's offset must be non-negative, got {offset}")
+        return Cover(tuple(tuple(int(i) + offset for i in s) for s in self.sets), self.amounts)
+
     def checked(self, t: int) -> None:
         """Every position names one of the workload's ``t`` queries."""
         for s in self.sets:
