@@ -323,3 +323,94 @@ def test_insert_many_gives_each_charge_the_seq_it_is_read_back_with(ledger_url: 
         raise RuntimeError  # (what admission does on None: the request fails, its rows go)
     assert len(service.store.charges(analyst="alice")) == 51
     service.store.close()
+
+
+# Eight disjoint cells of (age < 30 or not) x sex x (race 0 or not): every row is in one. Each cell
+# charged twice at 0.5 puts every row at exactly 1.0, the quota, while every attribute's table holds
+# four cells' charges on one value (4.0): the filter's bounds cannot show the rows within the quota,
+# only a search of the whole domain can. A restart records the ledger's charges without deciding them.
+_CELLS = [
+    f"age {a} 30 AND sex = {s} AND race {r} 0" for a in ("<", ">=") for s in (0, 1) for r in ("=", "<>")
+]
+
+
+def _filled(ledger_url: str, tmp_path: Path) -> QueryService:
+    service = QueryService(open_ledger(ledger_url))
+    alice = _setup(service, tmp_path, budget=100.0, quota=1.0)
+    for _ in range(2):
+        for cell in _CELLS:
+            service.query(alice, "adult", [cell], 0.5)
+    with pytest.raises(QuotaExceeded):
+        service.query(alice, "adult", [_CELLS[0]], 0.5)
+    assert _brute_force_max_load(service, analyst="alice") == 1.0
+    return service
+
+
+def _known_within_after_restart(ledger_url: str) -> tuple[QueryService, bool]:
+    restarted = QueryService(open_ledger(ledger_url))
+    state = restarted._state("adult")
+    restarted._snapshots(state, "alice")  # (what a request does first: catch up, set the quota)
+    return restarted, state.analyst_filters["alice"].known_within
+
+
+def test_a_restart_knows_every_row_within_the_quota_from_the_ledgers_mark(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admission that filled the quota wrote a mark with its charges: the restarted filter knows
+    its rows within the quota without searching the whole domain (which on hundreds of charges near
+    a quota takes longer than any request: every request answered 503 after a restart), and the
+    claim holds (brute force over every row). Without the mark the search would be needed."""
+    service = _filled(ledger_url, tmp_path)
+    service.store.close()
+    from overlapdp.privacy.privacy_filter import PrivacyFilter
+
+    def no_search(self: PrivacyFilter) -> bool:
+        if not self.known_within:
+            raise AssertionError("a search of the whole domain after the restart")
+        return True
+
+    monkeypatch.setattr(PrivacyFilter, "_establish_within", no_search)
+    restarted, known = _known_within_after_restart(ledger_url)
+    assert known
+    assert _brute_force_max_load(restarted, analyst="alice") <= 1.0
+    alice = restarted.store.get_analyst("alice")
+    with pytest.raises(QuotaExceeded):  # full: refused with a row shown, no search of the domain
+        restarted.query(alice, "adult", [_CELLS[3]], 0.5)
+    restarted.store.close()
+
+
+def test_a_mark_is_not_learned_under_a_lower_quota_or_past_unmarked_charges(
+    ledger_url: str, tmp_path: Path
+) -> None:
+    """A mark proves the rows within the budget it was written under, for the charges up to it: a
+    quota lowered since (rows at 1.0 over 0.75) or a charge inserted after it without an admission
+    leaves the restarted filter not knowing (it searches, as before)."""
+    service = _filled(ledger_url, tmp_path)
+    service.set_quota("alice", "adult", 0.75)
+    service.store.close()
+    restarted, known = _known_within_after_restart(ledger_url)
+    assert not known and _brute_force_max_load(restarted, analyst="alice") > 0.75
+    restarted.set_quota("alice", "adult", 1.0)
+    restarted.store.close()
+    # back at 1.0 the mark holds again; then a charge recorded with no admission comes after it
+    restarted, known = _known_within_after_restart(ledger_url)
+    assert known
+    from overlapdp.service.ledger.base import NewCharge
+
+    restarted.store.bulk_insert(
+        [
+            NewCharge(
+                dataset="adult",
+                analyst="alice",
+                kind="query",
+                query={"conditions": {"sex": {"in": [0]}}},
+                mechanism={"name": "laplace", "definition": "pure", "epsilon": 0.25},
+                cost={"definition": "pure", "epsilon": 0.25, "load": 0.25},
+                answer=None,
+            )
+        ]
+    )
+    restarted.store.close()
+    again, known = _known_within_after_restart(ledger_url)
+    assert not known and _brute_force_max_load(again, analyst="alice") > 1.0
+    again.store.close()

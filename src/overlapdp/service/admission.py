@@ -49,6 +49,7 @@ from overlapdp.query import PredicateQuery
 from overlapdp.service import _heap, definitions, filters, logged_filter, session_mechanisms
 from overlapdp.service.auth import AuthError
 from overlapdp.service.ledger import AdmissionTransaction, ChargeRecord, NewCharge, SessionRecord
+from overlapdp.service.ledger.base import WithinMarks
 from overlapdp.service.responses import (
     Answer,
     BatchAnswer,
@@ -200,7 +201,11 @@ class Admission(ServiceBase):
                     state.reset()
                     state.apply(tx.loads_since(0))
                 state.global_filter.budget = state.record.budget
-                state.apply(tx.loads_since(state.last_seq))  # committed: outside the group's savepoint
+                caught = tx.loads_since(state.last_seq)
+                if caught:  # committed: outside the group's savepoint (another instance's, and its marks)
+                    state.apply(caught)
+                    state.marks = tx.within_marks()
+                    state.learn_within("", state.global_filter)
                 state.touch(state.global_filter)
                 new_seqs: list[int] = []
                 for p in batch:
@@ -220,9 +225,14 @@ class Admission(ServiceBase):
                         f.release(sp)
                     staged.append((p, result))
                     new_seqs.extend(seqs)
+                written = _mark_within(tx, state, [p.analyst for p, _ in staged], new_seqs)
             state.end_group(committed=True)
             if new_seqs:
                 state.last_seq = max(state.last_seq, *new_seqs)
+                top = max(new_seqs)
+                for key in {"", *(p.analyst for p, _ in staged)}:
+                    state.filter_seq[key] = max(state.filter_seq.get(key, 0), top)
+                state.note_marks(written)
         except BaseException as exc:
             # Nothing of this transaction is committed: undo the group's filter updates.
             state.end_group(committed=False)
@@ -255,6 +265,7 @@ class Admission(ServiceBase):
             raise NotFound(f"unknown data set {state.record.name!r}")
         mine = state.analyst_filter(p.analyst, quota)
         mine.budget = quota
+        state.learn_within(p.analyst, mine)
         if p.kind == "session-query":
             return self._session_step(tx, state, p)
         pairs = list(zip(p.queries, p.loads, strict=True))
@@ -464,6 +475,28 @@ def _new_ids(n: int) -> list[str]:
     randomness rather than one per charge."""
     raw = os.urandom(16 * n).hex()
     return [raw[32 * i : 32 * (i + 1)] for i in range(n)]
+
+
+def _mark_within(
+    tx: AdmissionTransaction, state: DatasetState, analysts: Sequence[str], seqs: Sequence[int]
+) -> WithinMarks:
+    """In the admission's transaction, for the global filter and the filters of ``analysts`` that know
+    every row within their budget (after an admission, :meth:`ServiceFilter.proven_within`): a mark
+    covering their charges up to the transaction's last sequence number (every one of them is held:
+    the filters caught up at its start and hold its charges), committed with the charges. A restart's
+    replay, or another instance catching up, learns it from there (:meth:`DatasetState.learn_within`)
+    instead of searching the whole domain."""
+    if not seqs:
+        return {}
+    top = max(seqs)
+    written: WithinMarks = {}
+    for key in dict.fromkeys(["", *analysts]):
+        f = state.global_filter if key == "" else state.analyst_filters.get(key)
+        budget = None if f is None else f.proven_within()
+        if budget is not None:
+            tx.mark_within(key, top, budget)
+            written[key] = (top, budget)
+    return written
 
 
 def _by_load(loads: Iterable[float]) -> list[tuple[PredicateQuery | None, float, int]]:

@@ -120,6 +120,30 @@ class ServiceFilter(LoggedFilter):
         within = self._filter.known_within
         return FilterSnapshot(self._uid, self._generation, tuple(self._log), self._budget, within)
 
+    @property
+    def known_within(self) -> bool:
+        """Whether every row of the filter's charges is known within its budget (call under the lock)."""
+        return self._filter.known_within
+
+    def proven_within(self) -> float | None:
+        """The budget under which every row of the filter's charges is known within it
+        (:attr:`PrivacyFilter.known_within`: after an admission), or None (call under the lock)."""
+        self._sync_budget()
+        return self._budget if self._filter.known_within else None
+
+    def learn_within(self, budget: float) -> bool:
+        """Under the lock: every row of a set of charges holding all of this filter's was shown within
+        ``budget`` (a ledger mark, :meth:`LedgerStore.within_marks`; a row's load only grows with more
+        charges, MATH.md 1.8), so this filter's rows are within its own budget when that is at least
+        ``budget``: known from now on, no search of the whole domain before the next decision."""
+        self._sync_budget()
+        if self._filter.known_within:
+            return True
+        if not self._budget >= budget:
+            return False
+        self._filter.assume_within()
+        return True
+
     def charges_since(self, snap: FilterSnapshot) -> list[tuple[PredicateQuery | None, float, int]] | None:
         """The charges added since ``snap`` (None if its charges are no longer a prefix, or it is not
         this filter's)."""

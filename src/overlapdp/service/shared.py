@@ -23,7 +23,7 @@ from overlapdp.service._projection import ProjectionJob, ProjectionPool
 from overlapdp.service.auth import AuthError, TokenCache
 from overlapdp.service.datasets import LoadedDataset, load_dataset
 from overlapdp.service.ledger import DatasetRecord, LedgerStore
-from overlapdp.service.ledger.base import LoadRow, NewCharge, dumps
+from overlapdp.service.ledger.base import LoadRow, NewCharge, WithinMarks, dumps
 from overlapdp.service.limits import Limits
 from overlapdp.service.responses import Answer, BatchAnswer, CostEstimate, SessionOpened, SessionStep
 
@@ -119,6 +119,8 @@ class DatasetState:
         self._schema = loaded.schema if loaded is not None else Schema.from_json(record.schema)
         # Filters touched by the group being admitted, with their savepoints (see :meth:`touch`).
         self._group: dict[int, tuple[filters.ServiceFilter, logged_filter.Savepoint]] = {}
+        #: The ledger's within-budget marks as last read (:meth:`LedgerStore.within_marks`).
+        self.marks: WithinMarks = {}
         self.reset()
 
     def reset(self) -> None:
@@ -132,6 +134,8 @@ class DatasetState:
             schema, self.record.definition, self.record.budget, self.params
         )
         self.analyst_filters: dict[str, filters.ServiceFilter] = {}
+        #: Per filter (an analyst, "" the global one), the sequence number of its last charge applied.
+        self.filter_seq: dict[str, int] = {}
         self._parsed: dict[str, PredicateQuery] = {}
 
     @property
@@ -152,6 +156,20 @@ class DatasetState:
             else:
                 f.rollback(sp)
             f.recycle()  # filters replaced by adopted replicas: no savepoint of the group is left
+
+    def learn_within(self, key: str, f: filters.ServiceFilter) -> None:
+        """Under the lock: ``f`` (the filter of analyst ``key``, "" the global one) knows its rows
+        within its budget when the ledger's mark for it covers every charge it holds (its last charge
+        at or before the mark's) under a budget no larger than its own. Recorded charges (a replay,
+        another instance's) are not decided, so without the mark a filter near its budget would search
+        the whole domain to know it, which no request's time allows (MATH.md 7.9)."""
+        mark = self.marks.get(key)
+        if mark is not None and self.filter_seq.get(key, 0) <= mark[0]:
+            f.learn_within(mark[1])
+
+    def note_marks(self, written: WithinMarks) -> None:
+        """The marks this instance's admission just committed."""
+        self.marks.update(written)
 
     def analyst_filter(self, analyst: str, quota: float = 0.0) -> filters.ServiceFilter:
         f = self.analyst_filters.get(analyst)
@@ -185,6 +203,8 @@ class DatasetState:
             if load > 0:
                 per_query[query, load] = per_query.get((query, load), 0) + 1
                 per_analyst[analyst, query, load] = per_analyst.get((analyst, query, load), 0) + 1
+                self.filter_seq[analyst] = max(self.filter_seq.get(analyst, 0), seq)
+                self.filter_seq[""] = max(self.filter_seq.get("", 0), seq)
             self.last_seq = max(self.last_seq, seq)
         self.global_filter.record_many(
             [(self.parse_recorded(q), load, k) for (q, load), k in per_query.items()]
@@ -220,6 +240,7 @@ class ServiceBase:
         state = DatasetState(loaded, record)
         with state.admit_lock:
             state.apply(self.store.loads_since(record.name, 0))
+            state.marks = self.store.within_marks(record.name)
         with self._states_lock:
             self._states[record.name] = state
         return state
@@ -264,10 +285,15 @@ class ServiceBase:
         if quota is None:
             raise NotFound(f"unknown data set {state.record.name!r}")
         with state.admit_lock:
-            state.apply(self.store.loads_since(state.record.name, state.last_seq))
+            rows = self.store.loads_since(state.record.name, state.last_seq)
+            if rows:  # (another instance's charges: its marks too)
+                state.apply(rows)
+                state.marks = self.store.within_marks(state.record.name)
             mine = state.analyst_filter(analyst, quota)
             mine.budget = quota
             glob = state.global_filter
+            state.learn_within(analyst, mine)
+            state.learn_within("", glob)
             snaps = ((mine, mine.snapshot()), (glob, glob.snapshot()))
             return quota, snaps, state.last_seq, state.built_for
 

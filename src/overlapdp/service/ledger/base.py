@@ -21,6 +21,9 @@ from overlapdp.errors import LedgerError as LedgerError
 
 #: What rebuilding the filters needs of one charge: (seq, analyst, query JSON text or None, load).
 LoadRow = tuple[int, str, str | None, float]
+#: Per filter (an analyst's name, "" for the data set's own): ``(seq, budget)``, every row of the
+#: filter's charges up to ``seq`` proven within ``budget`` by the admission that wrote it.
+WithinMarks = dict[str, tuple[int, float]]
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,15 @@ class AdmissionTransaction(abc.ABC):
     def find_request(self, analyst: str, request_key: str) -> list[ChargeRecord]:
         """The charges recorded under ``(analyst, request_key)`` (any data set), by position."""
 
+    def within_marks(self) -> WithinMarks:
+        """This data set's marks (:meth:`LedgerStore.within_marks`), read in this transaction."""
+        return {}
+
+    def mark_within(self, analyst: str, seq: int, budget: float) -> None:  # noqa: B027 (none kept)
+        """Record that an admission of this transaction left every row of the filter of ``analyst``
+        ("": the data set's own filter) within ``budget``, its charges being those up to ``seq``
+        (replacing the filter's earlier mark; committed with the charges, or not at all)."""
+
     @abc.abstractmethod
     def insert(self, charge: NewCharge) -> ChargeRecord | None:
         """Insert one charge; None when ``(analyst, request_key, position)`` is already taken."""
@@ -229,6 +241,15 @@ class LedgerStore(abc.ABC):
         limit: int | None = None,
     ) -> list[ChargeRecord]:
         """Committed charges in ledger order, optionally filtered."""
+
+    def within_marks(self, dataset: str) -> WithinMarks:
+        """The data set's within-budget marks, written by admissions (:meth:`AdmissionTransaction.mark_within`):
+        a restart (or another instance catching up) records the ledger's charges without deciding
+        them, so its filters cannot know that every row is within budget, and near the budget that
+        takes a search of the whole domain no request's time allows (MATH.md 7.9). A filter whose
+        charges are those a mark covers, under a budget at least the mark's, knows it from the mark.
+        A store without marks answers none (every filter then decides as before)."""
+        return {}
 
     @abc.abstractmethod
     def loads_since(self, dataset: str, seq: int) -> list[LoadRow]:

@@ -35,7 +35,11 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS sessions (
         id TEXT PRIMARY KEY, dataset TEXT NOT NULL, analyst TEXT NOT NULL, kind TEXT NOT NULL,
         params TEXT NOT NULL, state TEXT NOT NULL, closed INTEGER NOT NULL DEFAULT 0,
-        created_at DOUBLE PRECISION NOT NULL)""",
+        created_at DOUBLE PRECISION NOT NULL)""",  # (dataset, analyst or "" for the data set's own filter): every row of that filter's charges up
+    # to seq was proven within budget by an admission (see LedgerStore.within_marks)
+    """CREATE TABLE IF NOT EXISTS within_marks (
+        dataset TEXT NOT NULL, analyst TEXT NOT NULL, seq BIGINT NOT NULL, budget DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (dataset, analyst))""",
 )
 
 

@@ -24,6 +24,7 @@ from overlapdp.service.ledger.base import (
     LoadRow,
     NewCharge,
     SessionRecord,
+    WithinMarks,
     decode_definition,
     dumps,
     encode_definition,
@@ -39,6 +40,15 @@ INSERT_CHARGE = (
     "query, mechanism, cost, answer, created_at, load) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 LOADS = "SELECT seq, analyst, query, load FROM charges WHERE dataset = ? AND seq > ? ORDER BY seq"
+MARKS = "SELECT analyst, seq, budget FROM within_marks WHERE dataset = ?"
+MARK = (
+    "INSERT INTO within_marks (dataset, analyst, seq, budget) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (dataset, analyst) DO UPDATE SET seq = excluded.seq, budget = excluded.budget"
+)
+
+
+def _marks(rows: Sequence[Any]) -> WithinMarks:
+    return {str(a): (int(s), float(b)) for a, s, b in rows}
 
 
 def charge_params(c: NewCharge) -> tuple[Any, ...]:
@@ -328,6 +338,10 @@ class SQLLedger(LedgerStore):
             rows = self._exec(conn, LOADS, (dataset, seq)).fetchall()
         return [(int(a), str(b), c, float(d)) for a, b, c, d in rows]
 
+    def within_marks(self, dataset: str) -> WithinMarks:
+        with self._tx(write=False) as conn:
+            return _marks(self._exec(conn, MARKS, (dataset,)).fetchall())
+
     def bulk_insert(self, charges: Sequence[NewCharge]) -> None:
         by_dataset = sorted({c.dataset for c in charges})
         with self._tx(write=True) as conn:
@@ -385,6 +399,12 @@ class _Admission(AdmissionTransaction):
     def loads_since(self, seq: int) -> list[LoadRow]:
         rows = self._exec(LOADS, (self._record.name, seq)).fetchall()
         return [(int(a), str(b), c, float(d)) for a, b, c, d in rows]
+
+    def within_marks(self) -> WithinMarks:
+        return _marks(self._exec(MARKS, (self._record.name,)).fetchall())
+
+    def mark_within(self, analyst: str, seq: int, budget: float) -> None:
+        self._exec(MARK, (self._record.name, analyst, seq, budget))
 
     def find_request(self, analyst: str, request_key: str) -> list[ChargeRecord]:
         rows = self._exec(
