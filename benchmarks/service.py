@@ -28,6 +28,12 @@ Rows added for issue 22, on a fresh SQLite ledger with the DuckDB engine:
   (after 5 s that fill the quotas), a 200 or a 403 being a decision (target >= 100 q/s, p99 < 1 s);
   then one analyst's 1 000-query mixed ``/cost`` near the quota (target: 200, exact or ``exact: false``).
 
+- restart (not in the default rows; about 6 minutes): one analyst with a quota of 25 sends 600 mixed
+  queries on 2-5 attributes at epsilon 1, one at a time (about 400 admitted, every row of interest at
+  the quota), then the server restarts on that ledger twice: as written (with its within marks) and on
+  a copy with the marks deleted (a ledger of the previous release); the same 10 (5) next queries each
+  time: how many are decided (200 / 403) and how fast, how many answer 503.
+
 Row added for issue 26 (finding 9), on a fresh SQLite ledger with the DuckDB engine:
 
 - consistent (``consistent-pure``, ``consistent-zcdp`` for one of them): one analyst's 1 000-query
@@ -667,6 +673,60 @@ def lock_hold(held: int = 10_000, repeats: int = 20) -> str:
     )
 
 
+def restart_row(serve: Callable[..., Any], data: Path, sent: int = 600) -> None:
+    """The first decisions after a restart near a quota, with and without the ledger's within marks."""
+    import sqlite3
+
+    def ask(url: str, token: str, spec: object) -> tuple[int, float]:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        t0 = time.monotonic()
+        body = json.dumps({**spec, "epsilon": 1.0})  # type: ignore[dict-item]
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        conn.request("POST", "/v1/datasets/adult/query", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        return response.status, time.monotonic() - t0
+
+    rng = random.Random(3)
+    proc, url, _, ledger = serve("restart")
+    try:
+        token = setup_service(url, data, 1, "duckdb", quota=25.0)[0]
+        statuses = [ask(url, token, mixed_query(rng, rng.randint(2, 5)))[0] for _ in range(sent)]
+    finally:
+        stop(proc)
+    bare = ledger.replace(".sqlite", "-nomarks.sqlite")
+    with sqlite3.connect(ledger) as src, sqlite3.connect(bare) as dst:
+        src.backup(dst)
+    with sqlite3.connect(bare) as dst:
+        dst.execute("DELETE FROM within_marks")
+    after = [mixed_query(rng, rng.randint(2, 5)) for _ in range(10)]
+    print(
+        f"restart near the quota: {statuses.count(200)} of {sent} queries admitted before it, "
+        f"{statuses.count(403)} refused"
+    )
+    print(f"{'ledger':<34}{'asked':>6}{'decided':>9}{'503':>5}{'median s':>10}{'max s':>8}")
+    for label, path, asked in (
+        ("as written (within marks)", ledger, 10),
+        ("marks deleted (previous)", bare, 5),
+    ):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "overlapdp.cli.main", "serve", "--ledger", path, "--port", str(port)]
+        proc, _ = start(cmd, url)
+        try:
+            got = [ask(url, token, spec) for spec in after[:asked]]
+        finally:
+            stop(proc)
+        decided = sum(1 for s_, _ in got if s_ in (200, 403))
+        times = [t for _, t in got]
+        print(
+            f"{label:<34}{asked:>6}{decided:>9}{sum(1 for s_, _ in got if s_ == 503):>5}"
+            f"{statistics.median(times):>10.2f}{max(times):>8.2f}"
+        )
+
+
 def setup_service(
     url: str,
     data: Path,
@@ -855,6 +915,9 @@ def main() -> None:
             print(f"(1,000-query mixed /cost near the quota: status {status} in {took:.1f} s, exact {exact})")
         finally:
             stop(proc)
+
+    if "restart" in wanted:
+        restart_row(serve, data)
 
     if "batch50" in wanted:
         proc, url, ready, ledger = serve("batch50")
