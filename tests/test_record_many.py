@@ -212,3 +212,86 @@ def test_wide_schema_replay_equals_record() -> None:
     rx = x._tracks[0].index.result()
     assert y.value_is_exact()
     assert float(rx.lower) == y.spent() <= x.spent()
+
+
+# A state the service reached (two instances on one ledger, found by a randomized check of its within
+# marks): per charge (age: "y" under 30, "o" 30 and over; race: 0 or "o" the others; sex; load; times),
+# None where the query does not constrain the attribute.
+_REPLAYED = [
+    (None, "o", None, 0.125, 1),
+    (None, 0, None, 0.125, 2),
+    (None, None, 0, 0.0625, 1),
+    ("y", 0, 1, 0.25, 1),
+    ("o", None, 1, 0.25, 1),
+    ("o", "o", 0, 0.25, 1),
+    ("o", "o", 1, 0.25, 2),
+    (None, None, None, 0.125, 1),
+    ("y", 0, 1, 0.0625, 2),
+    ("y", 0, 0, 0.125, 2),
+    ("o", "o", 0, 0.125, 1),
+    ("o", "o", 1, 0.0625, 1),
+    (None, None, 0, 0.25, 1),
+    ("o", None, 1, 0.125, 1),
+    ("o", "o", 0, 0.125, 1),
+    ("o", 0, 1, 0.0625, 1),
+    ("y", "o", 1, 0.0625, 1),
+    ("o", None, 1, 0.125, 1),
+    ("y", "o", 1, 0.25, 1),
+    ("o", "o", 0, 0.125, 1),
+    ("o", "o", 0, 0.25, 1),
+    ("o", 0, 1, 0.25, 1),
+    ("o", 0, 0, 0.0625, 1),
+    ("o", None, 1, 0.0625, 1),
+    (None, None, 0, 0.125, 1),
+    (None, "o", None, 0.0625, 1),
+    (None, "o", None, 0.0625, 1),
+    ("o", 0, 1, 0.0625, 1),
+    (None, "o", None, 0.25, 1),
+    ("o", None, 1, 0.0625, 1),
+    ("y", 0, 0, 0.125, 1),
+]
+
+
+def test_a_replay_after_an_admission_keeps_the_search_units_exact() -> None:
+    """One charge of 1/4 admitted (the threshold search's common unit: 1/4), then a replay of charges
+    of 1/16, 1/8 and 1/4 (a catch-up, a replica brought up to date), the worst row at 31/16 of the
+    budget 2: a charge of 1/8 on the whole domain must be refused. The replay's loads once did not
+    enter the unit, the search rounded its bounds down to quarters and admitted it. Brute force over
+    every (age, race, sex) row, the attributes the charges constrain."""
+    from overlapdp.query import parse_query
+    from overlapdp.samples import adult_schema
+    from overlapdp.service.filters import ServiceFilter
+
+    schema = adult_schema()
+
+    def query(age: Any, race: Any, sex: Any) -> PredicateQuery | None:
+        cond: dict[str, Any] = {}
+        if age is not None:
+            cond["age"] = {"range": [0, 29] if age == "y" else [30, 200]}
+        if race is not None:
+            cond["race"] = {"range": [0, 0] if race == 0 else [1, 4]}
+        if sex is not None:
+            cond["sex"] = {"range": [sex, sex]}
+        return parse_query(schema, {"conditions": cond}) if cond else None
+
+    charges = [(query(a, r, s), load, k) for a, r, s, load, k in _REPLAYED]
+    pos = [schema.position(n) for n in ("age", "race", "sex")]
+    rows = []
+    for values in itertools.product(*(range(schema.attributes[p].size) for p in pos)):
+        row = [0] * len(schema)
+        for p, v in zip(pos, values, strict=True):
+            row[p] = v
+        rows.append(row)
+
+    def worst(chs: list[tuple[PredicateQuery | None, float, int]]) -> Fraction:
+        return max(
+            sum((Fraction(w) * k for q, w, k in chs if q is None or q.covers(r)), Fraction(0)) for r in rows
+        )
+
+    first = charges[3]
+    flt = ServiceFilter(schema, "pure", 2.0)
+    assert flt.try_all([(first[0], 0.25)])
+    flt.record_many(charges[:3] + charges[4:])
+    assert worst(charges) == Fraction(31, 16)
+    assert not flt.try_all([(None, 0.125)])  # 33/16 on the worst row
+    assert flt.try_all([(None, 0.0625)])  # 32/16: at the budget exactly

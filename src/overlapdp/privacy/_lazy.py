@@ -378,6 +378,10 @@ class Members:
             values = np.arange(self.sizes[p])
             inside = (values >= np.array(lo)[:, None]) & (values < np.array(hi)[:, None])
             rows[np.array(idx), self._seg(p)] = inside
+        # the common unit over these loads too, as add() keeps it: the search rounds its bounds down to
+        # multiples of it (MATH.md 7.9), so a unit that does not divide a live load is unsafe
+        for exact in {e for i, (_, e, _) in enumerate(charges) if self.live[start + i]}:
+            self.unit = unit_gcd(self.unit, exact)
         del self.exact[start:]
         self.exact.extend(e for _, e, _ in charges)
         self.n = need
