@@ -75,6 +75,7 @@ class Administration(ServiceBase):
             if changed:
                 state.reset()
                 state.apply(self.store.loads_since(name, 0))
+                state.marks = self.store.within_marks(name)
             state.global_filter.budget = record.budget
 
     def set_budget(
@@ -101,6 +102,7 @@ class Administration(ServiceBase):
             if changed:
                 state.reset()
                 state.apply(self.store.loads_since(name, 0))
+                state.marks = self.store.within_marks(name)
             state.global_filter.budget = record.budget
         return self._admin_info(state)
 
@@ -183,7 +185,10 @@ class Administration(ServiceBase):
     def _catch_up(self, state: DatasetState) -> None:
         """Bring the filters up to the ledger's committed rows."""
         with state.admit_lock:
-            state.apply(self.store.loads_since(state.record.name, state.last_seq))
+            rows = self.store.loads_since(state.record.name, state.last_seq)
+            if rows:  # (another instance's charges: its within marks too)
+                state.apply(rows)
+                state.marks = self.store.within_marks(state.record.name)
 
     # -- analysts ---------------------------------------------------------------------------------
     def create_analyst(self, name: str, quotas: Mapping[str, float]) -> AnalystCreated:
