@@ -526,11 +526,11 @@ class _Planner:
             )
             cover = self.even_cover()
         if not all(0 < float(x) < math.inf for x in shares):
-            # (GDP: mu below ~1e-154 has a square that underflows; weights spanning ~300 orders of
-            # magnitude): a share of 0 would be a query with no budget, an infinite error bar
+            # (planned at budget 1: weights spanning ~300 orders of magnitude) a share of 0 would be a
+            # query with no budget, an infinite error bar
             raise AnswerError(
-                "a share underflows to 0 in floating point: the budget (or the spread of the weights) is "
-                "beyond the range this planner computes in; scale the budget up or the weights together"
+                "a share underflows to 0 in floating point: the weights span more orders of magnitude "
+                "than this planner computes in; bring them closer together"
             )
         return Allocation(
             shares=tuple(float(x) for x in shares),

@@ -74,8 +74,7 @@ class Administration(ServiceBase):
             state.record = record
             if changed:
                 state.reset()
-                state.apply(self.store.loads_since(name, 0))
-                state.marks = self.store.within_marks(name)
+                state.catch_up(self.store.loads_since(name, 0), lambda: self.store.within_marks(name))
             state.global_filter.budget = record.budget
 
     def set_budget(
@@ -101,8 +100,7 @@ class Administration(ServiceBase):
             state.record = record
             if changed:
                 state.reset()
-                state.apply(self.store.loads_since(name, 0))
-                state.marks = self.store.within_marks(name)
+                state.catch_up(self.store.loads_since(name, 0), lambda: self.store.within_marks(name))
             state.global_filter.budget = record.budget
         return self._admin_info(state)
 
@@ -185,10 +183,10 @@ class Administration(ServiceBase):
     def _catch_up(self, state: DatasetState) -> None:
         """Bring the filters up to the ledger's committed rows."""
         with state.admit_lock:
-            rows = self.store.loads_since(state.record.name, state.last_seq)
-            if rows:  # (another instance's charges: its within marks too)
-                state.apply(rows)
-                state.marks = self.store.within_marks(state.record.name)
+            name = state.record.name
+            state.catch_up(
+                self.store.loads_since(name, state.last_seq), lambda: self.store.within_marks(name)
+            )
 
     # -- analysts ---------------------------------------------------------------------------------
     def create_analyst(self, name: str, quotas: Mapping[str, float]) -> AnalystCreated:

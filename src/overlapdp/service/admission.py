@@ -199,12 +199,10 @@ class Admission(ServiceBase):
                 if (state.record.definition, state.record.params) != state.built_for:
                     # Another instance changed the definition: replay the ledger (an admin action).
                     state.reset()
-                    state.apply(tx.loads_since(0))
+                    state.catch_up(tx.loads_since(0), tx.within_marks)
                 state.global_filter.budget = state.record.budget
-                caught = tx.loads_since(state.last_seq)
-                if caught:  # committed: outside the group's savepoint (another instance's, and its marks)
-                    state.apply(caught)
-                    state.marks = tx.within_marks()
+                # committed: outside the group's savepoint (another instance's charges, and its marks)
+                if state.catch_up(tx.loads_since(state.last_seq), tx.within_marks):
                     state.learn_within("", state.global_filter)
                 state.touch(state.global_filter)
                 new_seqs: list[int] = []

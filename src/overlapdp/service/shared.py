@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -167,6 +167,16 @@ class DatasetState:
         if mark is not None and self.filter_seq.get(key, 0) <= mark[0]:
             f.learn_within(mark[1])
 
+    def catch_up(self, rows: Sequence[LoadRow], marks: Callable[[], WithinMarks]) -> bool:
+        """:meth:`apply` committed rows (a replay, another instance's charges) and, when there were
+        any, take the ledger's within marks read by ``marks`` (which may have come with them);
+        whether there were rows."""
+        if not rows:
+            return False
+        self.apply(rows)
+        self.marks = marks()
+        return True
+
     def note_marks(self, written: WithinMarks) -> None:
         """The marks this instance's admission just committed."""
         self.marks.update(written)
@@ -239,8 +249,9 @@ class ServiceBase:
                 loaded = None  # registered, but this instance cannot read the rows: queries get 409
         state = DatasetState(loaded, record)
         with state.admit_lock:
-            state.apply(self.store.loads_since(record.name, 0))
-            state.marks = self.store.within_marks(record.name)
+            state.catch_up(
+                self.store.loads_since(record.name, 0), lambda: self.store.within_marks(record.name)
+            )
         with self._states_lock:
             self._states[record.name] = state
         return state
@@ -285,10 +296,10 @@ class ServiceBase:
         if quota is None:
             raise NotFound(f"unknown data set {state.record.name!r}")
         with state.admit_lock:
-            rows = self.store.loads_since(state.record.name, state.last_seq)
-            if rows:  # (another instance's charges: its marks too)
-                state.apply(rows)
-                state.marks = self.store.within_marks(state.record.name)
+            name = state.record.name
+            state.catch_up(
+                self.store.loads_since(name, state.last_seq), lambda: self.store.within_marks(name)
+            )
             mine = state.analyst_filter(analyst, quota)
             mine.budget = quota
             glob = state.global_filter
