@@ -457,3 +457,77 @@ def test_gdp_value_with_replace_neighbours_is_rounded_up() -> None:
         v = flt.value()
         assert isinstance(v, float)
         assert Fraction(v) ** 2 >= 2 * Fraction(m.gdp().mu) ** 2  # type: ignore[union-attr]
+
+
+def test_known_rows_loads_follow_the_charges() -> None:
+    """``Members.load_at`` keeps the loads it summed until the charges change: after ``add``,
+    ``add_many`` and ``truncate`` (a rolled-back savepoint) every row's load is the brute force's again,
+    never a stale one (a stale larger load would refuse a charge that fits; a smaller, admit one that
+    does not)."""
+    from overlapdp.privacy._lazy import Members
+
+    rng = np.random.default_rng(7)
+    members = Members(SCHEMA)
+    held: list[tuple[PredicateQuery, Fraction]] = []
+
+    def check() -> None:
+        for row in ROWS:
+            want = sum((e for q, e in held if q.covers(row)), Fraction(0))
+            assert members.load_at(row) == want
+            assert members.load_at(row) == want  # the kept one
+
+    for step in range(40):
+        q, e = random_query(rng), Fraction(int(rng.integers(1, 5)), 8)
+        if step % 5 == 4:
+            batch = [(q, e, None), (random_query(rng), Fraction(1, 16), None)]
+            members.add_many(batch)
+            held.extend((x, y) for x, y, _ in batch)
+        else:
+            members.add(q, e)
+            held.append((q, e))
+        check()
+        if step % 7 == 6:
+            keep = int(rng.integers(0, len(held)))
+            members.truncate(keep)
+            del held[keep:]
+            check()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refusals_by_known_rows_show_a_row_over_budget(seed: int) -> None:
+    """Near the budget most refusals are shown by a row an earlier search found over it (tried before
+    the bounds: no search). Each must match the brute force, and its witness row must be over the budget
+    with the charge, including after savepoints rolled back (the rows' kept loads then change)."""
+    rng = np.random.default_rng(900 + seed)
+    flt = PrivacyFilter(SCHEMA, PureDP(1.0))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(1)))  # type: ignore[union-attr]
+    known = 0
+    real = flt._hot_refusal
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        nonlocal known
+        row = real(*a, **kw)
+        known += row is not None
+        return row
+
+    flt._hot_refusal = spy  # type: ignore[method-assign]
+    for step in range(120):
+        sp = flt.savepoint() if step % 9 == 0 else None
+        q = random_query(rng)
+        m = Laplace(1.0 / float(rng.choice([0.05, 0.1, 0.2])))
+        want = brute.would_admit(m, q)
+        got = flt.try_charge(m, q)
+        assert got.admitted == want, (step, q, m)
+        if got.admitted:
+            if sp is not None:
+                flt.rollback(sp)
+                continue
+            brute.add(m, q)
+        else:
+            assert got.witness is not None and got.proven
+            row = tuple(a.index_of(got.witness[a.name]) for a in SCHEMA.attributes)
+            assert q.covers(row)
+            assert brute.rows.get(row, [Fraction(0)])[0] + Fraction(m.pure().epsilon) > 1  # type: ignore[union-attr]
+        if sp is not None:
+            flt.release(sp)
+    assert known > 20  # the route under test was taken

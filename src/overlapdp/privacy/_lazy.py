@@ -27,6 +27,7 @@ bound of the exact (Fraction) loads once widened by :func:`widen`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -121,6 +122,7 @@ class Bounds:
         # attribute values, for the assignment's tie-break (the smaller covered part first)
         self.sizes = [a.size for a in schema.attributes]
         self.journal: list[_Record] | None = None
+        self._top: np.ndarray | None = None  # top() until the tables change
 
     @property
     def terms(self) -> int:
@@ -131,6 +133,8 @@ class Bounds:
         """Per component, an upper bound (float, see :func:`widen`) on every row's load in the cover."""
         if cover.empty:  # no row inside
             return np.zeros(self.k)
+        if self.k == 1:
+            return np.array([self.inside_scalar(cover)])
         best = np.full(self.k, np.inf)
         split = self.everywhere.copy()
         if cover.free.any():
@@ -141,13 +145,32 @@ class Bounds:
             split += self.share[p][idx].max(axis=0)
         return np.asarray(np.minimum(best, split))
 
+    def inside_scalar(self, cover: Cover) -> float:
+        """:meth:`inside` of one component (``k == 1``: every definition but Rényi DP), the same float
+        operations without numpy's per-call cost on one-element arrays."""
+        if cover.empty:
+            return 0.0
+        best = math.inf
+        split = float(self.everywhere[0])
+        free = cover.free
+        if free.any():
+            best = float((self.peak[free, 0] + self.base[free, 0]).min())
+            split += float(self.speak[free, 0].sum())
+        base = self.base
+        for p, idx in cover.parts:
+            best = min(best, float(self.cells[p][idx, 0].max()) + float(base[p, 0]))
+            split += float(self.share[p][idx, 0].max())
+        return min(best, split)
+
     def top(self) -> np.ndarray:
         """Per component, an upper bound on the worst row's load."""
         if not self.cells:
             return np.full(self.k, np.inf)
-        return np.asarray(
-            np.minimum((self.peak + self.base).min(axis=0), self.speak.sum(axis=0) + self.everywhere)
-        )
+        if self._top is None:
+            self._top = np.asarray(
+                np.minimum((self.peak + self.base).min(axis=0), self.speak.sum(axis=0) + self.everywhere)
+            )
+        return self._top.copy()
 
     def _assign(self, cover: Cover, load: np.ndarray) -> tuple[int, slice | np.ndarray] | None:
         """The attribute (and values) of ``cover`` whose share the charge joins: the one whose largest
@@ -167,6 +190,7 @@ class Bounds:
         """Add a charge's load; the attribute its share went to (None: it constrains none, or no row)."""
         if cover.empty:  # covers no row: no row's load changes
             return None
+        self._top = None
         pick = self._assign(cover, load)
         if self.journal is not None:
             self.journal.append(
@@ -204,6 +228,7 @@ class Bounds:
         picks: list[int | None] = [None] * m
         if m == 0:
             return picks
+        self._top = None
         touched = sorted({p for c in covers if not c.empty for p, _ in c.parts})
         if self.journal is not None:
             self.journal.append(
@@ -282,6 +307,7 @@ class Bounds:
     def undo_to(self, mark: int) -> None:
         """Restore the tables as they were when the journal had ``mark`` records."""
         assert self.journal is not None
+        self._top = None
         while len(self.journal) > mark:
             base, peak, speak, everywhere, slices, shares = self.journal.pop()
             self.base, self.peak, self.speak, self.everywhere = base, peak, speak, everywhere
@@ -314,6 +340,9 @@ class Members:
         self.exact: list[Fraction] = []
         # a common unit of every live load (MATH.md 7.9): each row's load is a multiple of it
         self.unit: Fraction | None = None
+        # exact loads of the rows asked for since the charges last changed (the filter's known
+        # over-budget rows, asked again on every refusal near the budget)
+        self._at: dict[tuple[int, ...], Fraction] = {}
 
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
@@ -327,6 +356,7 @@ class Members:
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
         i = self.n
+        self._at.clear()
         self.flat[i] = True
         for p, cov in q.constraints:
             self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
@@ -354,6 +384,7 @@ class Members:
             self.loads = np.concatenate([self.loads, np.zeros(grow)])
             self.live = np.concatenate([self.live, np.zeros(grow, dtype=bool)])
         start = self.n
+        self._at.clear()
         rows = self.flat[start:need]
         rows[:] = True
         ranges: dict[int, tuple[list[int], list[int], list[int]]] = {}
@@ -387,14 +418,24 @@ class Members:
         self.n = need
 
     def truncate(self, n: int) -> None:
+        self._at.clear()
         self.n = min(self.n, n)
         del self.exact[self.n :]
 
     def load_at(self, row: Sequence[int]) -> Fraction:
-        """The exact load of ``row``: the sum of the loads of the charges covering it."""
-        cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(row)]
+        """The exact load of ``row``: the sum of the loads of the charges covering it (kept until the
+        charges change: the known over-budget rows are asked again on every refusal)."""
+        key = tuple(int(v) for v in row)
+        got = self._at.get(key)
+        if got is not None:
+            return got
+        cols = [int(self.offsets[p]) + v for p, v in enumerate(key)]
         hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
-        return exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
+        load = exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
+        if len(self._at) >= 64:  # (a handful of rows are asked again; any more are a search's leaves)
+            self._at.clear()
+        self._at[key] = load
+        return load
 
     def _row(self, box: np.ndarray) -> tuple[int, ...]:
         return tuple(int(np.flatnonzero(box[self._seg(p)])[0]) for p in range(len(self.sizes)))

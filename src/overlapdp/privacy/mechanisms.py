@@ -9,6 +9,7 @@ neighbouring directions have the same PLD), so their PLDs carry a single directi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ def _half_square(x: float) -> ZCDP | None:
     return ZCDP(rho) if math.isfinite(rho) else None
 
 
+@functools.lru_cache(maxsize=4096)  # (a service's stream repeats a few parameters; exact division is slow)
 def _ratio_up(num: float, den: float) -> float:
     """``num / den`` rounded UP from the exact quotient of the two floats (a float division rounds to
     nearest, one ulp below the cost of the described mechanism about half the time: 1/3 rounds below

@@ -91,7 +91,7 @@ _JOINT_GRID_LIMIT = 200_000
 # known over-budget rows kept for quick refusals.
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
-_HOT_ROWS = 8
+_HOT_ROWS = 64
 # Pending charges from which the index is brought up to date by one search from scratch (see _flush).
 _BULK = 8
 
@@ -222,7 +222,8 @@ class PrivacyFilter:
             self._members = Members(schema)
         self._pending: list[tuple[PredicateQuery, list[Any]]] = []
         self._within = True
-        self._hot: list[tuple[int, ...]] = []
+        self._hot: list[tuple[int, ...]] = []  # known over-budget rows, the last to refuse first
+        self._hot_rows = np.zeros((0, len(schema.attributes)), dtype=np.intp)  # the same, as an array
         # per open savepoint (outermost first): the pending list and its length, the bounds' journal
         # length, and whether every row was known within budget
         self._saves: list[tuple[list[tuple[PredicateQuery, list[Any]]], int, int, bool]] = []
@@ -259,12 +260,19 @@ class PrivacyFilter:
             floats = self._bound_loads(loads, exact)
             if floats is not None:
                 cover = Cover(q)
+                # a known over-budget row inside the coverage refuses at once (the bounds, above every
+                # row's load, could not clear the charge then either)
+                found = self._hot_refusal(cover, exact[0])
+                if found is not None:
+                    value_up = self._bound_value(floats, cover)
+                    row = self.schema.row(found)
+                    return Admission(False, None, value_up, budget_v, row, "over budget", False)
                 admitted = self._admit_on_bounds(charge, q, loads, exact, floats, cover)
                 if admitted is not None:
                     return admitted
                 searched = self._members is not None and (self._within or self._establish_within())
                 try:
-                    found = self._search(q, exact[0]) if searched else None
+                    found = self._search(q, exact[0], hot=False) if searched else None
                 except SearchGaveUp:
                     searched = False
                 if searched and found is None:  # every row inside the coverage fits, decided exactly
@@ -371,6 +379,12 @@ class PrivacyFilter:
         there are no bounds or a float load is one the index would refuse (the index path then raises)."""
         if self._bounds is None:
             return None
+        if len(loads) == 1 and type(loads[0]) is float and type(exact[0]) is Fraction:
+            # the common case (one scalar track), without numpy's per-call cost
+            w = loads[0]
+            if not math.isfinite(w) or w < 0 or self._bounds[0].k != 1:
+                return None
+            return [np.array([up_float(exact[0])])]
         for w in loads:
             arr = np.asarray(w, dtype=float)
             if not bool(np.all(np.isfinite(arr))) or bool(np.any(arr < 0)):
@@ -443,15 +457,16 @@ class PrivacyFilter:
             self._within = True
         return self._within
 
-    def _search(self, q: PredicateQuery, e: Fraction) -> tuple[int, ...] | None:
+    def _search(self, q: PredicateQuery, e: Fraction, *, hot: bool = True) -> tuple[int, ...] | None:
         """The exact threshold decision (single scalar track, every row known within budget): None when
         every row of ``q``'s coverage fits with it, else such a row that does not; raises
-        :class:`SearchGaveUp` when the search gives up (the index decides). Known over-budget rows are tried first (quick refusals)."""
+        :class:`SearchGaveUp` when the search gives up (the index decides). Known over-budget rows are
+        tried first (quick refusals) unless ``hot`` is False (the caller tried them)."""
         assert self._members is not None
         members = self._members
-        for j, row in enumerate(self._hot):
-            if q.covers(row) and not self._exact_ok([members.load_at(row) + e]):
-                self._hot.insert(0, self._hot.pop(j))
+        if hot:
+            row = self._hot_refusal(Cover(q), e)
+            if row is not None:
                 return row
 
         hint: float | None = None
@@ -474,7 +489,35 @@ class PrivacyFilter:
         if found is not None:
             self._hot.insert(0, found)
             del self._hot[_HOT_ROWS:]
+            self._hot_rows = np.array(self._hot, dtype=np.intp)
         return found
+
+    def _hot_refusal(self, cover: Cover, e: Fraction) -> tuple[int, ...] | None:
+        """A known over-budget row (found by an earlier search) inside ``cover`` whose exact load with
+        ``e`` does not fit: a refusal shown by a row, no search (MATH.md 2.7.1). None when there is none
+        (or the filter keeps no members)."""
+        members = self._members
+        if members is None or not self._hot or cover.empty:
+            return None
+        rows = self._hot_rows
+        inside = np.ones(len(self._hot), dtype=bool)
+        for p, idx in cover.parts:  # (free attributes hold every row)
+            col = rows[:, p]
+            if isinstance(idx, slice):
+                inside &= (col >= idx.start) & (col < idx.stop)
+            else:
+                held = np.zeros(self.schema.attributes[p].size, dtype=bool)
+                held[idx] = True
+                inside &= held[col]
+        for j in np.flatnonzero(inside).tolist():
+            row = self._hot[j]
+            if not self._exact_ok([members.load_at(row) + e]):
+                if j:  # the row that refused first: the next refusals are likelier to meet it
+                    self._hot.insert(0, self._hot.pop(j))
+                    rows[1 : j + 1] = rows[:j].copy()
+                    rows[0] = row
+                return row
+        return None
 
     def _bound_value(self, floats: list[np.ndarray], cover: Cover | None = None) -> Any:
         """The reported value with the charge, from the bounds: after an admission the worst-row bound
@@ -483,6 +526,12 @@ class PrivacyFilter:
         assert self._bounds is not None
         parts: list[Any] = []
         for t, b, f in zip(self._tracks, self._bounds, floats, strict=True):
+            if b.k == 1 and not self._vector:  # one float: the same operations without numpy's
+                top = float(b.top()[0])
+                x = top if cover is None else max(top, b.inside_scalar(cover) + float(f[0]))
+                x *= 1 + 2.0**-40
+                parts.append(math.sqrt(x) * (1 + 2.0**-50) if t.squared else x)
+                continue
             v = b.top() if cover is None else np.maximum(b.top(), b.inside(cover) + f)
             up = v * (1 + 2.0**-40)
             if t.squared:
