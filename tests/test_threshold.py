@@ -448,3 +448,22 @@ def test_toulbar2_never_decides_on_units_past_its_integers(theta: Fraction) -> N
         assert found is not None and row_load(pb, found) > theta
     else:
         assert found is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.integers(1, 7), st.integers(0, 2**32 - 1))
+def test_dominated_values_are_exactly_those_another_value_holds(n: int, m: int, seed: int) -> None:
+    """``_dominated`` (the branch and bound's children, MATH.md 7.9) against the definition: a value is
+    dropped iff another value's charges include all of its charges, and of equal values all but the
+    first; so every value is kept or held by a kept one."""
+    rng = np.random.default_rng(seed)
+    t = rng.random((n, m)) < 0.5
+    got = threshold._dominated(t.astype(np.float64))
+    for a in range(m):
+        within = [b for b in range(m) if b != a and not (t[:, a] & ~t[:, b]).any()]
+        want = any((t[:, b] & ~t[:, a]).any() or b < a for b in within)
+        assert bool(got[a]) == want
+    kept = np.flatnonzero(~got)
+    assert kept.size >= 1
+    for a in range(m):
+        assert any(not (t[:, a] & ~t[:, b]).any() for b in kept)

@@ -428,6 +428,16 @@ class _Toulbar2:
         return True
 
 
+def _dominated(t: np.ndarray) -> BoolArray:
+    """Per column of ``t`` (charges x values, 0/1 floats), whether its charges are all held by another
+    column too (of equal columns, all but the first): dropping these keeps a row of the largest load."""
+    outside = t.T @ (1.0 - t)  # [a, b]: charges holding a but not b
+    sub = outside == 0
+    np.fill_diagonal(sub, False)
+    ties = sub & sub.T
+    return np.asarray((sub & ~ties).any(axis=1) | np.tril(ties, -1).any(axis=1))
+
+
 def _undominated(table: BoolArray) -> np.ndarray:
     """The atoms (columns of ``table``: charges x atoms, all distinct) whose charges are not all held by
     another atom: for every row through a dropped atom, the row through the atom holding its charges
@@ -675,9 +685,13 @@ class _Search:
                 if pick < 0:  # pragma: no cover - every attribute down to one atom is a leaf
                     continue
                 c = counts[pick]
+                values = np.flatnonzero(masks[pick])
+                # a value whose alive charges all hold another value too: every row through it is
+                # matched by a row through that one paying at least as much (MATH.md 7.9)
+                values = values[~_dominated(wf[pick][alive][:, values])]
                 children = [
                     v
-                    for v in np.flatnonzero(masks[pick]).tolist()
+                    for v in values.tolist()
                     if not self.clear(float(c[v])) and (cleared is None or not cleared[v])
                 ]
                 pref = c if xs is None else xs[pick] + 1e-9 * c
