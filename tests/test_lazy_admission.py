@@ -531,3 +531,58 @@ def test_refusals_by_known_rows_show_a_row_over_budget(seed: int) -> None:
         if sp is not None:
             flt.release(sp)
     assert known > 20  # the route under test was taken
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_coverage_bound_on_many_attributes_is_above_the_exact_maximum(seed: int) -> None:
+    """The one-component coverage bound takes a Python loop up to 64 attributes and numpy above; on a
+    70-attribute schema both (forced) stay at or above the exact maximum of every probed coverage (the
+    threshold module's exact search on the same charges), across rollbacks of the tables."""
+    from overlapdp.overlap.threshold import Problem, maximum
+    from overlapdp.privacy import _lazy
+
+    rng = np.random.default_rng(40 + seed)
+    wide = Schema(tuple(IntAttribute(f"a{i}", 0, 2) for i in range(70)))
+
+    def query() -> PredicateQuery:
+        picked = rng.choice(70, size=int(rng.integers(1, 4)), replace=False).tolist()
+        covs = {
+            int(p): IndexSet.from_indices(
+                sorted(rng.choice(3, size=int(rng.integers(1, 3)), replace=False).tolist())
+            )
+            for p in picked
+        }
+        return PredicateQuery.from_coverages(wide, covs)
+
+    bounds = Bounds(wide, 1)
+    held: list[tuple[PredicateQuery, Fraction]] = []
+    for step in range(40):
+        if step == 20:
+            bounds.journal = []
+        q, e = query(), Fraction(int(rng.integers(1, 8)), 4)
+        bounds.add(Cover(q), np.array([up_float(e)]))
+        held.append((q, e))
+        if step == 30:  # undo the last ten
+            bounds.undo_to(0)
+            bounds.journal = None
+            del held[20:]
+        members = _lazy.Members(wide)
+        for hq, he in held:
+            members.add(hq, he)
+        probe = query()
+        box = np.ones(int(members.offsets[-1]), dtype=bool)
+        for p, cov in probe.constraints:
+            box[members._seg(p)] = cov.mask(3)
+        pb = Problem(
+            members.flat[: members.n], members.loads[: members.n], members.exact, members.offsets, box
+        )
+        truth = maximum(pb).load
+        n = len(held) + bounds.terms
+        for few in (0, 1000):
+            old = _lazy._FEW_ATTRIBUTES
+            _lazy._FEW_ATTRIBUTES = few
+            try:
+                bound = widen(bounds.inside_scalar(Cover(probe)), n)
+            finally:
+                _lazy._FEW_ATTRIBUTES = old
+            assert bound is not None and bound >= truth, (step, few)

@@ -107,6 +107,11 @@ _Slices = list[tuple[int, slice | np.ndarray, np.ndarray]]
 _Record = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, _Slices, _Slices]
 
 
+# Up to this many attributes the one-component bound loops over them in Python (cheaper than numpy's
+# per-call cost); above it numpy does (the wide schemas).
+_FEW_ATTRIBUTES = 64
+
+
 class Bounds:
     """Per-attribute load tables of one track, ``k`` components (Rényi orders) each bounded on its own
     (see the module docstring; MATH.md 2.7.1)."""
@@ -123,6 +128,8 @@ class Bounds:
         self.sizes = [a.size for a in schema.attributes]
         self.journal: list[_Record] | None = None
         self._top: np.ndarray | None = None  # top() until the tables change
+        # one component's per-attribute peak + base, share peak and base as floats (see inside_scalar)
+        self._scalars: tuple[list[float], list[float], list[float]] | None = None
 
     @property
     def terms(self) -> int:
@@ -151,14 +158,27 @@ class Bounds:
         if cover.empty:
             return 0.0
         best = math.inf
-        split = float(self.everywhere[0])
-        free = cover.free
-        if free.any():
-            best = float((self.peak[free, 0] + self.base[free, 0]).min())
-            split += float(self.speak[free, 0].sum())
-        base = self.base
+        if len(self.sizes) > _FEW_ATTRIBUTES:  # numpy over the many free attributes
+            split = float(self.everywhere[0])
+            free = cover.free
+            if free.any():
+                best = float((self.peak[free, 0] + self.base[free, 0]).min())
+                split += float(self.speak[free, 0].sum())
+            base = self.base[:, 0].tolist()
+        else:  # the per-attribute scalars as Python floats, kept until the tables change
+            if self._scalars is None:
+                pb = (self.peak[:, 0] + self.base[:, 0]).tolist()
+                self._scalars = (pb, self.speak[:, 0].tolist(), self.base[:, 0].tolist())
+            pb, speak, base = self._scalars
+            split = float(self.everywhere[0])
+            constrained = {p for p, _ in cover.parts}
+            for a in range(len(pb)):
+                if a not in constrained:
+                    if pb[a] < best:
+                        best = pb[a]
+                    split += speak[a]
         for p, idx in cover.parts:
-            best = min(best, float(self.cells[p][idx, 0].max()) + float(base[p, 0]))
+            best = min(best, float(self.cells[p][idx, 0].max()) + base[p])
             split += float(self.share[p][idx, 0].max())
         return min(best, split)
 
@@ -190,7 +210,7 @@ class Bounds:
         """Add a charge's load; the attribute its share went to (None: it constrains none, or no row)."""
         if cover.empty:  # covers no row: no row's load changes
             return None
-        self._top = None
+        self._top = self._scalars = None
         pick = self._assign(cover, load)
         if self.journal is not None:
             self.journal.append(
@@ -228,7 +248,7 @@ class Bounds:
         picks: list[int | None] = [None] * m
         if m == 0:
             return picks
-        self._top = None
+        self._top = self._scalars = None
         touched = sorted({p for c in covers if not c.empty for p, _ in c.parts})
         if self.journal is not None:
             self.journal.append(
@@ -307,7 +327,7 @@ class Bounds:
     def undo_to(self, mark: int) -> None:
         """Restore the tables as they were when the journal had ``mark`` records."""
         assert self.journal is not None
-        self._top = None
+        self._top = self._scalars = None
         while len(self.journal) > mark:
             base, peak, speak, everywhere, slices, shares = self.journal.pop()
             self.base, self.peak, self.speak, self.everywhere = base, peak, speak, everywhere
@@ -425,11 +445,11 @@ class Members:
     def load_at(self, row: Sequence[int]) -> Fraction:
         """The exact load of ``row``: the sum of the loads of the charges covering it (kept until the
         charges change: the known over-budget rows are asked again on every refusal)."""
-        key = tuple(int(v) for v in row)
+        key = row if type(row) is tuple else tuple(int(v) for v in row)
         got = self._at.get(key)
         if got is not None:
             return got
-        cols = [int(self.offsets[p]) + v for p, v in enumerate(key)]
+        cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(key)]
         hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
         load = exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
         if len(self._at) >= 64:  # (a handful of rows are asked again; any more are a search's leaves)
