@@ -360,9 +360,12 @@ class Members:
         self.exact: list[Fraction] = []
         # a common unit of every live load (MATH.md 7.9): each row's load is a multiple of it
         self.unit: Fraction | None = None
-        # exact loads of the rows asked for since the charges last changed (the filter's known
-        # over-budget rows, asked again on every refusal near the budget)
-        self._at: dict[tuple[int, ...], Fraction] = {}
+        # exact loads of the rows asked for (the filter's known over-budget rows, asked again on every
+        # refusal near the budget): kept up to date by add(), dropped by add_many() and truncate();
+        # their cells (rows x attributes) to find the ones a new charge covers
+        self._at: dict[tuple[int, ...], int] = {}
+        self._at_loads: list[Fraction] = []
+        self._at_cols = np.zeros((0, len(self.sizes)), dtype=np.intp)
 
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
@@ -376,7 +379,6 @@ class Members:
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
         i = self.n
-        self._at.clear()
         self.flat[i] = True
         for p, cov in q.constraints:
             self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
@@ -387,6 +389,9 @@ class Members:
         if self.live[i]:
             # (kept over a truncation: the gcd of more loads still divides each of the fewer)
             self.unit = unit_gcd(self.unit, exact)
+            if self._at:  # the kept rows' loads: plus this one's where it covers them
+                for j in np.flatnonzero(self.flat[i][self._at_cols].all(axis=1)).tolist():
+                    self._at_loads[j] += exact
         del self.exact[i:]
         self.exact.append(exact)
         self.n += 1
@@ -404,7 +409,7 @@ class Members:
             self.loads = np.concatenate([self.loads, np.zeros(grow)])
             self.live = np.concatenate([self.live, np.zeros(grow, dtype=bool)])
         start = self.n
-        self._at.clear()
+        self._forget_rows()
         rows = self.flat[start:need]
         rows[:] = True
         ranges: dict[int, tuple[list[int], list[int], list[int]]] = {}
@@ -438,7 +443,7 @@ class Members:
         self.n = need
 
     def truncate(self, n: int) -> None:
-        self._at.clear()
+        self._forget_rows()
         self.n = min(self.n, n)
         del self.exact[self.n :]
 
@@ -448,14 +453,21 @@ class Members:
         key = row if type(row) is tuple else tuple(int(v) for v in row)
         got = self._at.get(key)
         if got is not None:
-            return got
+            return self._at_loads[got]
         cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(key)]
         hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
         load = exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
         if len(self._at) >= 64:  # (a handful of rows are asked again; any more are a search's leaves)
-            self._at.clear()
-        self._at[key] = load
+            self._forget_rows()
+        self._at[key] = len(self._at_loads)
+        self._at_loads.append(load)
+        self._at_cols = np.vstack([self._at_cols, np.array(cols, dtype=np.intp)])
         return load
+
+    def _forget_rows(self) -> None:
+        self._at.clear()
+        self._at_loads.clear()
+        self._at_cols = self._at_cols[:0]
 
     def _row(self, box: np.ndarray) -> tuple[int, ...]:
         return tuple(int(np.flatnonzero(box[self._seg(p)])[0]) for p in range(len(self.sizes)))
