@@ -442,11 +442,7 @@ def _undominated(table: BoolArray) -> np.ndarray:
     """The atoms (columns of ``table``: charges x atoms, all distinct) whose charges are not all held by
     another atom: for every row through a dropped atom, the row through the atom holding its charges
     pays at least as much, so the largest load (and any row of load >= L) is found among these."""
-    t = table.astype(np.float64)
-    # outside[a, b]: charges holding atom a but not atom b; a is dominated when 0 for some b != a
-    outside = t.T @ (1.0 - t)
-    np.fill_diagonal(outside, 1.0)
-    return np.flatnonzero(~(outside == 0).any(axis=1))
+    return np.flatnonzero(~_dominated(table.astype(np.float64)))
 
 
 @dataclass(frozen=True)

@@ -448,8 +448,9 @@ class Members:
         del self.exact[self.n :]
 
     def load_at(self, row: Sequence[int]) -> Fraction:
-        """The exact load of ``row``: the sum of the loads of the charges covering it (kept until the
-        charges change: the known over-budget rows are asked again on every refusal)."""
+        """The exact load of ``row``: the sum of the loads of the charges covering it (kept, and raised by
+        each charge :meth:`add` brings that covers it: the known over-budget rows are asked again on
+        every refusal)."""
         key = row if type(row) is tuple else tuple(int(v) for v in row)
         got = self._at.get(key)
         if got is not None:
