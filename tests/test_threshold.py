@@ -295,6 +295,38 @@ def test_lp_duals_give_the_lp_value(seed: int) -> None:
     assert bound <= -ref.fun + 1e-6  # ... and the optimal one
 
 
+@pytest.mark.parametrize("kind", ["equal", "floats"])
+@pytest.mark.parametrize("seed", range(20))
+def test_the_lp_starts_at_the_selective_assignment_bound(kind: str, seed: int) -> None:
+    """The dual simplex's first basis is dual feasible and prices the assignment bound of each charge's
+    load on its most selective attribute (MATH.md 7.9), computed here from the tables alone: stopped
+    before its first iteration, HiGHS reports that bound as its (dual feasible) objective; solved, the
+    LP still ends at the relaxation's value (test above), whatever the start."""
+    rng = np.random.default_rng(3100 + seed)
+    pb, _ = random_instance(rng, kind)
+    search = threshold._Search(pb, lambda load: True)
+    tables, w = search.atoms.tables, search.w
+    constrains = np.stack([~t.all(axis=1) for t in tables], axis=1) if tables else None
+    if constrains is None or not constrains.any():
+        return
+    bound = float(w[~constrains.any(axis=1)].sum())
+    for j, t in enumerate(tables):
+        mine = [
+            i
+            for i in range(len(w))
+            if constrains[i].any()
+            # the attribute where the charge holds the smallest share of the atoms (the first of ties)
+            and j == min(np.flatnonzero(constrains[i]), key=lambda a: tables[a][i].sum() / tables[a].shape[1])
+        ]
+        bound += max(sum(w[i] for i in mine if t[i, v]) for v in range(t.shape[1]))
+    lp = threshold._LP(tables, w)
+    lp.h.setOptionValue("simplex_iteration_limit", 0)
+    lp.h.run()
+    assert lp.h.getInfo().simplex_iteration_count == 0
+    assert lp.h.getInfo().dual_solution_status == 2  # feasible
+    assert -lp.h.getInfo().objective_function_value == pytest.approx(bound, rel=1e-12, abs=1e-12)
+
+
 # -- toulbar2 beside the branch and bound (integral loads) ------------------------------------------
 
 needs_toulbar2 = pytest.mark.skipif(not wcsp.available(), reason="toulbar2 (pytoulbar2) not installed")
