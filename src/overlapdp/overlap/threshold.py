@@ -8,8 +8,9 @@ depth-first branch and bound over the attributes' values:
 - the values of each attribute that every charge treats alike are merged into atoms;
 - a node is a box (a set of atoms per attribute); its charges are those meeting it;
 - bounds, cheapest first: the per-attribute load tables (a row's load is at most the largest load of a
-  value on any one attribute), then the LP relaxation of the one-hot model, solved by HiGHS (highspy,
-  warm-started from node to node), made a rigorous bound through its duals: for ANY multipliers
+  value on any one attribute), then the LP relaxation of the one-hot model, solved by HiGHS (highspy;
+  the first solve starts at the bound of each charge's load on its most selective attribute, then
+  warm from node to node), made a rigorous bound through its duals: for ANY multipliers
   $\\mu_{ia}\\ge0$, $\\max_{x\\in R}L(x)\\le\\sum_i(w_i-\\sum_a\\mu_{ia})^++\\sum_a\\max_{v\\in R_a}\\sum_i\\mu_{ia}[v\\in C_{i,a}]$
   (Lagrangian relaxation of $y_i\\le\\sum_{v\\in C_{i,a}}x_{a,v}$; MATH.md 7.9), evaluated in floats and
   widened past their round-off, so the solver's tolerances never make a bound unsafe;
