@@ -157,12 +157,12 @@ class _LP:
         # per attribute
         k = len(tables)
         table = np.concatenate(tables, axis=1) if k else np.zeros((n, 0), dtype=bool)
-        self.attr_of = np.repeat(np.arange(k), self.k)  # each atom's attribute
+        attr_of = np.repeat(np.arange(k), self.k)  # each atom's attribute
         whole = np.logical_and.reduceat(table, self.off[:-1], axis=1) if nx else np.ones((n, 0), bool)
         pa, pj = np.nonzero(~whole.T)
         self.pj, self.pa = pj.astype(np.int64), pa.astype(np.int64)
         self.npairs = npairs = int(pj.size)
-        rr, cc = np.nonzero(table[pj] & (self.attr_of[None, :] == pa[:, None]))
+        rr, cc = np.nonzero(table[pj] & (attr_of[None, :] == pa[:, None]))
         counts = np.bincount(rr, minlength=npairs)
         begin = np.concatenate([[0], np.cumsum(counts + 1)[:-1]]).astype(np.int64)
         index = np.empty(npairs + rr.size + nx, dtype=np.int32)
@@ -175,7 +175,6 @@ class _LP:
         value[npairs + rr.size :] = 1.0
         lengths = np.concatenate([counts + 1, np.asarray(self.k, dtype=np.int64)])
         starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        self.table = table  # (for the start basis)
         nrows = self.npairs + len(tables)
         rows_lo = np.concatenate([np.full(self.npairs, -inf), np.ones(len(tables))])
         rows_up = np.concatenate([np.zeros(self.npairs), np.ones(len(tables))])
@@ -204,9 +203,11 @@ class _LP:
         self.cols = np.arange(self.ncol, dtype=np.int32)
         self.lower = np.zeros(self.ncol)
         self.upper = np.ones(self.ncol)
-        self._start(w, highspy)
+        self._start(w, table, ~whole, attr_of, highspy)
 
-    def _start(self, w: FloatArray, highspy: Any) -> None:
+    def _start(
+        self, w: FloatArray, table: BoolArray, constrains: BoolArray, attr_of: np.ndarray, highspy: Any
+    ) -> None:
         """Start the dual simplex from a dual feasible basis instead of the slack basis: each charge's
         whole load on one attribute it constrains, the one where it holds the smallest share of the
         atoms (its most selective), and per attribute the atom those loads pile highest on. These are
@@ -214,21 +215,21 @@ class _LP:
         y and each attribute's heaviest atom basic, the assigned rows tight) is dual feasible, so the
         first solve starts at that bound rather than at the total load: 3-10x fewer iterations on the
         near-budget streams' root solves (benchmarks/README.md). Any basis HiGHS refuses leaves the
-        slack basis (only the start changes; the bounds come from the duals it ends with)."""
+        slack basis (only the start changes; the bounds come from the duals it ends with). ``table``: the
+        atoms' tables side by side; ``constrains``: charges x attributes, where a charge holds part of
+        the atoms; ``attr_of``: each atom's attribute."""
         n, k = self.n, len(self.k)
         if self.npairs == 0:
             return
         status = highspy.HighsBasisStatus
-        constrains = np.zeros((n, k), dtype=bool)
-        constrains[self.pj, self.pa] = True
-        share = np.add.reduceat(self.table, self.off[:-1], axis=1) / np.asarray(self.k)
+        share = np.add.reduceat(table, self.off[:-1], axis=1) / np.asarray(self.k)
         assign = np.argmin(np.where(constrains, share, np.inf), axis=1)
         some: BoolArray = np.asarray(constrains.any(axis=1))
         # 0 at lower, 1 basic, 2 at upper (the statuses' order below)
         cols = np.zeros(self.ncol, dtype=np.int8)
         cols[:n] = np.where(some, 1, 2)  # a charge constraining nothing stays at y = 1
-        mine = np.where(some[:, None] & (assign[:, None] == self.attr_of[None, :]), w[:, None], 0.0)
-        load = (mine * self.table).sum(axis=0)
+        mine = np.where(some[:, None] & (assign[:, None] == attr_of[None, :]), w[:, None], 0.0)
+        load = (mine * table).sum(axis=0)
         for a in range(k):
             cols[n + int(self.off[a]) + int(np.argmax(load[int(self.off[a]) : int(self.off[a + 1])]))] = 1
         rows = np.ones(self.npairs + k, dtype=np.int8)
