@@ -127,7 +127,7 @@ class _Atoms:
             )
             self.attrs.append(p)
             self.tables.append(sub[:, first])
-            self.values.append([int(vals[i]) for i in first])
+            self.values.append(vals[first].tolist())
 
     def row(self, choice: Sequence[int], nattrs: int) -> tuple[int, ...]:
         out = [0] * nattrs
@@ -157,13 +157,25 @@ class _LP:
         # per attribute
         k = len(tables)
         table = np.concatenate(tables, axis=1) if k else np.zeros((n, 0), dtype=bool)
-        attr_of = np.repeat(np.arange(k), self.k)  # each atom's attribute
-        whole = np.logical_and.reduceat(table, self.off[:-1], axis=1) if nx else np.ones((n, 0), bool)
-        pa, pj = np.nonzero(~whole.T)
+        # atoms of each attribute each charge holds; a charge holding them all constrains nothing there
+        held = np.add.reduceat(table, self.off[:-1], axis=1) if nx else np.zeros((n, 0), np.int64)
+        constrains = held < np.asarray(self.k, dtype=np.int64)
+        pa, pj = np.nonzero(constrains.T)
         self.pj, self.pa = pj.astype(np.int64), pa.astype(np.int64)
         self.npairs = npairs = int(pj.size)
-        rr, cc = np.nonzero(table[pj] & (attr_of[None, :] == pa[:, None]))
-        counts = np.bincount(rr, minlength=npairs)
+        # the held atoms of every pair (a charge, an attribute it constrains), by pair then atom: per
+        # attribute over its own atoms only (the pairs of an attribute are consecutive)
+        first_pair = np.searchsorted(pa, np.arange(k))
+        parts_r: list[np.ndarray] = []
+        parts_c: list[np.ndarray] = []
+        for a in range(k):
+            lo, hi = int(self.off[a]), int(self.off[a + 1])
+            r, c = np.nonzero(table[pj[first_pair[a] : first_pair[a + 1] if a + 1 < k else npairs], lo:hi])
+            parts_r.append(r + first_pair[a])
+            parts_c.append(c + lo)
+        rr = np.concatenate(parts_r) if k else np.zeros(0, np.int64)
+        cc = np.concatenate(parts_c) if k else np.zeros(0, np.int64)
+        counts = held[pj, pa] if npairs else np.zeros(0, np.int64)
         begin = np.concatenate([[0], np.cumsum(counts + 1)[:-1]]).astype(np.int64)
         index = np.empty(npairs + rr.size + nx, dtype=np.int32)
         value = np.full(index.size, -1.0)
@@ -203,10 +215,16 @@ class _LP:
         self.cols = np.arange(self.ncol, dtype=np.int32)
         self.lower = np.zeros(self.ncol)
         self.upper = np.ones(self.ncol)
-        self._start(w, table, ~whole, attr_of, highspy)
+        self._start(w, held, constrains, rr, cc, highspy)
 
     def _start(
-        self, w: FloatArray, table: BoolArray, constrains: BoolArray, attr_of: np.ndarray, highspy: Any
+        self,
+        w: FloatArray,
+        held: np.ndarray,
+        constrains: BoolArray,
+        rr: np.ndarray,
+        cc: np.ndarray,
+        highspy: Any,
     ) -> None:
         """Start the dual simplex from a dual feasible basis instead of the slack basis: each charge's
         whole load on one attribute it constrains, the one where it holds the smallest share of the
@@ -215,23 +233,27 @@ class _LP:
         y and each attribute's heaviest atom basic, the assigned rows tight) is dual feasible, so the
         first solve starts at that bound rather than at the total load: 3-10x fewer iterations on the
         near-budget streams' root solves (benchmarks/README.md). Any basis HiGHS refuses leaves the
-        slack basis (only the start changes; the bounds come from the duals it ends with). ``table``: the
-        atoms' tables side by side; ``constrains``: charges x attributes, where a charge holds part of
-        the atoms; ``attr_of``: each atom's attribute."""
+        slack basis (only the start changes; the bounds come from the duals it ends with). ``held``:
+        charges x attributes, the atoms each holds; ``constrains``: where it holds some but not all;
+        ``rr, cc``: the pairs' held atoms (pair index, atom column)."""
         n, k = self.n, len(self.k)
         if self.npairs == 0:
             return
         status = highspy.HighsBasisStatus
-        share = np.add.reduceat(table, self.off[:-1], axis=1) / np.asarray(self.k)
+        share = held / np.asarray(self.k)
         assign = np.argmin(np.where(constrains, share, np.inf), axis=1)
         some: BoolArray = np.asarray(constrains.any(axis=1))
         # 0 at lower, 1 basic, 2 at upper (the statuses' order below)
         cols = np.zeros(self.ncol, dtype=np.int8)
         cols[:n] = np.where(some, 1, 2)  # a charge constraining nothing stays at y = 1
-        mine = np.where(some[:, None] & (assign[:, None] == attr_of[None, :]), w[:, None], 0.0)
-        load = (mine * table).sum(axis=0)
-        for a in range(k):
-            cols[n + int(self.off[a]) + int(np.argmax(load[int(self.off[a]) : int(self.off[a + 1])]))] = 1
+        # each atom's load from the charges assigned to its attribute (their pairs' held atoms)
+        mine = (self.pa == assign[self.pj])[rr]
+        load = np.bincount(cc[mine], weights=w[self.pj[rr[mine]]], minlength=int(self.off[-1]))
+        # the first heaviest atom of every attribute
+        attr_of = np.repeat(np.arange(k), self.k)
+        top = np.flatnonzero(load == np.maximum.reduceat(load, self.off[:-1])[attr_of])
+        _, firsts = np.unique(attr_of[top], return_index=True)
+        cols[n + top[firsts]] = 1
         rows = np.ones(self.npairs + k, dtype=np.int8)
         row_of = np.full((n, k), -1, dtype=np.int64)
         row_of[self.pj, self.pa] = np.arange(self.npairs)
