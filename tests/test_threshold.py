@@ -499,3 +499,41 @@ def test_dominated_values_are_exactly_those_another_value_holds(n: int, m: int, 
     assert kept.size >= 1
     for a in range(m):
         assert any(not (t[:, a] & ~t[:, b]).any() for b in kept)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_atoms_group_the_box_values_by_their_charges(seed: int) -> None:
+    """The search's atoms against a grouping by hand: per attribute, the box's values with the same
+    charges are one atom (one column each, all distinct), every value's charges are its atom's
+    column, and an attribute is left out (fixed to its first box value) exactly when every charge
+    holds every value of the box there. Up to 300 attributes (the key's attribute bytes)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        nattrs = int(rng.choice([1, 3, 7, 300]))
+        sizes = rng.integers(1, 7, nattrs)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        n = int(rng.integers(0, 25))
+        cover = rng.random((n, int(offsets[-1]))) < rng.choice([0.2, 0.6, 0.95])
+        box = rng.random(int(offsets[-1])) < 0.7
+        for a in range(nattrs):
+            if rng.random() < 0.3:
+                cover[:, offsets[a] : offsets[a + 1]] = True
+            if not box[offsets[a] : offsets[a + 1]].any():
+                box[int(offsets[a])] = True
+        atoms = threshold._Atoms(cover, offsets, box)
+        relevant = []
+        for a in range(nattrs):
+            vals = [v for v in range(int(sizes[a])) if box[offsets[a] + v]]
+            columns = {v: tuple(cover[:, offsets[a] + v].tolist()) for v in vals}
+            if all(all(c) for c in columns.values()):
+                assert atoms.fixed[a] == vals[0]
+                continue
+            relevant.append(a)
+            j = atoms.attrs.index(a)
+            table, values = atoms.tables[j], atoms.values[j]
+            got = [tuple(table[:, i].tolist()) for i in range(table.shape[1])]
+            assert len(set(got)) == len(got) == len(set(columns.values()))
+            assert all(columns[v] == got[i] for i, v in enumerate(values))
+            assert {columns[v] for v in vals} == set(got)
+        assert atoms.attrs == relevant
+        assert set(atoms.fixed) == set(range(nattrs)) - set(relevant)

@@ -112,22 +112,30 @@ class _Atoms:
         self.tables: list[BoolArray] = []  # per relevant attribute: charges x atoms
         self.values: list[list[int]] = []  # per relevant attribute: a value index of each atom
         self.fixed: dict[int, int] = {}  # irrelevant attribute -> a value of the box
-        for p in range(len(offsets) - 1):
-            seg = slice(int(offsets[p]), int(offsets[p + 1]))
-            vals = np.flatnonzero(box[seg])
-            sub = cover[:, seg][:, vals]
-            if sub.all():
-                self.fixed[p] = int(vals[0])
+        nattrs = len(offsets) - 1
+        cols = np.flatnonzero(box)
+        attr = np.searchsorted(offsets, cols, side="right") - 1  # each column's attribute
+        sub = cover[:, cols]
+        # One key per value: its attribute (4 bytes, big-endian: attributes in order), then the charges
+        # holding it as bits. One np.unique over them (as one void column, several times cheaper than
+        # np.unique(axis=0)) gives every attribute's distinct values at once, each attribute's in the
+        # same order as a np.unique of its own packed columns, and the first value of each.
+        packed = np.packbits(sub, axis=0).T
+        key = np.empty((cols.size, 4 + packed.shape[1]), dtype=np.uint8)
+        key[:, :4] = attr.astype(">u4").view(np.uint8).reshape(-1, 4)
+        key[:, 4:] = packed
+        _, first = np.unique(key.view(np.dtype((np.void, key.shape[1]))).reshape(-1), return_index=True)
+        bounds = np.searchsorted(attr[first], np.arange(nattrs + 1)).tolist()
+        whole = np.asarray(sub[:, first].all(axis=0)).tolist()
+        local = (cols - offsets[attr]).tolist()
+        for p in range(nattrs):
+            mine = first[bounds[p] : bounds[p + 1]]
+            if mine.size == 1 and whole[bounds[p]]:  # every charge holds all of it
+                self.fixed[p] = local[int(mine[0])]
                 continue
-            # one row of bytes per value; the same unique rows (and order) as np.unique(axis=0), 5x
-            # cheaper on one void column than on a 2-D array
-            packed = np.ascontiguousarray(np.packbits(sub, axis=0).T)
-            _, first = np.unique(
-                packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1), return_index=True
-            )
             self.attrs.append(p)
-            self.tables.append(sub[:, first])
-            self.values.append(vals[first].tolist())
+            self.tables.append(sub[:, mine])
+            self.values.append([local[i] for i in mine.tolist()])
 
     def row(self, choice: Sequence[int], nattrs: int) -> tuple[int, ...]:
         out = [0] * nattrs
