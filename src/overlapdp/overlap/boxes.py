@@ -110,10 +110,10 @@ WORD_QUERIES = 4_096
 PEEL_DENSITY = 0.1
 # Grids whose axes are all this short and at most this many are summed by rotation (_prefix_sums).
 _ROTATE_AXIS = 64
+_ROTATE_AXES = 8
 # A shrink that leaves more than this share of the crossing boxes is taken without a new bound: the
 # shrunk cell is queued with its parent's bound (still valid on a subset) and split (_Depth.run).
 _SHRINK_REBOUND = 0.95
-_ROTATE_AXES = 8
 # Relative margin for the coordinate ascent to move (an incumbent only: the search's prunes compare
 # exactly, MATH.md 7.8).
 _REL = 1e-12
