@@ -173,17 +173,17 @@ class _LP:
         self.npairs = npairs = int(pj.size)
         # the held atoms of every pair (a charge, an attribute it constrains), by pair then atom: per
         # attribute over its own atoms only (the pairs of an attribute are consecutive)
-        first_pair = np.searchsorted(pa, np.arange(k))
+        first_pair = np.searchsorted(pa, np.arange(k + 1))
         parts_r: list[np.ndarray] = []
         parts_c: list[np.ndarray] = []
         for a in range(k):
             lo, hi = int(self.off[a]), int(self.off[a + 1])
-            r, c = np.nonzero(table[pj[first_pair[a] : first_pair[a + 1] if a + 1 < k else npairs], lo:hi])
+            r, c = np.nonzero(table[pj[first_pair[a] : first_pair[a + 1]], lo:hi])
             parts_r.append(r + first_pair[a])
             parts_c.append(c + lo)
         rr = np.concatenate(parts_r) if k else np.zeros(0, np.int64)
         cc = np.concatenate(parts_c) if k else np.zeros(0, np.int64)
-        counts = held[pj, pa] if npairs else np.zeros(0, np.int64)
+        counts = held[pj, pa]
         begin = np.concatenate([[0], np.cumsum(counts + 1)[:-1]]).astype(np.int64)
         index = np.empty(npairs + rr.size + nx, dtype=np.int32)
         value = np.full(index.size, -1.0)
@@ -254,8 +254,9 @@ class _LP:
         # 0 at lower, 1 basic, 2 at upper (the statuses' order below)
         cols = np.zeros(self.ncol, dtype=np.int8)
         cols[:n] = np.where(some, 1, 2)  # a charge constraining nothing stays at y = 1
-        # each atom's load from the charges assigned to its attribute (their pairs' held atoms)
-        mine = (self.pa == assign[self.pj])[rr]
+        # each charge's one pair on its assigned attribute; each atom's load from those pairs' atoms
+        assigned = self.pa == assign[self.pj]
+        mine = assigned[rr]
         load = np.bincount(cc[mine], weights=w[self.pj[rr[mine]]], minlength=int(self.off[-1]))
         # the first heaviest atom of every attribute
         attr_of = np.repeat(np.arange(k), self.k)
@@ -263,10 +264,7 @@ class _LP:
         _, firsts = np.unique(attr_of[top], return_index=True)
         cols[n + top[firsts]] = 1
         rows = np.ones(self.npairs + k, dtype=np.int8)
-        row_of = np.full((n, k), -1, dtype=np.int64)
-        row_of[self.pj, self.pa] = np.arange(self.npairs)
-        chosen = np.flatnonzero(some)
-        rows[row_of[chosen, assign[chosen]]] = 2  # y_i - sum of x <= 0 tight: its multiplier w_i
+        rows[: self.npairs][assigned] = 2  # y_i - sum of x <= 0 tight: its multiplier w_i
         rows[self.npairs :] = 0  # the attributes' equality rows, nonbasic
         names = (status.kLower, status.kBasic, status.kUpper)
         basis = highspy.HighsBasis()
