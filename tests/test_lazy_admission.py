@@ -586,3 +586,56 @@ def test_coverage_bound_on_many_attributes_is_above_the_exact_maximum(seed: int)
             finally:
                 _lazy._FEW_ATTRIBUTES = old
             assert bound is not None and bound >= truth, (step, few)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_multipliers_follow_the_charges_and_never_change_a_decision(seed: int) -> None:
+    """``Members`` keeps each charge's multipliers from the last threshold search (MATH.md 7.9) for the
+    next: through ``add``, ``add_many`` and ``truncate`` (a rolled-back savepoint: the rows after it are
+    reused by the next charges, so what they kept must go) every decision of ``Members.exceeds`` is
+    still brute force's, each charge starting from its load on the attribute it was given; and a schema
+    of binary attributes keeps none (a row of float multipliers would outweigh its row of coverages)."""
+    from overlapdp.privacy._lazy import Members
+
+    schema = Schema((IntAttribute("a", 0, 5), IntAttribute("b", 0, 4), IntAttribute("c", 0, 6)))
+    rows = list(itertools.product(*(range(a.size) for a in schema.attributes)))
+    rng = np.random.default_rng(900 + seed)
+    members = Members(schema)
+    held: list[tuple[PredicateQuery, Fraction]] = []
+
+    def query() -> PredicateQuery:
+        return PredicateQuery.from_coverages(schema, random_coverages(rng, schema))
+
+    def check() -> None:
+        for _ in range(4):
+            probe = query()
+            inside = [r for r in rows if probe.covers(r)]
+            loads = [sum((e for q, e in held if q.covers(r)), Fraction(0)) for r in inside]
+            top = max(loads, default=Fraction(0))
+            for limit in (top, top - Fraction(1, 8)):
+                found = members.exceeds(probe, lambda x, t=limit: x <= t, max_nodes=100_000)
+                if found is None:
+                    assert all(x <= limit for x in loads)
+                else:
+                    assert probe.covers(found)
+                    assert sum((e for q, e in held if q.covers(found)), Fraction(0)) > limit
+
+    for step in range(30):
+        q, e = query(), Fraction(int(rng.integers(1, 5)), 8)
+        if step % 5 == 4:
+            batch = [(q, e, None), (query(), Fraction(1, 16), 1)]
+            members.add_many(batch)
+            held.extend((x, y) for x, y, _ in batch)
+        else:
+            members.add(q, e, int(rng.integers(0, 3)))
+            held.append((q, e))
+        check()
+        if step % 7 == 6:
+            keep = int(rng.integers(0, len(held)))
+            members.truncate(keep)
+            del held[keep:]
+            check()
+    given = members.warm[: members.n]
+    assert given.any() and (given >= 0).all() and np.isfinite(given).all()
+    binary = Schema(tuple(IntAttribute(f"x{i}", 0, 1) for i in range(6)))
+    assert Members(binary).warm.size == 0

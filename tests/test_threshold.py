@@ -91,6 +91,87 @@ def test_decision_matches_brute_force(kind: str, with_unit: bool, seed: int) -> 
             assert in_box(pb, found) and not fits(row_load(pb, found))
 
 
+@pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "magnitudes"])
+@pytest.mark.parametrize("seed", slow_after(range(25)))
+def test_kept_multipliers_of_any_value_never_change_a_decision(kind: str, seed: int) -> None:
+    """Multipliers kept from earlier decisions (``Problem.warm``) are tried at the root before the LP:
+    any non-negative ones bound every row (MATH.md 7.9), so whatever is kept (here random values from 0
+    to 100x the loads, with zeros, negatives, nan and inf mixed in) the decision is still brute force's,
+    at exact ties and a unit either side; after a root LP the searched charges' kept values are its
+    multipliers (finite, non-negative)."""
+    rng = np.random.default_rng(4200 + seed)
+    pb, rows = random_instance(rng, kind)
+    n, k = pb.cover.shape[0], len(pb.offsets) - 1
+    warm = rng.uniform(0, 100, size=(n, k)) * (pb.loads[:, None] if n else 1.0)
+    warm[rng.random((n, k)) < 0.4] = 0.0
+    odd = rng.random((n, k))
+    warm[odd < 0.05] = -1.0
+    warm[(odd >= 0.05) & (odd < 0.08)] = np.nan
+    warm[(odd >= 0.08) & (odd < 0.1)] = np.inf
+    pb.warm = warm
+    loads = sorted({row_load(pb, r) for r in rows if in_box(pb, r)})
+    top = loads[-1]
+    smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
+    for theta in (top, top - smallest / 3, loads[0]):
+
+        def fits(load: Fraction, theta: Fraction = theta) -> bool:
+            return load <= theta
+
+        stats_before = dict(pb.stats)
+        found = exceeds(pb, fits, max_nodes=100_000)
+        truth = [r for r in rows if in_box(pb, r) and not fits(row_load(pb, r))]
+        if not truth:
+            assert found is None, (theta, top)
+        else:
+            assert found is not None and in_box(pb, found) and not fits(row_load(pb, found))
+        if pb.stats.get("lp", 0) > stats_before.get("lp", 0):
+            # the searched charges (live, meeting the box on every attribute) now hold the LP's
+            seg = np.logical_or.reduceat(pb.cover & pb.box, pb.offsets[:-1], axis=1)
+            mine = seg.all(axis=1) & (pb.loads > 0)
+            assert np.isfinite(pb.warm[mine]).all() and (pb.warm[mine] >= 0).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_decision_proven_by_its_root_lp_is_proven_again_without_one(seed: int) -> None:
+    """The root LP's multipliers are kept: asked again, a decision its root LP proved (every row fits,
+    one node) is proven by them, with no LP. 120 charges on 2-3 of 5 attributes of 6 values (the
+    worst row by brute force over the 7 776 rows); the threshold is raised from the worst row's load
+    until the root LP alone proves it."""
+    rng = np.random.default_rng(4300 + seed)
+    sizes = [6] * 5
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = 120
+    cover = np.ones((n, 30), dtype=bool)
+    for i in range(n):
+        for p in rng.choice(5, size=int(rng.integers(2, 4)), replace=False).tolist():
+            cover[i, offsets[p] + rng.choice(6, size=int(rng.integers(1, 4)), replace=False)] = False
+            cover[i, offsets[p] : offsets[p + 1]] = ~cover[i, offsets[p] : offsets[p + 1]]
+    loads = rng.uniform(0.5, 1.5, n)
+    exact = [Fraction(float(x)) for x in loads]
+    grid = np.array(list(itertools.product(range(6), repeat=5)))
+    held = np.ones((len(grid), n), dtype=bool)
+    for p in range(5):
+        held &= cover[:, offsets[p] + grid[:, p]].T
+    top = max(sum((exact[i] for i in np.flatnonzero(h)), Fraction(0)) for h in held)
+    box = np.ones(30, dtype=bool)
+    for f in (Fraction(1, 5), Fraction(7, 20), Fraction(1, 2), Fraction(3, 4), Fraction(1)):
+        theta = top * (1 + f)
+        pb = Problem(cover, loads, exact, offsets, box, warm=np.zeros((n, 5)))
+        assert exceeds(pb, lambda x, t=theta: x <= t, max_nodes=100_000) is None
+        if pb.stats.get("lp") == 1 and pb.stats.get("nodes") == 1:
+            break
+    else:
+        pytest.fail("no threshold proven by the root LP alone")
+    kept = pb.warm
+    assert kept is not None and kept.any() and (kept >= 0).all()
+    assert exceeds(pb, lambda x: x <= theta, max_nodes=100_000) is None
+    assert pb.stats["lp"] == 1 and pb.stats["warm"] == 1 and pb.stats["nodes"] == 2
+    # without the kept multipliers the same decision solves its LP again
+    pb.warm = None
+    assert exceeds(pb, lambda x: x <= theta, max_nodes=100_000) is None
+    assert pb.stats["lp"] == 2
+
+
 def test_the_lp_decides_what_the_tables_cannot() -> None:
     """A box where every value's table is above the threshold yet no row is (pairs of attributes that
     disagree): the LP bound and the unit prove it at the root, with no branching."""

@@ -102,6 +102,10 @@ class Problem:
     #: a float near the largest load that fits (speeds up finding it; any value is safe)
     hint: float | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    #: multipliers (rows of ``cover`` x attributes, in load units, any float dtype) kept from earlier
+    #: decisions over these charges: any non-negative ones bound every row (MATH.md 7.9), so the search
+    #: tries them at its root before its first LP, and writes that LP's multipliers back (None: neither)
+    warm: np.ndarray | None = None
 
 
 class _Atoms:
@@ -565,6 +569,8 @@ class _Search:
         if live.any():
             meets = np.logical_or.reduceat(cover & box, offsets[:-1], axis=1).all(axis=1) & live
         idx = np.flatnonzero(meets)
+        self.idx = idx
+        self.warm = pb.warm
         self.n = n = int(idx.size)
         raw = pb.loads[idx]
         self.exact = [pb.exact[i] for i in idx.tolist()]
@@ -578,6 +584,7 @@ class _Search:
         self.finite = finite = bool(np.isfinite(raw).all())
         top = float(raw.max()) if finite and n else 1.0
         shift = math.frexp(top)[1] if top > 0 else 0
+        self.shift = shift
         self.scale = Fraction(2) ** shift
         self.w = np.maximum(np.ldexp(raw, -shift), np.where(raw > 0, _FLOOR, 0.0)) if finite else raw
         self.widen_rel = Fraction(1 + 4 * (n + k + 2) * _U)
@@ -601,6 +608,24 @@ class _Search:
 
     def any_row(self) -> tuple[int, ...]:
         return _first_row(self.box, self.offsets)
+
+    def warm_start(self) -> np.ndarray | None:
+        """The kept multipliers of this search's charges, scaled (MATH.md 7.9: any non-negative ones are
+        valid; those on attributes the box leaves out are dropped). None without kept multipliers or
+        with non-finite loads."""
+        if self.warm is None or not self.finite or self.k == 0:
+            return None
+        mu = np.ldexp(self.warm[self.idx][:, self.atoms.attrs].astype(np.float64), -self.shift)
+        mu[~(mu > 0) | ~np.isfinite(mu)] = 0.0  # (nan, inf and negatives: none)
+        return mu
+
+    def keep(self, mu: np.ndarray) -> None:
+        """Keep a root LP's multipliers ``mu`` (scaled) for the next decisions over these charges."""
+        if self.warm is None:
+            return
+        self.warm[self.idx] = 0.0
+        with np.errstate(over="ignore"):  # past a narrower dtype's range: inf, read back as none
+            self.warm[self.idx[:, None], np.asarray(self.atoms.attrs)[None, :]] = np.ldexp(mu, self.shift)
 
     def exact_load(self, alive: BoolArray) -> Fraction:
         return exact_sum([self.exact[i] for i in np.flatnonzero(alive).tolist()])
@@ -660,7 +685,7 @@ class _Search:
         masks0 = [np.ones(t.shape[1], dtype=bool) for t in tables]
         # each node carries its parent's multipliers: their bound is valid in the child too (MATH.md
         # 7.9), and often clears it without an LP solve
-        stack: list[_Node] = [(np.ones(self.n, dtype=bool), masks0, None)]
+        stack: list[_Node] = [(np.ones(self.n, dtype=bool), masks0, self.warm_start())]
         try:
             while stack:
                 if (
@@ -701,7 +726,8 @@ class _Search:
                 if inherited is not None:
                     bound, err = _lagrangian(inherited, w, alive, wf, masks)
                     if self.clear(bound, err):
-                        stats["inherited"] = stats.get("inherited", 0) + 1
+                        key = "inherited" if nodes > 1 else "warm"
+                        stats[key] = stats.get(key, 0) + 1
                         continue
                 if lp is None and use_lp:  # built when first needed: easy boxes never pay for it
                     lp = _LP(tables, w)
@@ -713,6 +739,8 @@ class _Search:
                     if got is not None:
                         mu, x = got
                         mu_node = mu
+                        if nodes == 1:
+                            self.keep(mu)
                         bound, err = _lagrangian(mu, w, alive, wf, masks)
                         if self.clear(bound, err):
                             continue

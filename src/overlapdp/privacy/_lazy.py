@@ -357,6 +357,13 @@ class Members:
             self.segments[p, self._seg(p)] = True
         self.loads = np.zeros(cap)
         self.live = np.zeros(cap, dtype=bool)
+        # per charge and attribute, the threshold search's last root multipliers (load units): any are
+        # valid, and the last ones often clear the next decision without an LP (MATH.md 7.9); until a
+        # search has any, a charge's whole load on its attribute of the assignment bound. float32, and
+        # only where a row of them is at most a row of coverages (attributes of 4 values or more on
+        # average), so a wide binary schema's ledger is not multiplied
+        self._warm = 4 * len(self.sizes) <= int(self.offsets[-1])
+        self.warm = np.zeros((cap if self._warm else 0, len(self.sizes)), dtype=np.float32)
         self.exact: list[Fraction] = []
         # a common unit of every live load (MATH.md 7.9): each row's load is a multiple of it
         self.unit: Fraction | None = None
@@ -378,14 +385,20 @@ class Members:
             self.assign = np.concatenate([self.assign, np.zeros_like(self.assign)])
             self.loads = np.concatenate([self.loads, np.zeros_like(self.loads)])
             self.live = np.concatenate([self.live, np.zeros_like(self.live)])
+            if self._warm:
+                self.warm = np.concatenate([self.warm, np.zeros_like(self.warm)])
         i = self.n
         self.flat[i] = True
+        if self._warm:
+            self.warm[i] = 0.0
         for p, cov in q.constraints:
             self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
         self.assign[i] = 0 if attr is None else attr
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
+        if self._warm and attr is not None:
+            self.warm[i, attr] = self.loads[i]
         if self.live[i]:
             # (kept over a truncation: the gcd of more loads still divides each of the fewer)
             self.unit = unit_gcd(self.unit, exact)
@@ -408,7 +421,11 @@ class Members:
             self.assign = np.concatenate([self.assign, np.zeros(grow, dtype=self.assign.dtype)])
             self.loads = np.concatenate([self.loads, np.zeros(grow)])
             self.live = np.concatenate([self.live, np.zeros(grow, dtype=bool)])
+            if self._warm:
+                self.warm = np.concatenate([self.warm, np.zeros((grow, self.warm.shape[1]), np.float32)])
         start = self.n
+        if self._warm:
+            self.warm[start:need] = 0.0
         self._forget_rows()
         rows = self.flat[start:need]
         rows[:] = True
@@ -430,6 +447,8 @@ class Members:
                 up = floats[exact] = up_float(exact)  # a ledger holds few distinct loads
             self.loads[start + i] = up
             self.live[start + i] = up > 0 and not q.is_contradiction
+            if self._warm and attr is not None:
+                self.warm[start + i, attr] = up
         for p, (idx, lo, hi) in ranges.items():
             values = np.arange(self.sizes[p])
             inside = (values >= np.array(lo)[:, None]) & (values < np.array(hi)[:, None])
@@ -492,7 +511,16 @@ class Members:
             return None
         n = self.n
         loads = np.where(self.live[:n], self.loads[:n], 0.0)
-        pb = Problem(self.flat[:n], loads, self.exact, self.offsets, box, unit=self.unit, hint=hint)
+        pb = Problem(
+            self.flat[:n],
+            loads,
+            self.exact,
+            self.offsets,
+            box,
+            unit=self.unit,
+            hint=hint,
+            warm=self.warm[:n] if self._warm else None,
+        )
         return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
 
 
