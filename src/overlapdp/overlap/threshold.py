@@ -620,10 +620,11 @@ class _Search:
         return mu
 
     def keep(self, mu: np.ndarray) -> None:
-        """Keep a root LP's multipliers ``mu`` (scaled) for the next decisions over these charges."""
+        """Keep a root LP's multipliers ``mu`` (scaled) for the next decisions over these charges, on the
+        box's attributes only (a charge's others stay as they were: any values are valid, and clearing
+        whole rows would cost a wide schema's every attribute per search)."""
         if self.warm is None:
             return
-        self.warm[self.idx] = 0.0
         with np.errstate(over="ignore"):  # past a narrower dtype's range: inf, read back as none
             self.warm[self.idx[:, None], np.asarray(self.atoms.attrs)[None, :]] = np.ldexp(mu, self.shift)
 
