@@ -637,5 +637,22 @@ def test_kept_multipliers_follow_the_charges_and_never_change_a_decision(seed: i
             check()
     given = members.warm[: members.n]
     assert given.any() and (given >= 0).all() and np.isfinite(given).all()
+    # loads past float32's range are kept as inf (read back as none), silently, and still decided
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        big = Fraction(10**100)
+        members.add(query(), big, 0)
+        members.add_many([(query(), big, 1)])
+    members.truncate(0)
+    del held[:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for e in (Fraction(10**100), Fraction(3 * 10**99)):
+            q = query()
+            members.add(q, e, int(rng.integers(0, 3)))
+            held.append((q, e))
+        check()
     binary = Schema(tuple(IntAttribute(f"x{i}", 0, 1) for i in range(6)))
     assert Members(binary).warm.size == 0

@@ -398,7 +398,8 @@ class Members:
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
         if self._warm and attr is not None:
-            self.warm[i, attr] = self.loads[i]
+            with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
+                self.warm[i, attr] = self.loads[i]
         if self.live[i]:
             # (kept over a truncation: the gcd of more loads still divides each of the fewer)
             self.unit = unit_gcd(self.unit, exact)
@@ -448,7 +449,8 @@ class Members:
             self.loads[start + i] = up
             self.live[start + i] = up > 0 and not q.is_contradiction
             if self._warm and attr is not None:
-                self.warm[start + i, attr] = up
+                with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
+                    self.warm[start + i, attr] = up
         for p, (idx, lo, hi) in ranges.items():
             values = np.arange(self.sizes[p])
             inside = (values >= np.array(lo)[:, None]) & (values < np.array(hi)[:, None])
