@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -459,6 +460,34 @@ def test_gdp_value_with_replace_neighbours_is_rounded_up() -> None:
         assert Fraction(v) ** 2 >= 2 * Fraction(m.gdp().mu) ** 2  # type: ignore[union-attr]
 
 
+def add_and_roll_back(
+    members: Any,
+    held: list[tuple[PredicateQuery, Fraction]],
+    rng: np.random.Generator,
+    query: Callable[[], PredicateQuery],
+    check: Callable[[], None],
+    steps: int,
+    attr: Callable[[], int | None] = lambda: None,
+) -> None:
+    """Charges into ``members`` (``Members``) and ``held`` alike, one by one and in pairs by
+    ``add_many``, with savepoints rolled back (``truncate``) now and then; ``check()`` after each."""
+    for step in range(steps):
+        q, e = query(), Fraction(int(rng.integers(1, 5)), 8)
+        if step % 5 == 4:
+            batch = [(q, e, attr()), (query(), Fraction(1, 16), attr())]
+            members.add_many(batch)
+            held.extend((x, y) for x, y, _ in batch)
+        else:
+            members.add(q, e, attr())
+            held.append((q, e))
+        check()
+        if step % 7 == 6:
+            keep = int(rng.integers(0, len(held)))
+            members.truncate(keep)
+            del held[keep:]
+            check()
+
+
 def test_known_rows_loads_follow_the_charges() -> None:
     """``Members.load_at`` keeps the loads it summed until the charges change: after ``add``,
     ``add_many`` and ``truncate`` (a rolled-back savepoint) every row's load is the brute force's again,
@@ -476,21 +505,7 @@ def test_known_rows_loads_follow_the_charges() -> None:
             assert members.load_at(row) == want
             assert members.load_at(row) == want  # the kept one
 
-    for step in range(40):
-        q, e = random_query(rng), Fraction(int(rng.integers(1, 5)), 8)
-        if step % 5 == 4:
-            batch = [(q, e, None), (random_query(rng), Fraction(1, 16), None)]
-            members.add_many(batch)
-            held.extend((x, y) for x, y, _ in batch)
-        else:
-            members.add(q, e)
-            held.append((q, e))
-        check()
-        if step % 7 == 6:
-            keep = int(rng.integers(0, len(held)))
-            members.truncate(keep)
-            del held[keep:]
-            check()
+    add_and_roll_back(members, held, rng, lambda: random_query(rng), check, 40)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -620,26 +635,10 @@ def test_kept_multipliers_follow_the_charges_and_never_change_a_decision(seed: i
                     assert probe.covers(found)
                     assert sum((e for q, e in held if q.covers(found)), Fraction(0)) > limit
 
-    for step in range(30):
-        q, e = query(), Fraction(int(rng.integers(1, 5)), 8)
-        if step % 5 == 4:
-            batch = [(q, e, None), (query(), Fraction(1, 16), 1)]
-            members.add_many(batch)
-            held.extend((x, y) for x, y, _ in batch)
-        else:
-            members.add(q, e, int(rng.integers(0, 3)))
-            held.append((q, e))
-        check()
-        if step % 7 == 6:
-            keep = int(rng.integers(0, len(held)))
-            members.truncate(keep)
-            del held[keep:]
-            check()
+    add_and_roll_back(members, held, rng, query, check, 30, lambda: int(rng.integers(0, 3)))
     given = members.warm[: members.n]
     assert given.any() and (given >= 0).all() and np.isfinite(given).all()
     # loads past float32's range are kept as inf (read back as none), silently, and still decided
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         big = Fraction(10**100)
