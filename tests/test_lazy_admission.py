@@ -548,6 +548,59 @@ def test_refusals_by_known_rows_show_a_row_over_budget(seed: int) -> None:
     assert known > 20  # the route under test was taken
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_row_an_admission_fills_refuses_the_next_charge_without_a_search(seed: int) -> None:
+    """An admission decided by the threshold search keeps the heaviest row the search weighed when a
+    charge like it no longer fits there (the row the admission filled): a later charge over it is
+    refused at once, shown by that row, with no search. On 5 attributes of 5 values (3 125 rows, loads
+    by brute force over all of them), epsilon 1 against a budget of 8, savepoints rolled back now and
+    then (a kept row is only a candidate, weighed exactly when it refuses): every decision is the
+    brute force's, and every witness row is over the budget with its charge."""
+    from overlapdp.privacy import _lazy
+    from support.generators import random_coverages
+
+    schema = Schema(tuple(IntAttribute(f"a{i}", 0, 4) for i in range(5)))
+    rng = np.random.default_rng(950 + seed)
+    flt = PrivacyFilter(schema, PureDP(8.0))
+    loads = np.zeros((5,) * 5, dtype=np.int64)  # per row, the admitted charges over it (epsilon 1)
+    filled: set[tuple[int, ...]] = set()  # rows kept by admissions
+    searched = [0]
+    real = _lazy.Members.exceeds
+
+    def counted(self: Any, *a: Any, **kw: Any) -> Any:
+        searched[0] += 1
+        return real(self, *a, **kw)
+
+    by_filled = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lazy.Members, "exceeds", counted)
+        for step in range(200):
+            sp = flt.savepoint() if step % 11 == 10 else None
+            q = PredicateQuery.from_coverages(schema, random_coverages(rng, schema, 0.3, 0.3))
+            inside = np.ix_(*(q.coverage(a.name).mask(5) for a in schema.attributes))
+            want = q.is_contradiction or int(loads[inside].max()) + 1 <= 8
+            before, hot = searched[0], list(flt._hot)
+            got = flt.try_charge(Laplace(1.0), q)
+            assert got.admitted == want, (step, q)
+            if got.admitted:
+                if searched[0] > before and flt._hot != hot:
+                    row = flt._hot[0]
+                    assert q.covers(row) and loads[row] + 2 > 8  # full once this charge is in
+                    filled.add(row)
+                if sp is not None:
+                    flt.rollback(sp)
+                    continue
+                loads[inside] += 1
+            else:
+                assert got.witness is not None and got.proven
+                row = tuple(a.index_of(got.witness[a.name]) for a in schema.attributes)
+                assert q.covers(row) and loads[row] + 1 > 8
+                by_filled += searched[0] == before and row in filled
+            if sp is not None:
+                flt.release(sp)
+    assert filled and by_filled > 0  # the route under test was taken
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_coverage_bound_on_many_attributes_is_above_the_exact_maximum(seed: int) -> None:
     """The one-component coverage bound takes a Python loop up to 64 attributes and numpy above; on a

@@ -91,6 +91,60 @@ def test_decision_matches_brute_force(kind: str, with_unit: bool, seed: int) -> 
             assert in_box(pb, found) and not fits(row_load(pb, found))
 
 
+@pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
+@pytest.mark.parametrize("seed", slow_after(range(30)))
+def test_the_heaviest_row_reported_is_a_row_of_the_box_that_fits(kind: str, seed: int) -> None:
+    """``Problem.heaviest`` after a decision: a row of the box whose load, summed again by brute force,
+    is the one reported, and fits; when the search weighed a row, and every row fits at the worst
+    row's load, it is reported (the filter keeps it as the likeliest row to be full next)."""
+    rng = np.random.default_rng(4400 + seed)
+    pb, rows = random_instance(rng, kind)
+    loads = sorted({row_load(pb, r) for r in rows if in_box(pb, r)})
+    top = loads[-1]
+    smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
+    for theta in (top, top - smallest / 3, loads[0]):
+
+        def fits(load: Fraction, theta: Fraction = theta) -> bool:
+            return load <= theta
+
+        pb.heaviest = None
+        exceeds(pb, fits, max_nodes=100_000)
+        if pb.heaviest is not None:
+            row, load = pb.heaviest
+            assert in_box(pb, row) and row_load(pb, row) == load and fits(load)
+
+
+@pytest.mark.parametrize("kind", ["equal", "floats", "magnitudes"])
+@pytest.mark.parametrize("seed", slow_after(range(30)))
+def test_the_climb_ends_at_a_row_no_single_move_makes_heavier(kind: str, seed: int) -> None:
+    """The root's coordinate ascent (``_Search._climb``) from any row of the box: the row it returns is
+    in the box, its load is the brute-force sum, at least the start's, and (run to its end) no change of
+    one attribute's value within the box makes it heavier by more than the floats' guidance can miss."""
+    rng = np.random.default_rng(4500 + seed)
+    pb, _ = random_instance(rng, kind)
+    search = threshold._Search(pb, lambda load: True)
+    if search.n == 0 or search.k == 0:
+        return
+    atoms = search.atoms
+    masks = [np.ones(t.shape[1], dtype=bool) for t in atoms.tables]
+    alive = np.ones(search.n, dtype=bool)
+    start = [int(rng.integers(t.shape[1])) for t in atoms.tables]
+    start_load = row_load(pb, atoms.row(start, search.nattrs))
+    got = search._climb(start, alive, masks, rounds=1_000)
+    if got is None:
+        choice, load = start, start_load
+    else:
+        choice, load = got
+        assert load >= start_load * (1 - Fraction(1, 10**6))
+    row = atoms.row(choice, search.nattrs)
+    assert in_box(pb, row) and row_load(pb, row) == load
+    for j in range(search.k):
+        for v in range(atoms.tables[j].shape[1]):
+            other = list(choice)
+            other[j] = v
+            assert row_load(pb, atoms.row(other, search.nattrs)) <= load * (1 + Fraction(1, 10**6))
+
+
 @pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "magnitudes"])
 @pytest.mark.parametrize("seed", slow_after(range(25)))
 def test_kept_multipliers_of_any_value_never_change_a_decision(kind: str, seed: int) -> None:
@@ -205,8 +259,14 @@ def test_the_node_limit_gives_up_instead_of_guessing() -> None:
             seg[rng.choice(6, size=3, replace=False)] = True
             cover[i, offsets[p] : offsets[p + 1]] = seg
     pb = Problem(cover, np.ones(n), [Fraction(1)] * n, offsets, np.ones(int(offsets[-1]), dtype=bool))
+    # at the worst row's load (43, by brute force over the 46 656 rows) every row fits, and one node
+    # proves neither that nor a row over it (below it, the root's climb finds a row that does not fit)
     with pytest.raises(SearchGaveUp):
-        exceeds(pb, lambda x: x <= 30, max_nodes=1)
+        exceeds(pb, lambda x: x <= 43, max_nodes=1)
+    assert exceeds(pb, lambda x: x <= 43, max_nodes=100_000) is None
+    row = exceeds(pb, lambda x: x <= 42, max_nodes=100_000)
+    assert row is not None
+    assert int(np.all([cover[:, offsets[p] + v] for p, v in enumerate(row)], axis=0).sum()) == 43
 
 
 def test_without_highspy_the_search_is_still_exact(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,10 @@ depth-first branch and bound over the attributes' values:
   widened past their round-off, so the solver's tolerances never make a bound unsafe;
 - when every load is a multiple of a common unit (equal epsilons, dyadic ones), so is every row's load,
   and a bound is rounded down to a multiple of it before the test (a bound of 24.7 units proves 24);
-- the LP's solution, rounded to a row (the heaviest value of each attribute), is tried first: a row
-  that does not fit ends the search with a refusal (its load summed exactly);
+- the LP's solution, rounded to a row (the heaviest value of each attribute), is tried first, at the
+  root improved by coordinate ascent (each attribute in turn moved to its heaviest value given the
+  others): a row that does not fit ends the search with a refusal (its load summed exactly); the
+  heaviest row weighed that fits is reported (``Problem.heaviest``);
 - the dual simplex stops once its dual bound is below the threshold (HiGHS's objective bound): its
   duals are still multipliers, and the bound is recomputed from them;
 - branching: the node's multipliers bound every child at once (one attribute fixed to one value);
@@ -106,6 +108,9 @@ class Problem:
     #: decisions over these charges: any non-negative ones bound every row (MATH.md 7.9), so the search
     #: tries them at its root before its first LP, and writes that LP's multipliers back (None: neither)
     warm: np.ndarray | None = None
+    #: (written by the search) the heaviest row it weighed that fits, with its exact load: a decision
+    #: that admits makes that row the likeliest to be full for the next charge (None: none weighed)
+    heaviest: tuple[tuple[int, ...], Fraction] | None = None
 
 
 class _Atoms:
@@ -357,6 +362,7 @@ def exceeds(
             raise SearchGaveUp
         return None
     finally:
+        pb.heaviest = search.heaviest
         if beside is not None:
             beside.cancel()
 
@@ -599,6 +605,7 @@ class _Search:
                 self.unit_s = uf
         self.theta = 0.0
         self.retheta()
+        self.heaviest: tuple[tuple[int, ...], Fraction] | None = None
 
     def retheta(self) -> None:
         """The largest float load (scaled) that fits: branching prefers values whose table exceeds it."""
@@ -755,9 +762,16 @@ class _Search:
                 for j in range(k):
                     held &= tables[j][:, choice[j]]
                 load = self.exact_load(held)
+                if nodes == 1 and self.finite and fits(load):  # (deeper: near a local best already)
+                    climbed = self._climb(choice, alive, masks)
+                    if climbed is not None:
+                        choice, load = climbed
                 # (when the threshold rose instead, this box is searched on under the new one)
-                if not fits(load) and on_row(atoms.row(choice, nattrs), load):
-                    return None
+                if not fits(load):
+                    if on_row(atoms.row(choice, nattrs), load):
+                        return None
+                elif self.heaviest is None or load > self.heaviest[1]:
+                    self.heaviest = (atoms.row(choice, nattrs), load)
                 cleared: BoolArray | None = None
                 if mu_node is None:
                     pick = self._branching(masks, counts, tops)
@@ -787,6 +801,37 @@ class _Search:
             return None
         finally:
             stats["nodes"] = stats.get("nodes", 0) + nodes
+
+    def _climb(
+        self, start: list[int], alive: BoolArray, masks: list[BoolArray], rounds: int = 4
+    ) -> tuple[list[int], Fraction] | None:
+        """A heavier row of the box than ``start`` (an atom per attribute), by coordinate ascent: each
+        attribute in turn moves to its atom of the largest load given the others, for at most
+        ``rounds`` rounds or until no move gains; the row and its exact load, or None when no move
+        gained. Floats only guide the moves (the load is summed exactly), and it proves nothing: it
+        finds rows that do not fit (a refusal shown by a row) without branching."""
+        k, tables, wf = self.k, self.atoms.tables, self.wf
+        choice = list(start)
+        hits = np.zeros(self.n, dtype=np.int64)  # per charge, the attributes on which it holds the row
+        for j in range(k):
+            hits += tables[j][:, choice[j]]
+        wa = np.where(alive, self.w, 0.0)
+        moved = False
+        for _ in range(rounds):
+            gained = False
+            for j in range(k):
+                own = tables[j][:, choice[j]]
+                gain = np.where(masks[j], np.where(hits - own == k - 1, wa, 0.0) @ wf[j], -1.0)
+                v = int(np.argmax(gain))
+                if gain[v] > gain[choice[j]] * (1 + 1e-9):
+                    hits += tables[j][:, v].astype(np.int64) - own
+                    choice[j] = v
+                    gained = moved = True
+            if not gained:
+                break
+        if not moved:
+            return None
+        return choice, self.exact_load(alive & (hits == k))
 
     def _branching_lagrangian(
         self, mu: np.ndarray, alive: BoolArray, masks: list[BoolArray], counts: list[np.ndarray]

@@ -501,11 +501,14 @@ class Members:
         max_nodes: int,
         deadline: float | None = None,
         hint: float | None = None,
+        heavy: list[tuple[tuple[int, ...], Fraction]] | None = None,
     ) -> tuple[int, ...] | None:
         """A row inside ``q``'s coverage whose exact load does not ``fits``, or None when every row there
         fits: the exact threshold decision of :mod:`overlapdp.overlap.threshold` (MATH.md 7.9) on the
         admitted charges' coverages, their loads and their common unit. Raises :class:`SearchGaveUp`
-        past ``max_nodes`` nodes or the ``deadline``. ``hint``: a float near the largest load that fits."""
+        past ``max_nodes`` nodes or the ``deadline``. ``hint``: a float near the largest load that fits.
+        ``heavy``, when given, receives the heaviest row the search weighed that fits, with its exact
+        load (``Problem.heaviest``), if any."""
         box = np.ones(int(self.offsets[-1]), dtype=bool)
         for p, cov in q.constraints:
             box[self._seg(p)] = cov.mask(self.sizes[p])
@@ -523,7 +526,11 @@ class Members:
             hint=hint,
             warm=self.warm[:n] if self._warm else None,
         )
-        return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
+        try:
+            return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
+        finally:
+            if heavy is not None and pb.heaviest is not None:
+                heavy.append(pb.heaviest)
 
 
 def emax(a: Any, b: Any) -> Any:

@@ -485,12 +485,22 @@ class PrivacyFilter:
 
         effort = self._tracks[0].index.effort
         deadline = None if effort is None else _clock.now() + effort
-        found = members.exceeds(q, fits, _SEARCH_NODES, deadline, hint)
+        heavy: list[tuple[tuple[int, ...], Fraction]] = []
+        found = members.exceeds(q, fits, _SEARCH_NODES, deadline, hint, heavy)
+        if found is None and heavy and not fits(heavy[0][1] + e):
+            # the heaviest row the search weighed: admitted, the charge fills it for a charge like it
+            # (MATH.md 2.7.1: a known row is only a candidate, weighed exactly when it refuses)
+            found_full = heavy[0][0]
+            if found_full not in self._hot:
+                self._keep_hot(found_full)
         if found is not None:
-            self._hot.insert(0, found)
-            del self._hot[_HOT_ROWS:]
-            self._hot_rows = np.array(self._hot, dtype=np.intp)
+            self._keep_hot(found)
         return found
+
+    def _keep_hot(self, row: tuple[int, ...]) -> None:
+        self._hot.insert(0, row)
+        del self._hot[_HOT_ROWS:]
+        self._hot_rows = np.array(self._hot, dtype=np.intp)
 
     def _hot_refusal(self, cover: Cover, e: Fraction) -> tuple[int, ...] | None:
         """A known over-budget row (found by an earlier search) inside ``cover`` whose exact load with
