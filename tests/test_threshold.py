@@ -247,6 +247,37 @@ def test_the_lp_decides_what_the_tables_cannot() -> None:
     assert row is not None and row_load(pb, row) == 1
 
 
+@pytest.mark.parametrize(
+    ("theta", "unit", "top"),
+    [(24, 1, 25), (Fraction(49, 2), 1, 25), (Fraction(95, 4), Fraction(1, 4), 24), (24, None, 24)],
+)
+def test_the_lp_may_stop_below_the_next_multiple_of_the_unit(
+    theta: Fraction, unit: Fraction | None, top: int
+) -> None:
+    """With loads that are multiples of a unit, a bound below the next multiple above the threshold
+    proves it (rounded down, MATH.md 7.9), so the dual simplex may stop there (just below it); without
+    a unit, just below the threshold. Each stop's level is checked against the rule it must respect:
+    a bound at it, rounded down to the unit, fits."""
+    n = 30
+    pb = Problem(
+        np.ones((n, 2), dtype=bool),
+        np.ones(n),
+        [Fraction(1)] * n,
+        np.array([0, 2]),
+        np.ones(2, dtype=bool),
+        unit=None if unit is None else Fraction(unit),
+    )
+    search = threshold._Search(pb, lambda load: load <= theta)
+    level = search._enough()
+    assert level is not None
+    got = Fraction(level) * search.scale
+    assert top * (1 - Fraction(1, 10**6)) < got < top
+    if unit is not None:
+        assert (got // unit) * unit <= theta
+    else:
+        assert got <= theta
+
+
 def test_the_node_limit_gives_up_instead_of_guessing() -> None:
     rng = np.random.default_rng(7)
     sizes = [6] * 6

@@ -20,8 +20,9 @@ depth-first branch and bound over the attributes' values:
   root improved by coordinate ascent (each attribute in turn moved to its heaviest value given the
   others): a row that does not fit ends the search with a refusal (its load summed exactly); the
   heaviest row weighed that fits is reported (``Problem.heaviest``);
-- the dual simplex stops once its dual bound is below the threshold (HiGHS's objective bound): its
-  duals are still multipliers, and the bound is recomputed from them;
+- the dual simplex stops once its dual bound is below the threshold, or on loads that are multiples
+  of the unit below the next multiple above it (HiGHS's objective bound): its duals are still
+  multipliers, and the bound is recomputed from them;
 - branching: the node's multipliers bound every child at once (one attribute fixed to one value);
   the search splits the attribute with the fewest children that neither this bound nor the value's
   table clears (fail first), one child per such value, the LP's favourite first; the other values are
@@ -740,8 +741,7 @@ class _Search:
                 if lp is None and use_lp:  # built when first needed: easy boxes never pay for it
                     lp = _LP(tables, w)
                 if lp is not None:
-                    # stop at a dual bound just below the threshold (the float pre-check's margins)
-                    enough = self.theta * (1 - 1e-9) if self.theta > 0 else None
+                    enough = self._enough()
                     got = lp.solve(alive, masks, deadline, enough)
                     stats["lp"] = stats.get("lp", 0) + 1
                     if got is not None:
@@ -801,6 +801,18 @@ class _Search:
             return None
         finally:
             stats["nodes"] = stats.get("nodes", 0) + nodes
+
+    def _enough(self) -> float | None:
+        """The dual bound at which the LP may stop (HiGHS's objective bound; None: none): just below the
+        threshold, or, on loads that are multiples of the unit, just below the next multiple above it
+        (a bound of 24.9 units proves 24: the float pre-check rounds it down, :meth:`clear`). Only where
+        the dual simplex stops changes; the bound is recomputed from its duals either way (MATH.md
+        7.9), and a stop the recomputed bound does not confirm only leaves the node to be split."""
+        if self.theta <= 0:
+            return None
+        if self.unit_s is None:
+            return self.theta * (1 - 1e-9)
+        return (math.floor(self.theta / self.unit_s) + 1) * self.unit_s * (1 - 1e-7)
 
     def _climb(
         self, start: list[int], alive: BoolArray, masks: list[BoolArray], rounds: int = 4
