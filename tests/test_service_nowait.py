@@ -1036,3 +1036,57 @@ def test_concurrent_trials_near_the_budget_wait_for_a_pooled_replica(monkeypatch
     assert out["t"].admitted == held[1].admitted
     for t in (held[1], out["t"]):
         ServiceFilter.finish(t)
+
+
+def test_rows_one_replica_learns_are_offered_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trial runs on a replica with its own library filter; a row one replica's search found over
+    the budget is offered to the replicas of later trials (any row is a valid candidate, weighed
+    exactly when it refuses: MATH.md 2.7.1). Rows a < 4 are full (load 3 of 3); a trial's search finds
+    one; a later trial on a NEW replica (the first one is lent to a held trial) is refused at a full
+    row with no search, as the brute force says it must be."""
+    from overlapdp.privacy import _lazy
+
+    f = ServiceFilter(GRID, "pure", 3.0)
+    everything = parse_where(GRID, "a BETWEEN 0 AND 7")
+    charges = [(everything, 1.0), (everything, 1.0), (parse_where(GRID, "a BETWEEN 0 AND 3"), 1.0)]
+    for q, e in charges:
+        assert f.try_all([(q, e)])
+    searches = [0]
+    real = _lazy.Members.exceeds
+
+    def counted(self: Any, *a: Any, **kw: Any) -> Any:
+        searches[0] += 1
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(_lazy.Members, "exceeds", counted)
+    first = f.trial(f.snapshot(), [(parse_where(GRID, "a BETWEEN 2 AND 5 AND b IN (1, 2)"), 1.0)])
+    assert not first.admitted and searches[0] >= 1
+    found = f._known[:]
+    assert found and all(a < 4 and b in (1, 2) for a, b in found)
+    held = f.trial(f.snapshot(), [(parse_where(GRID, "a BETWEEN 6 AND 7"), 1.0)])  # takes that replica
+    assert held.admitted
+    before = searches[0]
+    a, b = found[0]
+    q = parse_where(GRID, f"a BETWEEN {a} AND 6 AND b = {b}")
+    later = f.trial(f.snapshot(), [(q, 1.0)])
+    assert later.replica is None and not later.admitted
+    assert not _truth([*charges, (q, 1.0)], "pure", 3.0)
+    assert searches[0] == before, "the new replica searched for a row another replica had found"
+    ServiceFilter.finish(held)
+
+
+def test_a_filter_learns_only_rows_of_its_schema() -> None:
+    """``PrivacyFilter.learn_rows`` keeps rows after the filter's own (``known_rows``, the latest first)
+    and refuses anything that is not value indices, one per attribute, within the attributes' sizes."""
+    from overlapdp.privacy import Laplace, PureDP
+
+    flt = PrivacyFilter(GRID, PureDP(1.0))
+    assert flt.try_charge(Laplace(1.0), parse_where(GRID, "a < 4")).admitted
+    assert not flt.try_charge(Laplace(1.0), parse_where(GRID, "a BETWEEN 3 AND 5")).admitted
+    own = flt.known_rows()
+    flt.learn_rows([(7, 3), (0, 0), *own])
+    assert flt.known_rows() == [*own, (7, 3), (0, 0)]
+    for bad in ([(8, 0)], [(0, -1)], [(0,)], [(0, 0, 0)], [("x", 0)]):
+        with pytest.raises(ValueError):
+            flt.learn_rows(bad)  # type: ignore[arg-type]
+    assert flt.known_rows() == [*own, (7, 3), (0, 0)]

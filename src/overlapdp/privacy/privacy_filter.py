@@ -497,6 +497,41 @@ class PrivacyFilter:
             self._keep_hot(found)
         return found
 
+    def known_rows(self) -> list[tuple[int, ...]]:
+        """The rows this filter keeps for quick refusals (found over budget by a search, or filled by an
+        admission), the latest first, as value indices per attribute: candidates only (each is weighed
+        exactly when it refuses, MATH.md 2.7.1), so another filter over the same schema may try them
+        (:meth:`learn_rows`)."""
+        with self._lock:
+            return list(self._hot)
+
+    def learn_rows(self, rows: Sequence[tuple[int, ...]]) -> None:
+        """Keep ``rows`` (value indices per attribute, e.g. another filter's :meth:`known_rows`) for
+        quick refusals after this filter's own, up to the number kept. Any row is a valid candidate: a
+        refusal is made on its exact load then (MATH.md 2.7.1); rows that are not rows of the schema are
+        refused with ValueError."""
+        if not rows:
+            return
+        sizes = np.array([a.size for a in self.schema.attributes])
+        try:
+            got = np.array(rows, dtype=np.int64)
+        except (TypeError, ValueError):
+            got = None
+        if (
+            got is None
+            or got.ndim != 2
+            or got.shape[1] != sizes.size
+            or not ((got >= 0) & (got < sizes)).all()
+        ):
+            raise ValueError("rows are value indices, one per attribute of the schema")
+        with self._lock:
+            mine = set(self._hot)
+            extra = [r for r in dict.fromkeys(map(tuple, got.tolist())) if r not in mine]
+            extra = extra[: max(_HOT_ROWS - len(self._hot), 0)]
+            if extra:
+                self._hot.extend(extra)
+                self._hot_rows = np.array(self._hot, dtype=np.intp)
+
     def _keep_hot(self, row: tuple[int, ...]) -> None:
         self._hot.insert(0, row)
         del self._hot[_HOT_ROWS:]

@@ -247,6 +247,7 @@ class ServiceFilter(LoggedFilter):
         if snap.owner != self._uid:
             raise ValueError("a snapshot is tried on the filter it was taken of")
         replica = self._replica(snap, deadline)
+        replica._filter.learn_rows(self._known)
         mark = replica.savepoint()
         try:
             ok = replica.try_all(charges, deadline)
@@ -262,6 +263,9 @@ class ServiceFilter(LoggedFilter):
             replica.rollback(mark)
             self._give_back(replica)
             raise
+        finally:
+            # what this trial's searches learned, for the next trial's replica (which may be another)
+            self._known = replica._filter.known_rows()
         if not ok:
             replica.rollback(mark)
             self._give_back(replica)

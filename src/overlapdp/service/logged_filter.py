@@ -154,6 +154,9 @@ class LoggedFilter:
         self._pool_lock = threading.Lock()  # guards the list only; a replica is used by one thread
         self._pool_cond = threading.Condition(self._pool_lock)  # a replica was given back
         self._lent = 0  # replicas handed out and neither given back nor adopted
+        # rows the filter and its replicas keep for quick refusals, offered to every replica a trial
+        # takes and gathered back from it (each replica's library filter keeps its own list)
+        self._known: list[tuple[int, ...]] = []
         self._uid = next(_uids)  # a snapshot's owner (never reused, unlike id())
 
     @property
