@@ -18,8 +18,9 @@ depth-first branch and bound over the attributes' values:
   and a bound is rounded down to a multiple of it before the test (a bound of 24.7 units proves 24);
 - the LP's solution, rounded to a row (the heaviest value of each attribute), is tried first, at the
   root improved by coordinate ascent (each attribute in turn moved to its heaviest value given the
-  others): a row that does not fit ends the search with a refusal (its load summed exactly); the
-  heaviest row weighed that fits is reported (``Problem.heaviest``);
+  others), and so is the row of the tables' heaviest values: a row that does not fit ends the search
+  with a refusal (its load summed exactly); the heaviest row weighed that fits is reported
+  (``Problem.heaviest``);
 - the dual simplex stops once its dual bound is below the threshold, or on loads that are multiples
   of the unit below the next multiple above it (HiGHS's objective bound): its duals are still
   multipliers, and the bound is recomputed from them;
@@ -763,9 +764,16 @@ class _Search:
                     held &= tables[j][:, choice[j]]
                 load = self.exact_load(held)
                 if nodes == 1 and self.finite and fits(load):  # (deeper: near a local best already)
-                    climbed = self._climb(choice, alive, masks)
-                    if climbed is not None:
-                        choice, load = climbed
+                    # from the LP's row, then from the tables' heaviest values (another basin)
+                    starts = [choice] if xs is None else [choice, [int(np.argmax(c)) for c in counts]]
+                    for start in starts:
+                        climbed = self._climb(start, alive, masks)
+                        if climbed is None and start is not choice:
+                            climbed = (start, self.exact_load(alive & self._holders(start)))
+                        if climbed is not None and climbed[1] > load:
+                            choice, load = climbed
+                        if not fits(load):
+                            break
                 # (when the threshold rose instead, this box is searched on under the new one)
                 if not fits(load):
                     if on_row(atoms.row(choice, nattrs), load):
@@ -813,6 +821,13 @@ class _Search:
         if self.unit_s is None:
             return self.theta * (1 - 1e-9)
         return (math.floor(self.theta / self.unit_s) + 1) * self.unit_s * (1 - 1e-7)
+
+    def _holders(self, choice: Sequence[int]) -> BoolArray:
+        """The charges holding the row ``choice`` (an atom per attribute)."""
+        held = np.ones(self.n, dtype=bool)
+        for j, v in enumerate(choice):
+            held &= self.atoms.tables[j][:, v]
+        return held
 
     def _climb(
         self, start: list[int], alive: BoolArray, masks: list[BoolArray], rounds: int = 4
