@@ -759,19 +759,16 @@ class _Search:
                 for j in range(k):
                     pref = counts[j] if xs is None else np.where(masks[j], xs[j] + 1e-9 * counts[j], -1.0)
                     choice.append(int(np.argmax(pref)))
-                held = alive.copy()
-                for j in range(k):
-                    held &= tables[j][:, choice[j]]
-                load = self.exact_load(held)
+                load = self.exact_load(alive & self._holders(choice))
                 if nodes == 1 and self.finite and fits(load):  # (deeper: near a local best already)
                     # from the LP's row, then from the tables' heaviest values (another basin)
-                    starts = [choice] if xs is None else [choice, [int(np.argmax(c)) for c in counts]]
-                    for start in starts:
-                        climbed = self._climb(start, alive, masks)
-                        if climbed is None and start is not choice:
-                            climbed = (start, self.exact_load(alive & self._holders(start)))
-                        if climbed is not None and climbed[1] > load:
-                            choice, load = climbed
+                    starts: list[tuple[list[int], Fraction | None]] = [(choice, load)]
+                    if xs is not None:
+                        starts.append(([int(np.argmax(c)) for c in counts], None))
+                    for start, known in starts:
+                        row, row_load = self._climb(start, alive, masks, known)
+                        if row_load > load:
+                            choice, load = row, row_load
                         if not fits(load):
                             break
                 # (when the threshold rose instead, this box is searched on under the new one)
@@ -830,13 +827,19 @@ class _Search:
         return held
 
     def _climb(
-        self, start: list[int], alive: BoolArray, masks: list[BoolArray], rounds: int = 4
-    ) -> tuple[list[int], Fraction] | None:
-        """A heavier row of the box than ``start`` (an atom per attribute), by coordinate ascent: each
-        attribute in turn moves to its atom of the largest load given the others, for at most
-        ``rounds`` rounds or until no move gains; the row and its exact load, or None when no move
-        gained. Floats only guide the moves (the load is summed exactly), and it proves nothing: it
-        finds rows that do not fit (a refusal shown by a row) without branching."""
+        self,
+        start: list[int],
+        alive: BoolArray,
+        masks: list[BoolArray],
+        load: Fraction | None = None,
+        rounds: int = 4,
+    ) -> tuple[list[int], Fraction]:
+        """A row of the box at least as heavy as ``start`` (an atom per attribute), by coordinate ascent:
+        each attribute in turn moves to its atom of the largest load given the others, for at most
+        ``rounds`` rounds or until no move gains; the row and its exact load (``load``, the start's when
+        known, is returned as it is when no move gains). Floats only guide the moves (the load is summed
+        exactly), and it proves nothing: it finds rows that do not fit (a refusal shown by a row)
+        without branching."""
         k, tables, wf = self.k, self.atoms.tables, self.wf
         choice = list(start)
         hits = np.zeros(self.n, dtype=np.int64)  # per charge, the attributes on which it holds the row
@@ -856,8 +859,8 @@ class _Search:
                     gained = moved = True
             if not gained:
                 break
-        if not moved:
-            return None
+        if not moved and load is not None:
+            return choice, load
         return choice, self.exact_load(alive & (hits == k))
 
     def _branching_lagrangian(

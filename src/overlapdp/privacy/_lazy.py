@@ -397,9 +397,7 @@ class Members:
         self.loads[i] = up_float(exact)
         # a charge covering no row or loading nothing changes no row: never searched
         self.live[i] = exact > 0 and not q.is_contradiction
-        if self._warm and attr is not None:
-            with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
-                self.warm[i, attr] = self.loads[i]
+        self._start_warm(i, attr)
         if self.live[i]:
             # (kept over a truncation: the gcd of more loads still divides each of the fewer)
             self.unit = unit_gcd(self.unit, exact)
@@ -448,9 +446,7 @@ class Members:
                 up = floats[exact] = up_float(exact)  # a ledger holds few distinct loads
             self.loads[start + i] = up
             self.live[start + i] = up > 0 and not q.is_contradiction
-            if self._warm and attr is not None:
-                with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
-                    self.warm[start + i, attr] = up
+            self._start_warm(start + i, attr)
         for p, (idx, lo, hi) in ranges.items():
             values = np.arange(self.sizes[p])
             inside = (values >= np.array(lo)[:, None]) & (values < np.array(hi)[:, None])
@@ -462,6 +458,12 @@ class Members:
         del self.exact[start:]
         self.exact.extend(e for _, e, _ in charges)
         self.n = need
+
+    def _start_warm(self, i: int, attr: int | None) -> None:
+        """A new charge's kept multipliers: its whole load on its attribute of the assignment bound."""
+        if self._warm and attr is not None:
+            with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
+                self.warm[i, attr] = self.loads[i]
 
     def truncate(self, n: int) -> None:
         self._forget_rows()

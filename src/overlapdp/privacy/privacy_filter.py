@@ -490,9 +490,7 @@ class PrivacyFilter:
         if found is None and heavy and not fits(heavy[0][1] + e):
             # the heaviest row the search weighed: admitted, the charge fills it for a charge like it
             # (MATH.md 2.7.1: a known row is only a candidate, weighed exactly when it refuses)
-            found_full = heavy[0][0]
-            if found_full not in self._hot:
-                self._keep_hot(found_full)
+            self._keep_hot(heavy[0][0])
         if found is not None:
             self._keep_hot(found)
         return found
@@ -533,6 +531,10 @@ class PrivacyFilter:
                 self._hot_rows = np.array(self._hot, dtype=np.intp)
 
     def _keep_hot(self, row: tuple[int, ...]) -> None:
+        """Keep ``row`` first among the known rows, unless it is one already (a row found over budget
+        never is: the known rows inside the coverage were tried before the search)."""
+        if row in self._hot:
+            return
         self._hot.insert(0, row)
         del self._hot[_HOT_ROWS:]
         self._hot_rows = np.array(self._hot, dtype=np.intp)
