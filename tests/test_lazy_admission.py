@@ -235,6 +235,59 @@ def test_rollback_restores_the_bounds_exactly(seed: int) -> None:
     assert flt.spent() == float_up(brute.maximum())
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_one_component_tables_are_the_generic_ones_bit_for_bit(seed: int) -> None:
+    """The one-component tables (every definition but Rényi DP) are updated on their own scalar path;
+    fed the same charges, they must equal component 0 of two equal components (the generic numpy path:
+    the assignment sums equal components, so it picks alike), bit for bit, loads at the floats' edges
+    (the floor, infinity) included."""
+    rng = np.random.default_rng(300 + seed)
+    one, two = Bounds(SCHEMA, 1), Bounds(SCHEMA, 2)
+    edges = [Fraction(1, 2**1000), Fraction(2**950), Fraction(0)]
+    for _ in range(60):
+        cover = Cover(random_query(rng))
+        e = edges[int(rng.integers(0, 3))] if rng.random() < 0.1 else Fraction(int(rng.integers(1, 9)), 7)
+        f = up_float(e)
+        assert one.add(cover, np.array([f])) == two.add(cover, np.array([f, f]))
+        for p in range(len(SCHEMA.attributes)):
+            assert np.array_equal(one.cells[p][:, 0], two.cells[p][:, 0])
+            assert np.array_equal(one.share[p][:, 0], two.share[p][:, 0])
+        assert np.array_equal(one.peak[:, 0], two.peak[:, 0])
+        assert np.array_equal(one.speak[:, 0], two.speak[:, 0])
+        assert np.array_equal(one.base[:, 0], two.base[:, 0])
+        assert one.everywhere[0] == two.everywhere[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_float_precheck_of_the_bound_is_the_exact_test(seed: int) -> None:
+    """Against a limit the filter settles the lazy bound's test in floats when it is clearly on one
+    side (``_limit_settles``); wherever it answers it must be the exact test's answer (the bound widened
+    by :func:`widen`, plus the charge's load, at most the limit), on budgets from 1e-200 to 1e200 and
+    bounds within a few units in the last place of the limit."""
+    rng = np.random.default_rng(500 + seed)
+    answered = 0
+    for _ in range(400):
+        budget = float(10.0 ** rng.uniform(-200, 200))
+        flt = PrivacyFilter(SCHEMA, PureDP(budget))
+        assert flt._limit is not None
+        flt._n = int(10 ** rng.uniform(0, 7))  # (as if it held that many: the widening grows with them)
+        n = flt._n + flt._bounds_terms
+        e = Fraction(float(budget * rng.choice([0.0, 1e-300, 0.1, 0.5])))
+        room = (
+            float(flt._limit - e) / (1 + 4 * (n + 2) * 2.0**-53)
+            if rng.random() < 0.5
+            else float(flt._limit - e)
+        )
+        v = room * float(rng.choice([0.5, 1.0, 1.0 - 2.0**-44, 1.0 + 2.0**-44, 1.0 - 2.0**-52, 2.0]))
+        v = float(np.nextafter(v, np.inf if rng.random() < 0.5 else -np.inf)) if rng.random() < 0.3 else v
+        got = flt._limit_settles(v, e)
+        want = widen(v, n) + e <= flt._limit  # type: ignore[operator]
+        if got is not None:
+            answered += 1
+            assert got == want, (budget, v, e)
+    assert answered > 200
+
+
 def brute_ids(brute: Brute) -> list[str]:
     if not hasattr(brute, "ids"):
         brute.ids = []  # type: ignore[attr-defined]
@@ -506,6 +559,31 @@ def test_known_rows_loads_follow_the_charges() -> None:
             assert members.load_at(row) == want  # the kept one
 
     add_and_roll_back(members, held, rng, lambda: random_query(rng), check, 40)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_a_search_weighed_are_kept_with_their_exact_loads(seed: int) -> None:
+    """The rows a threshold search weighs exactly (the one it finds over the threshold, the heaviest
+    one that fits) are kept for ``load_at`` with the loads the search summed, so the next refusal over
+    them weighs nothing again: each kept load must be the brute force's, and stay so as charges come
+    (nothing but the searches keeps rows here: ``load_at`` is never called)."""
+    from overlapdp.privacy._lazy import Members
+
+    rng = np.random.default_rng(40 + seed)
+    members = Members(SCHEMA)
+    held: list[tuple[PredicateQuery, Fraction]] = []
+    kept = over = 0
+    for _ in range(60):
+        q, e = random_query(rng), Fraction(int(rng.integers(1, 5)), 8)
+        members.add(q, e)
+        held.append((q, e))
+        t = Fraction(int(rng.integers(0, 16)), 8)
+        over += members.exceeds(random_query(rng), lambda load, t=t: load <= t, 20_000) is not None
+        for key, j in members._at.items():
+            want = sum((x for y, x in held if y.covers(key)), Fraction(0))
+            assert members._at_loads[j] == want, key
+        kept += len(members._at)
+    assert kept > 0 and over > 0
 
 
 @pytest.mark.parametrize("seed", range(4))

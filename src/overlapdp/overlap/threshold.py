@@ -113,6 +113,9 @@ class Problem:
     #: (written by the search) the heaviest row it weighed that fits, with its exact load: a decision
     #: that admits makes that row the likeliest to be full for the next charge (None: none weighed)
     heaviest: tuple[tuple[int, ...], Fraction] | None = None
+    #: (written by the search) the row it found that does not fit, with its exact load (None: none, or
+    #: found by toulbar2, which gives no load)
+    over: tuple[tuple[int, ...], Fraction] | None = None
 
 
 class _Atoms:
@@ -351,6 +354,7 @@ def exceeds(
 
     def on_row(row: tuple[int, ...], load: Fraction) -> bool:
         found.append(row)
+        pb.over = (row, load)
         return True
 
     beside = _Toulbar2(search, deadline) if _toulbar2_may_join(search) else None

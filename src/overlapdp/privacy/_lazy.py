@@ -45,11 +45,20 @@ from overlapdp.schema import Schema
 _TINY = Fraction(1, 2**900)
 _HUGE = Fraction(2**900)
 _TINY_F = float(_TINY)
+_F32_MAX = float(np.finfo(np.float32).max)
+# rows whose exact loads Members keeps (twice the filter's known rows: they rotate)
+_AT_ROWS = 128
 
 
 def up_float(x: Fraction) -> float:
     """A float for the bounds: the nearest float of ``x`` (relative error 2^-53, see :func:`widen`),
     the floor ``2^-900`` for positive loads below it, infinity above ``2^900``."""
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if 2.0**-899 < f < 2.0**899:  # then x is well inside (2^-900, 2^900): its nearest float
+        return f
     if x <= 0:
         return 0.0
     if x < _TINY:
@@ -130,6 +139,10 @@ class Bounds:
         self._top: np.ndarray | None = None  # top() until the tables change
         # one component's per-attribute peak + base, share peak and base as floats (see inside_scalar)
         self._scalars: tuple[list[float], list[float], list[float]] | None = None
+        # one component (every definition but Rényi DP): 1-D views of the tables (updated in place
+        # everywhere, undo_to too), so the scalar paths index them without a second axis
+        self._cells1 = [c[:, 0] for c in self.cells] if k == 1 else []
+        self._share1 = [s[:, 0] for s in self.share] if k == 1 else []
 
     @property
     def terms(self) -> int:
@@ -177,9 +190,10 @@ class Bounds:
                     if pb[a] < best:
                         best = pb[a]
                     split += speak[a]
+        cells, share = self._cells1, self._share1
         for p, idx in cover.parts:
-            best = min(best, float(self.cells[p][idx, 0].max()) + base[p])
-            split += float(self.share[p][idx, 0].max())
+            best = min(best, float(cells[p][idx].max()) + base[p])
+            split += float(share[p][idx].max())
         return min(best, split)
 
     def top(self) -> np.ndarray:
@@ -198,6 +212,16 @@ class Bounds:
         of. None when the charge constrains no attribute."""
         best: tuple[float, float] | None = None
         pick = None
+        if self.k == 1:  # the same float operations on Python floats (inf - inf: nan, no warning)
+            one = float(load[0])
+            for p, idx in cover.parts:
+                rise = float(self._share1[p][idx].max()) + one - float(self.speak[p, 0])
+                if rise < 0.0:
+                    rise = 0.0
+                part = (idx.stop - idx.start if isinstance(idx, slice) else len(idx)) / self.sizes[p]
+                if best is None or (rise, part) < best:
+                    best, pick = (rise, part), (p, idx)
+            return pick
         for p, idx in cover.parts:
             with np.errstate(invalid="ignore"):  # inf - inf (loads past 2^900): nan, any choice is valid
                 rise = np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum()
@@ -223,7 +247,26 @@ class Bounds:
                     [] if pick is None else [(pick[0], pick[1], self.share[pick[0]][pick[1]].copy())],
                 )
             )
-        self.base[cover.free] += load
+        np.add(self.base, load, out=self.base, where=cover.free[:, None])  # (one call: a mask's += is two)
+        if self.k == 1:  # the same additions on the 1-D views; the peaks as scalars (no nan here)
+            one = float(load[0])
+            peak = self.peak
+            for p, idx in cover.parts:
+                cell = self._cells1[p]
+                cell[idx] += one
+                top = float(cell[idx].max())
+                if top > peak[p, 0]:
+                    peak[p, 0] = top
+            if pick is None:
+                self.everywhere = self.everywhere + load
+            else:
+                p, idx = pick
+                share1 = self._share1[p]
+                share1[idx] += one
+                top = float(share1[idx].max())
+                if top > self.speak[p, 0]:
+                    self.speak[p, 0] = top
+            return None if pick is None else pick[0]
         for p, idx in cover.parts:
             cell = self.cells[p]
             cell[idx] += load
@@ -373,6 +416,8 @@ class Members:
         self._at: dict[tuple[int, ...], int] = {}
         self._at_loads: list[Fraction] = []
         self._at_cols = np.zeros((0, len(self.sizes)), dtype=np.intp)
+        # the last live loads folded into the unit (a ledger repeats a few loads: add() skips them)
+        self._folded: list[Fraction] = []
 
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
@@ -388,19 +433,32 @@ class Members:
             if self._warm:
                 self.warm = np.concatenate([self.warm, np.zeros_like(self.warm)])
         i = self.n
-        self.flat[i] = True
+        row = self.flat[i]
+        row[:] = True
         if self._warm:
             self.warm[i] = 0.0
+        offsets = self.offsets
         for p, cov in q.constraints:
-            self.flat[i, self._seg(p)] = cov.mask(self.sizes[p])
+            lo, hi = int(offsets[p]), int(offsets[p + 1])
+            ivs = cov.intervals
+            if len(ivs) == 1 and ivs[0][0] >= 0 and ivs[0][1] <= hi - lo:  # one range: two slices
+                row[lo : lo + ivs[0][0]] = False
+                row[lo + ivs[0][1] : hi] = False
+            else:
+                row[lo:hi] = cov.mask(hi - lo)
         self.assign[i] = 0 if attr is None else attr
-        self.loads[i] = up_float(exact)
+        up = up_float(exact)
+        self.loads[i] = up
         # a charge covering no row or loading nothing changes no row: never searched
-        self.live[i] = exact > 0 and not q.is_contradiction
+        live = up > 0 and not q.is_contradiction  # (up_float is 0 exactly when the load is)
+        self.live[i] = live
         self._start_warm(i, attr)
-        if self.live[i]:
-            # (kept over a truncation: the gcd of more loads still divides each of the fewer)
-            self.unit = unit_gcd(self.unit, exact)
+        if live:
+            # (kept over a truncation: the gcd of more loads still divides each of the fewer; a load
+            # folded in before leaves it as it is)
+            if not any(exact == x for x in self._folded):  # (Fraction equality: no hashing)
+                self.unit = unit_gcd(self.unit, exact)
+                self._folded = [exact, *self._folded[:3]]
             if self._at:  # the kept rows' loads: plus this one's where it covers them
                 for j in np.flatnonzero(self.flat[i][self._at_cols].all(axis=1)).tolist():
                     self._at_loads[j] += exact
@@ -462,8 +520,9 @@ class Members:
     def _start_warm(self, i: int, attr: int | None) -> None:
         """A new charge's kept multipliers: its whole load on its attribute of the assignment bound."""
         if self._warm and attr is not None:
-            with np.errstate(over="ignore"):  # past float32: inf, which a search reads as none
-                self.warm[i, attr] = self.loads[i]
+            v = float(self.loads[i])
+            # past float32: inf, which a search reads as none (a cast would warn; errstate costs more)
+            self.warm[i, attr] = v if v <= _F32_MAX else math.inf
 
     def truncate(self, n: int) -> None:
         self._forget_rows()
@@ -478,15 +537,28 @@ class Members:
         got = self._at.get(key)
         if got is not None:
             return self._at_loads[got]
-        cols = [int(self.offsets[p]) + int(v) for p, v in enumerate(key)]
+        cols = (self.starts + np.asarray(key, dtype=np.intp)).tolist()
         hit = self.live[: self.n] & self.flat[: self.n][:, cols].all(axis=1)
         load = exact_sum([self.exact[i] for i in np.flatnonzero(hit).tolist()])
-        if len(self._at) >= 64:  # (a handful of rows are asked again; any more are a search's leaves)
-            self._forget_rows()
+        self._keep_row(key, load, cols)
+        return load
+
+    def _keep_row(self, key: tuple[int, ...], load: Fraction, cols: list[int] | None = None) -> None:
+        """Keep ``key``'s exact load ``load`` (over every live charge held now) for :meth:`load_at`."""
+        if key in self._at:
+            return
+        if cols is None:
+            cols = (self.starts + np.asarray(key, dtype=np.intp)).tolist()
+        if len(self._at) >= _AT_ROWS:
+            # the newer half stays: the filter's known rows rotate (new ones first, the oldest dropped),
+            # and forgetting them all made every known row's next refusal weigh it again
+            half = len(self._at_loads) // 2
+            self._at = {k: j - half for k, j in self._at.items() if j >= half}
+            del self._at_loads[:half]
+            self._at_cols = self._at_cols[half:]
         self._at[key] = len(self._at_loads)
         self._at_loads.append(load)
         self._at_cols = np.vstack([self._at_cols, np.array(cols, dtype=np.intp)])
-        return load
 
     def _forget_rows(self) -> None:
         self._at.clear()
@@ -531,6 +603,11 @@ class Members:
         try:
             return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
         finally:
+            # rows the search weighed exactly (over every live charge: the others do not meet the
+            # box), kept for load_at: the filter tries them on its next refusals
+            for got in (pb.over, pb.heaviest):
+                if got is not None:
+                    self._keep_row(*got)
             if heavy is not None and pb.heaviest is not None:
                 heavy.append(pb.heaviest)
 

@@ -92,6 +92,9 @@ _JOINT_GRID_LIMIT = 200_000
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
 _HOT_ROWS = 64
+# relative margins of the float pre-check of the lazy bound against a limit (_limit_settles)
+_AHEAD = 1 + 2.0**-48
+_BEHIND = 1 - 2.0**-48
 # Pending charges from which the index is brought up to date by one search from scratch (see _flush).
 _BULK = 8
 
@@ -191,6 +194,7 @@ class PrivacyFilter:
         self._check: Callable[[list[Any]], tuple[bool, Any]] = rule.check
         self._exact_ok: Callable[[list[Any]], bool] = rule.exact_ok
         self._limit: Fraction | None = rule.limit
+        self._limit_f: tuple[Fraction | None, float] = (None, 0.0)  # the limit and its float, kept
         self._refuse: Callable[[Mechanism, PredicateQuery], str | None] | None = rule.refuse
         # ids of recorded charges (never refused) that ``_refuse`` refuses: each took the rows it covers
         # outside the budget (tCDP: omega below the budget's), so nothing more is admitted
@@ -224,6 +228,7 @@ class PrivacyFilter:
         self._within = True
         self._hot: list[tuple[int, ...]] = []  # known over-budget rows, the last to refuse first
         self._hot_rows = np.zeros((0, len(schema.attributes)), dtype=np.intp)  # the same, as an array
+        self._readable_rows: dict[tuple[int, ...], dict[str, Any]] = {}  # see _readable
         # per open savepoint (outermost first): the pending list and its length, the bounds' journal
         # length, and whether every row was known within budget
         self._saves: list[tuple[list[tuple[PredicateQuery, list[Any]]], int, int, bool]] = []
@@ -265,7 +270,7 @@ class PrivacyFilter:
                 found = self._hot_refusal(cover, exact[0])
                 if found is not None:
                     value_up = self._bound_value(floats, cover)
-                    row = self.schema.row(found)
+                    row = self._readable(found)
                     return Admission(False, None, value_up, budget_v, row, "over budget", False)
                 admitted = self._admit_on_bounds(charge, q, loads, exact, floats, cover)
                 if admitted is not None:
@@ -280,7 +285,7 @@ class PrivacyFilter:
                     return Admission(True, charge, self._bound_value(floats), budget_v, None, exact=False)
                 if searched and found is not None:
                     value_up = self._bound_value(floats, cover)
-                    row = self.schema.row(found)
+                    row = self._readable(found)
                     return Admission(False, None, value_up, budget_v, row, "over budget", False)
             self._flush()
             peeks = [t.index.peek(q, w) for t, w in zip(self._tracks, loads, strict=True)]
@@ -417,6 +422,12 @@ class PrivacyFilter:
         coverage keep their loads: within budget when ``_within``, else bounded by the worst-row bound
         (always, for a rule decided at the per-track maxima: ``_at_maxima``)."""
         assert self._bounds is not None
+        if self._limit is not None and self._within and not self._at_maxima and len(self._bounds) == 1:
+            b = self._bounds[0]
+            if b.k == 1 and not self._vector:
+                settled = self._limit_settles(b.inside_scalar(cover), exact[0])
+                if settled is not None:
+                    return settled
         cand = self._exact_bounds([b.inside(cover) for b in self._bounds], exact)
         if cand is None:
             return False
@@ -426,6 +437,35 @@ class PrivacyFilter:
                 return False
             cand = [emax(c, o) for c, o in zip(cand, tops, strict=True)]
         return bool(self._exact_ok(cand))
+
+    def _limit_settles(self, v: float, e: Fraction) -> bool | None:
+        """Whether :meth:`_lazy_fits`'s exact test ``widen(v) + e <= limit`` holds, settled in floats
+        when the float candidate is clearly on one side (None: too close to call, or out of the
+        floats' normal range). ``widen(v) = v (1 + 4 (n + 2) 2^-53)``; the float candidate ``c`` takes
+        at most three roundings, each within 2^-53 relative, and the limit's float one, so a relative
+        margin of 2^-48 (plus 2^-1000 absolute, for subnormal parts) covers them."""
+        lim = self._limit
+        assert lim is not None
+        if lim is not self._limit_f[0]:
+            try:
+                self._limit_f = (lim, float(lim))
+            except OverflowError:
+                self._limit_f = (lim, math.inf)
+        big = self._limit_f[1]
+        if not (2.0**-900 < big < 2.0**900 and 0.0 <= v < 2.0**900):  # (nan: out of range too)
+            return None
+        try:
+            ef = float(e)
+        except OverflowError:
+            return None
+        if ef >= 2.0**900:
+            return None
+        c = v * (1.0 + 4 * (self._n + self._bounds_terms + 2) * 2.0**-53) + ef
+        if c * _AHEAD + 2.0**-1000 < big * _BEHIND:
+            return True
+        if c * _BEHIND > big * _AHEAD + 2.0**-1000:
+            return False
+        return None
 
     @property
     def known_within(self) -> bool:
@@ -539,6 +579,16 @@ class PrivacyFilter:
         del self._hot[_HOT_ROWS:]
         self._hot_rows = np.array(self._hot, dtype=np.intp)
 
+    def _readable(self, row: tuple[int, ...]) -> dict[str, Any]:
+        """``schema.row(row)``, kept for the known rows (they refuse again and again near the budget);
+        a new dict each time, the caller may change it."""
+        got = self._readable_rows.get(row)
+        if got is None:
+            if len(self._readable_rows) >= 2 * _HOT_ROWS:
+                self._readable_rows.clear()
+            got = self._readable_rows[row] = self.schema.row(row)
+        return dict(got)
+
     def _hot_refusal(self, cover: Cover, e: Fraction) -> tuple[int, ...] | None:
         """A known over-budget row (found by an earlier search) inside ``cover`` whose exact load with
         ``e`` does not fit: a refusal shown by a row, no search (MATH.md 2.7.1). None when there is none
@@ -556,9 +606,17 @@ class PrivacyFilter:
                 held = np.zeros(self.schema.attributes[p].size, dtype=bool)
                 held[idx] = True
                 inside &= held[col]
+        room: Fraction | None = None  # limit - e, for a rule that is load + e <= limit
         for j in np.flatnonzero(inside).tolist():
             row = self._hot[j]
-            if not self._exact_ok([members.load_at(row) + e]):
+            load = members.load_at(row)
+            if self._limit is not None:
+                if room is None:
+                    room = self._limit - e
+                over = load > room
+            else:
+                over = not self._exact_ok([load + e])
+            if over:
                 if j:  # the row that refused first: the next refusals are likelier to meet it
                     self._hot.insert(0, self._hot.pop(j))
                     rows[1 : j + 1] = rows[:j].copy()

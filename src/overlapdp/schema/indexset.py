@@ -91,6 +91,10 @@ class IndexSet:
     def to_array(self) -> npt.NDArray[np.int64]:
         if not self.intervals:
             return np.zeros(0, dtype=np.int64)
+        if len(self.intervals) == 1:
+            return np.arange(*self.intervals[0], dtype=np.int64)
+        if len(self) <= 256:  # a few values (a value set): one array from a list, not one per interval
+            return np.array([i for lo, hi in self.intervals for i in range(lo, hi)], dtype=np.int64)
         return np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in self.intervals])
 
     def mask(self, n: int) -> npt.NDArray[np.bool_]:
