@@ -189,6 +189,42 @@ def test_kept_multipliers_of_any_value_never_change_a_decision(kind: str, seed: 
             assert np.isfinite(kept).all() and (kept >= 0).all()
 
 
+@pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
+def test_the_first_bounds_taken_before_the_set_up_never_clear_a_row_over(kind: str) -> None:
+    """Before building its search the decision tries the tables' bound and the kept multipliers'
+    Lagrangian bound on the charges' coverages as they are (``_cleared_at_once``). Wherever they clear
+    a box, brute force must find every row of it fitting: at the worst row's load, just below it (a
+    third of the smallest load, and 1e-30) and a unit either side; kept multipliers random (0 to 100x
+    the loads, with zeros, negatives, nan and inf mixed in) or a root LP's. They must clear some boxes
+    (the bounds are taken) and leave others to the search."""
+    rng = np.random.default_rng(4400)
+    cleared = left = 0
+    for _ in range(60):
+        pb, rows = random_instance(rng, kind)
+        n, k = pb.cover.shape[0], len(pb.offsets) - 1
+        if rng.random() < 0.5:
+            pb.unit = common_unit(list(pb.exact))
+        warm = rng.uniform(0, 100, size=(n, k)) * (pb.loads[:, None] if n else 1.0)
+        odd = rng.random((n, k))
+        warm[odd < 0.4] = 0.0
+        warm[(odd >= 0.4) & (odd < 0.45)] = -1.0
+        warm[(odd >= 0.45) & (odd < 0.48)] = np.nan
+        warm[(odd >= 0.48) & (odd < 0.5)] = np.inf
+        pb.warm = warm
+        top = probe_thresholds(pb, rows)[0]
+        smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
+        for theta in (top, top - smallest / 3, top - Fraction(1, 10**30), top + smallest, top * 3):
+            if rng.random() < 0.5:  # a root LP's multipliers, kept by a search at a loose threshold
+                exceeds(pb, lambda x, t=top * 2: x <= t, max_nodes=100_000)
+            pb.hint = float(theta) if rng.random() < 0.5 else None
+            if threshold._cleared_at_once(pb, lambda x, t=theta: x <= t):
+                assert all(row_load(pb, r) <= theta for r in rows if in_box(pb, r)), theta
+                cleared += 1
+            else:
+                left += 1
+    assert cleared > 0 and left > 0
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_a_decision_proven_by_its_root_lp_is_proven_again_without_one(seed: int) -> None:
     """The root LP's multipliers are kept: asked again, a decision its root LP proved (every row fits,
@@ -223,7 +259,8 @@ def test_a_decision_proven_by_its_root_lp_is_proven_again_without_one(seed: int)
     kept = pb.warm
     assert kept is not None and kept.any() and (kept >= 0).all()
     assert exceeds(pb, lambda x: x <= theta, max_nodes=100_000) is None
-    assert pb.stats["lp"] == 1 and pb.stats["warm"] == 1 and pb.stats["nodes"] == 2
+    # (proven before the search is even built: no node more)
+    assert pb.stats["lp"] == 1 and pb.stats["warm"] == 1 and pb.stats["nodes"] == 1
     # without the kept multipliers the same decision solves its LP again
     pb.warm = None
     assert exceeds(pb, lambda x: x <= theta, max_nodes=100_000) is None
