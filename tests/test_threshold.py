@@ -190,13 +190,13 @@ def test_kept_multipliers_of_any_value_never_change_a_decision(kind: str, seed: 
 
 
 @pytest.mark.parametrize("kind", ["equal", "dyadic", "floats", "zeros", "magnitudes"])
-def test_the_first_bounds_taken_before_the_set_up_never_clear_a_row_over(kind: str) -> None:
-    """Before building its search the decision tries the tables' bound and the kept multipliers'
-    Lagrangian bound on the charges' coverages as they are (``_cleared_at_once``). Wherever they clear
-    a box, brute force must find every row of it fitting: at the worst row's load, just below it (a
-    third of the smallest load, and 1e-30) and a unit either side; kept multipliers random (0 to 100x
-    the loads, with zeros, negatives, nan and inf mixed in) or a root LP's. They must clear some boxes
-    (the bounds are taken) and leave others to the search."""
+def test_the_kept_multipliers_tried_before_the_set_up_never_clear_a_row_over(kind: str) -> None:
+    """Before building its search the decision tries the kept multipliers' Lagrangian bound on the
+    charges' coverages as they are (``_cleared_at_once``). Wherever it clears a box, brute force must
+    find every row of it fitting: at the worst row's load, just below it (a third of the smallest load,
+    and 1e-30) and above it; kept multipliers random (0 to 100x the loads, with zeros, negatives, nan
+    and inf mixed in), none, or a root LP's; hints right, absent, or wrong (any hint is safe: it only ends
+    the test sooner). It must clear some boxes (the bound is taken) and leave others to the search."""
     rng = np.random.default_rng(4400)
     cleared = left = 0
     for _ in range(60):
@@ -210,13 +210,14 @@ def test_the_first_bounds_taken_before_the_set_up_never_clear_a_row_over(kind: s
         warm[(odd >= 0.4) & (odd < 0.45)] = -1.0
         warm[(odd >= 0.45) & (odd < 0.48)] = np.nan
         warm[(odd >= 0.48) & (odd < 0.5)] = np.inf
-        pb.warm = warm
+        pb.warm = warm if rng.random() < 0.5 else np.zeros((n, k))
         top = probe_thresholds(pb, rows)[0]
         smallest = min((x for x in pb.exact if x > 0), default=Fraction(1))
-        for theta in (top, top - smallest / 3, top - Fraction(1, 10**30), top + smallest, top * 3):
-            if rng.random() < 0.5:  # a root LP's multipliers, kept by a search at a loose threshold
-                exceeds(pb, lambda x, t=top * 2: x <= t, max_nodes=100_000)
-            pb.hint = float(theta) if rng.random() < 0.5 else None
+        total = sum(pb.exact, Fraction(0))
+        for theta in (top, top - smallest / 3, top - Fraction(1, 10**30), top + smallest, total * 2):
+            if rng.random() < 0.5:  # a root LP's multipliers (kept by a search at the worst row's load)
+                exceeds(pb, lambda x, t=top: x <= t, max_nodes=100_000)
+            pb.hint = [float(theta), None, float(theta) * 0.5, -1.0][int(rng.integers(0, 4))]
             if threshold._cleared_at_once(pb, lambda x, t=theta: x <= t):
                 assert all(row_load(pb, r) <= theta for r in rows if in_box(pb, r)), theta
                 cleared += 1

@@ -376,14 +376,18 @@ def exceeds(
 
 
 def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool:
-    """Whether the search's first bounds already show that every row of the box fits, taken on the
-    charges' coverages as they are (no atoms, no scaling, no largest fitting float: the search's set-up
-    costs more than these bounds): the tables' bound, then the kept multipliers' Lagrangian bound
-    (MATH.md 7.9), over the charges that hold a value of the box on each attribute it narrows (a
-    superset of those meeting it: both bounds hold over any superset), each widened to an exact upper
-    bound as the search does (rounded down to the unit) and tested with ``fits``. Only finite loads
-    below 2^600 (no sum overflows); False settles nothing (the search decides)."""
+    """Whether the kept multipliers' Lagrangian bound (MATH.md 7.9) already shows that every row of the
+    box fits, taken on the charges' coverages as they are (no atoms, no scaling, no largest fitting
+    float: the search's set-up costs more than this bound), over the charges that hold a value of the
+    box on each attribute it narrows (a superset of those meeting it: the bound holds over any
+    superset), widened to an exact upper bound as the search does (rounded down to the unit) and tested
+    with ``fits``. Summed attribute by attribute, heaviest first, it stops once past a float clearly
+    above the largest load that fits (``pb.hint`` plus a unit; any hint is safe: it only ends this
+    test sooner). Only finite loads below 2^600 (no sum overflows); False settles nothing (the search
+    decides, its root trying the tables too)."""
     loads, cover, box, offsets = pb.loads, pb.cover, pb.box, pb.offsets
+    if pb.warm is None:
+        return False
     starts = offsets[:-1]
     live = loads > 0
     if not live.any() or not np.isfinite(loads).all() or float(loads.max()) >= 2.0**600:
@@ -399,42 +403,31 @@ def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool:
     n, d = int(idx.size), len(starts)
     if n == 0:
         return False
-    sub = cover[idx].astype(np.float64)
-    w = loads[idx]
-    rel = 1 + 4 * (n + d + 2) * _U
-    # a float bound clearly above the largest load that fits (plus a unit, which rounding down may
-    # take off) is not shown: no exact arithmetic (any hint is safe here: it only skips this test)
-    unit_f = float(pb.unit) if pb.unit is not None else 0.0
-    hint = pb.hint if pb.hint is not None and math.isfinite(pb.hint) else math.inf
-
-    def shown(ub: float, extra: float) -> bool:
-        if not (math.isfinite(ub) and math.isfinite(extra)) or ub > (hint + unit_f) * 1.000001:
-            return False
-        bound = Fraction(ub) * Fraction(rel) + Fraction(extra)
-        if pb.unit is not None:
-            bound = (bound // pb.unit) * pb.unit
-        return fits(bound)
-
-    # the tables: per value of the box the loads holding it, per attribute the largest (the search's
-    # root bound; MATH.md 2.7.1's first bound on these charges)
-    if shown(float(np.maximum.reduceat(np.where(box, w @ sub, -1.0), starts).min()), 0.0):
-        pb.stats["tables"] = pb.stats.get("tables", 0) + 1
-        return True
-    if pb.warm is None:
-        return False
+    sub, w = cover[idx], loads[idx]
     mu = np.asarray(pb.warm[idx], dtype=np.float64)
     mu = np.where(np.isfinite(mu) & (mu > 0), mu, 0.0)
+    unit_f = float(pb.unit) if pb.unit is not None else 0.0
+    hint = pb.hint if pb.hint is not None and math.isfinite(pb.hint) else math.inf
+    past = (hint + unit_f) * 1.000001 if hint >= 0 else -math.inf
     # sums of non-negative products of exact floats, as in _lagrangian, whose round-off bound this shares
-    second = 0.0
-    for a in np.flatnonzero(mu.any(axis=0)).tolist():
-        lo, hi = int(offsets[a]), int(offsets[a + 1])
-        second += float((mu[:, a] @ sub[:, lo:hi])[box[lo:hi]].max())
-    total = float(np.maximum(w - mu.sum(axis=1), 0.0).sum()) + second
+    total = float(np.maximum(w - mu.sum(axis=1), 0.0).sum())
+    weights = mu.sum(axis=0)
+    for a in np.argsort(-weights).tolist():
+        if total > past:
+            return False
+        if weights[a] > 0:
+            lo, hi = int(offsets[a]), int(offsets[a + 1])
+            total += float((mu[:, a] @ sub[:, lo:hi])[box[lo:hi]].max())
+    if not total <= past:  # (and not finite)
+        return False
     err = 4 * (n + d + 4) * _U * (float(w.sum()) + float(mu.sum()) + total)
-    if shown(total, err):
-        pb.stats["warm"] = pb.stats.get("warm", 0) + 1
-        return True
-    return False
+    bound = Fraction(total) * Fraction(1 + 4 * (n + d + 2) * _U) + Fraction(err)
+    if pb.unit is not None:
+        bound = (bound // pb.unit) * pb.unit
+    if not fits(bound):
+        return False
+    pb.stats["warm"] = pb.stats.get("warm", 0) + 1
+    return True
 
 
 #: toulbar2 joins a threshold decision (loads multiples of one unit) whose branch and bound has run this
