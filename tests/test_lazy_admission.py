@@ -586,6 +586,51 @@ def test_rows_a_search_weighed_are_kept_with_their_exact_loads(seed: int) -> Non
     assert kept > 0 and over > 0
 
 
+def test_kept_multipliers_are_tried_first_only_while_they_pay() -> None:
+    """Trying the kept multipliers before the search's set-up costs a little on every decision they
+    do not settle; ``Members`` stops once they settled none of the last 32 tries (re-trying every
+    eighth decision), and tries again for good once they settle some. Decisions are unchanged (each
+    one here against the brute force over the 125 rows)."""
+    from overlapdp.privacy import _lazy
+    from overlapdp.privacy._lazy import Members
+
+    schema = Schema(tuple(IntAttribute(n, 0, 4) for n in "xyz"))  # (kept multipliers: 4+ values each)
+    rows = list(itertools.product(range(5), repeat=3))
+    rng = np.random.default_rng(77)
+    members = Members(schema)
+    held: list[tuple[PredicateQuery, Fraction]] = []
+    for _ in range(30):
+        q = PredicateQuery.from_coverages(schema, random_coverages(rng, schema))
+        members.add(q, Fraction(1), 0)
+        held.append((q, Fraction(1)))
+    assert members.warm.shape[0] > 0
+    tried: list[bool] = []
+    real = _lazy.exceeds
+
+    def spy(pb: Any, *a: Any, **kw: Any) -> Any:
+        tried.append(pb.precheck)
+        return real(pb, *a, **kw)
+
+    def decide(t: Fraction) -> None:
+        q = PredicateQuery.from_coverages(schema, random_coverages(rng, schema))
+        got = members.exceeds(q, lambda x: x <= t, 20_000)
+        loads = [sum((e for y, e in held if y.covers(r)), Fraction(0)) for r in rows if q.covers(r)]
+        assert (got is None) == (max(loads, default=Fraction(0)) <= t)
+
+    _lazy.exceeds = spy  # type: ignore[assignment]
+    try:
+        for _ in range(80):  # below every row's load: nothing is settled before the search
+            decide(Fraction(-1))
+        assert all(tried[:32])
+        assert [i for i in range(40, 80) if tried[i]] == [i for i in range(40, 80) if (i + 1) % 8 == 0]
+        tried.clear()
+        for _ in range(80):  # above the total: the kept multipliers settle their tries again
+            decide(Fraction(1000))
+        assert tried[-20:] == [True] * 20
+    finally:
+        _lazy.exceeds = real  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_refusals_by_known_rows_show_a_row_over_budget(seed: int) -> None:
     """Near the budget most refusals are shown by a row an earlier search found over it (tried before

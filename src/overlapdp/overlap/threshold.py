@@ -116,6 +116,9 @@ class Problem:
     #: (written by the search) the row it found that does not fit, with its exact load (None: none, or
     #: found by toulbar2, which gives no load)
     over: tuple[tuple[int, ...], Fraction] | None = None
+    #: whether to try the kept multipliers before setting the search up (a caller that sees them fail
+    #: there again and again may stop paying for the try; either way the decision is the same)
+    precheck: bool = True
 
 
 class _Atoms:
@@ -349,9 +352,15 @@ def exceeds(
     fits). Raises :class:`SearchGaveUp` past ``max_nodes`` nodes or the ``deadline``
     (:func:`overlapdp.overlap._clock.now`), unless toulbar2, beside the branch and bound on loads that
     are multiples of the unit, answers by then."""
-    if _cleared_at_once(pb, fits):
+    cleared = _cleared_at_once(pb, fits) if pb.precheck else None
+    if cleared is not None:
+        pb.stats["pre"] = pb.stats.get("pre", 0) + 1
+    if cleared:
         return None
     search = _Search(pb, fits)
+    # the root need not take the kept multipliers' bound again (the one taken here is no weaker but
+    # for the charges it counts that miss the box: a root LP then proves what it would have)
+    search.root_warm = cleared is None
     found: list[tuple[int, ...]] = []
 
     def on_row(row: tuple[int, ...], load: Fraction) -> bool:
@@ -375,7 +384,7 @@ def exceeds(
             beside.cancel()
 
 
-def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool:
+def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool | None:
     """Whether the kept multipliers' Lagrangian bound (MATH.md 7.9) already shows that every row of the
     box fits, taken on the charges' coverages as they are (no atoms, no scaling, no largest fitting
     float: the search's set-up costs more than this bound), over the charges that hold a value of the
@@ -383,18 +392,18 @@ def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool:
     superset), widened to an exact upper bound as the search does (rounded down to the unit) and tested
     with ``fits``. Summed attribute by attribute, heaviest first, it stops once past a float clearly
     above the largest load that fits (``pb.hint`` plus a unit; any hint is safe: it only ends this
-    test sooner). Only finite loads below 2^600 (no sum overflows); False settles nothing (the search
-    decides, its root trying the tables too)."""
+    test sooner). Only finite loads below 2^600 (no sum overflows). False: tried, settles nothing (the
+    search decides, its root trying the tables); None: not tried."""
     loads, cover, box, offsets = pb.loads, pb.cover, pb.box, pb.offsets
     if pb.warm is None:
-        return False
+        return None
     starts = offsets[:-1]
     live = loads > 0
     if not live.any() or not np.isfinite(loads).all() or float(loads.max()) >= 2.0**600:
-        return False
+        return None
     in_box = np.add.reduceat(box, starts)
     if not in_box.all():  # an empty box: the search says so
-        return False
+        return None
     meets = live
     for a in np.flatnonzero(in_box < np.diff(offsets)).tolist():
         lo, hi = int(offsets[a]), int(offsets[a + 1])
@@ -402,7 +411,7 @@ def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool:
     idx = np.flatnonzero(meets)
     n, d = int(idx.size), len(starts)
     if n == 0:
-        return False
+        return None
     sub, w = cover[idx], loads[idx]
     mu = np.asarray(pb.warm[idx], dtype=np.float64)
     mu = np.where(np.isfinite(mu) & (mu > 0), mu, 0.0)
@@ -669,6 +678,7 @@ class _Search:
         self.theta = 0.0
         self.retheta()
         self.heaviest: tuple[tuple[int, ...], Fraction] | None = None
+        self.root_warm = True  # whether the root takes the kept multipliers' bound (exceeds() may have)
 
     def retheta(self) -> None:
         """The largest float load (scaled) that fits: branching prefers values whose table exceeds it."""
@@ -794,7 +804,7 @@ class _Search:
                     continue
                 xs: list[np.ndarray] | None = None
                 mu_node = inherited
-                if inherited is not None:
+                if inherited is not None and (nodes > 1 or self.root_warm):
                     bound, err = _lagrangian(inherited, w, alive, wf, masks)
                     if self.clear(bound, err):
                         key = "inherited" if nodes > 1 else "warm"

@@ -27,6 +27,7 @@ bound of the exact (Fraction) loads once widened by :func:`widen`.
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -46,6 +47,8 @@ _TINY = Fraction(1, 2**900)
 _HUGE = Fraction(2**900)
 _TINY_F = float(_TINY)
 _F32_MAX = float(np.finfo(np.float32).max)
+# the threshold decisions over which Members weighs whether trying the kept multipliers first pays
+_TRIES = 32
 # rows whose exact loads Members keeps (twice the filter's known rows: they rotate)
 _AT_ROWS = 128
 
@@ -418,6 +421,10 @@ class Members:
         self._at_cols = np.zeros((0, len(self.sizes)), dtype=np.intp)
         # the last live loads folded into the unit (a ledger repeats a few loads: add() skips them)
         self._folded: list[Fraction] = []
+        # whether each of the last threshold decisions that tried the kept multipliers before setting
+        # the search up was settled by them (see exceeds), and the decisions asked since the first
+        self._tries: collections.deque[bool] = collections.deque(maxlen=_TRIES)
+        self._asked = 0
 
     def _seg(self, p: int) -> slice:
         return slice(int(self.offsets[p]), int(self.offsets[p + 1]))
@@ -590,6 +597,11 @@ class Members:
             return None
         n = self.n
         loads = np.where(self.live[:n], self.loads[:n], 0.0)
+        # the kept multipliers are tried before the search's set-up while they settle at least one
+        # decision in ten of the last tries (each costs ~0.05 ms; each they settle saves ~0.4 ms), and
+        # every eighth decision anyway: on the float-epsilon uniform stream they settle 6 of 208
+        self._asked += 1
+        pre = len(self._tries) < _TRIES or sum(self._tries) * 10 >= _TRIES or self._asked % 8 == 0
         pb = Problem(
             self.flat[:n],
             loads,
@@ -599,10 +611,13 @@ class Members:
             unit=self.unit,
             hint=hint,
             warm=self.warm[:n] if self._warm else None,
+            precheck=pre,
         )
         try:
             return exceeds(pb, fits, max_nodes=max_nodes, deadline=deadline)
         finally:
+            if pb.stats.get("pre"):
+                self._tries.append(bool(pb.stats.get("warm")))
             # rows the search weighed exactly (over every live charge: the others do not meet the
             # box), kept for load_at: the filter tries them on its next refusals
             for got in (pb.over, pb.heaviest):
