@@ -358,8 +358,9 @@ def exceeds(
     if cleared:
         return None
     search = _Search(pb, fits)
-    # the root need not take the kept multipliers' bound again (the one taken here is no weaker but
-    # for the charges it counts that miss the box: a root LP then proves what it would have)
+    # the root need not take the kept multipliers' bound again (the one taken here may be a little
+    # weaker, with the multipliers on attributes the box's atoms leave whole: a root LP then proves
+    # what the root's would have)
     search.root_warm = cleared is None
     found: list[tuple[int, ...]] = []
 
@@ -387,9 +388,9 @@ def exceeds(
 def _cleared_at_once(pb: Problem, fits: Callable[[Fraction], bool]) -> bool | None:
     """Whether the kept multipliers' Lagrangian bound (MATH.md 7.9) already shows that every row of the
     box fits, taken on the charges' coverages as they are (no atoms, no scaling, no largest fitting
-    float: the search's set-up costs more than this bound), over the charges that hold a value of the
-    box on each attribute it narrows (a superset of those meeting it: the bound holds over any
-    superset), widened to an exact upper bound as the search does (rounded down to the unit) and tested
+    float: the search's set-up costs more than this bound), over the live charges that hold a value of
+    the box on each attribute it narrows (those meeting it, and any holding no value at all of an
+    attribute the box leaves whole: the bound holds over any superset), widened to an exact upper bound as the search does (rounded down to the unit) and tested
     with ``fits``. Summed attribute by attribute, heaviest first, it stops once past a float clearly
     above the largest load that fits (``pb.hint`` plus a unit; any hint is safe: it only ends this
     test sooner). Only finite loads below 2^600 (no sum overflows). False: tried, settles nothing (the

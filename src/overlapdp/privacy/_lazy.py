@@ -143,7 +143,8 @@ class Bounds:
         # one component's per-attribute peak + base, share peak and base as floats (see inside_scalar)
         self._scalars: tuple[list[float], list[float], list[float]] | None = None
         # one component (every definition but Rényi DP): 1-D views of the tables (updated in place
-        # everywhere, undo_to too), so the scalar paths index them without a second axis
+        # everywhere, undo_to too), so the scalar paths index them without a second axis; a copy of
+        # these Bounds must make them again (a deep copy or a pickle would part them from the tables)
         self._cells1 = [c[:, 0] for c in self.cells] if k == 1 else []
         self._share1 = [s[:, 0] for s in self.share] if k == 1 else []
 
@@ -597,11 +598,11 @@ class Members:
             return None
         n = self.n
         loads = np.where(self.live[:n], self.loads[:n], 0.0)
-        # the kept multipliers are tried before the search's set-up while they settle at least one
-        # decision in ten of the last tries (each costs ~0.05 ms; each they settle saves ~0.4 ms), and
-        # every eighth decision anyway: on the float-epsilon uniform stream they settle 6 of 208
+        # the kept multipliers are tried before the search's set-up while they settle at least 3 of the
+        # last 32 tries (each costs ~0.05 ms; each they settle saves ~0.4 ms), and every eighth
+        # decision anyway: on the float-epsilon uniform stream they settle 6 of 208
         self._asked += 1
-        pre = len(self._tries) < _TRIES or sum(self._tries) * 10 >= _TRIES or self._asked % 8 == 0
+        pre = len(self._tries) < _TRIES or sum(self._tries) >= 3 or self._asked % 8 == 0
         pb = Problem(
             self.flat[:n],
             loads,

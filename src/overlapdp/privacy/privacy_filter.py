@@ -441,7 +441,8 @@ class PrivacyFilter:
     def _limit_settles(self, v: float, e: Fraction) -> bool | None:
         """Whether :meth:`_lazy_fits`'s exact test ``widen(v) + e <= limit`` holds, settled in floats
         when the float candidate is clearly on one side (None: too close to call, or out of the
-        floats' normal range). ``widen(v) = v (1 + 4 (n + 2) 2^-53)``; the float candidate ``c`` takes
+        floats' range). ``widen(v) = v (1 + 4 (m + 2) 2^-53)``, ``m`` the charges plus the tables'
+        extra terms (MATH.md 2.7.1's ``n + d + 2``), a float exactly; the float candidate ``c`` takes
         at most three roundings, each within 2^-53 relative, and the limit's float one, so a relative
         margin of 2^-48 (plus 2^-1000 absolute, for subnormal parts) covers them."""
         lim = self._limit
