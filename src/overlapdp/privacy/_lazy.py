@@ -216,22 +216,18 @@ class Bounds:
         of. None when the charge constrains no attribute."""
         best: tuple[float, float] | None = None
         pick = None
-        if self.k == 1:  # the same float operations on Python floats (inf - inf: nan, no warning)
-            one = float(load[0])
-            for p, idx in cover.parts:
+        one = float(load[0])
+        for p, idx in cover.parts:
+            if self.k == 1:  # the same float operations on Python floats (inf - inf: nan, no warning)
                 rise = float(self._share1[p][idx].max()) + one - float(self.speak[p, 0])
                 if rise < 0.0:
                     rise = 0.0
-                part = (idx.stop - idx.start if isinstance(idx, slice) else len(idx)) / self.sizes[p]
-                if best is None or (rise, part) < best:
-                    best, pick = (rise, part), (p, idx)
-            return pick
-        for p, idx in cover.parts:
-            with np.errstate(invalid="ignore"):  # inf - inf (loads past 2^900): nan, any choice is valid
-                rise = np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum()
+            else:
+                with np.errstate(invalid="ignore"):  # inf - inf (loads past 2^900): nan, any choice valid
+                    rise = float(np.maximum(self.share[p][idx].max(axis=0) + load - self.speak[p], 0.0).sum())
             part = (idx.stop - idx.start if isinstance(idx, slice) else len(idx)) / self.sizes[p]
-            if best is None or (float(rise), part) < best:
-                best, pick = (float(rise), part), (p, idx)
+            if best is None or (rise, part) < best:
+                best, pick = (rise, part), (p, idx)
         return pick
 
     def add(self, cover: Cover, load: np.ndarray) -> int | None:
@@ -252,37 +248,36 @@ class Bounds:
                 )
             )
         np.add(self.base, load, out=self.base, where=cover.free[:, None])  # (one call: a mask's += is two)
-        if self.k == 1:  # the same additions on the 1-D views; the peaks as scalars (no nan here)
-            one = float(load[0])
-            peak = self.peak
-            for p, idx in cover.parts:
-                cell = self._cells1[p]
-                cell[idx] += one
-                top = float(cell[idx].max())
-                if top > peak[p, 0]:
-                    peak[p, 0] = top
-            if pick is None:
-                self.everywhere = self.everywhere + load
-            else:
-                p, idx = pick
-                share1 = self._share1[p]
-                share1[idx] += one
-                top = float(share1[idx].max())
-                if top > self.speak[p, 0]:
-                    self.speak[p, 0] = top
-            return None if pick is None else pick[0]
         for p, idx in cover.parts:
-            cell = self.cells[p]
-            cell[idx] += load
-            np.maximum(self.peak[p], cell[idx].max(axis=0), out=self.peak[p])
+            self._grow(self.cells, self._cells1, self.peak, p, idx, load)
         if pick is None:
             self.everywhere = self.everywhere + load
         else:
-            p, idx = pick
-            share = self.share[p]
-            share[idx] += load
-            np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
+            self._grow(self.share, self._share1, self.speak, pick[0], pick[1], load)
         return None if pick is None else pick[0]
+
+    def _grow(
+        self,
+        tables: list[np.ndarray],
+        tables1: list[np.ndarray],
+        peaks: np.ndarray,
+        p: int,
+        idx: slice | np.ndarray,
+        load: np.ndarray,
+    ) -> None:
+        """Add ``load`` to attribute ``p``'s values ``idx`` of ``tables`` and raise its peak. One
+        component: on the 1-D view with a Python float, the peak as a scalar (no nan reaches the
+        tables), bit for bit the generic path's sums."""
+        if self.k == 1:
+            t = tables1[p]
+            t[idx] += float(load[0])
+            top = float(t[idx].max())
+            if top > peaks[p, 0]:
+                peaks[p, 0] = top
+        else:
+            t = tables[p]
+            t[idx] += load
+            np.maximum(peaks[p], t[idx].max(axis=0), out=peaks[p])
 
     def add_many(self, covers: Sequence[Cover], loads: np.ndarray) -> list[int | None]:
         """:meth:`add` of every charge in order (``loads``: one row of ``k`` per cover), leaving the
@@ -321,9 +316,7 @@ class Bounds:
                 self.everywhere = self.everywhere + load
             else:
                 p, idx = pick
-                share = self.share[p]
-                share[idx] += load
-                np.maximum(self.speak[p], share[idx].max(axis=0), out=self.speak[p])
+                self._grow(self.share, self._share1, self.speak, p, idx, load)
                 picks[i] = p
         # Cells: per attribute, every (value, charge) pair in charge order (ranges expanded at once).
         spans: dict[int, tuple[list[int], list[int], list[int]]] = {p: ([], [], []) for p in touched}
