@@ -111,6 +111,25 @@ def test_pure_decisions_match_brute_force(seed: int, scale: float, neighbouring:
     assert flt.spent() == factor * float_up(brute.maximum())
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_mechanism_charged_again_puts_its_own_load(seed: int) -> None:
+    """The filter keeps the loads of the last few mechanisms it charged (equal parameters, equal loads):
+    a stream drawing again and again from more of them than it keeps, some with the same scale and
+    another sensitivity, is decided as brute force decides it on each one's own epsilon."""
+    flt = PrivacyFilter(SCHEMA, PureDP(1.0))
+    brute = Brute(lambda m: (Fraction(m.pure().epsilon),), _scalar(1, Fraction(1)))  # type: ignore[union-attr]
+    kinds = [Laplace(s, sensitivity=d) for s in (4.0, 5.0, 8.0, 10.0, 20.0) for d in (1.0, 2.0, 3.0)]
+
+    def mech(rng: np.random.Generator) -> Mechanism:
+        # a new object each time, equal to an earlier one
+        m = kinds[int(rng.integers(len(kinds)))]
+        return Laplace(m.scale, sensitivity=m.sensitivity)
+
+    admitted, refused, _ = run_stream(flt, brute, mech, 700 + seed, 120)
+    assert admitted > 5 and refused > 5
+    assert flt.value() == float_up(brute.maximum())
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pure_far_from_budget_is_lazy_and_value_exact(seed: int) -> None:
     flt = PrivacyFilter(SCHEMA, PureDP(100.0))

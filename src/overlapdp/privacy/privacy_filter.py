@@ -54,6 +54,7 @@ concurrent composition; MATH.md 3.6).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -92,6 +93,8 @@ _JOINT_GRID_LIMIT = 200_000
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
 _HOT_ROWS = 64
+# the last mechanisms' loads kept per filter (a stream charges a few mechanisms over and over)
+_KEPT_LOADS = 8
 # relative margins of the float pre-check of the lazy bound against a limit (_limit_settles)
 _AHEAD = 1 + 2.0**-48
 _BEHIND = 1 - 2.0**-48
@@ -229,6 +232,7 @@ class PrivacyFilter:
         self._hot: list[tuple[int, ...]] = []  # known over-budget rows, the last to refuse first
         self._hot_rows = np.zeros((0, len(schema.attributes)), dtype=np.intp)  # the same, as an array
         self._readable_rows: dict[tuple[int, ...], dict[str, Any]] = {}  # see _readable
+        self._kept_loads: dict[Mechanism, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}  # see _loads
         # per open savepoint (outermost first): the pending list and its length, the bounds' journal
         # length, and whether every row was known within budget
         self._saves: list[tuple[list[tuple[PredicateQuery, list[Any]]], int, int, bool]] = []
@@ -259,8 +263,7 @@ class PrivacyFilter:
                     self._flush()
                     value = self._check([t.index.value for t in self._tracks])[1] if self._ids else 0.0
                     return Admission(False, None, value, self.measure.budget_value(self.budget), None, why)
-            loads = [t.load(mechanism) for t in self._tracks]  # raises before anything changes
-            exact = [t.exact(mechanism) for t in self._tracks]
+            loads, exact = self._loads(mechanism)  # raises before anything changes
             budget_v = self.measure.budget_value(self.budget)
             floats = self._bound_loads(loads, exact)
             if floats is not None:
@@ -317,12 +320,31 @@ class PrivacyFilter:
             q = charge.query.with_id(charge.id)
             if self._refuse is not None and (self._outside or self._refuse(mechanism, q) is not None):
                 return None  # try_charge refuses it, with its reason
-            loads = [t.load(mechanism) for t in self._tracks]
-            exact = [t.exact(mechanism) for t in self._tracks]
+            loads, exact = self._loads(mechanism)
             floats = self._bound_loads(loads, exact)
             if floats is None:
                 return None
             return self._admit_on_bounds(charge, q, loads, exact, floats, Cover(q))
+
+    def _loads(self, mechanism: Mechanism) -> tuple[list[Any], list[Any]]:
+        """The mechanism's float and exact load on each track (raises as the tracks do). Kept for the
+        last few frozen-dataclass mechanisms whose loads are immutable values: equal mechanisms (equal
+        parameters, the same class) put equal loads on a track, and the tracks never change."""
+        frozen = dataclasses.is_dataclass(mechanism) and type(mechanism).__dataclass_params__.frozen
+        if frozen:
+            try:
+                got = self._kept_loads.get(mechanism)
+            except TypeError:  # (a field that cannot be hashed)
+                got, frozen = None, False
+            if got is not None:
+                return list(got[0]), list(got[1])
+        loads = [t.load(mechanism) for t in self._tracks]
+        exact = [t.exact(mechanism) for t in self._tracks]
+        if frozen and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
+            if len(self._kept_loads) >= _KEPT_LOADS:
+                self._kept_loads.clear()
+            self._kept_loads[mechanism] = (tuple(loads), tuple(exact))
+        return loads, exact
 
     # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
     def _admit_on_bounds(
