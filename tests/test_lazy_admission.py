@@ -7,6 +7,7 @@ threshold search or the index) and far from it (decided by the bounds alone)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import warnings
@@ -128,6 +129,29 @@ def test_a_mechanism_charged_again_puts_its_own_load(seed: int) -> None:
     admitted, refused, _ = run_stream(flt, brute, mech, 700 + seed, 120)
     assert admitted > 5 and refused > 5
     assert flt.value() == float_up(brute.maximum())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Repeated(Laplace):
+    """A user's mechanism: Laplace answered ``times`` times, a field its equality leaves out."""
+
+    times: int = dataclasses.field(default=1, compare=False)
+
+    def pure(self) -> PureDP:
+        return PureDP(self.eps0 * self.times)
+
+
+def test_kept_loads_follow_every_field_not_the_class_equality() -> None:
+    """Two mechanisms equal by their class's own equality but of different cost each put their own
+    load: the second is refused where the first fits (a cache keyed by equality would admit it)."""
+    flt = PrivacyFilter(SCHEMA, PureDP(3.0))
+    once, thrice = _Repeated(1.0, times=1), _Repeated(1.0, times=3)
+    assert once == thrice and hash(once) == hash(thrice)
+    assert flt.try_charge(once).admitted
+    assert not flt.try_charge(thrice).admitted  # 1 + 3 > 3
+    assert flt.try_charge(once).admitted and flt.try_charge(once).admitted
+    assert not flt.try_charge(once).admitted
+    assert flt.value() == 3.0
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -145,6 +146,15 @@ class _Track:
         return up * Fraction(float(r.upper)) if self.squared else up
 
 
+@functools.cache
+def _frozen_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names of a frozen dataclass (whose parameters cannot change after it is made), or
+    None for any other class."""
+    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 class PrivacyFilter:
     """Admits a charge only if the overlap-aware guarantee stays within ``budget`` (see the module
     docstring for why each definition's filter is valid under adaptive choice). Admission is atomic:
@@ -232,7 +242,7 @@ class PrivacyFilter:
         self._hot: list[tuple[int, ...]] = []  # known over-budget rows, the last to refuse first
         self._hot_rows = np.zeros((0, len(schema.attributes)), dtype=np.intp)  # the same, as an array
         self._readable_rows: dict[tuple[int, ...], dict[str, Any]] = {}  # see _readable
-        self._kept_loads: dict[Mechanism, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}  # see _loads
+        self._kept_loads: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}  # see _loads
         # per open savepoint (outermost first): the pending list and its length, the bounds' journal
         # length, and whether every row was known within budget
         self._saves: list[tuple[list[tuple[PredicateQuery, list[Any]]], int, int, bool]] = []
@@ -328,22 +338,25 @@ class PrivacyFilter:
 
     def _loads(self, mechanism: Mechanism) -> tuple[list[Any], list[Any]]:
         """The mechanism's float and exact load on each track (raises as the tracks do). Kept for the
-        last few frozen-dataclass mechanisms whose loads are immutable values: equal mechanisms (equal
-        parameters, the same class) put equal loads on a track, and the tracks never change."""
-        frozen = dataclasses.is_dataclass(mechanism) and type(mechanism).__dataclass_params__.frozen
-        if frozen:
+        last few frozen-dataclass mechanisms whose loads are immutable values, keyed by the class and
+        the values of every field (whatever the class's own equality says): the same parameters put
+        the same loads on a track, and a filter's tracks never change."""
+        key: tuple[Any, ...] | None = None
+        names = _frozen_fields(type(mechanism))
+        if names is not None:
+            key = (type(mechanism), *(getattr(mechanism, n) for n in names))
             try:
-                got = self._kept_loads.get(mechanism)
+                got = self._kept_loads.get(key)
             except TypeError:  # (a field that cannot be hashed)
-                got, frozen = None, False
+                got, key = None, None
             if got is not None:
                 return list(got[0]), list(got[1])
         loads = [t.load(mechanism) for t in self._tracks]
         exact = [t.exact(mechanism) for t in self._tracks]
-        if frozen and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
+        if key is not None and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
             if len(self._kept_loads) >= _KEPT_LOADS:
                 self._kept_loads.clear()
-            self._kept_loads[mechanism] = (tuple(loads), tuple(exact))
+            self._kept_loads[key] = (tuple(loads), tuple(exact))
         return loads, exact
 
     # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
