@@ -154,6 +154,33 @@ def test_kept_loads_follow_every_field_not_the_class_equality() -> None:
     assert flt.value() == 3.0
 
 
+class _Knob:
+    """A setting a mechanism reads (hashed by identity, changeable in place)."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+
+
+@dataclasses.dataclass(frozen=True)
+class _Knobbed(Laplace):
+    knob: _Knob = dataclasses.field(default_factory=lambda: _Knob(1))
+
+    def pure(self) -> PureDP:
+        return PureDP(self.eps0 * self.knob.times)
+
+
+def test_kept_loads_never_outlive_a_changed_field_object() -> None:
+    """A frozen mechanism whose field holds an object changed in place costs what it costs now."""
+    flt = PrivacyFilter(SCHEMA, PureDP(3.0))
+    m = _Knobbed(1.0)
+    assert flt.try_charge(m).admitted
+    m.knob.times = 3
+    assert not flt.try_charge(m).admitted  # 1 + 3 > 3
+    m.knob.times = 1
+    assert flt.try_charge(m).admitted
+    assert flt.value() == 2.0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pure_far_from_budget_is_lazy_and_value_exact(seed: int) -> None:
     flt = PrivacyFilter(SCHEMA, PureDP(100.0))

@@ -94,8 +94,10 @@ _JOINT_GRID_LIMIT = 200_000
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
 _HOT_ROWS = 64
-# the last mechanisms' loads kept per filter (a stream charges a few mechanisms over and over)
+# the last mechanisms' loads kept per filter (a stream charges a few mechanisms over and over), for
+# mechanisms whose fields hold only these
 _KEPT_LOADS = 8
+_PLAIN = (float, int, bool, str, Fraction, type(None))
 # relative margins of the float pre-check of the lazy bound against a limit (_limit_settles)
 _AHEAD = 1 + 2.0**-48
 _BEHIND = 1 - 2.0**-48
@@ -338,19 +340,21 @@ class PrivacyFilter:
 
     def _loads(self, mechanism: Mechanism) -> tuple[list[Any], list[Any]]:
         """The mechanism's float and exact load on each track (raises as the tracks do). Kept for the
-        last few frozen-dataclass mechanisms whose loads are immutable values, keyed by the class and
-        the values of every field (whatever the class's own equality says): the same parameters put
-        the same loads on a track, and a filter's tracks never change."""
+        last few frozen-dataclass mechanisms with plain field values and immutable loads, keyed by the
+        class and the values of every field (whatever the class's own equality says): the same
+        parameters put the same loads on a track, and a filter's tracks never change."""
         key: tuple[Any, ...] | None = None
         names = _frozen_fields(type(mechanism))
         if names is not None:
-            key = (type(mechanism), *(getattr(mechanism, n) for n in names))
-            try:
+            values = tuple(getattr(mechanism, n) for n in names)
+            types = tuple(type(v) for v in values)
+            # plain values only (an object in a field may change inside a frozen dataclass), each with
+            # its type (1 == 1.0 == True)
+            if all(t in _PLAIN for t in types):
+                key = (type(mechanism), values, types)
                 got = self._kept_loads.get(key)
-            except TypeError:  # (a field that cannot be hashed)
-                got, key = None, None
-            if got is not None:
-                return list(got[0]), list(got[1])
+                if got is not None:
+                    return list(got[0]), list(got[1])
         loads = [t.load(mechanism) for t in self._tracks]
         exact = [t.exact(mechanism) for t in self._tracks]
         if key is not None and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
