@@ -21,7 +21,7 @@ import pytest
 from overlapdp.exact import float_up
 from overlapdp.privacy import GDP, RDP, ZCDP, ApproxDP, Gaussian, Laplace, PrivacyFilter, PureDP
 from overlapdp.privacy._lazy import Bounds, Cover, up_float, widen
-from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.privacy.mechanisms import Mechanism, cost_key, costed_by_fields
 from overlapdp.query import PredicateQuery
 from overlapdp.schema import IndexSet, IntAttribute, Schema
 from support.generators import random_coverages
@@ -179,6 +179,98 @@ def test_kept_loads_never_outlive_a_changed_field_object() -> None:
     m.knob.times = 1
     assert flt.try_charge(m).admitted
     assert flt.value() == 2.0
+
+
+class _UserMechanism(Mechanism):
+    """A user's pure-DP mechanism: its profile and loss range from its epsilon."""
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        e = self.pure().epsilon  # type: ignore[union-attr]
+        return np.where(np.asarray(epsilons) >= e, 0.0, 1.0)
+
+    def loss_range(self) -> tuple[float, float]:
+        e = self.pure().epsilon  # type: ignore[union-attr]
+        return (-e, e)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Derived(_UserMechanism):
+    """A user's mechanism whose cost is set apart from its fields (an init-only repeat count)."""
+
+    epsilon: float
+    times: dataclasses.InitVar[int] = 1
+    name = "derived"
+
+    def __post_init__(self, times: int) -> None:
+        object.__setattr__(self, "total", self.epsilon * times)
+
+    def pure(self) -> PureDP:
+        return PureDP(self.total)  # type: ignore[attr-defined]
+
+
+class _OwnInit(Laplace):
+    """A Laplace subclass, not itself a dataclass, with state of its own."""
+
+    def __init__(self, scale: float, k: int) -> None:
+        super().__init__(scale)
+        object.__setattr__(self, "k", k)
+
+    def pure(self) -> PureDP:
+        return PureDP(self.eps0 * self.k)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch(_UserMechanism):
+    epsilon: float
+    copies: int = dataclasses.field(default=1, compare=False)
+    name = "batch"
+
+    def pure(self) -> PureDP:
+        return PureDP(self.epsilon * self.copies)
+
+
+@pytest.mark.parametrize(
+    ("cheap", "dear"),
+    [(_Derived(0.3), _Derived(0.3, times=10)), (_OwnInit(10.0, 1), _OwnInit(10.0, 50))],
+)
+def test_kept_loads_only_for_classes_costed_by_their_fields(cheap: Mechanism, dear: Mechanism) -> None:
+    """Mechanisms whose cost is set apart from their fields (an init-only value, a subclass's own
+    state) are never keyed by their fields: the dearer twin is refused at its own cost."""
+    flt = PrivacyFilter(SCHEMA, PureDP(1.0))
+    assert flt.try_charge(cheap).admitted
+    assert not flt.try_charge(dear).admitted
+    assert flt.try_charge(cheap).admitted
+    assert flt.value() == pytest.approx(2 * cheap.pure().epsilon)  # type: ignore[union-attr]
+
+
+def test_record_many_records_each_mechanism_at_its_own_cost() -> None:
+    """A replay of two mechanisms its class calls equal but of different cost spends both costs (its
+    per-mechanism loads were once kept by that equality), and refuses what no longer fits."""
+    flt = PrivacyFilter(SCHEMA, PureDP(3.0))
+    flt.record_many([(_Batch(0.1), None), (_Batch(0.1, copies=20), None)])
+    assert flt.value() == pytest.approx(2.1)
+    assert not flt.try_charge(Laplace(1.0)).admitted  # 2.1 + 1 > 3
+
+
+def test_cost_key_tells_apart_what_equality_merges() -> None:
+    """The key is the class itself and its fields bit for bit: -0.0 is not 0.0, 1 is not 1.0, a
+    subclass or an unregistered class has none."""
+
+    @costed_by_fields
+    @dataclasses.dataclass(frozen=True)
+    class Knob(_UserMechanism):
+        x: Any
+        y: tuple[float, ...] = ()
+
+    assert cost_key(Knob(0.5, (1.0,))) == cost_key(Knob(0.5, (1.0,))) is not None
+    assert cost_key(Knob(0.0)) != cost_key(Knob(-0.0))
+    assert cost_key(Knob(1)) != cost_key(Knob(1.0)) != cost_key(Knob(True))
+    assert cost_key(Knob(0.5, (0.0,))) != cost_key(Knob(0.5, (-0.0,)))
+    assert cost_key(Knob([1.0])) is None and cost_key(Knob(_Knob(1))) is None
+    assert cost_key(_OwnInit(2.0, 1)) is None and cost_key(_Batch(0.1)) is None
+    assert cost_key(Laplace(2.0)) == cost_key(Laplace(2.0, sensitivity=1.0)) != cost_key(Laplace(2.0, 2.0))
+    with pytest.raises(TypeError):
+        costed_by_fields(int)  # only a frozen dataclass can declare it
 
 
 @pytest.mark.parametrize("seed", range(4))

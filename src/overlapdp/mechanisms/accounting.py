@@ -36,6 +36,7 @@ from overlapdp.query import PredicateQuery
 from overlapdp.schema import Schema
 
 
+@pm.costed_by_fields
 @dataclass(frozen=True)
 class DeclaredZCDP(pm.Mechanism):
     """A mechanism known only to be ``rho``-zCDP (e.g. an interactive mechanism's declaration)."""

@@ -9,12 +9,13 @@ neighbouring directions have the same PLD), so their PLDs carry a single directi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -61,6 +62,51 @@ def _pos_int(name: str, value: float) -> int:
     if v != int(v):
         raise BudgetError(f"{name} must be a positive integer for a discrete mechanism, got {value!r}")
     return int(v)
+
+
+_M = TypeVar("_M", bound=type)
+
+# Classes whose privacy cost is a function of their fields' values alone (see costed_by_fields).
+_FIELD_COSTED: set[type] = set()
+
+
+def costed_by_fields(cls: _M) -> _M:
+    """Declare that a frozen dataclass mechanism's cost is a function of its fields' values alone
+    (nothing set apart from them, no class attribute that changes): a filter may then keep the cost
+    it computed for one instance and reuse it for another of exactly this class with the same field
+    values (:func:`cost_key`). Subclasses are not covered: they must declare it themselves."""
+    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__} must be a frozen dataclass to be costed by its fields")
+    _FIELD_COSTED.add(cls)
+    return cls
+
+
+def cost_key(m: Any) -> tuple[Any, ...] | None:
+    """A key that two mechanisms share only when their costs are the same: exactly the same class,
+    declared :func:`costed_by_fields`, and the same field values, bit for bit (floats by their hex
+    form: -0.0 is not 0.0, 1.0 is not 1) and of plain types only; None for any other mechanism."""
+    cls = type(m)
+    if cls not in _FIELD_COSTED:
+        return None
+    parts: list[Any] = [cls]
+    for f in dataclasses.fields(m):
+        k = _plain_key(getattr(m, f.name))
+        if k is None:
+            return None
+        parts.append(k)
+    return tuple(parts)
+
+
+def _plain_key(v: Any) -> Any:
+    t = type(v)
+    if t is float:
+        return (float, v.hex())
+    if t in (int, bool, str, Fraction, type(None)):
+        return (t, v)
+    if t is tuple:
+        inner = tuple(_plain_key(x) for x in v)
+        return None if any(x is None for x in inner) else (tuple, inner)
+    return None
 
 
 class Mechanism(PrivacyProfile):
@@ -127,6 +173,7 @@ _LAPLACE_RDP_MARGIN = 1e-14
 _LAPLACE_RDP_REL = 1e-14
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class Laplace(Mechanism):
     """Laplace noise of scale b on a query of L1 sensitivity Delta: (Delta/b)-DP (Dwork et al. 2006)."""
@@ -184,6 +231,7 @@ class Laplace(Mechanism):
         return LaplaceTradeOff(self.eps0)
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class Gaussian(Mechanism):
     """Gaussian noise N(0, sigma^2) on a query of L2 sensitivity Delta: exactly (Delta/sigma)-GDP
@@ -255,6 +303,7 @@ class _Atomic(Mechanism):
         return PLD.from_atoms(ls, ps, inf, h)
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class RandomizedResponse(_Atomic):
     """k-ary randomized response with parameter epsilon: report the true value with probability
@@ -288,6 +337,7 @@ class RandomizedResponse(_Atomic):
         return np.array(losses), np.array(probs), 0.0
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class OpaqueApproxDP(_Atomic):
     """A mechanism known only to be (epsilon, delta)-DP: charged as its dominating pair (MATH.md 5.4:
@@ -315,6 +365,7 @@ class OpaqueApproxDP(_Atomic):
         return approx_pair_atoms(self.epsilon, self.delta)
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class DiscreteLaplace(_Atomic):
     """Discrete Laplace of scale t on an integer query of sensitivity Delta: pmf $\\propto e^{-|x|/t}$,
@@ -347,6 +398,7 @@ class DiscreteLaplace(_Atomic):
         return losses, probs, 0.0
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class DiscreteGaussian(_Atomic):
     """Discrete Gaussian N_Z(0, sigma^2) on an integer query of sensitivity Delta: Delta^2/(2 sigma^2)-zCDP
@@ -384,6 +436,7 @@ class DiscreteGaussian(_Atomic):
         return losses, w / z, min(1.0, 2 * tail)
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class OpaqueTCDP(Mechanism):
     """A mechanism known only to be (rho, omega)-truncated CDP (Bun, Dwork, Rothblum, Steinke 2018,

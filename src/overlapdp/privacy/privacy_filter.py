@@ -54,8 +54,6 @@ concurrent composition; MATH.md 3.6).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,7 +73,7 @@ from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, Budget
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
-from overlapdp.privacy.mechanisms import Mechanism
+from overlapdp.privacy.mechanisms import Mechanism, cost_key
 from overlapdp.privacy.odometer import Charge, Odometer, _make_charge, whole_domain
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
@@ -94,10 +92,8 @@ _JOINT_GRID_LIMIT = 200_000
 _BOUND_CELLS = 1 << 16
 _SEARCH_NODES = 20_000
 _HOT_ROWS = 64
-# the last mechanisms' loads kept per filter (a stream charges a few mechanisms over and over), for
-# mechanisms whose fields hold only these
+# the last mechanisms' loads kept per filter (a stream charges a few mechanisms over and over)
 _KEPT_LOADS = 8
-_PLAIN = (float, int, bool, str, Fraction, type(None))
 # relative margins of the float pre-check of the lazy bound against a limit (_limit_settles)
 _AHEAD = 1 + 2.0**-48
 _BEHIND = 1 - 2.0**-48
@@ -146,15 +142,6 @@ class _Track:
         """The peek's safe upper bound in the units of ``exact``, widened by ``_NEAR``."""
         up = _fraction_upper(r.upper)
         return up * Fraction(float(r.upper)) if self.squared else up
-
-
-@functools.cache
-def _frozen_fields(cls: type) -> tuple[str, ...] | None:
-    """The field names of a frozen dataclass (whose parameters cannot change after it is made), or
-    None for any other class."""
-    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        return None
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 class PrivacyFilter:
@@ -340,21 +327,16 @@ class PrivacyFilter:
 
     def _loads(self, mechanism: Mechanism) -> tuple[list[Any], list[Any]]:
         """The mechanism's float and exact load on each track (raises as the tracks do). Kept for the
-        last few frozen-dataclass mechanisms with plain field values and immutable loads, keyed by the
-        class and the values of every field (whatever the class's own equality says): the same
-        parameters put the same loads on a track, and a filter's tracks never change."""
-        key: tuple[Any, ...] | None = None
-        names = _frozen_fields(type(mechanism))
-        if names is not None:
-            values = tuple(getattr(mechanism, n) for n in names)
-            types = tuple(type(v) for v in values)
-            # plain values only (an object in a field may change inside a frozen dataclass), each with
-            # its type (1 == 1.0 == True)
-            if all(t in _PLAIN for t in types):
-                key = (type(mechanism), values, types)
-                got = self._kept_loads.get(key)
-                if got is not None:
-                    return list(got[0]), list(got[1])
+        last few mechanisms of the classes whose cost is a function of their fields alone
+        (:func:`~overlapdp.privacy.mechanisms.cost_key`: the class itself and its fields' plain values,
+        bit for bit; never a class's own equality, which may leave out a field that changes the cost,
+        nor a subclass, which may add cost elsewhere), when the loads are immutable values; a filter's
+        tracks never change."""
+        key = cost_key(mechanism)
+        if key is not None:
+            got = self._kept_loads.get(key)
+            if got is not None:
+                return list(got[0]), list(got[1])
         loads = [t.load(mechanism) for t in self._tracks]
         exact = [t.exact(mechanism) for t in self._tracks]
         if key is not None and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
@@ -965,16 +947,18 @@ class PrivacyFilter:
             prepared: list[_Recorded] = []
             taken = set(self._ids)
             n = self._n
-            # loads per (mechanism, times): a replayed ledger holds few distinct mechanisms
-            cache: dict[tuple[Mechanism, int], tuple[list[Any], list[Any], list[np.ndarray] | None]] = {}
+            # loads per (mechanism, times): a replayed ledger holds few distinct mechanisms (keyed as
+            # _loads keys them: never by a class's own equality)
+            cache: dict[tuple[Any, int], tuple[list[Any], list[Any], list[np.ndarray] | None]] = {}
 
             def prepare(mech: Mechanism, query: PredicateQuery | None, cid: str | None, times: int) -> None:
                 nonlocal n
-                key = (mech, times)
-                hit = cache.get(key) if _hashable(mech) else None
+                mkey = cost_key(mech)
+                key = None if mkey is None else (mkey, times)
+                hit = None if key is None else cache.get(key)
                 if hit is None:
                     r = self._prepare(mech, query, cid, times, n, taken)
-                    if _hashable(mech):
+                    if key is not None:
                         cache[key] = (r.loads, r.exact, r.floats)
                 else:
                     charge = _make_charge(self.schema, mech, query, cid, n)
@@ -1272,14 +1256,6 @@ def _record_item(item: Sequence[Any]) -> tuple[Mechanism, PredicateQuery | None,
     times = item[3] if len(item) > 3 else 1
     check_int(times, "times", error=BudgetError)
     return mech, query, cid, times
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
 
 
 def _times(load: Any, k: int) -> Any:

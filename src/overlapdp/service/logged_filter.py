@@ -23,6 +23,7 @@ from overlapdp.overlap import _clock
 from overlapdp.privacy import BudgetError
 from overlapdp.privacy.definitions import GDP, RDP, ZCDP, PureDP
 from overlapdp.privacy.mechanisms import Mechanism as PrivacyMechanism
+from overlapdp.privacy.mechanisms import costed_by_fields
 from overlapdp.privacy.odometer import whole_domain
 from overlapdp.privacy.privacy_filter import PrivacyFilter
 from overlapdp.query import PredicateQuery
@@ -36,6 +37,7 @@ _ids = itertools.count()
 _uids = itertools.count()
 
 
+@costed_by_fields
 @dataclass(frozen=True)
 class Charged(PrivacyMechanism):
     """One charge as the service records it: its load under the data set's definition, declared
