@@ -9,8 +9,10 @@ neighbouring directions have the same PLD), so their PLDs carry a single directi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +70,8 @@ _M = TypeVar("_M", bound=type)
 
 # Classes whose privacy cost is a function of their fields' values alone (see costed_by_fields).
 _FIELD_COSTED: set[type] = set()
+# serials of mechanisms no key can merge (Mechanism.key)
+_SERIALS = itertools.count()
 
 
 def costed_by_fields(cls: _M) -> _M:
@@ -163,8 +167,21 @@ class Mechanism(PrivacyProfile):
 
     @property
     def key(self) -> tuple[object, ...]:
-        """Identical mechanisms (same key) are grouped in compositions."""
-        return (type(self).__name__, *vars(self).values())
+        """Mechanisms with the same key have the same privacy cost, and compositions group them (their
+        repr too: its caches are keyed by it). A class costed by its fields: its :func:`cost_key`, with
+        the class named by its qualified name and identity; any other mechanism: its own serial, never
+        shared (its cost may hang on anything, and an address can be reused)."""
+        k = cost_key(self)
+        if k is not None:
+            cls = k[0]
+            return (f"{cls.__module__}.{cls.__qualname__}", id(cls), *k[1:])
+        serial = self.__dict__.get("_overlapdp_serial") if hasattr(self, "__dict__") else None
+        if serial is None:
+            serial = next(_SERIALS)
+            # (no instance dictionary: a new serial each time, never merged)
+            with contextlib.suppress(AttributeError):
+                object.__setattr__(self, "_overlapdp_serial", serial)
+        return (type(self).__qualname__, "unshared", serial)
 
 
 # Absolute round-off margin (times 1 / (alpha - 1)) on the exact Laplace RDP formula's log-sum-exp.

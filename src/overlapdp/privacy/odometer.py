@@ -37,7 +37,6 @@ guarantee of the ledger as if its charges had been fixed in advance; the
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import threading
@@ -69,7 +68,7 @@ from overlapdp.privacy.measures import (
     ZCDPMeasure,
     num,
 )
-from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP, cost_key
 from overlapdp.privacy.optimal import compose_approx
 from overlapdp.privacy.patterns import maximal_patterns, neighbour_patterns, row_patterns
 from overlapdp.privacy.pld import DEFAULT_H
@@ -753,31 +752,37 @@ def _fsum(values: Iterable[float]) -> float:
         return math.inf
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_pure(m: Mechanism) -> PureDP | None:
-    return m.pure()
+# guarantees by cost_key (never by a class's own equality, which may leave out what changes the cost)
+_GUARANTEES: dict[tuple[Any, ...], Any] = {}
+_GUARANTEES_KEPT = 4096
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_zcdp(m: Mechanism) -> ZCDP | None:
-    return m.zcdp()
+def _guarantee(m: Mechanism, kind: str) -> Any:
+    key = cost_key(m)
+    if key is None:
+        return m.pure() if kind == "pure" else m.zcdp()
+    full = (kind, key)
+    got = _GUARANTEES.get(full, _GUARANTEES)
+    if got is _GUARANTEES:
+        got = m.pure() if kind == "pure" else m.zcdp()
+        if len(_GUARANTEES) >= _GUARANTEES_KEPT:
+            _GUARANTEES.clear()
+        _GUARANTEES[full] = got
+    return got
 
 
 def _pure_of(m: Mechanism) -> PureDP | None:
-    """``m.pure()``, computed once per distinct mechanism (a search bounds thousands of sets of the
-    same few mechanisms; the guarantee is exact Fraction arithmetic each time)."""
-    try:
-        return _cached_pure(m)
-    except TypeError:  # an unhashable mechanism
-        return m.pure()
+    """``m.pure()``, computed once per distinct mechanism of a class costed by its fields
+    (:func:`~overlapdp.privacy.mechanisms.cost_key`; a search bounds thousands of sets of the same few
+    mechanisms, and the guarantee is exact Fraction arithmetic each time)."""
+    got: PureDP | None = _guarantee(m, "pure")
+    return got
 
 
 def _zcdp_of(m: Mechanism) -> ZCDP | None:
     """``m.zcdp()``, computed once per distinct mechanism (see :func:`_pure_of`)."""
-    try:
-        return _cached_zcdp(m)
-    except TypeError:
-        return m.zcdp()
+    got: ZCDP | None = _guarantee(m, "zcdp")
+    return got
 
 
 def _cheap_upper(mechs: Sequence[Mechanism], delta: float, h: float) -> float:
