@@ -61,3 +61,12 @@ def test_keys_group_the_library_mechanisms_and_never_a_users() -> None:
     assert pm.Gaussian(1.0).key == pm.Gaussian(1.0).key
     a, b = _Repeated(1.0), _Repeated(1.0)
     assert a.key == a.key and a.key != b.key  # stable for one object, never shared
+
+
+def test_the_odometers_kept_guarantees_are_each_mechanisms_own() -> None:
+    from overlapdp.privacy import odometer
+
+    for m in (pm.Laplace(2.0), pm.Laplace(2.0), pm.Gaussian(1.5), _Repeated(1.0), _Repeated(1.0, times=7)):
+        assert odometer._pure_of(m) == m.pure()
+        assert odometer._zcdp_of(m) == m.zcdp()
+    assert odometer._pure_of(_Repeated(1.0, times=7)).epsilon == 7.0  # type: ignore[union-attr]

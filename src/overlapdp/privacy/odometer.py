@@ -752,22 +752,23 @@ def _fsum(values: Iterable[float]) -> float:
         return math.inf
 
 
-# guarantees by cost_key (never by a class's own equality, which may leave out what changes the cost)
-_GUARANTEES: dict[tuple[Any, ...], Any] = {}
+# guarantees by cost_key (never by a class's own equality, which may leave out what changes the cost),
+# one table per kind of guarantee
+_PURE: dict[tuple[Any, ...], Any] = {}
+_ZCDP: dict[tuple[Any, ...], Any] = {}
 _GUARANTEES_KEPT = 4096
 
 
-def _guarantee(m: Mechanism, kind: str) -> Any:
+def _kept(m: Mechanism, table: dict[tuple[Any, ...], Any], compute: Callable[[Mechanism], Any]) -> Any:
     key = cost_key(m)
     if key is None:
-        return m.pure() if kind == "pure" else m.zcdp()
-    full = (kind, key)
-    got = _GUARANTEES.get(full, _GUARANTEES)
-    if got is _GUARANTEES:
-        got = m.pure() if kind == "pure" else m.zcdp()
-        if len(_GUARANTEES) >= _GUARANTEES_KEPT:
-            _GUARANTEES.clear()
-        _GUARANTEES[full] = got
+        return compute(m)
+    got = table.get(key, table)
+    if got is table:
+        got = compute(m)
+        if len(table) >= _GUARANTEES_KEPT:
+            table.clear()
+        table[key] = got
     return got
 
 
@@ -775,13 +776,13 @@ def _pure_of(m: Mechanism) -> PureDP | None:
     """``m.pure()``, computed once per distinct mechanism of a class costed by its fields
     (:func:`~overlapdp.privacy.mechanisms.cost_key`; a search bounds thousands of sets of the same few
     mechanisms, and the guarantee is exact Fraction arithmetic each time)."""
-    got: PureDP | None = _guarantee(m, "pure")
+    got: PureDP | None = _kept(m, _PURE, lambda x: x.pure())
     return got
 
 
 def _zcdp_of(m: Mechanism) -> ZCDP | None:
     """``m.zcdp()``, computed once per distinct mechanism (see :func:`_pure_of`)."""
-    got: ZCDP | None = _guarantee(m, "zcdp")
+    got: ZCDP | None = _kept(m, _ZCDP, lambda x: x.zcdp())
     return got
 
 
