@@ -114,7 +114,9 @@ def _plain_key(v: Any) -> Any:
 
 
 class Mechanism(PrivacyProfile):
-    """A mechanism's privacy cost. Subclasses are frozen dataclasses with validated parameters."""
+    """A mechanism's privacy cost. Subclasses are frozen dataclasses with validated parameters; one whose
+    cost is a function of its fields alone may say so with :func:`costed_by_fields`, so that filters
+    and compositions keep and group its costs (any other is never grouped with another mechanism)."""
 
     name: str = "mechanism"
     #: Whether :meth:`pld` gives a dominating PLD, so that (epsilon, delta) accounting can compose it
