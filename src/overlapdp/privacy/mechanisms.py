@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar, TypeVar
@@ -67,6 +67,7 @@ def _pos_int(name: str, value: float) -> int:
 
 
 _M = TypeVar("_M", bound=type)
+_T = TypeVar("_T")
 
 # Classes whose privacy cost is a function of their fields' values alone (see costed_by_fields).
 _FIELD_COSTED: set[type] = set()
@@ -99,6 +100,28 @@ def cost_key(m: Any) -> tuple[Any, ...] | None:
             return None
         parts.append(k)
     return tuple(parts)
+
+
+def kept_by_cost(
+    table: dict[tuple[Any, ...], Any],
+    m: Any,
+    compute: Callable[[Any], _T],
+    limit: int,
+    keep: Callable[[_T], bool] = lambda _: True,
+) -> _T:
+    """``compute(m)``, kept in ``table`` under :func:`cost_key` (emptied when it holds ``limit``) for
+    the mechanisms that have one and values ``keep`` accepts; computed afresh for any other."""
+    key = cost_key(m)
+    if key is None:
+        return compute(m)
+    got = table.get(key, table)
+    if got is table:
+        got = compute(m)
+        if keep(got):
+            if len(table) >= limit:
+                table.clear()
+            table[key] = got
+    return got  # type: ignore[no-any-return]
 
 
 def _plain_key(v: Any) -> Any:

@@ -68,7 +68,7 @@ from overlapdp.privacy.measures import (
     ZCDPMeasure,
     num,
 )
-from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP, cost_key
+from overlapdp.privacy.mechanisms import Mechanism, OpaqueApproxDP, kept_by_cost
 from overlapdp.privacy.optimal import compose_approx
 from overlapdp.privacy.patterns import maximal_patterns, neighbour_patterns, row_patterns
 from overlapdp.privacy.pld import DEFAULT_H
@@ -759,30 +759,17 @@ _ZCDP: dict[tuple[Any, ...], Any] = {}
 _GUARANTEES_KEPT = 4096
 
 
-def _kept(m: Mechanism, table: dict[tuple[Any, ...], Any], compute: Callable[[Mechanism], Any]) -> Any:
-    key = cost_key(m)
-    if key is None:
-        return compute(m)
-    got = table.get(key, table)
-    if got is table:
-        got = compute(m)
-        if len(table) >= _GUARANTEES_KEPT:
-            table.clear()
-        table[key] = got
-    return got
-
-
 def _pure_of(m: Mechanism) -> PureDP | None:
     """``m.pure()``, computed once per distinct mechanism of a class costed by its fields
     (:func:`~overlapdp.privacy.mechanisms.cost_key`; a search bounds thousands of sets of the same few
     mechanisms, and the guarantee is exact Fraction arithmetic each time)."""
-    got: PureDP | None = _kept(m, _PURE, lambda x: x.pure())
+    got: PureDP | None = kept_by_cost(_PURE, m, lambda x: x.pure(), _GUARANTEES_KEPT)
     return got
 
 
 def _zcdp_of(m: Mechanism) -> ZCDP | None:
     """``m.zcdp()``, computed once per distinct mechanism (see :func:`_pure_of`)."""
-    got: ZCDP | None = _kept(m, _ZCDP, lambda x: x.zcdp())
+    got: ZCDP | None = kept_by_cost(_ZCDP, m, lambda x: x.zcdp(), _GUARANTEES_KEPT)
     return got
 
 

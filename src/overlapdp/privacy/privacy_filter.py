@@ -73,7 +73,7 @@ from overlapdp.privacy.definitions import GDP, RDP, TCDP, ZCDP, ApproxDP, Budget
 from overlapdp.privacy.definitions import check_neighbouring as _check_neighbouring
 from overlapdp.privacy.measures import NEAR as _NEAR
 from overlapdp.privacy.measures import AdaptivityError, FilterOptions, Measure, measure_for
-from overlapdp.privacy.mechanisms import Mechanism, cost_key
+from overlapdp.privacy.mechanisms import Mechanism, cost_key, kept_by_cost
 from overlapdp.privacy.odometer import Charge, Odometer, _make_charge, whole_domain
 from overlapdp.privacy.patterns import row_patterns
 from overlapdp.query import PredicateQuery
@@ -332,18 +332,11 @@ class PrivacyFilter:
         bit for bit; never a class's own equality, which may leave out a field that changes the cost,
         nor a subclass, which may add cost elsewhere), when the loads are immutable values; a filter's
         tracks never change."""
-        key = cost_key(mechanism)
-        if key is not None:
-            got = self._kept_loads.get(key)
-            if got is not None:
-                return list(got[0]), list(got[1])
-        loads = [t.load(mechanism) for t in self._tracks]
-        exact = [t.exact(mechanism) for t in self._tracks]
-        if key is not None and all(type(x) in (float, Fraction, tuple) for x in (*loads, *exact)):
-            if len(self._kept_loads) >= _KEPT_LOADS:
-                self._kept_loads.clear()
-            self._kept_loads[key] = (tuple(loads), tuple(exact))
-        return loads, exact
+        loads, exact = kept_by_cost(self._kept_loads, mechanism, self._loads_now, _KEPT_LOADS, _immutable)
+        return list(loads), list(exact)
+
+    def _loads_now(self, m: Mechanism) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return tuple([t.load(m) for t in self._tracks]), tuple([t.exact(m) for t in self._tracks])
 
     # -- lazy admission (MATH.md 2.7.1) ----------------------------------------------------------------
     def _admit_on_bounds(
@@ -1256,6 +1249,10 @@ def _record_item(item: Sequence[Any]) -> tuple[Mechanism, PredicateQuery | None,
     times = item[3] if len(item) > 3 else 1
     check_int(times, "times", error=BudgetError)
     return mech, query, cid, times
+
+
+def _immutable(loads: tuple[tuple[Any, ...], tuple[Any, ...]]) -> bool:
+    return all(type(x) in (float, Fraction, tuple) for part in loads for x in part)
 
 
 def _times(load: Any, k: int) -> Any:
